@@ -1,0 +1,59 @@
+"""A durable action ledger: tool calls that are safe to retry.
+
+Identical requests under one idempotency key replay the recorded outcome, a
+different request under the same key is refused with a durable record, and an
+effect whose outcome is unknown stays open until an operator reconciles it.
+This package never imports Temporal.
+"""
+
+from ._canonical import FINGERPRINT_VERSION
+from ._errors import (
+    ActionInProgressError,
+    IdempotencyConflictError,
+    InvalidRequest,
+    LedgerError,
+    LedgerUnavailable,
+    NoEffect,
+    ReconciliationRefused,
+)
+from ._ledger import Adapter, Ledger, StateResolver
+from ._models import (
+    ActionRequest,
+    ActionResult,
+    ActionState,
+    ActionStatus,
+    Authority,
+    EffectState,
+    ExecutionContext,
+    LedgerEvent,
+    NextOperation,
+    Reconciliation,
+    Verdict,
+)
+from ._verify import VerifyReport
+
+__all__ = [
+    "FINGERPRINT_VERSION",
+    "ActionInProgressError",
+    "ActionRequest",
+    "ActionResult",
+    "ActionState",
+    "ActionStatus",
+    "Adapter",
+    "Authority",
+    "EffectState",
+    "ExecutionContext",
+    "IdempotencyConflictError",
+    "InvalidRequest",
+    "Ledger",
+    "LedgerError",
+    "LedgerEvent",
+    "LedgerUnavailable",
+    "NextOperation",
+    "NoEffect",
+    "Reconciliation",
+    "ReconciliationRefused",
+    "StateResolver",
+    "Verdict",
+    "VerifyReport",
+]

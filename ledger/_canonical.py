@@ -1,0 +1,95 @@
+"""Canonical JSON (RFC 8785) and the ``action-fingerprint-v1`` fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import rfc8785
+
+from ._errors import InvalidRequest
+
+FINGERPRINT_VERSION = "action-fingerprint-v1"
+
+#: The dimensions of an action's identity, in the order they are hashed.
+DIMENSIONS: tuple[str, ...] = ("capability", "instruction", "payload", "precondition", "performer")
+
+_MAX_SAFE_INT = 2**53 - 1
+
+
+def check_json(value: Any, *, where: str) -> None:
+    """Raise :class:`InvalidRequest` unless ``value`` is exactly representable as JSON.
+
+    Refuses NaN and infinities, integers beyond the IEEE-754 safe range, sets,
+    tuples, bytes, non-string object keys, other types, and cycles: none of them
+    survive a JSON round trip unchanged, and silently stringifying them would bind
+    a key to something other than what the caller meant.
+    """
+    _check(value, where, set())
+
+
+def _check(value: Any, where: str, active: set[int]) -> None:
+    if value is None or isinstance(value, (bool, str)):
+        return
+    if isinstance(value, int):
+        if abs(value) > _MAX_SAFE_INT:
+            raise InvalidRequest(f"{where}: integer {value} is outside JSON's exact range (±2**53)")
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidRequest(f"{where}: {value!r} is not representable in JSON")
+        return
+    if isinstance(value, (dict, list)):
+        marker = id(value)
+        if marker in active:
+            raise InvalidRequest(f"{where}: cyclic data is not representable in JSON")
+        active.add(marker)
+        try:
+            if isinstance(value, dict):
+                for k, v in value.items():
+                    if not isinstance(k, str):
+                        raise InvalidRequest(
+                            f"{where}: object key {k!r} is a {type(k).__name__}, not a string"
+                        )
+                    _check(v, f"{where}.{k}", active)
+            else:
+                for i, v in enumerate(value):
+                    _check(v, f"{where}[{i}]", active)
+        finally:
+            active.discard(marker)
+        return
+    raise InvalidRequest(
+        f"{where}: a {type(value).__name__} is not representable in JSON exactly "
+        "(use objects, arrays, strings, finite numbers, booleans or null)"
+    )
+
+
+def canonical_json(value: Any) -> bytes:
+    """RFC 8785 canonical bytes of a JSON value (already checked by :func:`check_json`)."""
+    try:
+        return rfc8785.dumps(value)
+    except Exception as exc:  # rfc8785 raises its own domain errors
+        raise InvalidRequest(f"not canonicalisable as JSON: {exc}") from exc
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def fingerprint_dimensions(fields: Mapping[str, Any]) -> dict[str, str]:
+    """Per-dimension SHA-256 of the canonical JSON of each identity field."""
+    return {name: sha256_hex(canonical_json(fields[name])) for name in DIMENSIONS}
+
+
+def combine(dimensions: Mapping[str, str]) -> str:
+    """The one fingerprint over the per-dimension hashes, bound to the version."""
+    return sha256_hex(
+        canonical_json({"version": FINGERPRINT_VERSION, "dimensions": dict(dimensions)})
+    )
+
+
+def differing(a: Mapping[str, str], b: Mapping[str, str]) -> list[str]:
+    """The names of the dimensions whose hashes differ, in identity order."""
+    return [name for name in DIMENSIONS if a.get(name) != b.get(name)]

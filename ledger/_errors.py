@@ -1,0 +1,153 @@
+"""Errors raised by the ledger.
+
+Every error the ledger raises on purpose derives from :class:`LedgerError`, so a
+caller can tell "the ledger refused" from "the adapter blew up".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class LedgerError(Exception):
+    """Base class of every error the ledger raises on purpose."""
+
+
+class InvalidRequest(LedgerError, ValueError):
+    """The request (or an argument) is malformed. Nothing was recorded."""
+
+
+class IdempotencyConflictError(LedgerError):
+    """The key is already bound to a different operation.
+
+    A durable ``action.replay_refused`` event was recorded before this was raised.
+    """
+
+    def __init__(
+        self,
+        *,
+        key: str,
+        original_action_id: str,
+        dimensions: Sequence[str],
+        fingerprint_version: str,
+        action_id: str | None = None,
+    ) -> None:
+        self.key = key
+        self.original_action_id = original_action_id
+        self.dimensions = tuple(dimensions)
+        self.fingerprint_version = fingerprint_version
+        self.action_id = action_id
+        super().__init__(
+            f"idempotency key {key!r} is bound to action {original_action_id} with a different "
+            f"{', '.join(self.dimensions)} ({fingerprint_version}); use a new key for a new "
+            "operation"
+        )
+
+    def __reduce__(self):  # keep it picklable across process boundaries
+        return (
+            _rebuild_conflict,
+            (
+                self.key,
+                self.original_action_id,
+                self.dimensions,
+                self.fingerprint_version,
+                self.action_id,
+            ),
+        )
+
+
+def _rebuild_conflict(key, original_action_id, dimensions, fingerprint_version, action_id):
+    return IdempotencyConflictError(
+        key=key,
+        original_action_id=original_action_id,
+        dimensions=dimensions,
+        fingerprint_version=fingerprint_version,
+        action_id=action_id,
+    )
+
+
+class ActionInProgressError(LedgerError):
+    """A live execution holds the key; this request was deferred (and recorded as such)."""
+
+    def __init__(
+        self,
+        *,
+        key: str,
+        holder_action_id: str,
+        lease_remaining: float,
+        action_id: str | None = None,
+    ) -> None:
+        self.key = key
+        self.holder_action_id = holder_action_id
+        self.lease_remaining = lease_remaining
+        self.action_id = action_id
+        super().__init__(
+            f"idempotency key {key!r} is held by live action {holder_action_id} "
+            f"(lease expires in {lease_remaining:.1f}s); try again later"
+        )
+
+    def __reduce__(self):
+        return (
+            _rebuild_in_progress,
+            (self.key, self.holder_action_id, self.lease_remaining, self.action_id),
+        )
+
+
+def _rebuild_in_progress(key, holder_action_id, lease_remaining, action_id):
+    return ActionInProgressError(
+        key=key,
+        holder_action_id=holder_action_id,
+        lease_remaining=lease_remaining,
+        action_id=action_id,
+    )
+
+
+class ReconciliationRefused(LedgerError):
+    """A reconciliation was refused (unknown key, or an effect that is not unknown).
+
+    The refusal itself was recorded as ``action.reconcile_refused``.
+    """
+
+    def __init__(self, key: str, reason: str) -> None:
+        self.key = key
+        self.reason = reason
+        super().__init__(f"cannot reconcile {key!r}: {reason}")
+
+    def __reduce__(self):
+        return (ReconciliationRefused, (self.key, self.reason))
+
+
+class LedgerUnavailable(LedgerError):
+    """The ledger's storage could not be reached or lost its connection.
+
+    Retryable: when this is raised before the adapter ran, no effect happened.
+    """
+
+
+class NoEffect(Exception):
+    """Raised by an adapter that knows its attempt had no effect.
+
+    For example: the connection was refused before anything was sent, the far side
+    rejected the request with a 4xx, or it answered 429. ``retryable`` says whether
+    the same key may act again; ``retry_after`` (seconds) is the far side's hint.
+    """
+
+    def __init__(
+        self,
+        message: str = "no effect",
+        *,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
+        if retry_after is not None and retry_after < 0:
+            raise ValueError("retry_after must be >= 0 seconds")
+        self.retryable = retryable
+        self.retry_after = retry_after
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (_rebuild_no_effect, (str(self), self.retryable, self.retry_after))
+
+
+def _rebuild_no_effect(message, retryable, retry_after):
+    return NoEffect(message, retryable=retryable, retry_after=retry_after)

@@ -1,0 +1,897 @@
+"""The rule: validate, record, authorise, look up, claim, mark, act, complete."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import inspect
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeAlias, TypeVar
+
+from pydantic import BaseModel
+
+from ._canonical import (
+    FINGERPRINT_VERSION,
+    canonical_json,
+    check_json,
+    combine,
+    differing,
+    fingerprint_dimensions,
+)
+from ._errors import (
+    ActionInProgressError,
+    IdempotencyConflictError,
+    InvalidRequest,
+    LedgerError,
+    NoEffect,
+    ReconciliationRefused,
+)
+from ._models import (
+    ActionRequest,
+    ActionResult,
+    ActionState,
+    ActionStatus,
+    Authority,
+    EffectState,
+    ExecutionContext,
+    LedgerEvent,
+    NextOperation,
+    Reconciliation,
+    Verdict,
+    validate_key,
+)
+from ._recorder import KeyRecord, Phase, Recorder, Transaction, iso
+from ._verify import VerifyReport, verify_ledger
+
+logger = logging.getLogger("ledger")
+
+T = TypeVar("T")
+
+#: An adapter performs the effect. It may be sync or async.
+Adapter: TypeAlias = Callable[[ActionRequest, ExecutionContext], Any]
+#: A state resolver reads the current state the precondition is compared with.
+StateResolver: TypeAlias = Callable[[ActionRequest], Any]
+
+EVENT_REQUESTED = "action.requested"
+EVENT_AUTHORIZATION_REFUSED = "action.authorization_refused"
+EVENT_REPLAY_REFUSED = "action.replay_refused"
+EVENT_DEFERRED = "action.deferred"
+EVENT_STARTED = "action.execution_started"
+EVENT_COMPLETED = "action.completed"
+EVENT_LATE_COMPLETION = "action.late_completion"
+EVENT_RECONCILED = "action.reconciled"
+EVENT_RECONCILE_REFUSED = "action.reconcile_refused"
+EVENT_COMPACTED = "action.compacted"
+
+
+# What the admission transaction decided; raised or acted on after it committed.
+@dataclasses.dataclass
+class _Answer:
+    result: ActionResult
+
+
+@dataclasses.dataclass
+class _Conflict:
+    error: IdempotencyConflictError
+
+
+@dataclasses.dataclass
+class _Busy:
+    holder_action_id: str
+    remaining: float
+    recorded: bool
+
+
+@dataclasses.dataclass
+class _Claimed:
+    token: int
+    started: bool
+
+
+def _outcome(
+    *,
+    action_id: str,
+    status: ActionStatus,
+    effect: EffectState,
+    recorded_at: str,
+    output: Any = None,
+    error: str | None = None,
+    error_type: str | None = None,
+    retryable: bool = False,
+    retry_after: float | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The body of an original ``action.completed``; also kept as the key's outcome."""
+    return {
+        "action_id": action_id,
+        "status": status.value,
+        "effect": effect.value,
+        "output": output,
+        "error": error,
+        "error_type": error_type,
+        "retryable": retryable,
+        "retry_after": retry_after,
+        "verdict": None,
+        "compacted": False,
+        "recorded_at": recorded_at,
+        **extra,
+    }
+
+
+def _result(outcome: dict[str, Any], *, key: str, action_id: str, replayed: bool) -> ActionResult:
+    return ActionResult(
+        action_id=action_id,
+        key=key,
+        status=ActionStatus(outcome["status"]),
+        effect=EffectState(outcome["effect"]),
+        output=outcome.get("output"),
+        error=outcome.get("error"),
+        error_type=outcome.get("error_type"),
+        replayed=replayed,
+        reused_from_action_id=outcome["action_id"] if replayed else None,
+        retryable=bool(outcome.get("retryable")),
+        retry_after=outcome.get("retry_after"),
+        verdict=outcome.get("verdict"),
+        compacted=bool(outcome.get("compacted")),
+    )
+
+
+def _may_act_again(outcome: dict[str, Any], retry_safe: bool) -> bool:
+    """The outcomes after which the same key may cause the effect again."""
+    if outcome.get("retryable"):
+        return True  # NoEffect(retryable=True), or an operator's no_effect_confirmed
+    return retry_safe and outcome["effect"] == EffectState.UNKNOWN.value
+
+
+def _next_operation(record: KeyRecord | None, now: float) -> NextOperation:
+    if record is None or record.phase == Phase.VACANT:
+        return NextOperation.START_ACTION
+    if record.phase in (Phase.CLAIMED, Phase.RUNNING):
+        if (record.lease_expires or 0) > now:
+            return NextOperation.WAIT
+        return (
+            NextOperation.START_ACTION
+            if record.phase == Phase.CLAIMED
+            else NextOperation.RECONCILE_EFFECT
+        )
+    outcome = record.outcome or {}
+    if outcome.get("retryable"):
+        return NextOperation.START_ACTION
+    if outcome["effect"] == EffectState.UNKNOWN.value:
+        return NextOperation.RECONCILE_EFFECT
+    if outcome["status"] == ActionStatus.FAILED.value and outcome["effect"] == "none":
+        return NextOperation.FIX_INPUTS
+    return NextOperation.NONE
+
+
+def _recover_expired(tx: Transaction, record: KeyRecord) -> None:
+    """Settle a claim whose lease expired: the crash gap, or an abandoned claim.
+
+    A claim that never reached its started marker caused nothing; an execution that
+    started and never reported may have. Either way the holder's request gets its
+    one completion here, so nobody waits on a dead worker again.
+    """
+    holder = record.holder_action_id
+    assert holder is not None
+    if record.phase == Phase.CLAIMED:
+        outcome = _outcome(
+            action_id=holder,
+            status=ActionStatus.FAILED,
+            effect=EffectState.NONE,
+            recorded_at=tx.recorded_at,
+            error="abandoned before the started marker (lease expired); nothing was executed",
+            error_type="Abandoned",
+            retryable=True,
+            token=record.token,
+        )
+    else:
+        outcome = _outcome(
+            action_id=holder,
+            status=ActionStatus.FAILED,
+            effect=EffectState.UNKNOWN,
+            recorded_at=tx.recorded_at,
+            error="interrupted: the execution started and never reported before its lease "
+            "expired; the effect may or may not have happened",
+            error_type="Interrupted",
+            token=record.token,
+            interrupted=True,
+        )
+    tx.append(EVENT_COMPLETED, holder, outcome)
+    record.phase = Phase.SETTLED
+    record.outcome = outcome
+    record.holder_action_id = None
+    record.lease_expires = None
+
+
+def _is_expired(record: KeyRecord, now: float) -> bool:
+    return record.phase in (Phase.CLAIMED, Phase.RUNNING) and (record.lease_expires or 0) <= now
+
+
+class Ledger:
+    """A durable action ledger: ``execute`` runs an adapter at most once per key and identity.
+
+    Open one with :meth:`Ledger.open`; use it as ``async with`` (or ``with``), or close it.
+    """
+
+    def __init__(self, recorder: Recorder, *, lease: float = 30.0, url: str = "") -> None:
+        if not (isinstance(lease, (int, float)) and math.isfinite(lease) and lease > 0):
+            raise InvalidRequest(f"lease must be a positive number of seconds, got {lease!r}")
+        self.lease = float(lease)
+        self.url = url
+        self._recorder = recorder
+        self._executor = ThreadPoolExecutor(
+            max_workers=recorder.max_concurrency, thread_name_prefix="ledger"
+        )
+        self._closed = False
+
+    @classmethod
+    def open(cls, url: str, *, lease: float = 30.0) -> Ledger:
+        """Open (creating if needed) the ledger at ``url``.
+
+        ``sqlite:///path`` for the embedded file, ``postgresql://...`` for a shared
+        server. ``lease`` is how long a live execution holds its key without renewal.
+        """
+        if not isinstance(url, str):
+            raise InvalidRequest(f"ledger URL must be a string, not {type(url).__name__}")
+        if url.startswith("sqlite:///"):
+            from .sqlite import SQLiteRecorder
+
+            recorder: Recorder = SQLiteRecorder.from_url(url)
+        elif url.startswith(("postgresql://", "postgres://")):
+            try:
+                from .postgres import PostgresRecorder
+            except ImportError as exc:  # pragma: no cover - depends on the install
+                raise InvalidRequest(f"PostgreSQL backend unavailable: {exc}") from exc
+            recorder = PostgresRecorder.from_url(url)
+        else:
+            raise InvalidRequest(
+                f"unsupported ledger URL {url!r}: use sqlite:///path or postgresql://..."
+            )
+        return cls(recorder, lease=lease, url=url)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._executor.shutdown(wait=True)
+        self._recorder.close()
+
+    async def aclose(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Ledger:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise LedgerError("the ledger is closed")
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, functools.partial(fn, *args)
+        )
+
+    # -- the rule ------------------------------------------------------------------
+
+    async def execute(
+        self,
+        request: ActionRequest | dict[str, Any],
+        *,
+        authority: Authority,
+        adapter: Adapter,
+        state: StateResolver | None = None,
+        retry_safe: bool = False,
+        wait: float = 0.0,
+    ) -> ActionResult:
+        """Run ``adapter`` for ``request`` at most once for its key and identity.
+
+        Returns the fresh or replayed :class:`ActionResult`. Raises
+        :class:`InvalidRequest` (nothing recorded), :class:`IdempotencyConflictError`
+        (refusal recorded) or :class:`ActionInProgressError` (deferral recorded; with
+        ``wait`` seconds > 0 it first waits that long for the live execution to end).
+        """
+        request = ActionRequest.parse(request)
+        if not isinstance(authority, Authority):
+            raise InvalidRequest(f"authority must be an Authority, not {type(authority).__name__}")
+        if not callable(adapter):
+            raise InvalidRequest("adapter must be callable")
+        if state is not None and not callable(state):
+            raise InvalidRequest("state must be a callable that reads the current state")
+        if request.precondition is not None and state is None:
+            raise InvalidRequest(
+                "the request has a precondition but no state resolver: a precondition that "
+                "cannot be checked is refused, not skipped"
+            )
+        if not (isinstance(wait, (int, float)) and wait >= 0):
+            raise InvalidRequest(f"wait must be >= 0 seconds, got {wait!r}")
+        dimensions = fingerprint_dimensions(request.identity())
+        fingerprint = combine(dimensions)
+
+        deadline = time.monotonic() + wait
+        first = True
+        delay = 0.02
+        while True:
+            decision = await self._run(
+                self._recorder.transact,
+                request.key,
+                functools.partial(
+                    self._admit,
+                    request=request,
+                    authority=authority,
+                    dimensions=dimensions,
+                    fingerprint=fingerprint,
+                    retry_safe=retry_safe,
+                    first=first,
+                    give_up=time.monotonic() >= deadline,
+                ),
+            )
+            first = False
+            if isinstance(decision, _Answer):
+                return decision.result
+            if isinstance(decision, _Conflict):
+                raise decision.error
+            if isinstance(decision, _Busy):
+                if decision.recorded:
+                    raise ActionInProgressError(
+                        key=request.key,
+                        holder_action_id=decision.holder_action_id,
+                        lease_remaining=decision.remaining,
+                        action_id=request.action_id,
+                    )
+                await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                delay = min(delay * 2, 0.5)
+                continue
+            assert isinstance(decision, _Claimed)
+            return await self._perform(request, decision, adapter, state)
+
+    def _admit(
+        self,
+        tx: Transaction,
+        *,
+        request: ActionRequest,
+        authority: Authority,
+        dimensions: dict[str, str],
+        fingerprint: str,
+        retry_safe: bool,
+        first: bool,
+        give_up: bool,
+    ) -> _Answer | _Conflict | _Busy | _Claimed:
+        key, action_id = request.key, request.action_id
+        record = tx.record or KeyRecord(key=key)
+        if first:
+            tx.append(
+                EVENT_REQUESTED,
+                action_id,
+                {
+                    **request.identity(),
+                    "context": request.context,
+                    "principal": authority.principal,
+                    "retry_safe": retry_safe,
+                    "fingerprint": fingerprint,
+                    "fingerprint_version": FINGERPRINT_VERSION,
+                    "dimensions": dimensions,
+                },
+            )
+            if not authority.allows(request.capability):
+                # Refused before any lookup: the answer has the same shape whatever the key holds.
+                tx.append(
+                    EVENT_AUTHORIZATION_REFUSED,
+                    action_id,
+                    {
+                        "principal": authority.principal,
+                        "capability": request.capability,
+                        "granted": list(authority.capabilities),
+                    },
+                )
+                outcome = _outcome(
+                    action_id=action_id,
+                    status=ActionStatus.DENIED,
+                    effect=EffectState.NONE,
+                    recorded_at=tx.recorded_at,
+                    error=f"{authority.principal!r} may not use capability {request.capability!r}",
+                    error_type="Denied",
+                )
+                tx.append(EVENT_COMPLETED, action_id, outcome)
+                tx.save(record)
+                return _Answer(_result(outcome, key=key, action_id=action_id, replayed=False))
+
+        if record.phase != Phase.VACANT:
+            if record.fingerprint != fingerprint:
+                names = differing(record.dimensions, dimensions)
+                tx.append(
+                    EVENT_REPLAY_REFUSED,
+                    action_id,
+                    {
+                        "key": key,
+                        "original_action_id": record.original_action_id,
+                        "fingerprint_version": record.fingerprint_version,
+                        "dimensions": names,
+                        "fingerprint": fingerprint,
+                        "original_fingerprint": record.fingerprint,
+                    },
+                )
+                tx.save(record)
+                return _Conflict(
+                    IdempotencyConflictError(
+                        key=key,
+                        original_action_id=record.original_action_id or "",
+                        dimensions=names,
+                        fingerprint_version=record.fingerprint_version or FINGERPRINT_VERSION,
+                        action_id=action_id,
+                    )
+                )
+            if record.phase in (Phase.CLAIMED, Phase.RUNNING):
+                if not _is_expired(record, tx.now):
+                    remaining = (record.lease_expires or 0) - tx.now
+                    holder = record.holder_action_id or ""
+                    if not give_up:
+                        if first:
+                            tx.save(record)
+                        return _Busy(holder, remaining, recorded=False)
+                    tx.append(
+                        EVENT_DEFERRED,
+                        action_id,
+                        {"holder_action_id": holder, "lease_remaining": round(remaining, 3)},
+                    )
+                    tx.save(record)
+                    return _Busy(holder, remaining, recorded=True)
+                _recover_expired(tx, record)
+            assert record.outcome is not None
+            if not _may_act_again(record.outcome, retry_safe):
+                replay = _result(record.outcome, key=key, action_id=action_id, replayed=True)
+                tx.append(
+                    EVENT_COMPLETED,
+                    action_id,
+                    {
+                        **record.outcome,
+                        "action_id": action_id,
+                        "replayed": True,
+                        "reused_from_action_id": record.outcome["action_id"],
+                        "recorded_at": tx.recorded_at,
+                    },
+                )
+                tx.save(record)
+                return _Answer(replay)
+        else:
+            record.fingerprint = fingerprint
+            record.fingerprint_version = FINGERPRINT_VERSION
+            record.dimensions = dimensions
+            record.capability = request.capability
+            record.performer = request.performer
+            record.original_action_id = action_id
+
+        record.token += 1
+        record.holder_action_id = action_id
+        record.lease_expires = tx.now + self.lease
+        record.retry_safe = retry_safe
+        started = request.precondition is None
+        record.phase = Phase.RUNNING if started else Phase.CLAIMED
+        if started:
+            tx.append(
+                EVENT_STARTED,
+                action_id,
+                {"token": record.token, "lease_expires_at": iso(record.lease_expires)},
+            )
+        tx.save(record)
+        return _Claimed(record.token, started)
+
+    async def _perform(
+        self,
+        request: ActionRequest,
+        claim: _Claimed,
+        adapter: Adapter,
+        state: StateResolver | None,
+    ) -> ActionResult:
+        key, action_id, token = request.key, request.action_id, claim.token
+        if not claim.started:
+            assert state is not None
+            try:
+                current = await _call(state, request)
+                check_json(current, where="current state")
+                drift = canonical_json(current) != canonical_json(request.precondition)
+                failure: tuple[str, str, bool] | None = (
+                    (
+                        "precondition drift: the current state differs from the precondition the "
+                        "operation was planned against",
+                        "PreconditionDrift",
+                        False,
+                    )
+                    if drift
+                    else None
+                )
+            except Exception as exc:
+                failure = (f"state resolver failed: {exc!r}", type(exc).__name__, True)
+            outcome = await self._run(
+                self._recorder.transact,
+                key,
+                functools.partial(
+                    self._mark_started, action_id=action_id, token=token, failure=failure
+                ),
+            )
+            if outcome is not None:
+                return outcome
+
+        ctx = ExecutionContext(key=key, action_id=action_id, fencing_token=token)
+        renewal = asyncio.create_task(self._keep_lease(key, token))
+        try:
+            output = await _call(adapter, request, ctx)
+        except NoEffect as exc:
+            fields = dict(
+                status=ActionStatus.FAILED,
+                effect=EffectState.NONE,
+                error=str(exc),
+                error_type="NoEffect",
+                retryable=exc.retryable,
+                retry_after=exc.retry_after,
+            )
+        except BaseException as exc:
+            # Whatever the adapter did before failing may have reached the world.
+            fields = dict(
+                status=ActionStatus.FAILED,
+                effect=EffectState.UNKNOWN,
+                error=f"{type(exc).__name__}: {exc}",
+                error_type=type(exc).__name__,
+            )
+            if not isinstance(exc, Exception):
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(self._complete_now(key, action_id, token, fields))
+                raise
+        else:
+            fields = _success_fields(output)
+        finally:
+            renewal.cancel()
+            with contextlib.suppress(BaseException):
+                await renewal
+        return await self._complete_now(key, action_id, token, fields)
+
+    async def _complete_now(
+        self, key: str, action_id: str, token: int, fields: dict[str, Any]
+    ) -> ActionResult:
+        return await self._run(
+            self._recorder.transact,
+            key,
+            functools.partial(self._complete, action_id=action_id, token=token, fields=fields),
+        )
+
+    def _mark_started(
+        self, tx: Transaction, *, action_id: str, token: int, failure: tuple[str, str, bool] | None
+    ) -> ActionResult | None:
+        record = tx.record
+        if record is None or record.token != token or record.phase != Phase.CLAIMED:
+            # The claim expired while the state was read and another request took over;
+            # that takeover already gave this request its completion.
+            return self._late_answer(record, action_id)
+        if failure is not None:
+            error, error_type, retryable = failure
+            outcome = _outcome(
+                action_id=action_id,
+                status=ActionStatus.FAILED,
+                effect=EffectState.NONE,
+                recorded_at=tx.recorded_at,
+                error=error,
+                error_type=error_type,
+                retryable=retryable,
+                token=token,
+            )
+            tx.append(EVENT_COMPLETED, action_id, outcome)
+            record.phase = Phase.SETTLED
+            record.outcome = outcome
+            record.holder_action_id = None
+            record.lease_expires = None
+            tx.save(record)
+            return _result(outcome, key=tx.key, action_id=action_id, replayed=False)
+        record.phase = Phase.RUNNING
+        record.lease_expires = tx.now + self.lease
+        tx.append(
+            EVENT_STARTED,
+            action_id,
+            {
+                "token": token,
+                "lease_expires_at": iso(record.lease_expires),
+                "precondition_checked": True,
+            },
+        )
+        tx.save(record)
+        return None
+
+    def _complete(
+        self, tx: Transaction, *, action_id: str, token: int, fields: dict[str, Any]
+    ) -> ActionResult:
+        record = tx.record
+        if record is None or record.token != token or record.phase != Phase.RUNNING:
+            # A stale fencing token: the lease was lost and the key moved on. Keep what
+            # this attempt saw as evidence for the operator; it is not the outcome.
+            tx.append(
+                EVENT_LATE_COMPLETION,
+                action_id,
+                {
+                    "token": token,
+                    "current_token": record.token if record else None,
+                    **{k: (v.value if hasattr(v, "value") else v) for k, v in fields.items()},
+                },
+            )
+            if record is not None:
+                tx.save(record)
+            return self._late_answer(record, action_id)
+        outcome = _outcome(action_id=action_id, recorded_at=tx.recorded_at, token=token, **fields)
+        tx.append(EVENT_COMPLETED, action_id, outcome)
+        record.phase = Phase.SETTLED
+        record.outcome = outcome
+        record.holder_action_id = None
+        record.lease_expires = None
+        tx.save(record)
+        return _result(outcome, key=tx.key, action_id=action_id, replayed=False)
+
+    @staticmethod
+    def _late_answer(record: KeyRecord | None, action_id: str) -> ActionResult:
+        if record is None or record.outcome is None or record.phase != Phase.SETTLED:
+            raise ActionInProgressError(
+                key=record.key if record else "",
+                holder_action_id=(record.holder_action_id or "") if record else "",
+                lease_remaining=0.0,
+                action_id=action_id,
+            )
+        return _result(record.outcome, key=record.key, action_id=action_id, replayed=True)
+
+    async def _keep_lease(self, key: str, token: int) -> None:
+        interval = self.lease / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                renewed = await self._run(self._recorder.renew, key, token, self.lease)
+            except Exception as exc:  # keep trying: the lease still covers us for a while
+                logger.warning("lease renewal for %r failed: %s", key, exc)
+                continue
+            if not renewed:
+                logger.warning("lease for %r (token %d) was lost", key, token)
+                return
+
+    # -- recovery ------------------------------------------------------------------
+
+    def state(self, key: str) -> ActionState:
+        """The key's history projected: status, effect, next operation."""
+        validate_key(key)
+        return self._project(key, self._recorder.get(key), self._recorder.now())
+
+    @staticmethod
+    def _project(key: str, record: KeyRecord | None, now: float) -> ActionState:
+        if record is None:
+            return ActionState(key=key)
+        outcome = record.outcome or {}
+        status = outcome.get("status")
+        effect = outcome.get("effect", EffectState.NONE.value)
+        error = outcome.get("error")
+        if record.phase == Phase.RUNNING:
+            status, error = None, None
+            effect = EffectState.UNKNOWN.value
+            if (record.lease_expires or 0) <= now:
+                error = "the execution started and its lease expired without a report"
+        elif record.phase == Phase.CLAIMED:
+            status, effect, error = None, EffectState.NONE.value, None
+        return ActionState(
+            key=key,
+            status=status,
+            effect=effect,
+            next_operation=_next_operation(record, now),
+            capability=record.capability,
+            performer=record.performer,
+            fingerprint=record.fingerprint,
+            fingerprint_version=record.fingerprint_version,
+            original_action_id=record.original_action_id,
+            outcome_action_id=outcome.get("action_id"),
+            holder_action_id=record.holder_action_id,
+            lease_expires_at=record.lease_expires,
+            error=error,
+            output=outcome.get("output"),
+            since=outcome.get("recorded_at") or record.updated_at,
+            retry_safe=record.retry_safe,
+            reconciliations=[Reconciliation(**r) for r in record.reconciliations],
+            events=record.events,
+        )
+
+    def open_effects(self) -> list[ActionState]:
+        """Every key whose effect is unknown and unresolved (including expired executions)."""
+        now = self._recorder.now()
+        states = [self._project(r.key, r, now) for r in self._recorder.candidate_open_effects()]
+        return [s for s in states if s.next_operation is NextOperation.RECONCILE_EFFECT]
+
+    async def reconcile(
+        self,
+        key: str,
+        verdict: Verdict | str,
+        actor: str,
+        basis: str,
+        evidence: Sequence[Any] = (),
+        output: Any = None,
+    ) -> ActionState:
+        """Append an operator's verdict beside the key's history; never rewrite it.
+
+        Raises :class:`ReconciliationRefused` (and records the refusal) when the key
+        has no execution or its effect is not unknown.
+        """
+        validate_key(key)
+        try:
+            verdict = Verdict(verdict)
+        except ValueError:
+            raise InvalidRequest(
+                f"unknown verdict {verdict!r}: use one of {', '.join(v.value for v in Verdict)}"
+            ) from None
+        for name, value in (("actor", actor), ("basis", basis)):
+            if not isinstance(value, str) or not value.strip():
+                raise InvalidRequest(f"{name} must be a non-empty string")
+        evidence = list(evidence) if isinstance(evidence, (list, tuple)) else evidence
+        if not isinstance(evidence, list):
+            raise InvalidRequest("evidence must be a list")
+        check_json(evidence, where="evidence")
+        if isinstance(output, BaseModel):
+            output = output.model_dump(mode="json")
+        check_json(output, where="output")
+        refused = await self._run(
+            self._recorder.transact,
+            key,
+            functools.partial(
+                self._reconcile,
+                verdict=verdict,
+                actor=actor,
+                basis=basis,
+                evidence=evidence,
+                output=output,
+            ),
+        )
+        if refused is not None:
+            raise ReconciliationRefused(key, refused)
+        return self.state(key)
+
+    def _reconcile(
+        self,
+        tx: Transaction,
+        *,
+        verdict: Verdict,
+        actor: str,
+        basis: str,
+        evidence: list[Any],
+        output: Any,
+    ) -> str | None:
+        record = tx.record
+        reason: str | None = None
+        if record is None or record.phase == Phase.VACANT:
+            reason = "no execution is recorded for this key"
+        elif record.phase in (Phase.CLAIMED, Phase.RUNNING):
+            if not _is_expired(record, tx.now):
+                reason = "an execution holds the key and is still running; wait for it"
+            else:
+                _recover_expired(tx, record)
+        if reason is None:
+            assert record is not None and record.outcome is not None
+            if record.outcome["effect"] != EffectState.UNKNOWN.value:
+                reason = f"its effect is {record.outcome['effect']}, not unknown"
+        body = {"verdict": verdict.value, "actor": actor, "basis": basis}
+        if reason is not None:
+            tx.append(EVENT_RECONCILE_REFUSED, None, {**body, "reason": reason})
+            tx.save(record or KeyRecord(key=tx.key))
+            return reason
+        assert record is not None and record.outcome is not None
+        outcome = dict(record.outcome)
+        outcome["verdict"] = verdict.value
+        if verdict is Verdict.EFFECT_CONFIRMED:
+            outcome["effect"] = EffectState.OBSERVED.value
+            outcome["output"] = output
+        elif verdict is Verdict.NO_EFFECT_CONFIRMED:
+            outcome["effect"] = EffectState.NONE.value
+            outcome["retryable"] = True
+        tx.append(
+            EVENT_RECONCILED,
+            outcome["action_id"],
+            {**body, "evidence": evidence, "output": output, "effect": outcome["effect"]},
+        )
+        record.outcome = outcome
+        record.reconciliations.append(
+            {**body, "evidence": evidence, "output": output, "recorded_at": tx.recorded_at}
+        )
+        tx.save(record)
+        return None
+
+    # -- reading, integrity, retention ------------------------------------------
+
+    def events(
+        self, key: str | None = None, *, after: int = 0, limit: int | None = None
+    ) -> list[LedgerEvent]:
+        """The log in order, optionally for one key."""
+        if key is not None:
+            validate_key(key)
+        return self._recorder.events(key, after=after, limit=limit)
+
+    def verify(self) -> VerifyReport:
+        """Recompute the hash chains and the invariants; name every problem found."""
+        return verify_ledger(self._recorder)
+
+    async def compact(self, *, older_than: float) -> int:
+        """Drop the bodies of final outcomes settled more than ``older_than`` seconds ago.
+
+        A tombstone (key, fingerprint, status) stays, so a late identical request is
+        answered and a late different one refused, never executed again. Returns the
+        number of keys compacted. Unknown effects are never compacted.
+        """
+        if not (isinstance(older_than, (int, float)) and older_than >= 0):
+            raise InvalidRequest(f"older_than must be >= 0 seconds, got {older_than!r}")
+        cutoff = iso(self._recorder.now() - older_than)
+        keys = await self._run(self._recorder.compactable, cutoff)
+        done = 0
+        for key in keys:
+            done += await self._run(
+                self._recorder.transact, key, functools.partial(_compact_key, cutoff=cutoff)
+            )
+        return done
+
+
+def _compact_key(tx: Transaction, *, cutoff: str) -> int:
+    record = tx.record
+    if (
+        record is None
+        or record.phase != Phase.SETTLED
+        or record.outcome is None
+        or record.outcome.get("compacted")
+        or record.outcome["effect"] == EffectState.UNKNOWN.value
+        or (record.settled_at or "") >= cutoff
+    ):
+        return 0
+    bodies = tx.compact_bodies(through_seq=2**62)
+    outcome = dict(record.outcome)
+    outcome.update(output=None, error=None, compacted=True)
+    record.outcome = outcome
+    record.reconciliations = [{**r, "evidence": [], "output": None} for r in record.reconciliations]
+    tx.append(
+        EVENT_COMPACTED,
+        None,
+        {
+            "fingerprint": record.fingerprint,
+            "status": outcome["status"],
+            "effect": outcome["effect"],
+            "events_compacted": bodies,
+        },
+    )
+    tx.save(record)
+    return 1
+
+
+async def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call a sync or async function without blocking the event loop."""
+    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - async callables
+    ):
+        return await fn(*args)
+    result = await asyncio.to_thread(fn, *args)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def _success_fields(output: Any) -> dict[str, Any]:
+    if isinstance(output, BaseModel):
+        output = output.model_dump(mode="json")
+    try:
+        check_json(output, where="output")
+    except InvalidRequest as exc:
+        # The adapter returned, so it acted; only its report is unusable.
+        return dict(
+            status=ActionStatus.FAILED,
+            effect=EffectState.OBSERVED,
+            error=f"the adapter returned output that cannot be recorded: {exc}",
+            error_type="UnrecordableOutput",
+        )
+    return dict(status=ActionStatus.SUCCEEDED, effect=EffectState.OBSERVED, output=output)

@@ -1,0 +1,260 @@
+"""The ledger's data: requests, authority, results, states and events."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import uuid
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ._canonical import check_json
+from ._errors import InvalidRequest
+
+
+class ActionStatus(StrEnum):
+    """What the execution reported."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DENIED = "denied"
+
+
+class EffectState(StrEnum):
+    """What is known about the effect in the world, independent of the report."""
+
+    NONE = "none"
+    UNKNOWN = "unknown"
+    OBSERVED = "observed"
+
+
+class NextOperation(StrEnum):
+    """What a caller holding this key should do next."""
+
+    START_ACTION = "start_action"
+    WAIT = "wait"
+    RECONCILE_EFFECT = "reconcile_effect"
+    FIX_INPUTS = "fix_inputs"
+    NONE = "none"
+
+
+class Verdict(StrEnum):
+    """An operator's answer after inspecting the world."""
+
+    EFFECT_CONFIRMED = "effect_confirmed"
+    NO_EFFECT_CONFIRMED = "no_effect_confirmed"
+    STILL_UNKNOWN = "still_unknown"
+
+
+_CAPABILITY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*$")
+
+
+def new_action_id() -> str:
+    return uuid.uuid4().hex
+
+
+def validate_key(key: Any) -> str:
+    """An idempotency key: 1 to 255 printable characters."""
+    if not isinstance(key, str):
+        raise InvalidRequest(f"key must be a string, not {type(key).__name__}")
+    if not 1 <= len(key) <= 255:
+        raise InvalidRequest(f"key must be 1 to 255 characters long, got {len(key)}")
+    if not key.isprintable():
+        raise InvalidRequest(f"key {key!r} contains non-printable characters")
+    return key
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ActionRequest(_Frozen):
+    """One submission of an intended operation under an idempotency key.
+
+    ``key``, ``capability``, ``instruction``, ``payload``, ``precondition`` and
+    ``performer`` are the operation's identity (fingerprinted); ``action_id`` names
+    this submission and ``context`` is recorded but never fingerprinted.
+    Construction with bad values raises :class:`InvalidRequest`.
+    """
+
+    key: str
+    capability: str
+    instruction: str
+    payload: dict[str, Any] = Field(default_factory=dict)
+    precondition: Any = None
+    performer: str
+    action_id: str = Field(default_factory=new_action_id)
+    context: dict[str, Any] = Field(default_factory=dict)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise InvalidRequest(_describe(exc)) from exc
+
+    @classmethod
+    def parse(cls, data: Any) -> ActionRequest:
+        """Validate a mapping (or an instance) into a request; raises :class:`InvalidRequest`."""
+        if isinstance(data, cls):
+            return cls(**data.model_dump())
+        if not isinstance(data, dict):
+            raise InvalidRequest(
+                f"a request must be an ActionRequest or a dict, not {type(data).__name__}"
+            )
+        return cls(**data)
+
+    @field_validator("payload", "precondition", "context", mode="before")
+    @classmethod
+    def _exact_json(cls, value: Any, info: Any) -> Any:
+        # Checked before pydantic coerces anything: a set or a tuple must be refused,
+        # not turned into a list behind the caller's back.
+        check_json(value, where=info.field_name)
+        return value
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _key(cls, value: Any) -> str:
+        return validate_key(value)
+
+    @field_validator("capability", mode="before")
+    @classmethod
+    def _capability(cls, value: Any) -> str:
+        if not isinstance(value, str) or not _CAPABILITY.match(value):
+            raise ValueError(f"capability must be a dotted name like 'files.append', got {value!r}")
+        return value
+
+    @field_validator("instruction", mode="before")
+    @classmethod
+    def _instruction(cls, value: Any) -> str:
+        if not isinstance(value, str):
+            raise ValueError(f"instruction must be a string, not {type(value).__name__}")
+        return value
+
+    @field_validator("performer", "action_id", mode="before")
+    @classmethod
+    def _non_empty(cls, value: Any, info: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"{info.field_name} must be a non-empty string")
+        if len(value) > 255:
+            raise ValueError(f"{info.field_name} must be at most 255 characters")
+        return value
+
+    def identity(self) -> dict[str, Any]:
+        """The fingerprinted fields."""
+        return {
+            "capability": self.capability,
+            "instruction": self.instruction,
+            "payload": self.payload,
+            "precondition": self.precondition,
+            "performer": self.performer,
+        }
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "request"
+        message = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {message}" if not message.startswith(where) else message)
+    return "invalid request: " + "; ".join(parts)
+
+
+class Authority(_Frozen):
+    """Who is asking now, and which capabilities (glob patterns) they hold."""
+
+    principal: str
+    capabilities: tuple[str, ...] = ()
+
+    def __init__(self, principal: str, capabilities: Any = (), **data: Any) -> None:
+        try:
+            super().__init__(principal=principal, capabilities=tuple(capabilities), **data)
+        except ValidationError as exc:
+            raise InvalidRequest(_describe(exc)) from exc
+
+    def allows(self, capability: str) -> bool:
+        return any(fnmatch.fnmatchcase(capability, pattern) for pattern in self.capabilities)
+
+
+class ActionResult(_Frozen):
+    """The outcome one submission received (fresh, or replayed from the record)."""
+
+    action_id: str
+    key: str
+    status: ActionStatus
+    effect: EffectState
+    output: Any = None
+    error: str | None = None
+    error_type: str | None = None
+    replayed: bool = False
+    reused_from_action_id: str | None = None
+    #: The same key may act again (a retryable no-effect failure, a confirmed absence).
+    retryable: bool = False
+    retry_after: float | None = None
+    #: The operator's verdict, when the effect was reconciled.
+    verdict: Verdict | None = None
+    #: The body was compacted away: status and identity remain, output and error do not.
+    compacted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status is ActionStatus.SUCCEEDED
+
+
+class Reconciliation(_Frozen):
+    verdict: Verdict
+    actor: str
+    basis: str
+    evidence: list[Any] = Field(default_factory=list)
+    output: Any = None
+    recorded_at: str
+
+
+class ActionState(_Frozen):
+    """A key's history projected: what happened and what to do next."""
+
+    key: str
+    status: ActionStatus | None = None
+    effect: EffectState = EffectState.NONE
+    next_operation: NextOperation = NextOperation.START_ACTION
+    capability: str | None = None
+    performer: str | None = None
+    fingerprint: str | None = None
+    fingerprint_version: str | None = None
+    original_action_id: str | None = None
+    outcome_action_id: str | None = None
+    holder_action_id: str | None = None
+    lease_expires_at: float | None = None
+    error: str | None = None
+    output: Any = None
+    since: str | None = None
+    retry_safe: bool = False
+    reconciliations: list[Reconciliation] = Field(default_factory=list)
+    events: int = 0
+
+
+class LedgerEvent(_Frozen):
+    """One record of the append-only log."""
+
+    seq: int
+    key: str
+    action_id: str | None
+    type: str
+    payload: dict[str, Any]
+    recorded_at: str
+    body_hash: str
+    prev_hash: str
+    hash: str
+
+    @property
+    def compacted(self) -> bool:
+        return self.payload.get("compacted") is True and len(self.payload) == 1
+
+
+class ExecutionContext(_Frozen):
+    """What an adapter receives beside the request."""
+
+    key: str
+    action_id: str
+    fencing_token: int

@@ -1,0 +1,242 @@
+"""The storage contract every backend implements.
+
+The rule in :mod:`ledger._ledger` is written once against this contract; a backend
+supplies atomic per-key transactions, the log and the per-key state table. Hash
+chaining is done here, so every backend chains the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from ._canonical import canonical_json, sha256_hex
+from ._models import LedgerEvent
+
+T = TypeVar("T")
+
+#: The payload a compacted event keeps: its body is gone, its hash is not.
+TOMBSTONE: dict[str, Any] = {"compacted": True}
+
+SCHEMA_VERSION = 1
+
+
+class Phase:
+    """Where a key is in its life. Stored as text in ``ledger_keys.phase``."""
+
+    VACANT = "vacant"  # only denials so far: no identity bound, nothing claimed
+    CLAIMED = "claimed"  # claimed under a fencing token; no started marker yet
+    RUNNING = "running"  # the started marker is durable; the adapter may be acting
+    SETTLED = "settled"  # an outcome is recorded
+
+
+@dataclasses.dataclass
+class KeyRecord:
+    """The per-key current state: what a lookup reads instead of scanning the log."""
+
+    key: str
+    phase: str = Phase.VACANT
+    head_hash: str = ""
+    events: int = 0
+    fingerprint: str | None = None
+    fingerprint_version: str | None = None
+    dimensions: dict[str, str] = dataclasses.field(default_factory=dict)
+    capability: str | None = None
+    performer: str | None = None
+    original_action_id: str | None = None
+    token: int = 0
+    holder_action_id: str | None = None
+    lease_expires: float | None = None
+    retry_safe: bool = False
+    outcome: dict[str, Any] | None = None
+    reconciliations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    updated_at: str = ""
+
+    @property
+    def effect(self) -> str | None:
+        return None if self.outcome is None else self.outcome["effect"]
+
+    @property
+    def settled_at(self) -> str | None:
+        return None if self.outcome is None else self.outcome.get("recorded_at")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> KeyRecord:
+        return cls(**json.loads(text))
+
+
+def iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
+
+
+def body_hash(payload: dict[str, Any]) -> str:
+    return sha256_hex(canonical_json(payload))
+
+
+def chain_hash(
+    *, prev_hash: str, key: str, action_id: str | None, type: str, body: str, recorded_at: str
+) -> str:
+    """The hash that links one event to the previous event of the same key.
+
+    Chains are per key so that appends for different keys never contend; the key's
+    head hash and event count live in ``ledger_keys``, so a dropped tail is seen too.
+    """
+    return sha256_hex(
+        canonical_json(
+            {
+                "prev": prev_hash,
+                "key": key,
+                "action_id": action_id,
+                "type": type,
+                "body": body,
+                "recorded_at": recorded_at,
+            }
+        )
+    )
+
+
+@dataclasses.dataclass
+class PendingEvent:
+    key: str
+    action_id: str | None
+    type: str
+    payload: dict[str, Any]
+    payload_json: str
+    recorded_at: str
+    body_hash: str
+    prev_hash: str
+    hash: str
+
+
+class Transaction(ABC):
+    """One atomic, durable write transaction that holds one key.
+
+    ``record`` is the key's current state (``None`` for a key never seen) and
+    ``now`` the storage's clock. Nothing is visible to others until the backend
+    commits, which it does only after the rule's function returned.
+    """
+
+    def __init__(self, key: str, record: KeyRecord | None, now: float) -> None:
+        self.key = key
+        self.record = record
+        self.now = now
+        self.recorded_at = iso(now)
+        self._head = record.head_hash if record else ""
+        self._count = record.events if record else 0
+
+    def append(self, type: str, action_id: str | None, payload: dict[str, Any]) -> PendingEvent:
+        digest = body_hash(payload)
+        event = PendingEvent(
+            key=self.key,
+            action_id=action_id,
+            type=type,
+            payload=payload,
+            payload_json=json.dumps(payload, separators=(",", ":"), ensure_ascii=False),
+            recorded_at=self.recorded_at,
+            body_hash=digest,
+            prev_hash=self._head,
+            hash=chain_hash(
+                prev_hash=self._head,
+                key=self.key,
+                action_id=action_id,
+                type=type,
+                body=digest,
+                recorded_at=self.recorded_at,
+            ),
+        )
+        self._insert_event(event)
+        self._head = event.hash
+        self._count += 1
+        return event
+
+    def save(self, record: KeyRecord) -> None:
+        """Write the key's state, with the chain head of everything appended so far."""
+        record.head_hash = self._head
+        record.events = self._count
+        record.updated_at = self.recorded_at
+        self._write_record(record, created=self.record is None)
+        self.record = record
+
+    @abstractmethod
+    def _insert_event(self, event: PendingEvent) -> None: ...
+
+    @abstractmethod
+    def _write_record(self, record: KeyRecord, *, created: bool) -> None: ...
+
+    @abstractmethod
+    def compact_bodies(self, through_seq: int) -> int:
+        """Replace the payload of this key's events up to ``through_seq`` by the tombstone."""
+
+
+class Recorder(ABC):
+    """A ledger's storage. Methods are synchronous; the ledger runs them off the event loop."""
+
+    #: How many threads may call into this recorder at once.
+    max_concurrency: int = 1
+
+    @abstractmethod
+    def transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
+        """Run ``fn`` in one atomic write transaction holding ``key``, then commit durably.
+
+        If ``fn`` raises, nothing it did is kept.
+        """
+
+    @abstractmethod
+    def get(self, key: str) -> KeyRecord | None: ...
+
+    @abstractmethod
+    def renew(self, key: str, token: int, lease: float) -> bool:
+        """Extend a live lease held under ``token``. False when the lease was lost or expired."""
+
+    @abstractmethod
+    def now(self) -> float:
+        """The storage's clock, in seconds since the epoch (leases are judged by it)."""
+
+    @abstractmethod
+    def events(
+        self, key: str | None = None, *, after: int = 0, limit: int | None = None
+    ) -> list[LedgerEvent]: ...
+
+    @abstractmethod
+    def records(self) -> Iterator[KeyRecord]:
+        """Every key's state, in key order."""
+
+    @abstractmethod
+    def candidate_open_effects(self) -> list[KeyRecord]:
+        """Keys whose effect may be unknown: settled unknown, or claimed/running (by index)."""
+
+    @abstractmethod
+    def compactable(self, settled_before: str) -> list[str]:
+        """Keys with a final, known outcome settled before ``settled_before``, not compacted."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+def event_from_row(row: tuple[Any, ...]) -> LedgerEvent:
+    """Build an event from ``(seq, key, action_id, type, payload, recorded_at, body_hash,
+    prev_hash, hash)``; the column order every backend selects in."""
+    seq, key, action_id, type_, payload, recorded_at, digest, prev_hash, hash_ = row
+    if isinstance(payload, str):
+        payload = json.loads(payload)
+    return LedgerEvent(
+        seq=seq,
+        key=key,
+        action_id=action_id,
+        type=type_,
+        payload=payload,
+        recorded_at=recorded_at if isinstance(recorded_at, str) else recorded_at.isoformat(),
+        body_hash=digest,
+        prev_hash=prev_hash,
+        hash=hash_,
+    )
+
+
+EVENT_COLUMNS = "seq, key, action_id, type, payload, recorded_at, body_hash, prev_hash, hash"

@@ -1,0 +1,189 @@
+"""Recompute the hash chains and the ledger's invariants, naming each problem found."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel
+
+from ._recorder import body_hash, chain_hash
+
+if TYPE_CHECKING:
+    from ._models import LedgerEvent
+    from ._recorder import Recorder
+
+#: Events that answer a request; every request gets exactly one.
+RESOLUTIONS = frozenset({"action.completed", "action.replay_refused", "action.deferred"})
+
+
+class VerifyReport(BaseModel):
+    ok: bool
+    events: int
+    keys: int
+    problems: list[str]
+
+
+def verify_ledger(recorder: Recorder) -> VerifyReport:
+    events = recorder.events()
+    records = {r.key: r for r in recorder.records()}
+    problems: list[str] = []
+    problems += _check_chains(events, records)
+    problems += _check_resolutions(events, records)
+    problems += _check_replays(events)
+    problems += _check_fencing(events)
+    return VerifyReport(ok=not problems, events=len(events), keys=len(records), problems=problems)
+
+
+def _where(event: LedgerEvent) -> str:
+    return f"seq {event.seq} ({event.type}, key {event.key!r})"
+
+
+def _check_chains(events: list[LedgerEvent], records: dict) -> list[str]:
+    problems = []
+    heads: dict[str, str] = {}
+    counts: dict[str, int] = defaultdict(int)
+    for event in events:
+        expected_prev = heads.get(event.key, "")
+        if event.prev_hash != expected_prev:
+            problems.append(
+                f"{_where(event)}: hash chain broken: it does not follow the previous record of "
+                "its key (a record was dropped, inserted or reordered before it)"
+            )
+        recomputed = chain_hash(
+            prev_hash=event.prev_hash,
+            key=event.key,
+            action_id=event.action_id,
+            type=event.type,
+            body=event.body_hash,
+            recorded_at=event.recorded_at,
+        )
+        if recomputed != event.hash:
+            problems.append(f"{_where(event)}: record hash mismatch: the record was edited")
+        if not event.compacted and body_hash(event.payload) != event.body_hash:
+            problems.append(f"{_where(event)}: payload edited: it no longer matches its body hash")
+        heads[event.key] = event.hash
+        counts[event.key] += 1
+    for key, record in records.items():
+        if record.head_hash != heads.get(key, "") or record.events != counts.get(key, 0):
+            problems.append(
+                f"key {key!r}: the key's state names {record.events} records ending in "
+                f"{record.head_hash[:12] or 'nothing'}, the log holds {counts.get(key, 0)} "
+                "(records were dropped or added)"
+            )
+    for key in heads.keys() - records.keys():
+        problems.append(f"key {key!r}: records in the log but no key state")
+    return problems
+
+
+def _check_resolutions(events: list[LedgerEvent], records: dict) -> list[str]:
+    problems = []
+    requests: dict[str, LedgerEvent] = {}
+    resolved: dict[str, list[LedgerEvent]] = defaultdict(list)
+    for event in events:
+        if event.type == "action.requested" and event.action_id:
+            if event.action_id in requests:
+                problems.append(f"{_where(event)}: action {event.action_id} requested twice")
+            requests[event.action_id] = event
+        elif event.type in RESOLUTIONS and event.action_id:
+            resolved[event.action_id].append(event)
+    for action_id, answers in resolved.items():
+        request = requests.get(action_id)
+        if request is None:
+            problems.append(
+                f"{_where(answers[0])}: answers action {action_id}, whose request is missing "
+                "(dropped request?)"
+            )
+        elif any(answer.key != request.key for answer in answers):
+            problems.append(f"action {action_id}: answered under a different key")
+        if len(answers) > 1:
+            seqs = ", ".join(str(a.seq) for a in answers)
+            problems.append(
+                f"action {action_id} (key {answers[0].key!r}): resolved {len(answers)} times "
+                f"(seq {seqs}); a request is resolved exactly once (inserted record?)"
+            )
+    for action_id, request in requests.items():
+        if action_id in resolved:
+            continue
+        record = records.get(request.key)
+        if record is not None and record.holder_action_id == action_id:
+            continue  # still running, or waiting to be recovered
+        problems.append(
+            f"{_where(request)}: action {action_id} was never resolved "
+            "(dropped completion or refusal?)"
+        )
+    return problems
+
+
+def _check_replays(events: list[LedgerEvent]) -> list[str]:
+    problems = []
+    fingerprints = {
+        e.action_id: e.payload.get("fingerprint")
+        for e in events
+        if e.type == "action.requested" and not e.compacted
+    }
+    originals: dict[str, LedgerEvent] = {}
+    for event in events:
+        if event.type == "action.completed" and not event.payload.get("replayed"):
+            if event.action_id and not event.compacted:
+                originals.setdefault(event.action_id, event)
+    for event in events:
+        if event.type != "action.completed" or event.compacted:
+            continue
+        if not event.payload.get("replayed"):
+            continue
+        source = event.payload.get("reused_from_action_id")
+        original = originals.get(source or "")
+        if original is None:
+            if not any(e.action_id == source and e.compacted for e in events):
+                problems.append(
+                    f"{_where(event)}: replay provenance points to action {source}, which has "
+                    "no original completion"
+                )
+            continue
+        if original.key != event.key:
+            problems.append(
+                f"{_where(event)}: replay provenance points to action {source} under another "
+                f"key ({original.key!r})"
+            )
+        if (
+            fingerprints.get(source) is not None
+            and fingerprints.get(event.action_id) is not None
+            and fingerprints[source] != fingerprints[event.action_id]
+        ):
+            problems.append(
+                f"{_where(event)}: replay provenance points to action {source}, whose "
+                "fingerprint differs"
+            )
+        if original.payload.get("status") != event.payload.get("status"):
+            problems.append(
+                f"{_where(event)}: replayed status {event.payload.get('status')!r} differs from "
+                f"the original outcome {original.payload.get('status')!r} of action {source}"
+            )
+        elif event.payload.get("verdict") is None and (
+            original.payload.get("output") != event.payload.get("output")
+            or original.payload.get("error") != event.payload.get("error")
+        ):
+            problems.append(
+                f"{_where(event)}: replayed output differs from the original outcome of "
+                f"action {source}"
+            )
+    return problems
+
+
+def _check_fencing(events: list[LedgerEvent]) -> list[str]:
+    problems = []
+    seen: dict[tuple[str, int], int] = {}
+    for event in events:
+        if event.type != "action.execution_started" or event.compacted:
+            continue
+        token = event.payload.get("token")
+        mark = (event.key, token)
+        if mark in seen:
+            problems.append(
+                f"{_where(event)}: a second execution under fencing token {token} "
+                f"(first at seq {seen[mark]})"
+            )
+        else:
+            seen[mark] = event.seq
+    return problems

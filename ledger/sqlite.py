@@ -1,0 +1,280 @@
+"""The embedded backend: one SQLite file in WAL mode with durable (FULL) commits.
+
+Every write is one ``BEGIN IMMEDIATE`` transaction, so two processes on one file
+serialise on SQLite's write lock and can never both claim a key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from ._errors import InvalidRequest, LedgerUnavailable
+from ._models import LedgerEvent
+from ._recorder import (
+    EVENT_COLUMNS,
+    SCHEMA_VERSION,
+    TOMBSTONE,
+    KeyRecord,
+    PendingEvent,
+    Phase,
+    Recorder,
+    T,
+    Transaction,
+    event_from_row,
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ledger_meta (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ledger_events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    key TEXT NOT NULL,
+    action_id TEXT,
+    type TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    recorded_at TEXT NOT NULL,
+    body_hash TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ledger_events_key ON ledger_events (key, seq);
+CREATE UNIQUE INDEX IF NOT EXISTS ledger_events_one_request
+    ON ledger_events (action_id) WHERE type = 'action.requested';
+CREATE TABLE IF NOT EXISTS ledger_keys (
+    key TEXT PRIMARY KEY,
+    phase TEXT NOT NULL,
+    effect TEXT,
+    settled_at TEXT,
+    compacted INTEGER NOT NULL DEFAULT 0,
+    token INTEGER NOT NULL,
+    lease_expires REAL,
+    record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ledger_keys_open ON ledger_keys (effect, phase);
+CREATE INDEX IF NOT EXISTS ledger_keys_settled ON ledger_keys (compacted, settled_at);
+"""
+
+
+def path_from_url(url: str) -> Path:
+    if not url.startswith("sqlite:///"):
+        raise InvalidRequest(f"not a SQLite ledger URL (want sqlite:///path): {url!r}")
+    raw = url.removeprefix("sqlite:///")
+    if not raw:
+        raise InvalidRequest(
+            "sqlite URL names no file: use sqlite:///relative.db or sqlite:////absolute/path.db"
+        )
+    return Path(raw)
+
+
+def _integrity_message(exc: Exception) -> str:
+    if "action_id" in str(exc):
+        return "this action_id was already submitted: every submission needs its own action_id"
+    return f"the ledger refused the write: {exc}"
+
+
+class _SQLiteTransaction(Transaction):
+    def __init__(
+        self, conn: sqlite3.Connection, key: str, record: KeyRecord | None, now: float
+    ) -> None:
+        super().__init__(key, record, now)
+        self._conn = conn
+
+    def _insert_event(self, event: PendingEvent) -> None:
+        self._conn.execute(
+            "INSERT INTO ledger_events (key, action_id, type, payload, recorded_at, body_hash,"
+            " prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                event.key,
+                event.action_id,
+                event.type,
+                event.payload_json,
+                event.recorded_at,
+                event.body_hash,
+                event.prev_hash,
+                event.hash,
+            ),
+        )
+
+    def _write_record(self, record: KeyRecord, *, created: bool) -> None:
+        values = (
+            record.phase,
+            record.effect,
+            record.settled_at,
+            int(bool(record.outcome and record.outcome.get("compacted"))),
+            record.token,
+            record.lease_expires,
+            record.to_json(),
+            record.key,
+        )
+        if created:
+            self._conn.execute(
+                "INSERT INTO ledger_keys (phase, effect, settled_at, compacted, token,"
+                " lease_expires, record, key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                values,
+            )
+        else:
+            self._conn.execute(
+                "UPDATE ledger_keys SET phase = ?, effect = ?, settled_at = ?, compacted = ?,"
+                " token = ?, lease_expires = ?, record = ? WHERE key = ?",
+                values,
+            )
+
+    def compact_bodies(self, through_seq: int) -> int:
+        cursor = self._conn.execute(
+            "UPDATE ledger_events SET payload = ? WHERE key = ? AND seq <= ? AND payload != ?",
+            (json.dumps(TOMBSTONE), self.key, through_seq, json.dumps(TOMBSTONE)),
+        )
+        return cursor.rowcount
+
+
+class SQLiteRecorder(Recorder):
+    """A ledger in one SQLite file (WAL, ``synchronous=FULL``)."""
+
+    max_concurrency = 1
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 60.0) -> None:
+        self.path = Path(path)
+        if self.path.parent and not self.path.parent.exists():
+            raise InvalidRequest(f"the ledger's folder does not exist: {self.path.parent}")
+        self._lock = threading.RLock()
+        try:
+            self._conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
+            )
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            # The started marker must be on disk before the adapter acts.
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise LedgerUnavailable(f"cannot open SQLite ledger {self.path}: {exc}") from exc
+
+    @classmethod
+    def from_url(cls, url: str) -> SQLiteRecorder:
+        return cls(path_from_url(url))
+
+    def _migrate(self) -> None:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        self._conn.execute(statement)
+                row = self._conn.execute(
+                    "SELECT value FROM ledger_meta WHERE name = 'schema_version'"
+                ).fetchone()
+                if row is None:
+                    self._conn.execute(
+                        "INSERT INTO ledger_meta (name, value) VALUES ('schema_version', ?)",
+                        (str(SCHEMA_VERSION),),
+                    )
+                elif int(row[0]) > SCHEMA_VERSION:
+                    raise InvalidRequest(
+                        f"ledger {self.path} has schema version {row[0]}, newer than this "
+                        f"release understands ({SCHEMA_VERSION}); upgrade the package"
+                    )
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def now(self) -> float:
+        return time.time()
+
+    def transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
+        with self._lock:
+            conn = self._conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise LedgerUnavailable(f"SQLite ledger {self.path} is busy: {exc}") from exc
+            try:
+                row = conn.execute(
+                    "SELECT record FROM ledger_keys WHERE key = ?", (key,)
+                ).fetchone()
+                record = KeyRecord.from_json(row[0]) if row else None
+                result = fn(_SQLiteTransaction(conn, key, record, self.now()))
+                conn.execute("COMMIT")
+                return result
+            except sqlite3.IntegrityError as exc:
+                conn.execute("ROLLBACK")
+                raise InvalidRequest(_integrity_message(exc)) from exc
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def get(self, key: str) -> KeyRecord | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT record FROM ledger_keys WHERE key = ?", (key,)
+            ).fetchone()
+        return KeyRecord.from_json(row[0]) if row else None
+
+    def renew(self, key: str, token: int, lease: float) -> bool:
+        def extend(tx: Transaction) -> bool:
+            record = tx.record
+            if (
+                record is None
+                or record.token != token
+                or record.phase not in (Phase.CLAIMED, Phase.RUNNING)
+                or (record.lease_expires or 0) <= tx.now
+            ):
+                return False
+            record.lease_expires = tx.now + lease
+            tx.save(record)
+            return True
+
+        return self.transact(key, extend)
+
+    def events(
+        self, key: str | None = None, *, after: int = 0, limit: int | None = None
+    ) -> list[LedgerEvent]:
+        sql = f"SELECT {EVENT_COLUMNS} FROM ledger_events WHERE seq > ?"
+        params: list[object] = [after]
+        if key is not None:
+            sql += " AND key = ?"
+            params.append(key)
+        sql += " ORDER BY seq"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        with self._lock:
+            rows = self._conn.execute(sql, params).fetchall()
+        return [event_from_row(row) for row in rows]
+
+    def records(self) -> Iterator[KeyRecord]:
+        with self._lock:
+            rows = self._conn.execute("SELECT record FROM ledger_keys ORDER BY key").fetchall()
+        for (text,) in rows:
+            yield KeyRecord.from_json(text)
+
+    def candidate_open_effects(self) -> list[KeyRecord]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT record FROM ledger_keys WHERE effect = 'unknown' OR phase IN (?, ?)"
+                " ORDER BY key",
+                (Phase.CLAIMED, Phase.RUNNING),
+            ).fetchall()
+        return [KeyRecord.from_json(text) for (text,) in rows]
+
+    def compactable(self, settled_before: str) -> list[str]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT key FROM ledger_keys WHERE compacted = 0 AND phase = ? AND settled_at < ?"
+                " AND effect != 'unknown' ORDER BY key",
+                (Phase.SETTLED, settled_before),
+            ).fetchall()
+        return [key for (key,) in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
