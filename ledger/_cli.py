@@ -107,9 +107,11 @@ def _event_rows(events: list[LedgerEvent]) -> list[list[Any]]:
             return "(compacted)"
         parts = [
             f"{k}={p[k]}"
-            for k in ("status", "effect", "verdict", "token", "dimensions")
+            for k in ("capability", "performer", "status", "effect", "verdict", "token")
             if p.get(k) is not None
         ]
+        if isinstance(p.get("dimensions"), list):
+            parts.append("differs=" + ",".join(p["dimensions"]))
         if p.get("reused_from_action_id"):
             parts.append(f"reused_from={p['reused_from_action_id']}")
         if p.get("error") or p.get("reason"):
@@ -182,7 +184,8 @@ def _dispatch(ledger: Ledger, args: argparse.Namespace) -> int:
                 print(f"key {args.key!r}: no records")
                 return 1
             for name, value in state.model_dump(mode="json", exclude={"reconciliations"}).items():
-                print(f"{name:>20}: {'' if value is None else value}")
+                shown = json.dumps(value) if isinstance(value, (dict, list)) else value
+                print(f"{name:>20}: {'' if value is None else shown}")
             for r in state.reconciliations:
                 print(
                     f"{'reconciled':>20}: {r.verdict} by {r.actor} ({r.basis}) at {r.recorded_at}"
