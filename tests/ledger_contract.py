@@ -1,0 +1,683 @@
+"""The ledger's behaviour, once for every backend.
+
+A backend's test module subclasses :class:`LedgerContract` and provides the
+``ledger_url`` fixture (an empty ledger of that backend).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger import (
+    ActionInProgressError,
+    ActionRequest,
+    ActionStatus,
+    Authority,
+    EffectState,
+    IdempotencyConflictError,
+    InvalidRequest,
+    Ledger,
+    NextOperation,
+    NoEffect,
+    ReconciliationRefused,
+    Verdict,
+)
+from tests.ledger_child import AUTHORITY, count_effects, hammer_worker, request
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Counter:
+    """A far side that counts the effects it is asked to cause."""
+
+    def __init__(self, output: Any = None, *, raise_after: BaseException | None = None) -> None:
+        self.calls: list[Any] = []
+        self.output = output if output is not None else {"written": True}
+        self.raise_after = raise_after
+
+    def __call__(self, req: ActionRequest, ctx: Any) -> Any:
+        self.calls.append(ctx)
+        if self.raise_after is not None:
+            raise self.raise_after
+        return self.output
+
+
+def types(ledger: Ledger, key: str) -> list[str]:
+    return [e.type for e in ledger.events(key)]
+
+
+class LedgerContract:
+    """Behaviour every backend must show. Subclasses provide ``ledger_url``."""
+
+    @pytest.fixture
+    async def ledger(self, ledger_url: str):
+        async with Ledger.open(ledger_url, lease=2.0) as ledger:
+            yield ledger
+        # Every ledger a test builds must still verify.
+        with Ledger.open(ledger_url) as reopened:
+            report = reopened.verify()
+            assert report.ok, report.problems
+
+    # 1 -------------------------------------------------------------------------------
+    async def test_fresh_success_records_marker_before_the_effect(self, ledger: Ledger) -> None:
+        seen: dict[str, Any] = {}
+
+        def adapter(req: ActionRequest, ctx: Any) -> dict[str, Any]:
+            seen["events"] = types(ledger, req.key)
+            seen["ctx"] = ctx
+            return {"line": 1}
+
+        result = await ledger.execute(request("k"), authority=AUTHORITY, adapter=adapter)
+        assert result.status is ActionStatus.SUCCEEDED
+        assert result.effect is EffectState.OBSERVED
+        assert result.output == {"line": 1}
+        assert not result.replayed and result.reused_from_action_id is None
+        assert seen["events"] == ["action.requested", "action.execution_started"]
+        assert seen["ctx"].key == "k" and seen["ctx"].fencing_token == 1
+        assert seen["ctx"].action_id == result.action_id
+        assert types(ledger, "k") == [
+            "action.requested",
+            "action.execution_started",
+            "action.completed",
+        ]
+        state = ledger.state("k")
+        assert (state.status, state.effect, state.next_operation) == (
+            ActionStatus.SUCCEEDED,
+            EffectState.OBSERVED,
+            NextOperation.NONE,
+        )
+
+    async def test_async_adapter_is_awaited(self, ledger: Ledger) -> None:
+        async def adapter(req: ActionRequest, ctx: Any) -> str:
+            await asyncio.sleep(0)
+            return "done"
+
+        result = await ledger.execute(request("k"), authority=AUTHORITY, adapter=adapter)
+        assert result.output == "done"
+
+    # 2 -------------------------------------------------------------------------------
+    async def test_identical_request_replays_also_after_reopen(
+        self, ledger: Ledger, ledger_url: str
+    ) -> None:
+        far_side = Counter()
+        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        second = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert len(far_side.calls) == 1
+        assert second.replayed and second.reused_from_action_id == first.action_id
+        assert second.action_id != first.action_id
+        assert (second.status, second.output) == (first.status, first.output)
+        async with Ledger.open(ledger_url) as reopened:
+            third = await reopened.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert len(far_side.calls) == 1
+        assert third.replayed and third.reused_from_action_id == first.action_id
+        assert third.output == {"written": True}
+
+    async def test_a_submission_id_cannot_be_reused(self, ledger: Ledger) -> None:
+        req = request("k")
+        await ledger.execute(req, authority=AUTHORITY, adapter=Counter())
+        before = len(ledger.events())
+        with pytest.raises(InvalidRequest, match="action_id"):
+            await ledger.execute(req, authority=AUTHORITY, adapter=Counter())
+        assert len(ledger.events()) == before
+
+    # 3 -------------------------------------------------------------------------------
+    @pytest.mark.parametrize(
+        ("dimension", "change"),
+        [
+            ("capability", {"capability": "files.delete"}),
+            ("instruction", {"instruction": "append two lines"}),
+            ("payload", {"payload": {"line": "other"}}),
+            ("precondition", {"precondition": {"size": 3}}),
+            ("performer", {"performer": "agent-2"}),
+        ],
+    )
+    async def test_a_different_operation_under_the_key_is_refused(
+        self, ledger: Ledger, ledger_url: str, dimension: str, change: dict[str, Any]
+    ) -> None:
+        far_side = Counter()
+        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        with pytest.raises(IdempotencyConflictError) as caught:
+            await ledger.execute(
+                request("k", **change),
+                authority=AUTHORITY,
+                adapter=far_side,
+                state=lambda req: {"size": 3},
+            )
+        assert caught.value.dimensions == (dimension,)
+        assert caught.value.key == "k"
+        assert caught.value.original_action_id == first.action_id
+        assert caught.value.fingerprint_version == "action-fingerprint-v1"
+        assert dimension in str(caught.value)
+        assert len(far_side.calls) == 1
+        refusal = ledger.events("k")[-1]
+        assert refusal.type == "action.replay_refused"
+        assert refusal.payload["dimensions"] == [dimension]
+        assert refusal.payload["original_action_id"] == first.action_id
+        async with Ledger.open(ledger_url) as reopened:
+            with pytest.raises(IdempotencyConflictError) as again:
+                await reopened.execute(
+                    request("k", **change),
+                    authority=AUTHORITY,
+                    adapter=far_side,
+                    state=lambda req: {"size": 3},
+                )
+        assert again.value.dimensions == (dimension,)
+        assert len(far_side.calls) == 1
+
+    async def test_key_order_action_id_and_context_do_not_change_identity(
+        self, ledger: Ledger
+    ) -> None:
+        far_side = Counter()
+        payload = {"a": 1, "b": {"x": [1, 2.5], "y": None}}
+        reordered = {"b": {"y": None, "x": [1, 2.5]}, "a": 1}
+        await ledger.execute(
+            request("k", payload=payload, context={"attempt": 1}),
+            authority=AUTHORITY,
+            adapter=far_side,
+        )
+        again = await ledger.execute(
+            request("k", payload=reordered, context={"attempt": 2, "run": "other"}),
+            authority=AUTHORITY,
+            adapter=far_side,
+        )
+        assert again.replayed and len(far_side.calls) == 1
+
+    @pytest.mark.parametrize(
+        "bad",
+        [float("nan"), float("inf"), float("-inf"), {1, 2}, b"bytes", (1, 2), 2**60, object()],
+        ids=["nan", "inf", "-inf", "set", "bytes", "tuple", "bigint", "object"],
+    )
+    async def test_values_json_cannot_represent_are_refused(self, ledger: Ledger, bad: Any) -> None:
+        with pytest.raises(InvalidRequest):
+            await ledger.execute(
+                {
+                    "key": "k",
+                    "capability": "files.append",
+                    "instruction": "i",
+                    "payload": {"value": bad},
+                    "performer": "p",
+                },
+                authority=AUTHORITY,
+                adapter=Counter(),
+            )
+        with pytest.raises(InvalidRequest):
+            request("k", precondition=[bad])
+        assert ledger.events() == []
+
+    async def test_cyclic_payload_is_refused(self, ledger: Ledger) -> None:
+        cyclic: dict[str, Any] = {}
+        cyclic["self"] = cyclic
+        with pytest.raises(InvalidRequest, match="cyclic"):
+            request("k", payload=cyclic)
+        listed: list[Any] = []
+        listed.append(listed)
+        with pytest.raises(InvalidRequest, match="cyclic"):
+            await ledger.execute(
+                {
+                    "key": "k",
+                    "capability": "a.b",
+                    "instruction": "i",
+                    "performer": "p",
+                    "payload": {"l": listed},
+                },
+                authority=AUTHORITY,
+                adapter=Counter(),
+            )
+        assert ledger.events() == []
+
+    @pytest.mark.parametrize(
+        "change",
+        [
+            {"key": ""},
+            {"key": "x" * 256},
+            {"key": "tab\there"},
+            {"capability": "no spaces"},
+            {"performer": ""},
+            {"payload": [1]},
+        ],
+        ids=["empty-key", "long-key", "unprintable-key", "capability", "performer", "payload"],
+    )
+    def test_malformed_fields_are_named(self, change: dict[str, Any]) -> None:
+        with pytest.raises(InvalidRequest) as caught:
+            request("k", **change)
+        assert next(iter(change)) in str(caught.value)
+
+    # 4 -------------------------------------------------------------------------------
+    async def test_denial_discloses_nothing_and_does_not_use_up_the_key(
+        self, ledger: Ledger
+    ) -> None:
+        stranger = Authority("stranger", ["mail.*"])
+        far_side = Counter()
+        await ledger.execute(request("used"), authority=AUTHORITY, adapter=far_side)
+        answers = []
+        for key, changes in [("unused", {}), ("used", {}), ("used", {"instruction": "other"})]:
+            result = await ledger.execute(
+                request(key, **changes), authority=stranger, adapter=far_side
+            )
+            answers.append(result)
+        shapes = {
+            (r.status, r.effect, r.output, r.error, r.replayed, r.reused_from_action_id)
+            for r in answers
+        }
+        assert shapes == {
+            (
+                ActionStatus.DENIED,
+                EffectState.NONE,
+                None,
+                "'stranger' may not use capability 'files.append'",
+                False,
+                None,
+            )
+        }
+        assert len(far_side.calls) == 1
+        assert types(ledger, "unused") == [
+            "action.requested",
+            "action.authorization_refused",
+            "action.completed",
+        ]
+        granted = await ledger.execute(request("unused"), authority=AUTHORITY, adapter=far_side)
+        assert granted.status is ActionStatus.SUCCEEDED and not granted.replayed
+        again = await ledger.execute(request("unused"), authority=AUTHORITY, adapter=far_side)
+        assert again.replayed
+        assert len(far_side.calls) == 2
+
+    # 5 -------------------------------------------------------------------------------
+    async def test_failure_after_acting_is_an_unknown_effect(self, ledger: Ledger) -> None:
+        acted: list[str] = []
+
+        def adapter(req: ActionRequest, ctx: Any) -> None:
+            acted.append(req.key)
+            raise ConnectionError("connection lost after sending")
+
+        result = await ledger.execute(request("k"), authority=AUTHORITY, adapter=adapter)
+        assert (result.status, result.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
+        assert "ConnectionError" in (result.error or "")
+        state = ledger.state("k")
+        assert state.next_operation is NextOperation.RECONCILE_EFFECT
+        assert [s.key for s in ledger.open_effects()] == ["k"]
+        retry = await ledger.execute(request("k"), authority=AUTHORITY, adapter=adapter)
+        assert retry.replayed and retry.status is ActionStatus.FAILED
+        assert retry.effect is EffectState.UNKNOWN
+        assert retry.reused_from_action_id == result.action_id
+        assert acted == ["k"]
+
+    async def test_unknown_effect_of_a_retry_safe_tool_acts_again(self, ledger: Ledger) -> None:
+        far_side = Counter(raise_after=TimeoutError("no answer"))
+        first = await ledger.execute(
+            request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
+        )
+        assert first.effect is EffectState.UNKNOWN
+        far_side.raise_after = None
+        second = await ledger.execute(
+            request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
+        )
+        assert second.status is ActionStatus.SUCCEEDED and not second.replayed
+        assert [c.fencing_token for c in far_side.calls] == [1, 2]
+        assert all(c.key == "k" for c in far_side.calls)
+
+    # 6 -------------------------------------------------------------------------------
+    async def test_retryable_no_effect_lets_the_key_act_again(self, ledger: Ledger) -> None:
+        far_side = Counter(raise_after=NoEffect("429 busy", retryable=True, retry_after=1.5))
+        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert (first.status, first.effect) == (ActionStatus.FAILED, EffectState.NONE)
+        assert first.retryable and first.retry_after == 1.5
+        assert ledger.state("k").next_operation is NextOperation.START_ACTION
+        assert ledger.open_effects() == []
+        far_side.raise_after = None
+        second = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert second.status is ActionStatus.SUCCEEDED and not second.replayed
+        third = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert third.replayed and third.reused_from_action_id == second.action_id
+        assert len(far_side.calls) == 2
+
+    async def test_final_no_effect_replays_the_failure(self, ledger: Ledger) -> None:
+        far_side = Counter(raise_after=NoEffect("400 bad request", retryable=False))
+        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert (first.status, first.effect, first.retryable) == (
+            ActionStatus.FAILED,
+            EffectState.NONE,
+            False,
+        )
+        assert ledger.state("k").next_operation is NextOperation.FIX_INPUTS
+        second = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert second.replayed and second.status is ActionStatus.FAILED
+        assert second.error == "400 bad request"
+        assert len(far_side.calls) == 1
+
+    # 7 -------------------------------------------------------------------------------
+    async def test_crash_gap_is_recorded_and_never_acted_again(
+        self, ledger_url: str, tmp_path: Path
+    ) -> None:
+        effects = tmp_path / "effects.txt"
+        lease = 1.5
+        child = _spawn_hanging_child(ledger_url, "k", effects, lease, forever=True)
+        try:
+            _wait_for_line(child, "ACTED")
+            child.send_signal(signal.SIGKILL)
+            child.wait(timeout=10)
+        finally:
+            _reap(child)
+        far_side = Counter()
+        async with Ledger.open(ledger_url, lease=lease) as ledger:
+            state = ledger.state("k")
+            if state.next_operation is NextOperation.WAIT:
+                with pytest.raises(ActionInProgressError) as busy:
+                    await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+                assert busy.value.lease_remaining > 0
+                assert ledger.events("k")[-1].type == "action.deferred"
+                await asyncio.sleep(busy.value.lease_remaining + 0.2)
+            result = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+            assert (result.status, result.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
+            assert result.replayed and result.error_type == "Interrupted"
+            again = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+            assert again.replayed and again.effect is EffectState.UNKNOWN
+            assert [s.key for s in ledger.open_effects()] == ["k"]
+            assert ledger.verify().ok
+        assert far_side.calls == []
+        assert count_effects(effects) == {"k": 1}
+
+    async def test_a_request_during_the_live_execution_is_deferred(self, ledger: Ledger) -> None:
+        release = threading.Event()
+        started = threading.Event()
+
+        def slow(req: ActionRequest, ctx: Any) -> str:
+            started.set()
+            release.wait(10)
+            return "slow"
+
+        running = asyncio.create_task(
+            ledger.execute(request("k"), authority=AUTHORITY, adapter=slow)
+        )
+        await asyncio.to_thread(started.wait, 10)
+        with pytest.raises(ActionInProgressError) as busy:
+            await ledger.execute(request("k"), authority=AUTHORITY, adapter=Counter())
+        assert busy.value.holder_action_id == ledger.state("k").holder_action_id
+        assert ledger.events("k")[-1].type == "action.deferred"
+        waiting = asyncio.create_task(
+            ledger.execute(request("k"), authority=AUTHORITY, adapter=Counter(), wait=10)
+        )
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        release.set()
+        first, second = await running, await waiting
+        assert first.output == "slow" and not first.replayed
+        assert second.replayed and second.reused_from_action_id == first.action_id
+
+    async def test_the_lease_is_renewed_while_the_adapter_runs(self, ledger: Ledger) -> None:
+        # lease 2s: an adapter running 3s must keep its key the whole time.
+        def slow(req: ActionRequest, ctx: Any) -> str:
+            time.sleep(3.0)
+            return "finished"
+
+        running = asyncio.create_task(
+            ledger.execute(request("k"), authority=AUTHORITY, adapter=slow)
+        )
+        await asyncio.sleep(2.5)
+        with pytest.raises(ActionInProgressError):
+            await ledger.execute(request("k"), authority=AUTHORITY, adapter=Counter())
+        result = await running
+        assert result.status is ActionStatus.SUCCEEDED and not result.replayed
+
+    # 8 -------------------------------------------------------------------------------
+    async def _unknown(self, ledger: Ledger, key: str) -> Counter:
+        far_side = Counter(raise_after=ConnectionResetError("reset"))
+        result = await ledger.execute(request(key), authority=AUTHORITY, adapter=far_side)
+        assert result.effect is EffectState.UNKNOWN
+        return far_side
+
+    async def test_effect_confirmed_returns_the_operators_output(self, ledger: Ledger) -> None:
+        far_side = await self._unknown(ledger, "k")
+        before = ledger.events("k")
+        state = await ledger.reconcile(
+            "k",
+            Verdict.EFFECT_CONFIRMED,
+            actor="ops@example",
+            basis="line found in file",
+            evidence=["file:/tmp/out.txt#L3"],
+            output={"line": 3},
+        )
+        assert (state.effect, state.status, state.next_operation) == (
+            EffectState.OBSERVED,
+            ActionStatus.FAILED,
+            NextOperation.NONE,
+        )
+        assert state.reconciliations[0].actor == "ops@example"
+        assert ledger.events("k")[: len(before)] == before
+        assert ledger.open_effects() == []
+        later = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert later.replayed and later.output == {"line": 3}
+        assert later.status is ActionStatus.FAILED and later.effect is EffectState.OBSERVED
+        assert later.verdict is Verdict.EFFECT_CONFIRMED
+        assert len(far_side.calls) == 1
+
+    async def test_no_effect_confirmed_acts_exactly_once_more(self, ledger: Ledger) -> None:
+        far_side = await self._unknown(ledger, "k")
+        state = await ledger.reconcile("k", "no_effect_confirmed", "ops", "file unchanged")
+        assert state.next_operation is NextOperation.START_ACTION
+        far_side.raise_after = None
+        again = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert again.status is ActionStatus.SUCCEEDED and not again.replayed
+        once_more = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert once_more.replayed
+        assert len(far_side.calls) == 2
+
+    async def test_still_unknown_keeps_the_effect_open(self, ledger: Ledger) -> None:
+        far_side = await self._unknown(ledger, "k")
+        state = await ledger.reconcile("k", "still_unknown", "ops", "far side unreachable")
+        assert state.effect is EffectState.UNKNOWN
+        assert state.next_operation is NextOperation.RECONCILE_EFFECT
+        assert [s.key for s in ledger.open_effects()] == ["k"]
+        replay = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert replay.replayed and len(far_side.calls) == 1
+
+    async def test_reconciling_what_is_not_unknown_is_refused_durably(self, ledger: Ledger) -> None:
+        await ledger.execute(request("done"), authority=AUTHORITY, adapter=Counter())
+        for key in ("done", "never-seen"):
+            with pytest.raises(ReconciliationRefused) as refused:
+                await ledger.reconcile(key, "no_effect_confirmed", "ops", "looked")
+            assert refused.value.key == key
+            assert ledger.events(key)[-1].type == "action.reconcile_refused"
+        assert ledger.state("done").effect is EffectState.OBSERVED
+        with pytest.raises(InvalidRequest, match="verdict"):
+            await ledger.reconcile("done", "maybe", "ops", "looked")
+        with pytest.raises(InvalidRequest, match="actor"):
+            await ledger.reconcile("done", "still_unknown", "", "looked")
+
+    # 9 -------------------------------------------------------------------------------
+    async def test_precondition_drift_is_refused_before_any_effect(self, ledger: Ledger) -> None:
+        far_side = Counter()
+        result = await ledger.execute(
+            request("k", precondition={"size": 3}),
+            authority=AUTHORITY,
+            adapter=far_side,
+            state=lambda req: {"size": 4},
+        )
+        assert (result.status, result.effect) == (ActionStatus.FAILED, EffectState.NONE)
+        assert result.error_type == "PreconditionDrift"
+        assert ledger.state("k").next_operation is NextOperation.FIX_INPUTS
+        assert far_side.calls == []
+        assert "action.execution_started" not in types(ledger, "k")
+
+    async def test_precondition_without_a_resolver_is_refused(self, ledger: Ledger) -> None:
+        with pytest.raises(InvalidRequest, match="precondition"):
+            await ledger.execute(
+                request("k", precondition={"size": 3}), authority=AUTHORITY, adapter=Counter()
+            )
+        assert ledger.events() == []
+
+    async def test_replay_does_not_reevaluate_the_precondition(self, ledger: Ledger) -> None:
+        world = {"size": 3}
+        resolver_calls: list[str] = []
+
+        def read_state(req: ActionRequest) -> dict[str, int]:
+            resolver_calls.append(req.key)
+            return dict(world)
+
+        def grow(req: ActionRequest, ctx: Any) -> dict[str, int]:
+            world["size"] += 1
+            return dict(world)
+
+        first = await ledger.execute(
+            request("k", precondition={"size": 3}),
+            authority=AUTHORITY,
+            adapter=grow,
+            state=read_state,
+        )
+        assert first.status is ActionStatus.SUCCEEDED and world == {"size": 4}
+        replay = await ledger.execute(
+            request("k", precondition={"size": 3}),
+            authority=AUTHORITY,
+            adapter=grow,
+            state=read_state,
+        )
+        assert replay.replayed and replay.status is ActionStatus.SUCCEEDED
+        assert resolver_calls == ["k"] and world == {"size": 4}
+
+    # 10 ------------------------------------------------------------------------------
+    def test_concurrent_processes_cause_one_effect_per_key(
+        self, ledger_url: str, tmp_path: Path
+    ) -> None:
+        keys = [f"key-{i:03d}" for i in range(200)]
+        effects = tmp_path / "effects.txt"
+        with Ledger.open(ledger_url):
+            pass  # create the schema before the race
+        tallies = run_hammer(ledger_url, keys, effects, processes=8)
+        counts = count_effects(effects)
+        assert sum(counts.values()) == 200
+        assert set(counts) == set(keys) and set(counts.values()) == {1}
+        assert sum(t["errors"] for t in tallies) == 0
+        assert sum(t["fresh"] for t in tallies) == 200
+        assert sum(t["replayed"] + t["deferred"] for t in tallies) == 7 * 200
+        with Ledger.open(ledger_url) as ledger:
+            report = ledger.verify()
+            assert report.ok, report.problems
+
+    # 11 ------------------------------------------------------------------------------
+    async def test_a_completion_under_a_stale_token_is_only_evidence(
+        self, ledger_url: str, tmp_path: Path
+    ) -> None:
+        effects = tmp_path / "effects.txt"
+        lease = 1.0
+        child = _spawn_hanging_child(ledger_url, "k", effects, lease, forever=False, hang_for=0.5)
+        try:
+            _wait_for_line(child, "ACTED")
+            child.send_signal(signal.SIGSTOP)  # a stalled worker: it cannot renew its lease
+            await asyncio.sleep(lease + 0.5)
+            async with Ledger.open(ledger_url, lease=lease) as ledger:
+                taken = await ledger.execute(request("k"), authority=AUTHORITY, adapter=Counter())
+                assert taken.error_type == "Interrupted" and taken.replayed
+            child.send_signal(signal.SIGCONT)
+            out, _ = child.communicate(timeout=30)
+        finally:
+            _reap(child)
+        assert child.returncode == 0, out
+        async with Ledger.open(ledger_url, lease=lease) as ledger:
+            late = [e for e in ledger.events("k") if e.type == "action.late_completion"]
+            assert len(late) == 1
+            assert late[0].payload["status"] == "succeeded"
+            assert late[0].payload["output"] == {"late": True}
+            state = ledger.state("k")
+            assert (state.status, state.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
+            assert ledger.verify().ok
+        assert count_effects(effects) == {"k": 1}
+
+    # 13 ------------------------------------------------------------------------------
+    async def test_compaction_keeps_a_tombstone(self, ledger: Ledger) -> None:
+        far_side = Counter(output={"secret": "body"})
+        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        await ledger.execute(
+            request("open"), authority=AUTHORITY, adapter=Counter(raise_after=TimeoutError())
+        )
+        assert await ledger.compact(older_than=0) == 1
+        assert all(e.compacted for e in ledger.events("k") if e.type != "action.compacted")
+        assert "secret" not in str([e.payload for e in ledger.events("k")])
+        assert ledger.state("open").effect is EffectState.UNKNOWN  # unknowns are never compacted
+        late = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert late.replayed and late.compacted
+        assert late.status is ActionStatus.SUCCEEDED and late.output is None
+        assert late.reused_from_action_id == first.action_id
+        with pytest.raises(IdempotencyConflictError) as conflict:
+            await ledger.execute(
+                request("k", payload={"line": "new"}), authority=AUTHORITY, adapter=far_side
+            )
+        assert conflict.value.dimensions == ("payload",)
+        assert len(far_side.calls) == 1
+        assert ledger.verify().ok
+        assert await ledger.compact(older_than=0) == 0
+
+
+def _spawn_hanging_child(
+    url: str, key: str, effects: Path, lease: float, *, forever: bool, hang_for: float = 0
+) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env["HANG_FOREVER" if forever else "HANG_FOR"] = "1" if forever else str(hang_for)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.ledger_child",
+            "act-then-hang",
+            url,
+            key,
+            str(effects),
+            str(lease),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _wait_for_line(child: subprocess.Popen[str], expected: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    assert child.stdout is not None
+    lines = []
+    while time.monotonic() < deadline:
+        line = child.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.strip() == expected:
+            return
+    raise AssertionError(f"child never printed {expected!r}: {''.join(lines)}")
+
+
+def _reap(child: subprocess.Popen[str]) -> None:
+    if child.poll() is None:
+        child.send_signal(signal.SIGCONT)
+        child.kill()
+        child.wait(timeout=10)
+
+
+def run_hammer(url: str, keys: list[str], effects: Path, *, processes: int) -> list[dict]:
+    """Start ``processes`` workers together on ``keys``; return their tallies."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(processes)
+    results = ctx.Queue()
+    workers = [
+        ctx.Process(target=hammer_worker, args=(url, keys, str(effects), barrier, results, seed))
+        for seed in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    try:
+        tallies = [results.get(timeout=300) for _ in workers]
+    finally:
+        for worker in workers:
+            worker.join(timeout=30)
+            if worker.is_alive():
+                worker.kill()
+    return tallies

@@ -1,0 +1,14 @@
+"""The ledger contract on PostgreSQL (LEDGER_TEST_POSTGRES_URL; CI sets it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.ledger_contract import LedgerContract
+
+
+@pytest.mark.postgres
+class TestPostgresLedger(LedgerContract):
+    @pytest.fixture
+    def ledger_url(self, postgres_url: str) -> str:
+        return postgres_url

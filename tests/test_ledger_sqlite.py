@@ -1,0 +1,132 @@
+"""The ledger contract on the embedded SQLite backend, plus what only a file can show."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ledger import Ledger
+from tests.ledger_child import AUTHORITY, request
+from tests.ledger_contract import Counter, LedgerContract
+
+
+class TestSQLiteLedger(LedgerContract):
+    @pytest.fixture
+    def ledger_url(self, sqlite_url: str) -> str:
+        return sqlite_url
+
+
+def test_sqlite_file_is_wal_with_full_sync(sqlite_url: str, tmp_path: Path) -> None:
+    with Ledger.open(sqlite_url) as ledger:
+        conn = ledger._recorder._conn  # the connection the ledger commits on
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    tables = {
+        r[0]
+        for r in sqlite3.connect(tmp_path / "ledger.db").execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'"
+        )
+    }
+    assert {"ledger_events", "ledger_keys"} <= tables
+
+
+# 12 ---------------------------------------------------------------------------------
+async def _populated(url: str) -> dict[str, str]:
+    async with Ledger.open(url) as ledger:
+        ok = await ledger.execute(request("ok"), authority=AUTHORITY, adapter=Counter())
+        await ledger.execute(request("ok"), authority=AUTHORITY, adapter=Counter())
+        failed = await ledger.execute(
+            request("failed"), authority=AUTHORITY, adapter=Counter(raise_after=OSError("x"))
+        )
+        await ledger.execute(request("failed"), authority=AUTHORITY, adapter=Counter())
+        try:
+            await ledger.execute(
+                request("ok", instruction="other"), authority=AUTHORITY, adapter=Counter()
+            )
+        except Exception:
+            pass
+        assert ledger.verify().ok
+    return {"ok": ok.action_id, "failed": failed.action_id}
+
+
+def _edit(path: Path, sql: str, *params: object) -> None:
+    conn = sqlite3.connect(path)
+    with conn:
+        changed = conn.execute(sql, params).rowcount
+    conn.close()
+    assert changed == 1, "the corruption must change exactly one record"
+
+
+def _problems(url: str) -> list[str]:
+    with Ledger.open(url) as ledger:
+        report = ledger.verify()
+    assert not report.ok
+    return report.problems
+
+
+async def test_verify_names_a_replay_pointing_elsewhere(sqlite_url: str, tmp_path: Path) -> None:
+    ids = await _populated(sqlite_url)
+    _edit(
+        tmp_path / "ledger.db",
+        "UPDATE ledger_events SET payload = json_set(payload, '$.reused_from_action_id', ?)"
+        " WHERE key = 'ok' AND type = 'action.completed' AND json_extract(payload, '$.replayed')",
+        ids["failed"],
+    )
+    problems = _problems(sqlite_url)
+    assert any("payload edited" in p for p in problems)
+    assert any(
+        "replay provenance points to action " + ids["failed"] in p and "another key" in p
+        for p in problems
+    )
+
+
+async def test_verify_names_a_rewritten_failure(sqlite_url: str, tmp_path: Path) -> None:
+    ids = await _populated(sqlite_url)
+    _edit(
+        tmp_path / "ledger.db",
+        "UPDATE ledger_events SET payload = json_set(payload, '$.status', 'succeeded')"
+        " WHERE action_id = ? AND type = 'action.completed'",
+        ids["failed"],
+    )
+    problems = _problems(sqlite_url)
+    assert any("payload edited" in p and "key 'failed'" in p for p in problems)
+    assert any(
+        "replayed status 'failed' differs from the original outcome 'succeeded'" in p
+        for p in problems
+    )
+
+
+async def test_verify_names_a_dropped_request(sqlite_url: str, tmp_path: Path) -> None:
+    ids = await _populated(sqlite_url)
+    _edit(
+        tmp_path / "ledger.db",
+        "DELETE FROM ledger_events WHERE action_id = ? AND type = 'action.requested'",
+        ids["ok"],
+    )
+    problems = _problems(sqlite_url)
+    assert any("hash chain broken" in p for p in problems)
+    assert any(f"answers action {ids['ok']}, whose request is missing" in p for p in problems)
+
+
+async def test_verify_names_a_dropped_refusal(sqlite_url: str, tmp_path: Path) -> None:
+    await _populated(sqlite_url)
+    _edit(tmp_path / "ledger.db", "DELETE FROM ledger_events WHERE type = 'action.replay_refused'")
+    problems = _problems(sqlite_url)
+    assert any("was never resolved" in p for p in problems)
+    assert any("records were dropped or added" in p for p in problems)
+
+
+async def test_verify_names_an_inserted_completion(sqlite_url: str, tmp_path: Path) -> None:
+    ids = await _populated(sqlite_url)
+    _edit(
+        tmp_path / "ledger.db",
+        "INSERT INTO ledger_events (key, action_id, type, payload, recorded_at, body_hash,"
+        " prev_hash, hash) SELECT key, action_id, type, payload, recorded_at, body_hash,"
+        " prev_hash, hash FROM ledger_events WHERE action_id = ? AND type = 'action.completed'",
+        ids["ok"],
+    )
+    problems = _problems(sqlite_url)
+    assert any(f"action {ids['ok']} (key 'ok'): resolved 2 times" in p for p in problems)
+    assert any("hash chain broken" in p for p in problems)
