@@ -1,0 +1,188 @@
+"""``LedgerPlugin``: the ledger, the reconcile activity, the pydantic converter, the sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import temporalio.client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+    WorkerConfig,
+    WorkflowRunner,
+)
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
+from ledger import Ledger
+
+from ._policy import Policy
+from ._reconcile import reconcile_effect
+from ._runtime import Runtime, _runtime
+
+logger = logging.getLogger("activities.plugin")
+
+#: Modules whose code is safe inside workflows and whose state must not be re-imported
+#: per workflow run (pydantic model classes must be the same objects on both sides).
+PASSTHROUGH_MODULES = (
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "ledger",
+    "activities",
+    "workflows._errors",
+    "workflows._run_tool",
+    "workflows._replay",
+)
+
+
+def _pydantic_converter(existing: DataConverter | None) -> DataConverter:
+    if existing is None or existing is DataConverter.default:
+        return pydantic_data_converter
+    return dataclasses.replace(
+        existing, payload_converter_class=pydantic_data_converter.payload_converter_class
+    )
+
+
+def _uses_pydantic(converter: DataConverter) -> bool:
+    return converter.payload_converter_class is pydantic_data_converter.payload_converter_class
+
+
+def _sandbox(existing: WorkflowRunner | None) -> WorkflowRunner:
+    if existing is None:
+        existing = SandboxedWorkflowRunner()
+    if isinstance(existing, SandboxedWorkflowRunner):
+        return dataclasses.replace(
+            existing,
+            restrictions=existing.restrictions.with_passthrough_modules(*PASSTHROUGH_MODULES),
+        )
+    return existing
+
+
+class LedgerPlugin(SimplePlugin):
+    """Puts the ledger between Temporal and every ``@tool`` activity.
+
+    ``ledger`` is a URL (``sqlite:///path``, ``postgresql://...``) opened when a worker
+    starts, or an open :class:`~ledger.Ledger` that the caller owns. ``policy`` says
+    which performers may use which capabilities and who may reconcile: a
+    :class:`Policy`, a TOML file, or ``None`` for the logged allow-all of local
+    development. Use it on ``Client.connect(plugins=[...])`` or ``Worker(plugins=[...])``,
+    and on ``Replayer(plugins=[...])`` (no ledger is needed to replay).
+    """
+
+    def __init__(
+        self,
+        ledger: str | Ledger | None = None,
+        *,
+        policy: Policy | str | Path | None = None,
+        lease: float = 30.0,
+    ) -> None:
+        if ledger is not None and not isinstance(ledger, (str, Ledger)):
+            raise TypeError("ledger must be a URL or a Ledger")
+        self._ledger_source = ledger
+        self._lease = lease
+        self._policy_source = policy
+        self._runtime: Runtime | None = None
+        self._open_lock = asyncio.Lock()
+        self._owned: Ledger | None = None
+        self._workers = 0
+        super().__init__(
+            "temporal_ledger.LedgerPlugin",
+            data_converter=_pydantic_converter,
+            activities=_add_once(reconcile_effect),
+            workflow_runner=_sandbox,
+            interceptors=[_ActivityInterceptor(self)],
+            run_context=self._worker_running,
+        )
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        config = super().configure_worker(config)
+        client = config["client"]
+        if not _uses_pydantic(client.data_converter):
+            # A worker encodes with its client's converter, so a plugin given only to the
+            # Worker must hand it a client that speaks pydantic.
+            client_config = client.config()
+            client_config["data_converter"] = _pydantic_converter(client.data_converter)
+            config["client"] = temporalio.client.Client(**client_config)
+        return config
+
+    @asynccontextmanager
+    async def _worker_running(self) -> AsyncIterator[None]:
+        self._workers += 1
+        try:
+            yield
+        finally:
+            self._workers -= 1
+            if self._workers == 0 and self._owned is not None:
+                owned, self._owned, self._runtime = self._owned, None, None
+                await owned.aclose()
+
+    async def runtime(self) -> Runtime:
+        """The ledger and policy; a URL ledger is opened on first use."""
+        if self._runtime is not None:
+            return self._runtime
+        async with self._open_lock:
+            if self._runtime is None:
+                policy = self._load_policy()
+                source = self._ledger_source
+                if source is None:
+                    raise RuntimeError("LedgerPlugin has no ledger: pass ledger=URL or a Ledger")
+                if isinstance(source, str):
+                    self._owned = await asyncio.to_thread(Ledger.open, source, lease=self._lease)
+                    ledger = self._owned
+                else:
+                    ledger = source
+                self._runtime = Runtime(ledger=ledger, policy=policy)
+        return self._runtime
+
+    def _load_policy(self) -> Policy:
+        source = self._policy_source
+        if isinstance(source, Policy):
+            return source
+        if source is None:
+            return Policy.permissive()
+        return Policy.load(source)
+
+
+def _add_once(fn: Callable[..., Any]) -> Callable[[Sequence[Any] | None], Sequence[Any]]:
+    def add(existing: Sequence[Any] | None) -> Sequence[Any]:
+        existing = list(existing or [])
+        return existing if fn in existing else [*existing, fn]
+
+    return add
+
+
+class _ActivityInterceptor(Interceptor):
+    def __init__(self, plugin: LedgerPlugin) -> None:
+        self._plugin = plugin
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _ActivityInbound(next, self._plugin)
+
+
+class _ActivityInbound(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, plugin: LedgerPlugin) -> None:
+        super().__init__(next)
+        self._plugin = plugin
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        if not _is_ledgered(input.fn):
+            return await self.next.execute_activity(input)
+        token = _runtime.set(await self._plugin.runtime())
+        try:
+            return await self.next.execute_activity(input)
+        finally:
+            _runtime.reset(token)
+
+
+def _is_ledgered(fn: Callable[..., Any]) -> bool:
+    return hasattr(fn, "__ledger_tool__") or fn is reconcile_effect

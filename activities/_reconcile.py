@@ -1,0 +1,44 @@
+"""The activity that records an operator's verdict in the ledger."""
+
+from __future__ import annotations
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from ledger import InvalidRequest, LedgerUnavailable, ReconciliationRefused
+
+from . import _payloads as p
+from ._runtime import current_runtime
+
+RECONCILE_ACTIVITY = "ledger.reconcile"
+
+
+@activity.defn(name=RECONCILE_ACTIVITY)
+async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
+    """Check the actor against the policy, then append the verdict beside the key's history."""
+    runtime = current_runtime()
+    if not runtime.policy.may_reconcile(verdict.actor):
+        raise ApplicationError(
+            f"actor {verdict.actor!r} may not reconcile effects under this worker's policy",
+            type=p.RECONCILE_NOT_ALLOWED,
+            non_retryable=True,
+        )
+    try:
+        state = await runtime.ledger.reconcile(
+            verdict.key,
+            verdict.verdict,
+            verdict.actor,
+            verdict.basis,
+            evidence=verdict.evidence,
+            output=verdict.output,
+        )
+    except (ReconciliationRefused, InvalidRequest) as exc:
+        raise ApplicationError(str(exc), type=p.RECONCILE_REFUSED, non_retryable=True) from None
+    except LedgerUnavailable as exc:
+        raise ApplicationError(str(exc), type=p.LEDGER_UNAVAILABLE) from None
+    return p.ReconcileResult(
+        key=state.key,
+        verdict=verdict.verdict,
+        effect=state.effect.value,
+        next_operation=state.next_operation.value,
+    )

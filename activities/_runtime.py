@@ -1,0 +1,49 @@
+"""What a ledgered activity needs at run time, provided by the plugin's interceptor."""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+from typing import TYPE_CHECKING
+
+from temporalio.exceptions import ApplicationError
+
+from ._payloads import LEDGER_UNAVAILABLE
+
+if TYPE_CHECKING:
+    from ledger import ExecutionContext, Ledger
+
+    from ._policy import Policy
+
+
+@dataclasses.dataclass(frozen=True)
+class Runtime:
+    ledger: Ledger
+    policy: Policy
+
+
+_runtime: contextvars.ContextVar[Runtime] = contextvars.ContextVar("ledger_runtime")
+_execution: contextvars.ContextVar[ExecutionContext] = contextvars.ContextVar("ledger_execution")
+
+
+def current_runtime() -> Runtime:
+    try:
+        return _runtime.get()
+    except LookupError:
+        raise ApplicationError(
+            "no ledger: register LedgerPlugin(ledger=...) on the Client or Worker that runs "
+            "ledgered tools",
+            type=LEDGER_UNAVAILABLE,
+            non_retryable=True,
+        ) from None
+
+
+def tool_context() -> ExecutionContext:
+    """Inside a tool: the idempotency key, action id and fencing token of this execution.
+
+    Forward ``tool_context().key`` to a far side that deduplicates by key.
+    """
+    try:
+        return _execution.get()
+    except LookupError:
+        raise RuntimeError("tool_context() is only available while a @tool runs") from None

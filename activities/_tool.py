@@ -1,0 +1,259 @@
+"""``@tool``: a ledgered Temporal activity from an async function of one pydantic model."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import inspect
+import typing
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from ledger import (
+    ActionInProgressError,
+    ActionRequest,
+    ActionResult,
+    ActionStatus,
+    EffectState,
+    ExecutionContext,
+    IdempotencyConflictError,
+    InvalidRequest,
+    LedgerUnavailable,
+    Verdict,
+)
+
+from . import _payloads as p
+from ._runtime import _execution, current_runtime
+
+ArgT = TypeVar("ArgT", bound=BaseModel)
+OutT = TypeVar("OutT")
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolSpec(Generic[ArgT, OutT]):
+    """What the workflow side needs to know about a tool (no I/O, sandbox-safe)."""
+
+    name: str
+    capability: str
+    retry_safe: bool
+    arg_type: type[ArgT]
+    output_type: type[BaseModel] | None
+
+
+class Tool(Generic[ArgT, OutT]):
+    """A ledgered tool: register it as an activity, call it with ``run_tool``."""
+
+    __ledger_tool__: ToolSpec[ArgT, OutT]
+
+    async def __call__(self, call: p.ToolCall) -> p.ToolOutcome: ...
+
+
+def tool(
+    *,
+    capability: str,
+    retry_safe: bool = False,
+    state: Callable[[Any], Any] | None = None,
+    name: str | None = None,
+) -> Callable[[Callable[[ArgT], Awaitable[OutT]]], Tool[ArgT, OutT]]:
+    """Make a ledgered activity of ``async def fn(arg: Model) -> Output | None``.
+
+    Every attempt goes through the ledger: an identical call under the same key
+    replays, a different one is refused, an unknown effect parks the workflow step.
+    ``retry_safe`` declares that the far side deduplicates by the idempotency key
+    (see :func:`tool_context`), so an unknown effect may be retried under that key.
+    ``state`` reads the current state that a call's precondition is compared with.
+    """
+    if not isinstance(capability, str) or not capability:
+        raise TypeError("tool(capability=...) needs a dotted capability name")
+
+    def decorate(fn: Callable[[ArgT], Awaitable[OutT]]) -> Tool[ArgT, OutT]:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"@tool needs an async function; {fn.__qualname__} is not")
+        arg_type, output_type = _signature(fn)
+        spec: ToolSpec[ArgT, OutT] = ToolSpec(
+            name=name or fn.__name__,
+            capability=capability,
+            retry_safe=retry_safe,
+            arg_type=arg_type,
+            output_type=output_type,
+        )
+        # Fail at decoration, not in the first workflow, if the name is not a capability.
+        ActionRequest(key="k", capability=capability, instruction=spec.name, performer="p")
+
+        async def run(call: p.ToolCall) -> p.ToolOutcome:
+            return await _run_ledgered(spec, fn, state, call)
+
+        run.__name__ = run.__qualname__ = spec.name
+        run.__doc__ = fn.__doc__
+        ledgered = activity.defn(name=spec.name)(run)
+        ledgered.__ledger_tool__ = spec  # type: ignore[attr-defined]
+        return typing.cast(Tool[ArgT, OutT], ledgered)
+
+    return decorate
+
+
+def spec_of(tool: Any) -> ToolSpec[Any, Any]:
+    spec = getattr(tool, "__ledger_tool__", None)
+    if not isinstance(spec, ToolSpec):
+        raise TypeError(f"{tool!r} is not a @tool; decorate it with activities.tool(...)")
+    return spec
+
+
+def _signature(fn: Callable[..., Any]) -> tuple[type[Any], type[BaseModel] | None]:
+    hints = typing.get_type_hints(fn)
+    params = list(inspect.signature(fn).parameters)
+    if len(params) != 1 or params[0] not in hints:
+        raise TypeError(f"@tool {fn.__qualname__} must take exactly one annotated argument")
+    arg_type = hints[params[0]]
+    if not (inspect.isclass(arg_type) and issubclass(arg_type, BaseModel)):
+        raise TypeError(f"@tool {fn.__qualname__}: its argument must be a pydantic model")
+    output = hints.get("return", type(None))
+    if output is type(None) or output is None:
+        return arg_type, None
+    if not (inspect.isclass(output) and issubclass(output, BaseModel)):
+        raise TypeError(f"@tool {fn.__qualname__} must return a pydantic model or None")
+    return arg_type, output
+
+
+async def _run_ledgered(
+    spec: ToolSpec[Any, Any],
+    fn: Callable[[Any], Awaitable[Any]],
+    state: Callable[[Any], Any] | None,
+    call: p.ToolCall,
+) -> p.ToolOutcome:
+    runtime = current_runtime()
+    info = activity.info()
+    try:
+        arg = spec.arg_type.model_validate(call.arg or {})
+    except ValidationError as exc:
+        raise ApplicationError(
+            f"{spec.name}: argument does not fit {spec.arg_type.__name__}: {exc}",
+            type=p.INVALID,
+            non_retryable=True,
+        ) from None
+
+    async def adapter(request: ActionRequest, ctx: ExecutionContext) -> Any:
+        token = _execution.set(ctx)
+        try:
+            output = await fn(arg)
+        finally:
+            _execution.reset(token)
+        if spec.output_type is not None and not isinstance(output, spec.output_type):
+            output = spec.output_type.model_validate(output)
+        return output
+
+    async def read_state(request: ActionRequest) -> Any:
+        assert state is not None
+        value = state(arg)
+        return await value if inspect.isawaitable(value) else value
+
+    request = {
+        "key": call.key,
+        "capability": spec.capability,
+        "instruction": spec.name,
+        "payload": call.arg or {},
+        "precondition": call.precondition,
+        "performer": call.performer,
+        "context": {
+            "workflow_id": info.workflow_id,
+            "workflow_run_id": info.workflow_run_id,
+            "activity_id": info.activity_id,
+            "attempt": info.attempt,
+            "step": call.step,
+        },
+    }
+    heartbeat = asyncio.create_task(_heartbeat(info.heartbeat_timeout))
+    try:
+        result = await runtime.ledger.execute(
+            request,
+            authority=runtime.policy.authority_for(call.performer),
+            adapter=adapter,
+            state=read_state if state is not None else None,
+            retry_safe=spec.retry_safe,
+        )
+    except IdempotencyConflictError as exc:
+        details = p.ConflictDetails(
+            key=exc.key,
+            original_action_id=exc.original_action_id,
+            dimensions=list(exc.dimensions),
+            fingerprint_version=exc.fingerprint_version,
+        )
+        raise ApplicationError(
+            str(exc), details.model_dump(), type=p.CONFLICT, non_retryable=True
+        ) from None
+    except ActionInProgressError as exc:
+        raise ApplicationError(
+            str(exc),
+            type=p.IN_PROGRESS,
+            next_retry_delay=timedelta(seconds=max(exc.lease_remaining, 0.1)),
+        ) from None
+    except InvalidRequest as exc:
+        raise ApplicationError(f"{spec.name}: {exc}", type=p.INVALID, non_retryable=True) from None
+    except LedgerUnavailable as exc:
+        raise ApplicationError(str(exc), type=p.LEDGER_UNAVAILABLE) from None
+    finally:
+        heartbeat.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await heartbeat
+    return _outcome_or_raise(spec, result, runtime.policy.reconcilers)
+
+
+def _outcome_or_raise(
+    spec: ToolSpec[Any, Any], result: ActionResult, reconcilers: list[str]
+) -> p.ToolOutcome:
+    outcome = p.ToolOutcome(
+        key=result.key,
+        action_id=result.action_id,
+        output=result.output,
+        replayed=result.replayed,
+        reused_from_action_id=result.reused_from_action_id,
+    )
+    if result.status is ActionStatus.SUCCEEDED:
+        return outcome
+    if result.verdict is Verdict.EFFECT_CONFIRMED:
+        return outcome.model_copy(update={"reconciled": True})
+    if result.status is ActionStatus.DENIED:
+        raise ApplicationError(result.error or "denied", type=p.DENIED, non_retryable=True)
+    if result.effect is EffectState.UNKNOWN:
+        if spec.retry_safe:
+            # The far side deduplicates by key: another attempt under it is safe.
+            raise ApplicationError(
+                result.error or "effect unknown", type=p.EFFECT_UNKNOWN_RETRY_SAFE
+            )
+        details = p.UnknownEffect(
+            key=result.key,
+            action_id=result.reused_from_action_id or result.action_id,
+            capability=spec.capability,
+            error=result.error,
+            reconcilers=reconcilers,
+        )
+        raise ApplicationError(
+            f"{spec.name}: the effect of {result.key!r} is unknown: {result.error}",
+            details.model_dump(),
+            type=p.EFFECT_UNKNOWN,
+            non_retryable=True,
+        )
+    if result.retryable:
+        delay = timedelta(seconds=result.retry_after) if result.retry_after else None
+        raise ApplicationError(
+            result.error or "no effect", type=p.NO_EFFECT_RETRYABLE, next_retry_delay=delay
+        )
+    raise ApplicationError(
+        f"{spec.name}: {result.error or 'failed'}", type=p.FAILED, non_retryable=True
+    )
+
+
+async def _heartbeat(every: timedelta | None) -> None:
+    """Keep Temporal informed that this worker is alive while the ledger runs the tool."""
+    if not every:
+        return
+    interval = max(every.total_seconds() / 3, 0.05)
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(interval)

@@ -1,0 +1,53 @@
+"""Typed, non-retryable errors that ``run_tool`` raises into the workflow.
+
+They are ``ApplicationError`` subclasses, so an uncaught one fails the workflow with
+its type rather than retrying the workflow task forever.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.exceptions import ApplicationError
+
+
+class ToolError(ApplicationError):
+    """A ledgered tool step ended without the tool's output."""
+
+    def __init__(self, message: str, *details: Any, type: str, key: str, step: str) -> None:
+        super().__init__(message, *details, type=type, non_retryable=True)
+        self.key = key
+        self.step = step
+
+
+class ToolConflictError(ToolError):
+    """The key is bound to a different operation (``action.replay_refused`` recorded)."""
+
+    def __init__(
+        self, message: str, *, key: str, step: str, original_action_id: str, dimensions: list[str]
+    ) -> None:
+        super().__init__(
+            message,
+            {"original_action_id": original_action_id, "dimensions": dimensions},
+            type="ToolConflict",
+            key=key,
+            step=step,
+        )
+        self.original_action_id = original_action_id
+        self.dimensions = dimensions
+
+
+class ToolDeniedError(ToolError):
+    """The performer may not use the tool's capability under the current policy."""
+
+    def __init__(self, message: str, *, key: str, step: str) -> None:
+        super().__init__(message, type="ToolDenied", key=key, step=step)
+
+
+class ToolFailedError(ToolError):
+    """The tool failed with no effect, finally (a rejected request, precondition drift...)."""
+
+    def __init__(
+        self, message: str, *, key: str, step: str, error_type: str = "ToolFailed"
+    ) -> None:
+        super().__init__(message, type=error_type, key=key, step=step)

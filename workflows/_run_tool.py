@@ -1,0 +1,377 @@
+"""``run_tool`` and parking: the workflow side of the ledger. Deterministic, sandbox-safe."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import shlex
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from activities import _payloads as p
+from activities._reconcile import RECONCILE_ACTIVITY
+from activities._tool import Tool, ToolSpec, spec_of
+
+from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError
+
+OutT = TypeVar("OutT")
+
+SIGNAL = "reconcile"
+UPDATE = "reconcile"
+QUERY_OPEN = "open_effects"
+QUERY_REJECTED = "reconcile_rejections"
+VERDICTS = ("effect_confirmed", "no_effect_confirmed", "still_unknown")
+
+#: Temporal retries only what the ledger marks retryable; everything else is final.
+TOOL_RETRY_POLICY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=60),
+    maximum_attempts=0,
+    non_retryable_error_types=p.FINAL_ERROR_TYPES,
+)
+RECONCILE_RETRY_POLICY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=0,
+    non_retryable_error_types=[p.RECONCILE_REFUSED, p.RECONCILE_NOT_ALLOWED],
+)
+
+
+class OpenEffect(BaseModel):
+    """A parked step, as query ``open_effects`` shows it to an operator."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    step: str
+    tool: str
+    capability: str
+    action_id: str
+    since: str
+    why: str | None
+    reconcilers: list[str] = Field(default_factory=list)
+    last_verdict: str | None = None
+    signal_command: str
+    update_command: str
+
+
+class Rejection(BaseModel):
+    """Operator input that was refused, as query ``reconcile_rejections`` shows it."""
+
+    at: str
+    via: str
+    input: Any
+    reason: str
+
+
+class _Pending:
+    def __init__(self, verdict: p.ReconcileInput) -> None:
+        self.verdict = verdict
+        self.done = False
+        self.error: str | None = None
+        self.result: p.ReconcileResult | None = None
+
+
+class _Parking:
+    """Per-workflow-run state of parked steps, kept on the workflow instance."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, OpenEffect] = {}
+        self.output_types: dict[str, type[BaseModel] | None] = {}
+        self.inbox: dict[str, list[_Pending]] = {}
+        self.rejections: list[Rejection] = []
+
+    # -- handlers (registered dynamically, so any workflow can use run_tool) --------
+
+    def on_signal(self, raw: Any = None) -> None:
+        verdict, reason = self.check(raw)
+        if verdict is None:
+            self.reject("signal", raw, reason or "invalid")
+            workflow.logger.warning("reconcile signal rejected: %s", reason)
+            return
+        self.inbox[verdict.key].append(_Pending(verdict))
+
+    def validate_update(self, raw: Any = None) -> None:
+        verdict, reason = self.check(raw)
+        if verdict is None:
+            raise ValueError(reason)
+
+    async def on_update(self, raw: Any = None) -> p.ReconcileResult:
+        verdict, reason = self.check(raw)
+        if verdict is None:  # the state changed between validation and handling
+            raise ApplicationError(reason or "invalid", type="ReconcileRejected")
+        pending = _Pending(verdict)
+        self.inbox[verdict.key].append(pending)
+        await workflow.wait_condition(lambda: pending.done)
+        if pending.error is not None:
+            raise ApplicationError(pending.error, type="ReconcileRejected")
+        assert pending.result is not None
+        return pending.result
+
+    def query_open(self) -> list[OpenEffect]:
+        return list(self.open.values())
+
+    def query_rejected(self) -> list[Rejection]:
+        return list(self.rejections)
+
+    # -- validation -------------------------------------------------------------------
+
+    def check(self, raw: Any) -> tuple[p.ReconcileInput | None, str | None]:
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw)
+            except ValueError:
+                return None, "the input is not valid JSON"
+        if not isinstance(raw, dict):
+            return None, (
+                'the input must be a JSON object {"key", "verdict", "actor", "basis", '
+                '"evidence", "output"}'
+            )
+        try:
+            verdict = p.ReconcileInput.model_validate(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors()
+            )
+            return None, f"malformed reconcile input: {problems}"
+        effect = self.open.get(verdict.key)
+        if effect is None:
+            known = ", ".join(sorted(self.open)) or "none"
+            return None, f"no parked effect under key {verdict.key!r} (open keys: {known})"
+        if verdict.verdict not in VERDICTS:
+            return None, (f"unknown verdict {verdict.verdict!r}: use one of {', '.join(VERDICTS)}")
+        if not verdict.actor.strip():
+            return None, "actor must name who inspected the world"
+        if not verdict.basis.strip():
+            return None, "basis must say what the verdict rests on"
+        if not any(_glob(verdict.actor, pattern) for pattern in effect.reconcilers):
+            return None, f"actor {verdict.actor!r} may not reconcile under the worker's policy"
+        if verdict.verdict == "effect_confirmed":
+            output_type = self.output_types.get(verdict.key)
+            if output_type is None and verdict.output is not None:
+                return None, f"tool {effect.tool} returns nothing: output must be null"
+            if output_type is not None:
+                try:
+                    output_type.model_validate(verdict.output)
+                except ValidationError as exc:
+                    return None, (
+                        f"output does not fit {output_type.__name__} "
+                        f"(tool {effect.tool}): {exc.errors()[0]['msg']} at "
+                        f"{'.'.join(str(x) for x in exc.errors()[0]['loc']) or '.'}"
+                    )
+        elif verdict.output is not None:
+            return None, "output is only taken with effect_confirmed"
+        return verdict, None
+
+    def reject(self, via: str, raw: Any, reason: str) -> None:
+        self.rejections.append(
+            Rejection(at=workflow.now().isoformat(), via=via, input=_jsonable(raw), reason=reason)
+        )
+
+    # -- parking ----------------------------------------------------------------------
+
+    async def park(
+        self, spec: ToolSpec[Any, Any], step: str, unknown: p.UnknownEffect
+    ) -> p.ReconcileInput:
+        """Wait for an operator's verdict that the ledger accepted; return it."""
+        info = workflow.info()
+        key = unknown.key
+        self.output_types[key] = spec.output_type
+        self.inbox.setdefault(key, [])
+        self.open[key] = OpenEffect(
+            key=key,
+            step=step,
+            tool=spec.name,
+            capability=spec.capability,
+            action_id=unknown.action_id,
+            since=workflow.now().isoformat(),
+            why=unknown.error,
+            reconcilers=unknown.reconcilers,
+            signal_command=_command("signal", info.namespace, info.workflow_id, key),
+            update_command=_command("update execute", info.namespace, info.workflow_id, key),
+        )
+        workflow.logger.warning("step %r parked: effect of key %r is unknown", step, key)
+        try:
+            while True:
+                await workflow.wait_condition(lambda: bool(self.inbox[key]))
+                pending = self.inbox[key].pop(0)
+                try:
+                    pending.result = await workflow.execute_activity(
+                        RECONCILE_ACTIVITY,
+                        pending.verdict,
+                        result_type=p.ReconcileResult,
+                        start_to_close_timeout=timedelta(seconds=30),
+                        retry_policy=RECONCILE_RETRY_POLICY,
+                    )
+                except ActivityError as err:
+                    pending.error = _cause_message(err)
+                    self.reject("ledger", pending.verdict.model_dump(), pending.error)
+                    continue
+                finally:
+                    pending.done = True
+                if pending.verdict.verdict == "still_unknown":
+                    self.open[key] = self.open[key].model_copy(
+                        update={"last_verdict": "still_unknown"}
+                    )
+                    continue
+                return pending.verdict
+        finally:
+            self.open.pop(key, None)
+
+
+def _glob(name: str, pattern: str) -> bool:
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+def _jsonable(raw: Any) -> Any:
+    try:
+        json.dumps(raw)
+        return raw
+    except (TypeError, ValueError):
+        return repr(raw)
+
+
+def _command(kind: str, namespace: str, workflow_id: str, key: str) -> str:
+    template = json.dumps(
+        {
+            "key": key,
+            "verdict": "effect_confirmed",
+            "actor": "YOUR-NAME",
+            "basis": "WHAT-YOU-SAW",
+            "evidence": [],
+            "output": None,
+        }
+    )
+    return (
+        f"temporal workflow {kind} --namespace {shlex.quote(namespace)} "
+        f"--workflow-id {shlex.quote(workflow_id)} --name reconcile --input {shlex.quote(template)}"
+    )
+
+
+def _cause_message(err: ActivityError) -> str:
+    cause = err.cause
+    return cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+
+
+_ATTRIBUTE = "__ledger_parking__"
+
+
+def install_reconciliation() -> None:
+    """Register query ``open_effects``/``reconcile_rejections``, signal and update ``reconcile``.
+
+    ``run_tool`` does this on its first call; call it at the top of ``run`` to answer
+    the queries before any tool runs.
+    """
+    _parking()
+
+
+def _parking() -> _Parking:
+    instance = workflow.instance()
+    parking = getattr(instance, _ATTRIBUTE, None)
+    if parking is None:
+        parking = _Parking()
+        setattr(instance, _ATTRIBUTE, parking)
+        workflow.set_query_handler(QUERY_OPEN, parking.query_open)
+        workflow.set_query_handler(QUERY_REJECTED, parking.query_rejected)
+        workflow.set_signal_handler(SIGNAL, parking.on_signal)
+        workflow.set_update_handler(UPDATE, parking.on_update, validator=parking.validate_update)
+    return parking
+
+
+def default_key(step: str) -> str:
+    """The key of a step: workflow id, first execution's run id, step.
+
+    The first execution's run id survives worker crashes, reset and continue-as-new,
+    so a reset workflow replays its effects from the ledger instead of repeating them.
+    """
+    info = workflow.info()
+    key = f"{info.workflow_id}/{info.first_execution_run_id}/{step}"
+    if len(key) <= 255 and key.isprintable():
+        return key
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    return f"sha256:{digest}/{step[:150]}" if step.isprintable() else f"sha256:{digest}"
+
+
+async def run_tool(
+    tool: Tool[Any, OutT],
+    arg: BaseModel,
+    *,
+    step: str,
+    performer: str,
+    precondition: Any = None,
+    key: str | None = None,
+    start_to_close_timeout: timedelta = timedelta(minutes=5),
+    heartbeat_timeout: timedelta | None = timedelta(seconds=30),
+    task_queue: str | None = None,
+) -> OutT:
+    """Run a ledgered tool as one step of this workflow; return its output.
+
+    Raises :class:`ToolConflictError`, :class:`ToolDeniedError` or
+    :class:`ToolFailedError` for final outcomes. An unknown effect parks the step
+    until an operator reconciles it (signal or update ``reconcile``).
+    """
+    spec = spec_of(tool)
+    if not isinstance(step, str) or not step:
+        raise ValueError("run_tool needs a non-empty step name")
+    if not isinstance(arg, spec.arg_type):
+        arg = spec.arg_type.model_validate(arg)
+    parking = _parking()
+    key = key or default_key(step)
+    call = p.ToolCall(
+        key=key,
+        step=step,
+        performer=performer,
+        arg=arg.model_dump(mode="json"),
+        precondition=precondition,
+    )
+    while True:
+        try:
+            outcome = await workflow.execute_activity(
+                spec.name,
+                call,
+                result_type=p.ToolOutcome,
+                start_to_close_timeout=start_to_close_timeout,
+                heartbeat_timeout=heartbeat_timeout,
+                retry_policy=TOOL_RETRY_POLICY,
+                task_queue=task_queue,
+            )
+        except ActivityError as err:
+            cause = err.cause
+            if not isinstance(cause, ApplicationError):
+                raise
+            if cause.type == p.EFFECT_UNKNOWN:
+                unknown = p.UnknownEffect.model_validate(cause.details[0])
+                verdict = await parking.park(spec, step, unknown)
+                if verdict.verdict == "effect_confirmed":
+                    return _typed_output(spec, verdict.output)
+                continue  # no_effect_confirmed: the same key may act once more
+            raise _final_error(cause, key=key, step=step) from err
+        return _typed_output(spec, outcome.output)
+
+
+def _typed_output(spec: ToolSpec[Any, Any], output: Any) -> Any:
+    if spec.output_type is None:
+        return None
+    return spec.output_type.model_validate(output)
+
+
+def _final_error(cause: ApplicationError, *, key: str, step: str) -> Exception:
+    if cause.type == p.CONFLICT:
+        details = p.ConflictDetails.model_validate(cause.details[0])
+        return ToolConflictError(
+            cause.message,
+            key=key,
+            step=step,
+            original_action_id=details.original_action_id,
+            dimensions=details.dimensions,
+        )
+    if cause.type == p.DENIED:
+        return ToolDeniedError(cause.message, key=key, step=step)
+    return ToolFailedError(cause.message, key=key, step=step, error_type=cause.type or "ToolFailed")
