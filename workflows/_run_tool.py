@@ -138,7 +138,9 @@ class _Parking:
             verdict = p.ReconcileInput.model_validate(raw)
         except ValidationError as exc:
             problems = "; ".join(
-                f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors()
+                f"{'.'.join(str(x) for x in e['loc']) or 'input'}: "
+                + ("missing" if e["type"] == "missing" else e["msg"])
+                for e in exc.errors()
             )
             return None, f"malformed reconcile input: {problems}"
         effect = self.open.get(verdict.key)
@@ -301,7 +303,7 @@ def default_key(step: str) -> str:
 
 async def run_tool(
     tool: Tool[Any, OutT],
-    arg: BaseModel,
+    arg: BaseModel | dict[str, Any],
     *,
     step: str,
     performer: str,

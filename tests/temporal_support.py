@@ -1,0 +1,168 @@
+"""Helpers for tests against the real dev server: CLI calls, worker processes, waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities import LedgerPlugin
+from tests.temporal_tools import StepsWorkflow
+from worker import temporal_binary
+from workflows.examples import EXAMPLE_WORKFLOWS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+POLICY_TOML = """
+[performers]
+"agent" = ["files.*", "slots.*", "messages.*"]
+
+[reconcile]
+actors = ["ops-*"]
+"""
+
+
+@dataclass
+class Setup:
+    """One test's world: its own task queue, ledger file, policy and folder."""
+
+    address: str
+    task_queue: str
+    ledger_url: str
+    policy: Path
+    folder: Path
+    lease: float = 2.0
+
+    def plugin(self) -> LedgerPlugin:
+        return LedgerPlugin(self.ledger_url, policy=self.policy, lease=self.lease)
+
+    async def client(self) -> Client:
+        return await Client.connect(self.address, plugins=[self.plugin()])
+
+    @contextlib.asynccontextmanager
+    async def workflow_worker(
+        self, client: Client, *, tools: bool = False
+    ) -> AsyncIterator[Worker]:
+        """An in-process worker for workflows; with ``tools`` it runs every activity too,
+        without it only workflow tasks (a tool worker process runs the activities)."""
+        from activities.tools import EXAMPLE_TOOLS
+        from tests.temporal_tools import TEST_TOOLS
+
+        activities = [*TEST_TOOLS.values(), *EXAMPLE_TOOLS.values()] if tools else []
+        async with Worker(
+            client,
+            task_queue=self.task_queue,
+            workflows=[StepsWorkflow, *EXAMPLE_WORKFLOWS],
+            activities=activities,
+            no_remote_activities=not tools,
+        ) as worker:
+            yield worker
+
+    @contextlib.asynccontextmanager
+    async def tool_worker_process(self) -> AsyncIterator[asyncio.subprocess.Process]:
+        """A separate worker process that runs the tools, so it can be killed mid-tool."""
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-u",
+            "-m",
+            "tests.tool_worker",
+            self.address,
+            self.task_queue,
+            self.ledger_url,
+            str(self.policy),
+            str(self.lease),
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            assert process.stdout is not None
+            lines = []
+            while True:
+                line = await asyncio.wait_for(process.stdout.readline(), 60)
+                if not line:
+                    raise AssertionError("tool worker died: " + b"".join(lines).decode())
+                lines.append(line)
+                if line.strip() == b"WORKER READY":
+                    break
+            yield process
+        finally:
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+
+
+def make_setup(address: str, folder: Path) -> Setup:
+    policy = folder / "policy.toml"
+    policy.write_text(POLICY_TOML)
+    return Setup(
+        address=address,
+        task_queue=f"tq-{uuid.uuid4().hex[:8]}",
+        ledger_url=f"sqlite:///{folder / 'ledger.db'}",
+        policy=policy,
+        folder=folder,
+    )
+
+
+async def temporal_cli(address: str, *args: str, check: bool = True) -> tuple[int, str]:
+    """Run the real ``temporal`` CLI without blocking the event loop the worker runs on."""
+    process = await asyncio.create_subprocess_exec(
+        temporal_binary(),
+        *args,
+        "--address",
+        address,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), 60)
+    text = out.decode()
+    if check and process.returncode != 0:
+        raise AssertionError(f"temporal {' '.join(args)} failed ({process.returncode}): {text}")
+    return process.returncode or 0, text
+
+
+async def query_json(address: str, workflow_id: str, name: str) -> Any:
+    _, out = await temporal_cli(
+        address, "workflow", "query", "--workflow-id", workflow_id, "--name", name, "-o", "json"
+    )
+    data = json.loads(out)
+    result = data.get("queryResult", data)
+    return result[0] if isinstance(result, list) and len(result) == 1 else result
+
+
+async def wait_for(
+    predicate: Callable[[], Awaitable[Any]],
+    *,
+    timeout: float = 60,
+    interval: float = 0.2,
+    what: str = "condition",
+) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            last = await predicate()
+            if last:
+                return last
+        await asyncio.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+async def open_effects(address: str, workflow_id: str) -> list[dict[str, Any]]:
+    result = await query_json(address, workflow_id, "open_effects")
+    return result if isinstance(result, list) else []

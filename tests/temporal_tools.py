@@ -1,0 +1,100 @@
+"""Tools and a workflow used by the Temporal tests; the far side is local files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio import workflow
+
+from activities import tool, tool_context
+from ledger import NoEffect
+from workflows import run_tool
+
+
+class Hold(BaseModel):
+    path: str
+    line: str
+    #: Wait for this file before acting (to kill the worker before the effect).
+    go_file: str | None = None
+    #: Written right after the effect (to kill the worker after the effect).
+    acted_file: str | None = None
+    hold_after: float = 0.0
+
+
+class Lines(BaseModel):
+    lines: int
+
+
+class Reserve(BaseModel):
+    log: str
+    reject_first: int
+    retry_after: float
+
+
+class Reserved(BaseModel):
+    attempts: int
+
+
+def _append(path: Path, line: str) -> int:
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(line + "\n")
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+@tool(capability="files.append")
+async def hold_and_append(arg: Hold) -> Lines:
+    if arg.go_file:
+        while not Path(arg.go_file).exists():
+            await asyncio.sleep(0.05)
+    lines = await asyncio.to_thread(_append, Path(arg.path), arg.line)
+    if arg.acted_file:
+        Path(arg.acted_file).write_text("acted")
+    await asyncio.sleep(arg.hold_after)
+    return Lines(lines=lines)
+
+
+@tool(capability="slots.reserve")
+async def reserve_slot(arg: Reserve) -> Reserved:
+    """A far side that answers 429 (no effect, retry after) to the first few attempts."""
+    entry = json.dumps({"at": time.time(), "key": tool_context().key})
+    attempts = await asyncio.to_thread(_append, Path(arg.log), entry)
+    if attempts <= arg.reject_first:
+        raise NoEffect("429 Too Many Requests", retryable=True, retry_after=arg.retry_after)
+    return Reserved(attempts=attempts)
+
+
+TEST_TOOLS = {"hold_and_append": hold_and_append, "reserve_slot": reserve_slot}
+
+
+class Call(BaseModel):
+    tool: str
+    arg: dict[str, Any]
+    step: str
+    performer: str = "agent"
+    key: str | None = None
+
+
+@workflow.defn
+class StepsWorkflow:
+    """Runs tool calls in order; typed errors fail the workflow."""
+
+    @workflow.run
+    async def run(self, calls: list[Call]) -> list[dict[str, Any] | None]:
+        outputs: list[dict[str, Any] | None] = []
+        for call in calls:
+            out = await run_tool(
+                TEST_TOOLS[call.tool],
+                call.arg,
+                step=call.step,
+                performer=call.performer,
+                key=call.key,
+                heartbeat_timeout=timedelta(seconds=2),
+            )
+            outputs.append(out.model_dump() if out is not None else None)
+        return outputs

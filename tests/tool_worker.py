@@ -1,0 +1,32 @@
+"""A worker process that runs only tool activities, so a test can kill it mid-tool."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities import LedgerPlugin
+from activities.tools import EXAMPLE_TOOLS
+from tests.temporal_tools import TEST_TOOLS
+
+
+async def main(address: str, task_queue: str, ledger_url: str, policy: str, lease: float) -> None:
+    client = await Client.connect(
+        address, plugins=[LedgerPlugin(ledger_url, policy=policy, lease=lease)]
+    )
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with Worker(
+        client, task_queue=task_queue, activities=[*TEST_TOOLS.values(), *EXAMPLE_TOOLS.values()]
+    ):
+        print("WORKER READY", flush=True)
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    address, task_queue, ledger_url, policy, lease = sys.argv[1:6]
+    asyncio.run(main(address, task_queue, ledger_url, policy, float(lease)))

