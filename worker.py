@@ -21,6 +21,7 @@ import sysconfig
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -102,10 +103,9 @@ async def dev_server(
     if db_file is not None:
         db_file.parent.mkdir(parents=True, exist_ok=True)
         args += ["--db-filename", str(db_file)]
-    log = open(log_file, "ab") if log_file else subprocess.DEVNULL
-    process = subprocess.Popen(
-        args, stdout=log, stderr=log, start_new_session=True, preexec_fn=_die_with_parent
-    )
+    # Spawned on this (the main) thread, not via to_thread: PDEATHSIG fires when the
+    # spawning thread exits.
+    process, log = _spawn(args, log_file)
     address = f"127.0.0.1:{port}"
     try:
         await _wait_until_serving(address, process)
@@ -124,6 +124,14 @@ async def dev_server(
                 process.wait()
         if log is not subprocess.DEVNULL:
             log.close()
+
+
+def _spawn(args: list[str], log_file: Path | None) -> tuple[subprocess.Popen[bytes], Any]:
+    log: Any = open(log_file, "ab") if log_file else subprocess.DEVNULL
+    process = subprocess.Popen(
+        args, stdout=log, stderr=log, start_new_session=True, preexec_fn=_die_with_parent
+    )
+    return process, log
 
 
 async def _wait_until_serving(address: str, process: subprocess.Popen[bytes]) -> None:

@@ -148,11 +148,11 @@ async def query_json(address: str, workflow_id: str, name: str) -> Any:
 async def wait_for(
     predicate: Callable[[], Awaitable[Any]],
     *,
-    timeout: float = 60,
+    within: float = 60,
     interval: float = 0.2,
     what: str = "condition",
 ) -> Any:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     last: Any = None
     while time.monotonic() < deadline:
         with contextlib.suppress(Exception):

@@ -47,14 +47,18 @@ def _append(path: Path, line: str) -> int:
     return len(path.read_text(encoding="utf-8").splitlines())
 
 
+def _wait_for_file(path: Path) -> None:
+    while not path.exists():
+        time.sleep(0.05)
+
+
 @tool(capability="files.append")
 async def hold_and_append(arg: Hold) -> Lines:
     if arg.go_file:
-        while not Path(arg.go_file).exists():
-            await asyncio.sleep(0.05)
+        await asyncio.to_thread(_wait_for_file, Path(arg.go_file))
     lines = await asyncio.to_thread(_append, Path(arg.path), arg.line)
     if arg.acted_file:
-        Path(arg.acted_file).write_text("acted")
+        await asyncio.to_thread(Path(arg.acted_file).write_text, "acted")
     await asyncio.sleep(arg.hold_after)
     return Lines(lines=lines)
 

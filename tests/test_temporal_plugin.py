@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import signal
@@ -166,7 +167,7 @@ async def test_reset_to_first_workflow_task_replays_instead_of_acting(setup: Set
             task_queue=setup.task_queue,
         )
         assert await handle.result() == 3
-        _, out = await temporal_cli(
+        await temporal_cli(
             setup.address,
             "workflow",
             "reset",
@@ -422,5 +423,5 @@ async def test_retryable_no_effect_waits_retry_after_under_the_same_key(setup: S
     assert result == [{"attempts": 3}]
     attempts = [json.loads(line) for line in lines(log)]
     assert len({a["key"] for a in attempts}) == 1
-    gaps = [b["at"] - a["at"] for a, b in zip(attempts, attempts[1:], strict=False)]
+    gaps = [b["at"] - a["at"] for a, b in itertools.pairwise(attempts)]
     assert all(gap >= 1.5 for gap in gaps), gaps
