@@ -1,6 +1,7 @@
 """The workflow side: ``run_tool``, parking for reconciliation, typed tool errors."""
 
 from ._errors import ToolConflictError, ToolDeniedError, ToolError, ToolFailedError
+from ._replay import ReplayReport, replay_histories
 from ._run_tool import (
     QUERY_OPEN,
     QUERY_REJECTED,
@@ -16,11 +17,13 @@ __all__ = [
     "QUERY_REJECTED",
     "OpenEffect",
     "Rejection",
+    "ReplayReport",
     "ToolConflictError",
     "ToolDeniedError",
     "ToolError",
     "ToolFailedError",
     "default_key",
     "install_reconciliation",
+    "replay_histories",
     "run_tool",
 ]

@@ -1,0 +1,101 @@
+"""Workflow replay (determinism) with the plugin, and the README's main job end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.changed_workflows import ChangedAppendLinesWorkflow
+from tests.temporal_support import ROOT, Setup, make_setup, temporal_cli
+from workflows import replay_histories
+from workflows.examples import EXAMPLE_WORKFLOWS, AppendLinesWorkflow
+
+HISTORIES = sorted((ROOT / "tests" / "histories").glob("*.json"))
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def setup(temporal_address: str, tmp_path: Path) -> Setup:
+    return make_setup(temporal_address, tmp_path)
+
+
+def test_checked_in_histories_include_a_reconciled_park() -> None:
+    names = {path.name for path in HISTORIES}
+    assert {"scripted-agent-reconciled.json", "scripted-agent-reset.json"} <= names
+    text = (ROOT / "tests" / "histories" / "scripted-agent-reconciled.json").read_text()
+    assert "WORKFLOW_EXECUTION_SIGNALED" in text.upper().replace("EVENT_TYPE_", "")
+    assert "ledger.reconcile" in text
+
+
+async def test_checked_in_histories_replay_with_the_plugin() -> None:
+    reports = await replay_histories(HISTORIES, workflows=EXAMPLE_WORKFLOWS)
+    assert reports and all(r.ok for r in reports), [r.error for r in reports]
+
+
+def test_the_replay_command_replays_checked_in_histories() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "workflows.replay", *map(str, HISTORIES)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{len(HISTORIES)} replayed, 0 failed" in done.stdout
+
+
+async def test_exported_history_replays_and_a_changed_workflow_does_not(setup: Setup) -> None:
+    target = setup.folder / "lines.txt"
+    workflow_id = f"replay-{uuid.uuid4().hex[:8]}"
+    client = await setup.client()
+    async with setup.workflow_worker(client, tools=True):
+        await client.execute_workflow(
+            AppendLinesWorkflow.run,
+            args=[str(target), ["a", "b"]],
+            id=workflow_id,
+            task_queue=setup.task_queue,
+        )
+    _, exported = await temporal_cli(
+        setup.address, "workflow", "show", "--workflow-id", workflow_id, "-o", "json"
+    )
+    history = setup.folder / f"{workflow_id}.json"
+    history.write_text(exported)
+    good = await replay_histories([history], workflows=EXAMPLE_WORKFLOWS)
+    assert good[0].ok, good[0].error
+    bad = await replay_histories([history], workflows=[ChangedAppendLinesWorkflow])
+    assert not bad[0].ok
+    assert bad[0].error is not None and bad[0].error.startswith("NondeterminismError")
+    code = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "workflows.replay",
+        str(history),
+        "--workflow",
+        "tests.changed_workflows:ChangedAppendLinesWorkflow",
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await code.communicate()
+    assert code.returncode == 1, out.decode()
+    assert b"FAIL" in out and b"Nondeterminism" in out
+
+
+def test_the_main_job_runs_to_exit_0(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "demo.py"), "--workdir", str(tmp_path / "demo")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "every effect happened exactly once" in done.stdout
+    assert "Signal workflow succeeded" in done.stdout
+    assert "effects caused           3" in done.stdout

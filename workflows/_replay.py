@@ -1,0 +1,114 @@
+"""Replay exported workflow histories against the current workflow code, with the plugin.
+
+A change that would break running workflows (nondeterminism) fails here first::
+
+    temporal workflow show --workflow-id ID -o json > tests/histories/ID.json
+    python -m workflows.replay tests/histories/*.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+
+
+class ReplayReport(BaseModel):
+    path: str
+    workflow_id: str
+    ok: bool
+    error: str | None = None
+
+
+async def replay_histories(
+    paths: Iterable[str | Path],
+    *,
+    workflows: Sequence[type],
+    plugins: Sequence[object] | None = None,
+) -> list[ReplayReport]:
+    """Replay each exported history (``temporal workflow show -o json``); report per file.
+
+    ``plugins`` defaults to a ledger-less :class:`~activities.LedgerPlugin`, which is
+    what replay needs: the pydantic converter and the sandbox pass-through.
+    """
+    if plugins is None:
+        from activities import LedgerPlugin
+
+        plugins = [LedgerPlugin()]
+    replayer = Replayer(workflows=list(workflows), plugins=list(plugins))  # type: ignore[arg-type]
+    reports = []
+    for path in map(Path, paths):
+        workflow_id = path.stem
+        try:
+            history = WorkflowHistory.from_json(workflow_id, path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            reports.append(
+                ReplayReport(
+                    path=str(path),
+                    workflow_id=workflow_id,
+                    ok=False,
+                    error=f"cannot read history: {exc}",
+                )
+            )
+            continue
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        failure = result.replay_failure
+        reports.append(
+            ReplayReport(
+                path=str(path),
+                workflow_id=workflow_id,
+                ok=failure is None,
+                error=None if failure is None else f"{type(failure).__name__}: {failure}",
+            )
+        )
+    return reports
+
+
+def _load(spec: str) -> type:
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise argparse.ArgumentTypeError(f"expected module:Class, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+        return getattr(module, attr)
+    except (ImportError, AttributeError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot load {spec!r}: {exc}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m workflows.replay",
+        description="Replay exported histories against the current workflow code.",
+    )
+    parser.add_argument(
+        "histories", nargs="+", type=Path, help="JSON files from `temporal workflow show -o json`"
+    )
+    parser.add_argument(
+        "--workflow",
+        action="append",
+        type=_load,
+        default=[],
+        metavar="MODULE:CLASS",
+        help="workflow class to replay with (repeatable; default: the examples)",
+    )
+    args = parser.parse_args(argv)
+    workflows = args.workflow
+    if not workflows:
+        from workflows.examples import EXAMPLE_WORKFLOWS
+
+        workflows = EXAMPLE_WORKFLOWS
+    reports = asyncio.run(replay_histories(args.histories, workflows=workflows))
+    for report in reports:
+        print(
+            f"{'ok  ' if report.ok else 'FAIL'} {report.path}"
+            + (f"\n     {report.error}" if report.error else "")
+        )
+    failed = sum(not r.ok for r in reports)
+    print(f"{len(reports) - failed} replayed, {failed} failed")
+    return 1 if failed else 0
