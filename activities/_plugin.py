@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import fnmatch
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import temporalio.client
+from temporalio import activity
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
@@ -77,6 +79,9 @@ class LedgerPlugin(SimplePlugin):
     :class:`Policy`, a TOML file, or ``None`` for the logged allow-all of local
     development. Use it on ``Client.connect(plugins=[...])`` or ``Worker(plugins=[...])``,
     and on ``Replayer(plugins=[...])`` (no ledger is needed to replay).
+    ``ledger_activities`` puts activities you did not write with ``@tool`` (glob
+    patterns of activity types, such as pydantic-ai's ``agent__*``) through the ledger
+    too, keyed by workflow, first run and activity id.
     """
 
     def __init__(
@@ -85,10 +90,14 @@ class LedgerPlugin(SimplePlugin):
         *,
         policy: Policy | str | Path | None = None,
         lease: float = 30.0,
+        ledger_activities: Sequence[str] = (),
     ) -> None:
         if ledger is not None and not isinstance(ledger, (str, Ledger)):
             raise TypeError("ledger must be a URL or a Ledger")
         self._ledger_source = ledger
+        #: Glob patterns of activity types from other libraries (e.g. pydantic-ai's
+        #: ``agent__*``) whose every attempt also goes through the ledger.
+        self.ledger_activities = tuple(ledger_activities)
         self._lease = lease
         self._policy_source = policy
         self._runtime: Runtime | None = None
@@ -176,6 +185,14 @@ class _ActivityInbound(ActivityInboundInterceptor):
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         if not _is_ledgered(input.fn):
+            patterns = self._plugin.ledger_activities
+            if patterns and any(
+                fnmatch.fnmatchcase(activity.info().activity_type, p) for p in patterns
+            ):
+                from ._generic import execute_through_ledger
+
+                runtime = await self._plugin.runtime()
+                return await execute_through_ledger(runtime, input, self.next)
             return await self.next.execute_activity(input)
         token = _runtime.set(await self._plugin.runtime())
         try:
