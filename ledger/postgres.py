@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
@@ -212,7 +212,7 @@ class PostgresRecorder(Recorder):
             open=False,
             # A connection killed by a restart or pg_terminate_backend is found
             # and replaced when taken from the pool, not on first use by the rule.
-            check=ConnectionPool.check_connection,
+            check=self._check,
             timeout=self._timeout,
             name=f"ledger {self.where}",
         )
@@ -269,10 +269,25 @@ class PostgresRecorder(Recorder):
             with self._pool.connection() as conn:
                 yield conn
         except _CONNECTION_ERRORS as exc:
+            self._purge()
             raise LedgerUnavailable(
                 f"the PostgreSQL ledger at {self.where} is unavailable while {doing}: "
                 f"{_reason(exc)}"
             ) from exc
+
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        try:
+            ConnectionPool.check_connection(conn)
+        except Exception:
+            # One dead connection usually means a restart killed them all. Purging
+            # the rest now lets the pool hand out a fresh one at once, instead of
+            # backing off (1 s, 2 s, ...) through each dead one in turn.
+            self._purge()
+            raise
+
+    def _purge(self) -> None:
+        with suppress(Exception):
+            self._pool.check()
 
     def now(self) -> float:
         with self._connection("reading the database clock") as conn:
@@ -300,6 +315,7 @@ class PostgresRecorder(Recorder):
         except psycopg.IntegrityError as exc:
             raise InvalidRequest(_integrity_message(exc)) from exc
         except _CONNECTION_ERRORS as exc:
+            self._purge()
             if committing:
                 # The COMMIT was sent and its answer lost: it may or may not have
                 # landed. Callers treat this like any failed write (the adapter

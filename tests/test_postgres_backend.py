@@ -1,0 +1,403 @@
+"""What only the PostgreSQL backend has to prove: schema migration, per-key locking,
+surviving killed connections, and leases judged by the database clock.
+
+The behaviour every backend shares is in tests/ledger_contract.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import psycopg
+import pytest
+
+from ledger import (
+    ActionInProgressError,
+    ActionRequest,
+    ActionResult,
+    ActionStatus,
+    EffectState,
+    ExecutionContext,
+    InvalidRequest,
+    Ledger,
+    LedgerUnavailable,
+)
+from ledger._recorder import SCHEMA_VERSION
+from ledger.postgres import MIGRATIONS
+from tests import pg
+from tests.ledger_child import AUTHORITY, request
+
+pytestmark = pytest.mark.postgres
+
+KEY_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+
+
+def db_clock(url: str) -> float:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def ledger_backends(admin: psycopg.Connection[Any], dbname: str) -> list[int]:
+    """The ledger's own sessions on the test database (not the test's raw connections)."""
+    rows = admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+        " AND application_name = 'temporal-ledger'",
+        (dbname,),
+    ).fetchall()
+    return [pid for (pid,) in rows]
+
+
+def dbname_of(url: str) -> str:
+    return psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+
+
+class Effects:
+    """The world: which actions actually acted, in order."""
+
+    def __init__(self) -> None:
+        self.done: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, req: ActionRequest, ctx: ExecutionContext) -> dict[str, Any]:
+        with self._lock:
+            self.done.append((req.key, ctx.action_id))
+        return {"ok": True}
+
+    def per_key(self) -> Counter[str]:
+        return Counter(key for key, _ in self.done)
+
+
+# -- (a) schema ---------------------------------------------------------------------
+
+
+def test_migrations_match_the_shared_schema_version() -> None:
+    # Both backends record the same schema_version for the same table layout.
+    assert len(MIGRATIONS) == SCHEMA_VERSION
+
+
+async def test_schema_created_on_first_open_and_reopen_keeps_data(postgres_url: str) -> None:
+    effects = Effects()
+    async with Ledger.open(postgres_url) as ledger:
+        first = await ledger.execute(request("a"), authority=AUTHORITY, adapter=effects)
+    assert first.status is ActionStatus.SUCCEEDED
+
+    with psycopg.connect(postgres_url) as conn:
+        tables = {
+            name
+            for (name,) in conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+            )
+        }
+        assert {"ledger_meta", "ledger_events", "ledger_keys"} <= tables
+        versions = conn.execute(
+            "SELECT value FROM ledger_meta WHERE name = 'schema_version'"
+        ).fetchall()
+        assert versions == [(str(SCHEMA_VERSION),)]
+        columns = dict(
+            conn.execute(
+                "SELECT column_name, data_type FROM information_schema.columns"
+                " WHERE table_name = 'ledger_events'"
+            ).fetchall()
+        )
+        # TEXT, not jsonb: the stored bytes are the hashed bytes.
+        assert columns["payload"] == "text"
+        assert columns["seq"] == "bigint"
+        indexes = {
+            name: ddl
+            for name, ddl in conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'ledger_events'"
+            )
+        }
+        assert "UNIQUE" in indexes["ledger_events_one_request"]
+        assert "action.requested" in indexes["ledger_events_one_request"]
+
+    async with Ledger.open(postgres_url) as ledger:
+        again = await ledger.execute(request("a"), authority=AUTHORITY, adapter=effects)
+        assert again.replayed and again.reused_from_action_id == first.action_id
+        assert ledger.verify().ok
+    assert effects.per_key() == {"a": 1}
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT count(*) FROM ledger_meta").fetchone() == (1,)
+
+
+async def test_a_newer_schema_is_refused(postgres_url: str) -> None:
+    Ledger.open(postgres_url).close()
+    with psycopg.connect(postgres_url) as conn:
+        conn.execute("UPDATE ledger_meta SET value = '99' WHERE name = 'schema_version'")
+    with pytest.raises(InvalidRequest, match="schema version 99"):
+        Ledger.open(postgres_url)
+
+
+async def test_duplicate_action_id_is_refused_like_sqlite(postgres_url: str) -> None:
+    effects = Effects()
+    async with Ledger.open(postgres_url) as ledger:
+        await ledger.execute(request("a", action_id="same"), authority=AUTHORITY, adapter=effects)
+        with pytest.raises(InvalidRequest, match="already submitted"):
+            await ledger.execute(
+                request("b", action_id="same"), authority=AUTHORITY, adapter=effects
+            )
+        assert ledger.events("b") == []
+        assert ledger.verify().ok
+    assert effects.per_key() == {"a": 1}
+
+
+def _open_and_act(url: str, key: str, barrier: Any, results: Any) -> None:
+    async def run() -> str:
+        barrier.wait()
+        async with Ledger.open(url) as ledger:
+            result = await ledger.execute(
+                request(key), authority=AUTHORITY, adapter=lambda req, ctx: {"by": key}
+            )
+            return result.status.value
+
+    try:
+        results.put((key, asyncio.run(run())))
+    except BaseException as exc:
+        results.put((key, f"error: {exc!r}"))
+
+
+def test_concurrent_first_opens_from_four_processes(postgres_url: str) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(4)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_open_and_act, args=(postgres_url, f"p{i}", barrier, results))
+        for i in range(4)
+    ]
+    for proc in procs:
+        proc.start()
+    got = dict(results.get(timeout=120) for _ in procs)
+    for proc in procs:
+        proc.join(timeout=30)
+    assert got == {f"p{i}": "succeeded" for i in range(4)}
+    with Ledger.open(postgres_url) as ledger:
+        assert ledger.verify().ok
+    with psycopg.connect(postgres_url) as conn:
+        assert conn.execute("SELECT value FROM ledger_meta").fetchall() == [(str(SCHEMA_VERSION),)]
+
+
+# -- (b) per-key locking ------------------------------------------------------------
+
+
+async def test_a_held_key_blocks_only_itself(postgres_url: str) -> None:
+    effects = Effects()
+    async with Ledger.open(postgres_url) as ledger:
+        with psycopg.connect(postgres_url) as holder:
+            # Hold key A's lock as a slow transaction of another worker would.
+            holder.execute(KEY_LOCK, ("key-A",))
+            on_a = asyncio.create_task(
+                ledger.execute(request("key-A"), authority=AUTHORITY, adapter=effects)
+            )
+            on_b = await asyncio.wait_for(
+                ledger.execute(request("key-B"), authority=AUTHORITY, adapter=effects), 10
+            )
+            assert on_b.status is ActionStatus.SUCCEEDED
+            await asyncio.sleep(0.3)
+            assert not on_a.done(), "key A must wait for the transaction holding it"
+            holder.rollback()
+        on_a_result = await asyncio.wait_for(on_a, 10)
+        assert on_a_result.status is ActionStatus.SUCCEEDED
+        assert ledger.verify().ok
+    assert effects.per_key() == {"key-A": 1, "key-B": 1}
+
+
+# -- (c) killed connections ---------------------------------------------------------
+
+
+async def test_terminated_backends_never_cause_an_unrecorded_or_duplicate_effect(
+    postgres_url: str,
+) -> None:
+    effects = Effects()
+    dbname = dbname_of(postgres_url)
+    admin_url = pg.admin_url()
+    assert admin_url is not None
+    stop = threading.Event()
+    kills: list[int] = []
+
+    def killer() -> None:
+        # A few rounds, spread over the run: each kills every session the ledger
+        # holds, in use or idle, as a failover or an operator's kill would.
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            while len(kills) < 8 and not stop.wait(0.15):
+                pids = ledger_backends(admin, dbname)
+                for pid in pids:
+                    admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                kills.append(len(pids))
+
+    outcomes: dict[str, ActionResult | LedgerUnavailable] = {}
+    keys = [f"storm-{i}" for i in range(200)]
+    async with Ledger.open(postgres_url, lease=1.0) as ledger:
+        thread = threading.Thread(target=killer, daemon=True)
+        thread.start()
+        try:
+            for key in keys:
+                try:
+                    outcomes[key] = await ledger.execute(
+                        request(key), authority=AUTHORITY, adapter=effects
+                    )
+                except LedgerUnavailable as exc:
+                    outcomes[key] = exc
+        finally:
+            stop.set()
+            thread.join(timeout=10)
+
+        failed = [k for k, v in outcomes.items() if isinstance(v, LedgerUnavailable)]
+        assert len(kills) >= 3 and sum(kills) > 0, "the storm never terminated a connection"
+        for key in failed:
+            message = str(outcomes[key])
+            assert "PostgreSQL ledger" in message and "unavailable" in message, message
+
+        # The pool recovered: with the killer gone, every call works again.
+        started = {
+            (e.key, e.action_id) for e in ledger.events() if e.type == "action.execution_started"
+        }
+        for key, action_id in effects.done:
+            assert (key, action_id) in started, f"{key} acted without a durable started marker"
+        assert max(effects.per_key().values()) <= 1
+        assert ledger.verify().ok
+
+        # Keys whose call failed: once any claim that did land has expired, the same
+        # request is answered (a fresh run if nothing landed, the interruption if the
+        # marker landed) and never acts twice.
+        await asyncio.sleep(1.1)
+        for key in failed:
+            result = await ledger.execute(request(key), authority=AUTHORITY, adapter=effects)
+            assert result.status in (ActionStatus.SUCCEEDED, ActionStatus.FAILED)
+            if result.status is ActionStatus.FAILED:
+                assert result.effect is EffectState.UNKNOWN
+        assert max(effects.per_key().values()) <= 1
+        assert ledger.verify().ok
+    print(f"kills={sum(kills)} unavailable={len(failed)} effects={len(effects.done)}")
+
+
+async def test_a_failure_before_the_marker_acts_nothing_and_the_key_stays_usable(
+    postgres_url: str,
+) -> None:
+    effects = Effects()
+    async with Ledger.open(postgres_url) as ledger:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            with admin.transaction():
+                admin.execute(KEY_LOCK, ("k",))
+                call = asyncio.create_task(
+                    ledger.execute(request("k"), authority=AUTHORITY, adapter=effects)
+                )
+                # Wait until the ledger's transaction is queued behind our lock, then
+                # kill it: the server fails it before anything was recorded.
+                pid = None
+                for _ in range(200):
+                    row = admin.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE application_name ="
+                        " 'temporal-ledger' AND wait_event_type = 'Lock'"
+                        " AND datname = current_database()"
+                    ).fetchone()
+                    if row:
+                        pid = row[0]
+                        break
+                    await asyncio.sleep(0.02)
+                assert pid is not None, "the ledger never waited for the key's lock"
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                with pytest.raises(LedgerUnavailable, match="nothing was recorded"):
+                    await asyncio.wait_for(call, 10)
+        assert effects.done == []
+        assert ledger.events("k") == []
+
+        result = await ledger.execute(request("k"), authority=AUTHORITY, adapter=effects)
+        assert result.status is ActionStatus.SUCCEEDED and not result.replayed
+        assert effects.per_key() == {"k": 1}
+        assert ledger.verify().ok
+
+
+async def test_the_pool_recovers_after_every_connection_is_killed(postgres_url: str) -> None:
+    effects = Effects()
+    admin_url = pg.admin_url()
+    assert admin_url is not None
+    async with Ledger.open(postgres_url) as ledger:
+        await ledger.execute(request("before"), authority=AUTHORITY, adapter=effects)
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            pids = ledger_backends(admin, dbname_of(postgres_url))
+            assert pids
+            for pid in pids:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        after = await ledger.execute(request("after"), authority=AUTHORITY, adapter=effects)
+        assert after.status is ActionStatus.SUCCEEDED
+        assert ledger.state("before").status is ActionStatus.SUCCEEDED
+    assert effects.per_key() == {"before": 1, "after": 1}
+
+
+def test_an_unreachable_server_is_a_clear_error() -> None:
+    started = time.monotonic()
+    with pytest.raises(LedgerUnavailable, match=r"cannot open the PostgreSQL ledger at .*:1/"):
+        Ledger.open("postgresql://nobody:secret@127.0.0.1:1/ledger?connect_timeout=2")
+    assert time.monotonic() - started < 10
+
+
+def test_the_password_never_reaches_the_message() -> None:
+    with pytest.raises(LedgerUnavailable) as caught:
+        Ledger.open("postgresql://nobody:hunter2@127.0.0.1:1/ledger?connect_timeout=2")
+    assert "hunter2" not in str(caught.value)
+
+
+# -- (d) the database clock ---------------------------------------------------------
+
+
+async def test_leases_are_judged_by_the_database_clock(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+    effects = Effects()
+
+    def slow(req: ActionRequest, ctx: ExecutionContext) -> dict[str, Any]:
+        release.wait(30)
+        return effects(req, ctx)
+
+    async def no_renewal(key: str, token: int) -> None:
+        return None
+
+    async with Ledger.open(postgres_url, lease=0.5) as holder, Ledger.open(postgres_url) as other:
+        # The holder never renews, as if its worker had stalled after acting.
+        monkeypatch.setattr(holder, "_keep_lease", no_renewal)
+        before = db_clock(postgres_url)
+        running = asyncio.create_task(
+            holder.execute(request("lease"), authority=AUTHORITY, adapter=slow)
+        )
+        for _ in range(200):
+            state = other.state("lease")
+            if state.holder_action_id:
+                break
+            await asyncio.sleep(0.01)
+        after = db_clock(postgres_url)
+        expires = state.lease_expires_at
+        assert expires is not None
+        assert before + 0.5 <= expires <= after + 0.5
+
+        # A worker whose own clock runs an hour fast must still see a live lease.
+        real_time = time.time
+        monkeypatch.setattr(time, "time", lambda: real_time() + 3600)
+        with pytest.raises(ActionInProgressError):
+            await other.execute(request("lease"), authority=AUTHORITY, adapter=effects)
+        monkeypatch.setattr(time, "time", real_time)
+
+        for _ in range(100):
+            if db_clock(postgres_url) > expires:
+                break
+            await asyncio.sleep(0.05)
+        recovered = await other.execute(request("lease"), authority=AUTHORITY, adapter=effects)
+        assert recovered.replayed
+        assert recovered.status is ActionStatus.FAILED
+        assert recovered.effect is EffectState.UNKNOWN
+
+        release.set()
+        late = await asyncio.wait_for(running, 10)
+        # The stalled attempt's report is late evidence, not the outcome.
+        assert late.effect is EffectState.UNKNOWN
+        types = [e.type for e in other.events("lease")]
+        assert "action.late_completion" in types
+        assert other.verify().ok
+    assert effects.per_key() == {"lease": 1}
