@@ -8,9 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -28,7 +35,7 @@ from ledger import (
     LedgerUnavailable,
 )
 from ledger._recorder import SCHEMA_VERSION
-from ledger.postgres import MIGRATIONS
+from ledger.postgres import MIGRATIONS, PostgresRecorder
 from tests import pg
 from tests.ledger_child import AUTHORITY, request
 
@@ -342,6 +349,99 @@ def test_the_password_never_reaches_the_message() -> None:
     with pytest.raises(LedgerUnavailable) as caught:
         Ledger.open("postgresql://nobody:hunter2@127.0.0.1:1/ledger?connect_timeout=2")
     assert "hunter2" not in str(caught.value)
+
+
+@pytest.fixture
+def own_server() -> Iterator[tuple[str, Callable[[str], None]]]:
+    """A private PostgreSQL server this test may stop and restart (the shared one is not)."""
+    pg_config = shutil.which("pg_config")
+    if pg_config is None:
+        pytest.skip("pg_config not found: cannot start a private PostgreSQL server")
+    bindir = Path(
+        subprocess.run(
+            [pg_config, "--bindir"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+    if not (bindir / "initdb").exists():
+        pytest.skip(f"no initdb in {bindir}")
+    as_user: list[str] = []
+    root = Path(tempfile.mkdtemp(prefix="ledger-pg-"))
+    if os.geteuid() == 0:  # initdb refuses to run as root
+        as_user = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(root, "postgres")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    data = root / "data"
+    subprocess.run(
+        [*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"],
+        check=True,
+        capture_output=True,
+    )
+    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1"
+
+    def ctl(action: str) -> None:
+        subprocess.run(
+            [
+                *as_user,
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-o",
+                options,
+                "-l",
+                str(root / "log"),
+                "-w",
+                "-m",
+                "fast",
+                action,
+            ],
+            check=True,
+            capture_output=True,
+        )
+
+    ctl("start")
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres", ctl
+    finally:
+        subprocess.run(
+            [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+            capture_output=True,
+        )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_a_server_stop_is_unavailable_and_a_restart_recovers(
+    own_server: tuple[str, Callable[[str], None]],
+) -> None:
+    url, ctl = own_server
+    effects = Effects()
+    async with Ledger(PostgresRecorder(url, timeout=2.0), url=url) as ledger:
+        await ledger.execute(request("before"), authority=AUTHORITY, adapter=effects)
+
+        await asyncio.to_thread(ctl, "stop")
+        started = time.monotonic()
+        with pytest.raises(LedgerUnavailable, match="nothing was recorded"):
+            await ledger.execute(request("down"), authority=AUTHORITY, adapter=effects)
+        assert time.monotonic() - started < 10, "an unreachable server must fail fast"
+
+        await asyncio.to_thread(ctl, "start")
+        # The pool reconnects in the background with backoff; the key is untouched.
+        for _ in range(30):
+            try:
+                await ledger.execute(request("down"), authority=AUTHORITY, adapter=effects)
+                break
+            except LedgerUnavailable:
+                await asyncio.sleep(0.5)
+        assert ledger.state("down").status is ActionStatus.SUCCEEDED
+
+        # Every pooled connection dies in a restart; the first call afterwards must
+        # not pay for them one by one.
+        await asyncio.to_thread(ctl, "restart")
+        result = await ledger.execute(request("after"), authority=AUTHORITY, adapter=effects)
+        assert result.status is ActionStatus.SUCCEEDED
+        assert ledger.verify().ok
+    assert effects.per_key() == {"before": 1, "down": 1, "after": 1}
 
 
 # -- (d) the database clock ---------------------------------------------------------
