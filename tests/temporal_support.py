@@ -19,15 +19,16 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import LedgerPlugin
-from tests.temporal_tools import StepsWorkflow
+from tests.temporal_tools import ModelCallWorkflow, StepsWorkflow
 from worker import temporal_binary
+from workflows.agent import AGENT_WORKFLOWS
 from workflows.examples import EXAMPLE_WORKFLOWS
 
 ROOT = Path(__file__).resolve().parent.parent
 
 POLICY_TOML = """
 [performers]
-"agent" = ["files.*", "slots.*", "messages.*"]
+"agent" = ["files.*", "slots.*", "messages.*", "model.*", "tickets.*"]
 
 [reconcile]
 actors = ["ops-*"]
@@ -53,25 +54,30 @@ class Setup:
 
     @contextlib.asynccontextmanager
     async def workflow_worker(
-        self, client: Client, *, tools: bool = False
+        self, client: Client, *, tools: bool = False, model_url: str | None = None
     ) -> AsyncIterator[Worker]:
         """An in-process worker for workflows; with ``tools`` it runs every activity too,
         without it only workflow tasks (a tool worker process runs the activities)."""
+        from activities.models import OpenAIChatClient, model_tool
         from activities.tools import EXAMPLE_TOOLS
         from tests.temporal_tools import TEST_TOOLS
 
         activities = [*TEST_TOOLS.values(), *EXAMPLE_TOOLS.values()] if tools else []
+        if tools and model_url:
+            activities.append(model_tool(OpenAIChatClient(base_url=model_url)))
         async with Worker(
             client,
             task_queue=self.task_queue,
-            workflows=[StepsWorkflow, *EXAMPLE_WORKFLOWS],
+            workflows=[StepsWorkflow, ModelCallWorkflow, *EXAMPLE_WORKFLOWS, *AGENT_WORKFLOWS],
             activities=activities,
             no_remote_activities=not tools,
         ) as worker:
             yield worker
 
     @contextlib.asynccontextmanager
-    async def tool_worker_process(self) -> AsyncIterator[asyncio.subprocess.Process]:
+    async def tool_worker_process(
+        self, model_url: str = "http://127.0.0.1:9/unused"
+    ) -> AsyncIterator[asyncio.subprocess.Process]:
         """A separate worker process that runs the tools, so it can be killed mid-tool."""
         process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -83,6 +89,7 @@ class Setup:
             self.ledger_url,
             str(self.policy),
             str(self.lease),
+            model_url,
             cwd=ROOT,
             env=dict(os.environ, PYTHONPATH=str(ROOT)),
             stdout=asyncio.subprocess.PIPE,

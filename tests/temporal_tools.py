@@ -13,6 +13,8 @@ from pydantic import BaseModel
 from temporalio import workflow
 
 from activities import tool, tool_context
+from activities.models import MODEL_CALL, ModelRequest
+from activities.tools import register_agent_tool
 from ledger import NoEffect
 from workflows import run_tool
 
@@ -74,6 +76,7 @@ async def reserve_slot(arg: Reserve) -> Reserved:
 
 
 TEST_TOOLS = {"hold_and_append": hold_and_append, "reserve_slot": reserve_slot}
+register_agent_tool(hold_and_append)
 
 
 class Call(BaseModel):
@@ -102,3 +105,13 @@ class StepsWorkflow:
             )
             outputs.append(out.model_dump() if out is not None else None)
         return outputs
+
+
+@workflow.defn
+class ModelCallWorkflow:
+    """One recorded model call under an explicit key."""
+
+    @workflow.run
+    async def run(self, request: ModelRequest, key: str) -> dict[str, Any]:
+        response = await run_tool(MODEL_CALL, request, step="model", performer="agent", key=key)
+        return response.model_dump()

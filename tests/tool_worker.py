@@ -10,18 +10,24 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import LedgerPlugin
+from activities.models import OpenAIChatClient, model_tool
 from activities.tools import EXAMPLE_TOOLS
 from tests.temporal_tools import TEST_TOOLS
 
 
-async def main(address: str, task_queue: str, ledger_url: str, policy: str, lease: float) -> None:
+async def main(
+    address: str, task_queue: str, ledger_url: str, policy: str, lease: float, model_url: str
+) -> None:
     client = await Client.connect(
         address, plugins=[LedgerPlugin(ledger_url, policy=policy, lease=lease)]
     )
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    model = model_tool(OpenAIChatClient(base_url=model_url))
     async with Worker(
-        client, task_queue=task_queue, activities=[*TEST_TOOLS.values(), *EXAMPLE_TOOLS.values()]
+        client,
+        task_queue=task_queue,
+        activities=[*TEST_TOOLS.values(), *EXAMPLE_TOOLS.values(), model],
     ):
         print("WORKER READY", flush=True)
         await stop.wait()
@@ -29,4 +35,5 @@ async def main(address: str, task_queue: str, ledger_url: str, policy: str, leas
 
 if __name__ == "__main__":
     address, task_queue, ledger_url, policy, lease = sys.argv[1:6]
-    asyncio.run(main(address, task_queue, ledger_url, policy, float(lease)))
+    model_url = sys.argv[6] if len(sys.argv) > 6 else "http://127.0.0.1:9/unused"
+    asyncio.run(main(address, task_queue, ledger_url, policy, float(lease), model_url))

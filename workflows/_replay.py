@@ -100,9 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     workflows = args.workflow
     if not workflows:
+        from workflows.agent import AGENT_WORKFLOWS
         from workflows.examples import EXAMPLE_WORKFLOWS
 
-        workflows = EXAMPLE_WORKFLOWS
+        workflows = [*EXAMPLE_WORKFLOWS, *AGENT_WORKFLOWS]
     reports = asyncio.run(replay_histories(args.histories, workflows=workflows))
     for report in reports:
         print(

@@ -302,7 +302,7 @@ def default_key(step: str) -> str:
 
 
 async def run_tool(
-    tool: Tool[Any, OutT],
+    tool: Tool[Any, OutT] | ToolSpec[Any, OutT],
     arg: BaseModel | dict[str, Any],
     *,
     step: str,

@@ -1,0 +1,398 @@
+"""Activities not written with ``@tool`` (e.g. pydantic-ai's), put through the ledger.
+
+``LedgerPlugin(ledger_activities=[...])`` routes every activity whose type matches one
+of its glob patterns to :func:`execute_through_ledger`. The activity's arguments become
+the request, its return value (as JSON, through the worker's payload converter) the
+recorded outcome, and a later attempt under the same key gets the recorded value back,
+decoded to the activity's return type, instead of running the activity again.
+
+The key is ``{workflow_id}/{first_execution_run_id}/{activity_id}`` (with the previous
+run of a continue-as-new or cron chain inserted when there is one). ``activity.info()``
+does not carry the first execution's run id, so :class:`RunAnchorInterceptor` (a
+workflow outbound interceptor) puts it in a header of every activity the workflow
+schedules. Why these parts:
+
+* ``activity_id`` is assigned in order by the workflow ("1", "2", ...), so the same
+  step of a deterministic workflow has the same id after a worker crash, on every
+  retry of the activity, and in the new run a ``temporal workflow reset`` creates.
+* ``workflow_run_id`` changes on reset, so keying on it would run every effect again;
+  ``first_execution_run_id`` is copied into the reset run, so it does not.
+* ``workflow_id`` alone is not enough: a workflow id reused (after the first execution
+  closed) for a new execution would then replay the old execution's outcomes, or be
+  refused as a conflict. A new execution has a new first execution run id.
+* A continue-as-new (or cron, or workflow-retry) run restarts activity ids at "1"
+  with the same first execution run id, so the run it continued from is part of the
+  key; a reset run keeps that value too.
+
+An activity scheduled without the header (the workflow worker lacks the interceptor)
+is refused, non-retryably, before anything runs: no key that is both stable and unique
+can be formed without it, and acting without one would be guessing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import fnmatch
+import hashlib
+import json
+import re
+import threading
+import typing
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity, workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.converter import PayloadConverter
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+    StartActivityInput,
+    StartLocalActivityInput,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
+)
+
+from ledger import (
+    ActionInProgressError,
+    ActionRequest,
+    ActionResult,
+    ActionStatus,
+    EffectState,
+    ExecutionContext,
+    IdempotencyConflictError,
+    InvalidRequest,
+    LedgerUnavailable,
+    NoEffect,
+)
+
+from . import _payloads as p
+from ._runtime import Runtime
+from ._tool import ToolSpec, _heartbeat, _outcome_or_raise
+
+#: Header carrying the run identity the key is built from (JSON: first, continued).
+ANCHOR_HEADER = "temporal-ledger-run-anchor"
+
+#: Turns the activity's arguments (JSON) into the payload that is fingerprinted.
+Normalizer = Callable[[str, list[Any]], dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgeredActivity:
+    """How activities whose type matches ``pattern`` go through the ledger.
+
+    ``retry_safe``: an unknown outcome may be tried again under the same key. True for
+    calls without an effect on the world (a model request: the worst case of asking
+    twice is paying twice); False for tools, whose unknown effect parks the step.
+    ``normalize`` maps ``(activity_type, args_as_json)`` to the payload that is
+    fingerprinted; it drops parts of the arguments that legitimately differ between
+    the original run and a reset run (wall-clock timestamps, the run id), so a reset
+    replays instead of being refused as a conflict. Default: ``{"args": args}``.
+    """
+
+    pattern: str
+    retry_safe: bool = False
+    normalize: Normalizer | None = None
+
+
+# Process-wide: the plugin's interceptor hands execute_through_ledger only the runtime,
+# so the options of a pattern are looked up here (see register()).
+_rules: list[LedgeredActivity] = []
+_rules_lock = threading.Lock()
+
+
+def register(*rules: LedgeredActivity) -> None:
+    """Make the options of ``rules`` apply to the activity types their patterns match.
+
+    Registering the same rule twice is a no-op; a different rule for a pattern that
+    already has one is refused (two plugins in one process must not disagree).
+    """
+    with _rules_lock:
+        for rule in rules:
+            existing = next((r for r in _rules if r.pattern == rule.pattern), None)
+            if existing is None:
+                _rules.append(rule)
+            elif existing != rule:
+                raise ValueError(
+                    f"ledgered activity pattern {rule.pattern!r} is already registered with "
+                    f"other options: {existing!r}"
+                )
+
+
+def rule_for(activity_type: str) -> LedgeredActivity:
+    """The registered options for an activity type; the defaults (not retry-safe) if none."""
+    with _rules_lock:
+        for rule in _rules:
+            if fnmatch.fnmatchcase(activity_type, rule.pattern):
+                return rule
+    return LedgeredActivity(activity_type)
+
+
+def capability_for(activity_type: str) -> str:
+    """``agent__support__model_request`` -> ``activity.agent.support.model_request``."""
+    parts = []
+    for segment in re.split(r"__|\.", activity_type):
+        segment = re.sub(r"[^A-Za-z0-9_-]", "_", segment)
+        if not segment:
+            continue
+        if not re.match(r"[A-Za-z_]", segment):
+            segment = "_" + segment
+        parts.append(segment)
+    return ".".join(["activity", *parts])
+
+
+# -- the workflow side: the header ------------------------------------------------------
+
+
+class RunAnchorInterceptor(Interceptor):
+    """Worker interceptor: stamps every scheduled activity with the run identity.
+
+    Must be on the worker that runs the *workflows* (it is a workflow interceptor);
+    :func:`execute_through_ledger` reads the header on the activity worker.
+    """
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
+        return _AnchorInbound
+
+
+class _AnchorInbound(WorkflowInboundInterceptor):
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        super().init(_AnchorOutbound(outbound))
+
+
+class _AnchorOutbound(WorkflowOutboundInterceptor):
+    def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
+        input.headers = {**input.headers, ANCHOR_HEADER: _anchor_payload()}
+        return super().start_activity(input)
+
+    def start_local_activity(self, input: StartLocalActivityInput) -> workflow.ActivityHandle[Any]:
+        input.headers = {**input.headers, ANCHOR_HEADER: _anchor_payload()}
+        return super().start_local_activity(input)
+
+
+def _anchor_payload() -> Payload:
+    info = workflow.info()
+    # Plain JSON, not the worker's converter: the header is ours and must read the same
+    # on any worker whatever converter it configures.
+    data = json.dumps(
+        {"first": info.first_execution_run_id, "continued": info.continued_run_id},
+        sort_keys=True,
+    ).encode()
+    return Payload(metadata={"encoding": b"json/plain"}, data=data)
+
+
+def _anchor_from(headers: typing.Mapping[str, Payload]) -> dict[str, str | None] | None:
+    payload = headers.get(ANCHOR_HEADER)
+    if payload is None:
+        return None
+    try:
+        value = json.loads(payload.data)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("first"), str):
+        return None
+    return value
+
+
+def key_for(
+    workflow_id: str, first_run_id: str, continued_run_id: str | None, activity_id: str
+) -> str:
+    """The idempotency key of one scheduled activity (see the module docstring)."""
+    chain = f"{first_run_id}/{continued_run_id}" if continued_run_id else first_run_id
+    key = f"{workflow_id}/{chain}/{activity_id}"
+    if len(key) <= 255 and key.isprintable():
+        return key
+    # A long or unprintable workflow id: keep a readable prefix, bind the rest by hash.
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    prefix = "".join(c if c.isprintable() else "?" for c in workflow_id)[:120]
+    return f"{prefix}/sha256:{digest}"
+
+
+# -- the activity side -----------------------------------------------------------------
+
+
+def _to_json(payload: Payload) -> Any:
+    encoding = payload.metadata.get("encoding", b"")
+    if encoding == b"json/plain":
+        return json.loads(payload.data)
+    if encoding == b"binary/null":
+        return None
+    # Bytes, protobuf and the like: keep the exact payload, readable as JSON.
+    return {"$payload": base64.b64encode(payload.SerializeToString(deterministic=True)).decode()}
+
+
+def _from_json(value: Any) -> Payload:
+    if isinstance(value, dict) and set(value) == {"$payload"}:
+        payload = Payload()
+        payload.ParseFromString(base64.b64decode(str(value["$payload"])))
+        return payload
+    if value is None:
+        return Payload(metadata={"encoding": b"binary/null"})
+    return Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(value).encode())
+
+
+def _return_type(fn: Callable[..., Any]) -> Any:
+    try:
+        return typing.get_type_hints(fn).get("return")
+    except Exception:
+        # An annotation that does not resolve: decode without a type (plain JSON values).
+        return None
+
+
+def _refuse(message: str) -> ApplicationError:
+    return ApplicationError(message, type=p.INVALID, non_retryable=True)
+
+
+async def execute_through_ledger(
+    runtime: Runtime,
+    input: ExecuteActivityInput,
+    next: ActivityInboundInterceptor,
+    *,
+    rule: LedgeredActivity | None = None,
+) -> Any:
+    """Run one attempt of an activity through the ledger: act once, replay afterwards.
+
+    Fresh: the ledger records the request and the start, ``next.execute_activity(input)``
+    runs, and its return value is recorded as JSON. Replay (same key, same normalised
+    arguments): the recorded value is decoded to the activity's return type and
+    returned; the activity does not run. Outcomes map to the same typed
+    ``ApplicationError`` s as ``@tool`` (see ``activities._payloads``).
+    """
+    info = activity.info()
+    rule = rule or rule_for(info.activity_type)
+    anchor = _anchor_from(input.headers)
+    if info.workflow_id is None or anchor is None:
+        raise _refuse(
+            f"{info.activity_type}: cannot be ledgered: the activity carries no "
+            f"{ANCHOR_HEADER!r} header, so no key that survives a reset yet is unique per "
+            "execution can be formed. Register the ledger plugin (with RunAnchorInterceptor) "
+            "on the worker that runs the workflow too."
+        )
+    converter: PayloadConverter = activity.payload_converter()
+    try:
+        args = [_to_json(payload) for payload in converter.to_payloads(list(input.args))]
+    except Exception as exc:
+        raise _refuse(f"{info.activity_type}: arguments are not JSON: {exc}") from None
+    payload = rule.normalize(info.activity_type, args) if rule.normalize else {"args": args}
+    first, continued = anchor["first"] or "", anchor.get("continued")
+    key = key_for(info.workflow_id, first, continued, info.activity_id)
+    performer = info.workflow_type or "unknown-workflow"
+    spec = ToolSpec(
+        name=info.activity_type,
+        capability=capability_for(info.activity_type),
+        retry_safe=rule.retry_safe,
+        arg_type=dict,  # type: ignore[arg-type]  # only name/capability/retry_safe are read
+        output_type=None,
+    )
+    # What this attempt's adapter saw, if it ran: the raw return value or the exception.
+    ran: dict[str, Any] = {}
+
+    async def adapter(request: ActionRequest, ctx: ExecutionContext) -> Any:
+        try:
+            value = await next.execute_activity(input)
+        except NoEffect:
+            raise
+        except BaseException as exc:
+            ran["error"] = exc
+            raise
+        ran["value"] = value
+        # Recorded through the same converter Temporal would use to send it to the
+        # workflow, so decoding it on replay gives the workflow the same object.
+        return _to_json(converter.to_payload(value))
+
+    request = {
+        "key": key,
+        "capability": spec.capability,
+        "instruction": info.activity_type,
+        "payload": payload,
+        "performer": performer,
+        "context": {
+            "workflow_id": info.workflow_id,
+            "workflow_run_id": info.workflow_run_id,
+            "first_execution_run_id": anchor["first"],
+            "continued_run_id": anchor.get("continued"),
+            "activity_id": info.activity_id,
+            "activity_type": info.activity_type,
+            "attempt": info.attempt,
+        },
+    }
+    heartbeat = _start_heartbeat(info.heartbeat_timeout)
+    try:
+        result = await _execute(runtime, request, adapter, spec, performer)
+    finally:
+        heartbeat.cancel()
+        with contextlib.suppress(BaseException):
+            await heartbeat
+    if "value" in ran and result.status is ActionStatus.SUCCEEDED and not result.replayed:
+        return ran["value"]
+    if "error" in ran and not result.replayed and _may_act_again(result, spec):
+        # The ledger lets this key act again: hand Temporal (and pydantic-ai's own error
+        # mapping on the workflow side) the original exception, as if we were not here.
+        raise ran["error"]
+    outcome = _outcome_or_raise(spec, result, runtime.policy.reconcilers)
+    try:
+        return converter.from_payload(_from_json(outcome.output), _return_type(input.fn))
+    except Exception as exc:
+        raise ApplicationError(
+            f"{info.activity_type}: the recorded output of {key!r} does not decode to the "
+            f"activity's return type: {exc}",
+            type=p.FAILED,
+            non_retryable=True,
+        ) from None
+
+
+def _may_act_again(result: ActionResult, spec: ToolSpec[Any, Any]) -> bool:
+    if result.retryable:
+        return True
+    return result.effect is EffectState.UNKNOWN and spec.retry_safe
+
+
+def _start_heartbeat(every: timedelta | None) -> asyncio.Task[None]:
+    # Temporal must keep hearing from this worker while the ledger waits or runs.
+    return asyncio.create_task(_heartbeat(every))
+
+
+async def _execute(
+    runtime: Runtime,
+    request: dict[str, Any],
+    adapter: Callable[..., Any],
+    spec: ToolSpec[Any, Any],
+    performer: str,
+) -> ActionResult:
+    # The same mapping as activities._tool._run_ledgered (to be shared, see the report).
+    try:
+        return await runtime.ledger.execute(
+            request,
+            authority=runtime.policy.authority_for(performer),
+            adapter=adapter,
+            retry_safe=spec.retry_safe,
+        )
+    except IdempotencyConflictError as exc:
+        details = p.ConflictDetails(
+            key=exc.key,
+            original_action_id=exc.original_action_id,
+            dimensions=list(exc.dimensions),
+            fingerprint_version=exc.fingerprint_version,
+        )
+        raise ApplicationError(
+            str(exc), details.model_dump(), type=p.CONFLICT, non_retryable=True
+        ) from None
+    except ActionInProgressError as exc:
+        raise ApplicationError(
+            str(exc),
+            type=p.IN_PROGRESS,
+            next_retry_delay=timedelta(seconds=max(exc.lease_remaining, 0.1)),
+        ) from None
+    except InvalidRequest as exc:
+        raise ApplicationError(f"{spec.name}: {exc}", type=p.INVALID, non_retryable=True) from None
+    except LedgerUnavailable as exc:
+        raise ApplicationError(str(exc), type=p.LEDGER_UNAVAILABLE) from None

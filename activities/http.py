@@ -1,0 +1,233 @@
+"""HTTP for ledgered tools: forward the idempotency key, classify what a call may have done.
+
+Use :func:`request_json` inside a ``@tool``. It sends the tool's idempotency key as an
+``Idempotency-Key`` header and turns every outcome into one of three things the ledger
+understands:
+
+========================================  ==============================================
+what happened                             what the ledger records
+========================================  ==============================================
+2xx                                       success: an :class:`HttpResult`
+409 Conflict                              success with ``already_done=True``: the far
+                                          side says it already holds this key
+connection refused, connect/pool timeout  ``NoEffect(retryable=True)``: nothing was sent
+429 Too Many Requests, 408                ``NoEffect(retryable=True, retry_after=...)``
+other 4xx (400, 422, ...)                 ``NoEffect(retryable=False)``: fix the request
+read/write timeout, reset after sending,  :class:`HttpEffectUnknown`: the effect may
+5xx, 3xx                                  have committed; the ledger records it unknown
+========================================  ==============================================
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import email.utils
+import functools
+import json as jsonlib
+import math
+import ssl
+import string
+import urllib.parse
+from typing import Any
+
+import httpx
+from pydantic import BaseModel
+
+from ledger import NoEffect
+
+from ._runtime import tool_context
+
+__all__ = [
+    "IDEMPOTENCY_HEADER",
+    "HttpEffectUnknown",
+    "HttpResult",
+    "parse_retry_after",
+    "request_json",
+]
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+_EXCERPT = 200
+# Everything a header value carries unchanged; '%' is escaped so the encoding stays one-to-one.
+_HEADER_SAFE = "".join(c for c in string.printable if "!" <= c <= "~" and c != "%")
+
+
+class HttpResult(BaseModel):
+    """What the far side answered to a call that is done (2xx, or 409 already done)."""
+
+    status: int
+    #: The response body: parsed JSON, the text when it is not JSON, ``None`` when empty.
+    body: Any = None
+    #: 409: the far side already holds this key, so the effect exists from an earlier attempt.
+    already_done: bool = False
+
+
+class HttpEffectUnknown(Exception):
+    """The request may have reached the far side and acted; nobody knows whether it did.
+
+    The ledger records any exception that is not ``NoEffect`` as an unknown effect, so
+    a step that raises this parks for an operator (or, for a ``retry_safe`` tool, is
+    tried again under the same key).
+    """
+
+    def __init__(self, method: str, url: str, what: str, *, status: int | None = None) -> None:
+        self.method = method
+        self.url = url
+        self.what = what
+        self.status = status
+        super().__init__(f"{method} {url}: {what}; the effect may have happened")
+
+    def __reduce__(self):
+        return (_rebuild_unknown, (self.method, self.url, self.what, self.status))
+
+
+def _rebuild_unknown(method: str, url: str, what: str, status: int | None) -> HttpEffectUnknown:
+    return HttpEffectUnknown(method, url, what, status=status)
+
+
+def parse_retry_after(value: str | None, *, now: dt.datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value (delay-seconds or an HTTP-date).
+
+    A date in the past means 0; a value that is neither form means no hint (``None``).
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT; "-0000" parses as naive
+        when = when.replace(tzinfo=dt.UTC)
+    now = now or dt.datetime.now(dt.UTC)
+    seconds = (when - now).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+async def request_json(
+    method: str,
+    url: str,
+    *,
+    json: Any = None,
+    headers: dict[str, str] | None = None,
+    # httpx's per-phase timeout, not a cancellation: a connect timeout means nothing was
+    # sent, a read timeout means it may have acted, and asyncio.timeout cannot tell them apart.
+    timeout: float | httpx.Timeout = 30.0,  # noqa: ASYNC109
+    idempotency_key: str | None = None,
+    client: httpx.AsyncClient | None = None,
+) -> HttpResult:
+    """Send one HTTP request for a ledgered tool and classify its outcome.
+
+    ``idempotency_key`` defaults to the running tool's key (``tool_context().key``);
+    pass it when calling from a plain ledger adapter. Keys outside printable ASCII
+    (and ``%``, and spaces) are percent-encoded so that every ledger key has exactly
+    one header form. ``client`` lets the caller share a connection pool; otherwise a
+    client lives for this call. Never follows redirects and never retries by itself:
+    whether to try again is the ledger's decision.
+
+    Returns an :class:`HttpResult` for 2xx and for 409 (``already_done=True``). Raises
+    :class:`ledger.NoEffect` when nothing can have happened and
+    :class:`HttpEffectUnknown` when the effect may have happened.
+    """
+    method = method.upper()
+    key = idempotency_key if idempotency_key is not None else tool_context().key
+    send_headers = dict(headers or {})
+    if any(name.lower() == IDEMPOTENCY_HEADER.lower() for name in send_headers):
+        raise NoEffect(
+            f"{method} {url}: not sent: the {IDEMPOTENCY_HEADER} header is the ledger's key; "
+            "pass idempotency_key= instead",
+            retryable=False,
+        )
+    send_headers[IDEMPOTENCY_HEADER] = urllib.parse.quote(key, safe=_HEADER_SAFE)
+    content: bytes | None = None
+    if json is not None:
+        # Serialised here so that a body JSON cannot carry fails before anything is sent.
+        try:
+            content = jsonlib.dumps(json, allow_nan=False).encode()
+        except (TypeError, ValueError) as exc:
+            raise NoEffect(f"{method} {url}: not sent: body is not JSON: {exc}") from exc
+        send_headers.setdefault("Content-Type", "application/json")
+    try:
+        if client is None:
+            async with httpx.AsyncClient(timeout=timeout, verify=_tls()) as own:
+                response = await _send(own, method, url, content, send_headers, timeout)
+        else:
+            response = await _send(client, method, url, content, send_headers, timeout)
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+        raise NoEffect(
+            f"{method} {url}: not sent: {type(exc).__name__}: {exc}", retryable=True
+        ) from exc
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+        raise NoEffect(f"{method} {url}: not sent: {exc}", retryable=False) from exc
+    except httpx.TimeoutException as exc:
+        raise HttpEffectUnknown(
+            method, url, f"no answer within the timeout after sending ({type(exc).__name__})"
+        ) from exc
+    except httpx.HTTPError as exc:
+        # Resets, protocol errors and anything unforeseen: the bytes may have arrived.
+        raise HttpEffectUnknown(method, url, f"{type(exc).__name__}: {exc}") from exc
+    return _classify(method, url, response)
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    # Loading the CA bundle costs about a quarter second; a context is safe to share.
+    return httpx.create_ssl_context()
+
+
+async def _send(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    content: bytes | None,
+    headers: dict[str, str],
+    http_timeout: float | httpx.Timeout,
+) -> httpx.Response:
+    return await client.request(
+        method, url, content=content, headers=headers, timeout=http_timeout, follow_redirects=False
+    )
+
+
+def _classify(method: str, url: str, response: httpx.Response) -> HttpResult:
+    status = response.status_code
+    if 200 <= status < 300:
+        return HttpResult(status=status, body=_body(response))
+    if status == 409:
+        return HttpResult(status=status, body=_body(response), already_done=True)
+    said = f"{status} {response.reason_phrase}: {_excerpt(response)}"
+    if status == 429:
+        raise NoEffect(
+            f"{method} {url}: {said}",
+            retryable=True,
+            retry_after=parse_retry_after(response.headers.get("Retry-After")),
+        )
+    if status == 408:
+        # The server never received the whole request (RFC 9110 15.5.9), so it cannot act.
+        raise NoEffect(f"{method} {url}: {said}", retryable=True)
+    if 400 <= status < 500:
+        raise NoEffect(f"{method} {url}: {said}", retryable=False)
+    if 300 <= status < 400:
+        # A redirect after a write often means "done, look there", but not always.
+        location = response.headers.get("Location", "no Location")
+        raise HttpEffectUnknown(
+            method, url, f"redirected ({said}; {location}), not followed", status=status
+        )
+    raise NoEffect(said, retryable=True)
+
+
+def _body(response: httpx.Response) -> Any:
+    if not response.content:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        return response.text
+
+
+def _excerpt(response: httpx.Response) -> str:
+    text = " ".join(response.text.split())
+    if not text:
+        return "(empty body)"
+    return text if len(text) <= _EXCERPT else text[: _EXCERPT - 1] + "…"

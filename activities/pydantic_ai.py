@@ -1,0 +1,220 @@
+"""Ledgered model requests and tool calls for pydantic-ai's Temporal integration.
+
+Users of :class:`pydantic_ai.durable_exec.temporal.TemporalAgent` (or of an ``Agent``
+with the ``TemporalDurability`` capability) add one plugin, and change no tool::
+
+    from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
+    from activities.pydantic_ai import ledgered_plugin
+
+    client = await Client.connect(
+        "localhost:7233",
+        plugins=[PydanticAIPlugin(), ledgered_plugin("sqlite:///ledger.db", agents=[agent])],
+    )
+
+Every model request and every tool call of those agents then goes through the ledger,
+keyed by workflow, first execution run and activity id (see ``activities._generic``):
+a worker crash, an activity retry or ``temporal workflow reset`` replays the recorded
+model response and tool result instead of asking the model again or acting again.
+
+* Model requests are retry-safe: they change nothing in the world, so an attempt whose
+  outcome is unknown (the worker died mid-request) may ask again.
+* Tool calls are not (``tools_retry_safe=False``): a tool that started and never
+  reported, or failed after it may have acted, ends the activity with a non-retryable
+  ``ToolEffectUnknown`` error instead of acting a second time; an operator reconciles
+  the key with ``python -m ledger reconcile``.
+* ``get_tools``, argument validation, event-stream handlers and the like are not
+  ledgered: they have no effect to protect, and replaying a stale tool list would
+  hide a deployment's changes.
+
+The policy's performer is the workflow type and the capability is
+``activity.agent.<name>.model_request`` or ``activity.agent.<name>.<toolset
+kind>.<toolset id>.call_tool``, e.g. ``"SupportWorkflow" = ["activity.agent.support.*"]``.
+
+Plugin order does not matter: both plugins install a pydantic payload converter, and
+this one keeps pydantic-ai's (a subclass of temporalio's pydantic converter) when it
+finds it, so each plugin adds its sandbox pass-through modules and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import temporalio.client
+from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
+from temporalio.converter import DataConverter
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import WorkerConfig
+
+from ledger import Ledger
+
+from . import _generic
+from ._generic import LedgeredActivity, RunAnchorInterceptor
+from ._plugin import LedgerPlugin
+from ._policy import Policy
+
+__all__ = [
+    "PydanticAILedgerPlugin",
+    "activity_rules",
+    "ledgered_plugin",
+]
+
+
+def _agent_name(agent: Any) -> str:
+    if isinstance(agent, str):
+        name = agent
+    else:
+        name = getattr(agent, "name", None)
+    if not isinstance(name, str) or not name:
+        raise TypeError(
+            f"an agent needs a name to be ledgered (its activity types use it): {agent!r}"
+        )
+    return name
+
+
+def activity_rules(agent_name: str, *, tools_retry_safe: bool = False) -> list[LedgeredActivity]:
+    """The ledgered activities of one agent, by pydantic-ai's activity type names.
+
+    pydantic-ai names them ``agent__<name>__model_request``,
+    ``agent__<name>__model_request_stream`` and
+    ``agent__<name>__<toolset kind>__<toolset id>__call_tool`` (its
+    ``TemporalOperationNamer``, documented as persisted, never-changing names).
+    """
+    prefix = f"agent__{agent_name}"
+    return [
+        LedgeredActivity(f"{prefix}__model_request", retry_safe=True, normalize=_normalize),
+        LedgeredActivity(f"{prefix}__model_request_stream", retry_safe=True, normalize=_normalize),
+        LedgeredActivity(
+            f"{prefix}__*__call_tool", retry_safe=tools_retry_safe, normalize=_normalize
+        ),
+    ]
+
+
+def ledgered_plugin(
+    ledger: str | Ledger,
+    *,
+    agents: Iterable[Any],
+    policy: Policy | str | Path | None = None,
+    lease: float = 30.0,
+    tools_retry_safe: bool = False,
+) -> PydanticAILedgerPlugin:
+    """A :class:`~activities.LedgerPlugin` that ledgers the model requests and tool calls
+    of ``agents`` (``TemporalAgent`` s, durable ``Agent`` s, or their names).
+
+    Put it on ``Client.connect(plugins=[...])`` (workers inherit it) next to
+    pydantic-ai's ``PydanticAIPlugin``; on a worker that runs only workflows it is still
+    needed, because it stamps each scheduled activity with the run identity the key is
+    built from.
+    """
+    rules = [
+        rule
+        for agent in agents
+        for rule in activity_rules(_agent_name(agent), tools_retry_safe=tools_retry_safe)
+    ]
+    if not rules:
+        raise ValueError("ledgered_plugin needs at least one agent")
+    return PydanticAILedgerPlugin(ledger, rules=rules, policy=policy, lease=lease)
+
+
+class PydanticAILedgerPlugin(LedgerPlugin):
+    """``LedgerPlugin`` plus the run-anchor header and a converter that keeps pydantic-ai's."""
+
+    def __init__(
+        self,
+        ledger: str | Ledger,
+        *,
+        rules: Sequence[LedgeredActivity],
+        policy: Policy | str | Path | None = None,
+        lease: float = 30.0,
+    ) -> None:
+        _generic.register(*rules)
+        super().__init__(
+            ledger, policy=policy, lease=lease, ledger_activities=[r.pattern for r in rules]
+        )
+        self.rules = tuple(rules)
+        # The base plugin swaps any converter for temporalio's plain pydantic one; that
+        # would drop pydantic-ai's subclass (its journal validation context).
+        self.data_converter = _keep_pydantic_converter
+        self.interceptors = [*(self.interceptors or []), RunAnchorInterceptor()]
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        if _speaks_pydantic(config["client"].data_converter):
+            # Skip the base class's client swap, which only checks for temporalio's own
+            # pydantic converter class and would replace pydantic-ai's subclass.
+            return SimplePlugin.configure_worker(self, config)
+        config = super().configure_worker(config)
+        client = config["client"]
+        if not _speaks_pydantic(client.data_converter):  # pragma: no cover - defensive
+            client_config = client.config()
+            client_config["data_converter"] = _keep_pydantic_converter(client.data_converter)
+            config["client"] = temporalio.client.Client(**client_config)
+        return config
+
+
+def _speaks_pydantic(converter: DataConverter) -> bool:
+    return issubclass(converter.payload_converter_class, PydanticPayloadConverter)
+
+
+def _keep_pydantic_converter(existing: DataConverter | None) -> DataConverter:
+    if existing is None or existing is DataConverter.default:
+        return pydantic_data_converter
+    if _speaks_pydantic(existing):
+        return existing
+    return dataclasses.replace(
+        existing, payload_converter_class=pydantic_data_converter.payload_converter_class
+    )
+
+
+#: Fields pydantic-ai fills from the wall clock or a fresh id on every run: they differ
+#: between the original run and a reset run of the same step, so they are not identity.
+_VOLATILE_MESSAGE_FIELDS = frozenset({"timestamp", "run_id", "conversation_id"})
+_VOLATILE_PART_FIELDS = frozenset({"timestamp"})
+#: What of the serialized run context a tool call depends on; the rest is per-run
+#: (run id, conversation id, deadline from the workflow clock, capability ids made
+#: from object ids) or telemetry.
+_TOOL_CONTEXT_FIELDS = ("tool_call_id", "tool_name", "retry", "tool_call_approved")
+
+
+def _normalize(activity_type: str, args: list[Any]) -> dict[str, Any]:
+    """The fingerprinted identity of a model request or tool call.
+
+    The key already pins the step (workflow, first run, activity id); the fingerprint
+    must still catch a *different* request at that step (changed code, prompt or tool
+    arguments after a reset), but not the per-run noise listed above. Arguments of an
+    unexpected shape (a future pydantic-ai) are fingerprinted whole: a spurious conflict
+    refuses loudly, a too-lenient fingerprint would replay silently.
+    """
+    if len(args) in (1, 2) and isinstance(args[0], dict):
+        params, deps = args[0], (args[1] if len(args) == 2 else None)
+        if activity_type.endswith("__call_tool") and {"name", "tool_args"} <= set(params):
+            context = params.get("serialized_run_context") or {}
+            return {
+                "tool": {k: v for k, v in params.items() if k != "serialized_run_context"},
+                "run_context": {k: context.get(k) for k in _TOOL_CONTEXT_FIELDS},
+                "deps": deps,
+            }
+        if "messages" in params and isinstance(params["messages"], list):
+            return {
+                "messages": [_strip_message(m) for m in params["messages"]],
+                "model_settings": params.get("model_settings"),
+                "model_request_parameters": params.get("model_request_parameters"),
+                "model_id": params.get("model_id"),
+                "deps": deps,
+            }
+    return {"args": args}
+
+
+def _strip_message(message: Any) -> Any:
+    if not isinstance(message, dict):
+        return message
+    stripped = {k: v for k, v in message.items() if k not in _VOLATILE_MESSAGE_FIELDS}
+    if isinstance(stripped.get("parts"), list):
+        stripped["parts"] = [
+            {k: v for k, v in part.items() if k not in _VOLATILE_PART_FIELDS}
+            if isinstance(part, dict)
+            else part
+            for part in stripped["parts"]
+        ]
+    return stripped
