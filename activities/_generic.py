@@ -330,7 +330,7 @@ async def execute_through_ledger(
         result = await _execute(runtime, request, adapter, spec, performer)
     finally:
         heartbeat.cancel()
-        with contextlib.suppress(BaseException):
+        with contextlib.suppress(asyncio.CancelledError):
             await heartbeat
     if "value" in ran and result.status is ActionStatus.SUCCEEDED and not result.replayed:
         return ran["value"]
