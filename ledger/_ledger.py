@@ -29,6 +29,7 @@ from ._errors import (
     IdempotencyConflictError,
     InvalidRequest,
     LedgerError,
+    LedgerUnavailable,
     NoEffect,
     ReconciliationRefused,
 )
@@ -202,7 +203,12 @@ def _recover_expired(tx: Transaction, record: KeyRecord) -> None:
             token=record.token,
             interrupted=True,
         )
-    tx.append(EVENT_COMPLETED, holder, outcome)
+    _settle(tx, record, outcome)
+
+
+def _settle(tx: Transaction, record: KeyRecord, outcome: dict[str, Any]) -> None:
+    """Record an original completion as the key's outcome and release the claim."""
+    tx.append(EVENT_COMPLETED, outcome["action_id"], outcome)
     record.phase = Phase.SETTLED
     record.outcome = outcome
     record.holder_action_id = None
@@ -326,20 +332,24 @@ class Ledger:
         first = True
         delay = 0.02
         while True:
-            decision = await self._run(
-                self._recorder.transact,
-                request.key,
-                functools.partial(
-                    self._admit,
-                    request=request,
-                    authority=authority,
-                    dimensions=dimensions,
-                    fingerprint=fingerprint,
-                    retry_safe=retry_safe,
-                    first=first,
-                    give_up=time.monotonic() >= deadline,
-                ),
-            )
+            try:
+                decision = await self._run(
+                    self._recorder.transact,
+                    request.key,
+                    functools.partial(
+                        self._admit,
+                        request=request,
+                        authority=authority,
+                        dimensions=dimensions,
+                        fingerprint=fingerprint,
+                        retry_safe=retry_safe,
+                        first=first,
+                        give_up=time.monotonic() >= deadline,
+                    ),
+                )
+            except LedgerUnavailable:
+                await self._release_unused_claim(request.key, request.action_id)
+                raise
             first = False
             if isinstance(decision, _Answer):
                 return decision.result
@@ -516,13 +526,17 @@ class Ledger:
                 )
             except Exception as exc:
                 failure = (f"state resolver failed: {exc!r}", type(exc).__name__, True)
-            outcome = await self._run(
-                self._recorder.transact,
-                key,
-                functools.partial(
-                    self._mark_started, action_id=action_id, token=token, failure=failure
-                ),
-            )
+            try:
+                outcome = await self._run(
+                    self._recorder.transact,
+                    key,
+                    functools.partial(
+                        self._mark_started, action_id=action_id, token=token, failure=failure
+                    ),
+                )
+            except LedgerUnavailable:
+                await self._release_unused_claim(key, action_id)
+                raise
             if outcome is not None:
                 return outcome
 
@@ -559,6 +573,40 @@ class Ledger:
                 await renewal
         return await self._complete_now(key, action_id, token, fields)
 
+    async def _release_unused_claim(self, key: str, action_id: str) -> None:
+        """After a lost connection, settle a claim this request may hold as no effect.
+
+        The commit that claimed the key may have landed even though its answer was
+        lost; the adapter has not run, so the honest record is a retryable no-effect
+        failure, not an unknown effect left for an operator. Best effort: if the
+        ledger is still unreachable, lease expiry settles the claim conservatively.
+        """
+
+        def release(tx: Transaction) -> None:
+            record = tx.record
+            if (
+                record is None
+                or record.holder_action_id != action_id
+                or record.phase not in (Phase.CLAIMED, Phase.RUNNING)
+            ):
+                return
+            outcome = _outcome(
+                action_id=action_id,
+                status=ActionStatus.FAILED,
+                effect=EffectState.NONE,
+                recorded_at=tx.recorded_at,
+                error="the ledger connection was lost before the adapter ran; nothing was "
+                "executed",
+                error_type="LedgerUnavailable",
+                retryable=True,
+                token=record.token,
+            )
+            _settle(tx, record, outcome)
+            tx.save(record)
+
+        with contextlib.suppress(LedgerError):
+            await self._run(self._recorder.transact, key, release)
+
     async def _complete_now(
         self, key: str, action_id: str, token: int, fields: dict[str, Any]
     ) -> ActionResult:
@@ -588,11 +636,7 @@ class Ledger:
                 retryable=retryable,
                 token=token,
             )
-            tx.append(EVENT_COMPLETED, action_id, outcome)
-            record.phase = Phase.SETTLED
-            record.outcome = outcome
-            record.holder_action_id = None
-            record.lease_expires = None
+            _settle(tx, record, outcome)
             tx.save(record)
             return _result(outcome, key=tx.key, action_id=action_id, replayed=False)
         record.phase = Phase.RUNNING
@@ -629,11 +673,7 @@ class Ledger:
                 tx.save(record)
             return self._late_answer(record, action_id)
         outcome = _outcome(action_id=action_id, recorded_at=tx.recorded_at, token=token, **fields)
-        tx.append(EVENT_COMPLETED, action_id, outcome)
-        record.phase = Phase.SETTLED
-        record.outcome = outcome
-        record.holder_action_id = None
-        record.lease_expires = None
+        _settle(tx, record, outcome)
         tx.save(record)
         return _result(outcome, key=tx.key, action_id=action_id, replayed=False)
 

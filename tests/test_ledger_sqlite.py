@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from ledger import Ledger
+from ledger import (
+    ActionStatus,
+    EffectState,
+    Ledger,
+    LedgerUnavailable,
+    NextOperation,
+)
+from ledger.sqlite import SQLiteRecorder
 from tests.ledger_child import AUTHORITY, request
 from tests.ledger_contract import Counter, LedgerContract
 
@@ -130,3 +137,34 @@ async def test_verify_names_an_inserted_completion(sqlite_url: str, tmp_path: Pa
     problems = _problems(sqlite_url)
     assert any(f"action {ids['ok']} (key 'ok'): resolved 2 times" in p for p in problems)
     assert any("hash chain broken" in p for p in problems)
+
+
+class _AnswerLostOnce(SQLiteRecorder):
+    """A real SQLite recorder whose first claiming commit lands but whose answer is lost,
+    as when a connection dies during COMMIT."""
+
+    lost = False
+
+    def transact(self, key, fn):
+        result = super().transact(key, fn)
+        if not self.lost and type(result).__name__ == "_Claimed":
+            self.lost = True
+            raise LedgerUnavailable("connection lost during commit")
+        return result
+
+
+async def test_a_claim_whose_commit_answer_was_lost_is_released(sqlite_url: str) -> None:
+    far_side = Counter()
+    ledger = Ledger(_AnswerLostOnce.from_url(sqlite_url), lease=30, url=sqlite_url)
+    async with ledger:
+        with pytest.raises(LedgerUnavailable):
+            await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert far_side.calls == []
+        state = ledger.state("k")
+        assert (state.effect, state.next_operation) == (EffectState.NONE,
+                                                        NextOperation.START_ACTION)
+        assert ledger.open_effects() == []
+        retry = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert retry.status is ActionStatus.SUCCEEDED and not retry.replayed
+        assert len(far_side.calls) == 1
+        assert ledger.verify().ok
