@@ -214,7 +214,7 @@ def _classify(method: str, url: str, response: httpx.Response) -> HttpResult:
         raise HttpEffectUnknown(
             method, url, f"redirected ({said}; {location}), not followed", status=status
         )
-    raise NoEffect(said, retryable=True)
+    raise HttpEffectUnknown(method, url, f"answered {said}", status=status)
 
 
 def _body(response: httpx.Response) -> Any:
