@@ -31,18 +31,13 @@ can be formed without it, and acting without one would be guessing.
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import dataclasses
-import fnmatch
 import hashlib
 import json
 import re
-import threading
 import typing
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from temporalio import activity, workflow
@@ -61,21 +56,17 @@ from temporalio.worker import (
 )
 
 from ledger import (
-    ActionInProgressError,
     ActionRequest,
     ActionResult,
     ActionStatus,
     EffectState,
     ExecutionContext,
-    IdempotencyConflictError,
-    InvalidRequest,
-    LedgerUnavailable,
     NoEffect,
 )
 
 from . import _payloads as p
 from ._runtime import Runtime
-from ._tool import ToolSpec, _heartbeat, _outcome_or_raise
+from ._tool import ToolSpec, _outcome_or_raise, execute_ledgered
 
 #: Header carrying the run identity the key is built from (JSON: first, continued).
 ANCHOR_HEADER = "temporal-ledger-run-anchor"
@@ -100,39 +91,6 @@ class LedgeredActivity:
     pattern: str
     retry_safe: bool = False
     normalize: Normalizer | None = None
-
-
-# Process-wide: the plugin's interceptor hands execute_through_ledger only the runtime,
-# so the options of a pattern are looked up here (see register()).
-_rules: list[LedgeredActivity] = []
-_rules_lock = threading.Lock()
-
-
-def register(*rules: LedgeredActivity) -> None:
-    """Make the options of ``rules`` apply to the activity types their patterns match.
-
-    Registering the same rule twice is a no-op; a different rule for a pattern that
-    already has one is refused (two plugins in one process must not disagree).
-    """
-    with _rules_lock:
-        for rule in rules:
-            existing = next((r for r in _rules if r.pattern == rule.pattern), None)
-            if existing is None:
-                _rules.append(rule)
-            elif existing != rule:
-                raise ValueError(
-                    f"ledgered activity pattern {rule.pattern!r} is already registered with "
-                    f"other options: {existing!r}"
-                )
-
-
-def rule_for(activity_type: str) -> LedgeredActivity:
-    """The registered options for an activity type; the defaults (not retry-safe) if none."""
-    with _rules_lock:
-        for rule in _rules:
-            if fnmatch.fnmatchcase(activity_type, rule.pattern):
-                return rule
-    return LedgeredActivity(activity_type)
 
 
 def capability_for(activity_type: str) -> str:
@@ -268,7 +226,7 @@ async def execute_through_ledger(
     ``ApplicationError`` s as ``@tool`` (see ``activities._payloads``).
     """
     info = activity.info()
-    rule = rule or rule_for(info.activity_type)
+    rule = rule or LedgeredActivity(info.activity_type)
     anchor = _anchor_from(input.headers)
     if info.workflow_id is None or anchor is None:
         raise _refuse(
@@ -325,13 +283,9 @@ async def execute_through_ledger(
             "attempt": info.attempt,
         },
     }
-    heartbeat = _start_heartbeat(info.heartbeat_timeout)
-    try:
-        result = await _execute(runtime, request, adapter, spec, performer)
-    finally:
-        heartbeat.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await heartbeat
+    result = await execute_ledgered(
+        runtime, request, spec=spec, performer=performer, adapter=adapter
+    )
     if "value" in ran and result.status is ActionStatus.SUCCEEDED and not result.replayed:
         return ran["value"]
     if "error" in ran and not result.replayed and _may_act_again(result, spec):
@@ -354,45 +308,3 @@ def _may_act_again(result: ActionResult, spec: ToolSpec[Any, Any]) -> bool:
     if result.retryable:
         return True
     return result.effect is EffectState.UNKNOWN and spec.retry_safe
-
-
-def _start_heartbeat(every: timedelta | None) -> asyncio.Task[None]:
-    # Temporal must keep hearing from this worker while the ledger waits or runs.
-    return asyncio.create_task(_heartbeat(every))
-
-
-async def _execute(
-    runtime: Runtime,
-    request: dict[str, Any],
-    adapter: Callable[..., Any],
-    spec: ToolSpec[Any, Any],
-    performer: str,
-) -> ActionResult:
-    # The same mapping as activities._tool._run_ledgered (to be shared, see the report).
-    try:
-        return await runtime.ledger.execute(
-            request,
-            authority=runtime.policy.authority_for(performer),
-            adapter=adapter,
-            retry_safe=spec.retry_safe,
-        )
-    except IdempotencyConflictError as exc:
-        details = p.ConflictDetails(
-            key=exc.key,
-            original_action_id=exc.original_action_id,
-            dimensions=list(exc.dimensions),
-            fingerprint_version=exc.fingerprint_version,
-        )
-        raise ApplicationError(
-            str(exc), details.model_dump(), type=p.CONFLICT, non_retryable=True
-        ) from None
-    except ActionInProgressError as exc:
-        raise ApplicationError(
-            str(exc),
-            type=p.IN_PROGRESS,
-            next_retry_delay=timedelta(seconds=max(exc.lease_remaining, 0.1)),
-        ) from None
-    except InvalidRequest as exc:
-        raise ApplicationError(f"{spec.name}: {exc}", type=p.INVALID, non_retryable=True) from None
-    except LedgerUnavailable as exc:
-        raise ApplicationError(str(exc), type=p.LEDGER_UNAVAILABLE) from None

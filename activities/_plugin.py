@@ -13,7 +13,7 @@ from typing import Any
 
 import temporalio.client
 from temporalio import activity
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import (
@@ -27,6 +27,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from ledger import Ledger
 
+from ._generic import LedgeredActivity, RunAnchorInterceptor, execute_through_ledger
 from ._policy import Policy
 from ._reconcile import reconcile_effect
 from ._runtime import Runtime, _runtime
@@ -50,13 +51,15 @@ PASSTHROUGH_MODULES = (
 def _pydantic_converter(existing: DataConverter | None) -> DataConverter:
     if existing is None or existing is DataConverter.default:
         return pydantic_data_converter
+    if _uses_pydantic(existing):
+        return existing  # e.g. pydantic-ai's subclass: keep what it adds
     return dataclasses.replace(
         existing, payload_converter_class=pydantic_data_converter.payload_converter_class
     )
 
 
 def _uses_pydantic(converter: DataConverter) -> bool:
-    return converter.payload_converter_class is pydantic_data_converter.payload_converter_class
+    return issubclass(converter.payload_converter_class, PydanticPayloadConverter)
 
 
 def _sandbox(existing: WorkflowRunner | None) -> WorkflowRunner:
@@ -90,14 +93,17 @@ class LedgerPlugin(SimplePlugin):
         *,
         policy: Policy | str | Path | None = None,
         lease: float = 30.0,
-        ledger_activities: Sequence[str] = (),
+        ledger_activities: Sequence[str | LedgeredActivity] = (),
     ) -> None:
         if ledger is not None and not isinstance(ledger, (str, Ledger)):
             raise TypeError("ledger must be a URL or a Ledger")
         self._ledger_source = ledger
         #: Glob patterns of activity types from other libraries (e.g. pydantic-ai's
         #: ``agent__*``) whose every attempt also goes through the ledger.
-        self.ledger_activities = tuple(ledger_activities)
+        self.ledger_activities = tuple(
+            rule if isinstance(rule, LedgeredActivity) else LedgeredActivity(rule)
+            for rule in ledger_activities
+        )
         self._lease = lease
         self._policy_source = policy
         self._runtime: Runtime | None = None
@@ -109,7 +115,8 @@ class LedgerPlugin(SimplePlugin):
             data_converter=_pydantic_converter,
             activities=_add_once(reconcile_effect),
             workflow_runner=_sandbox,
-            interceptors=[_ActivityInterceptor(self)],
+            # The anchor header gives ledger_activities keys that survive a reset.
+            interceptors=[_ActivityInterceptor(self), RunAnchorInterceptor()],
             run_context=self._worker_running,
         )
 
@@ -185,15 +192,19 @@ class _ActivityInbound(ActivityInboundInterceptor):
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         if not _is_ledgered(input.fn):
-            patterns = self._plugin.ledger_activities
-            if patterns and any(
-                fnmatch.fnmatchcase(activity.info().activity_type, p) for p in patterns
-            ):
-                from ._generic import execute_through_ledger
-
-                runtime = await self._plugin.runtime()
-                return await execute_through_ledger(runtime, input, self.next)
-            return await self.next.execute_activity(input)
+            activity_type = activity.info().activity_type
+            rule = next(
+                (
+                    r
+                    for r in self._plugin.ledger_activities
+                    if fnmatch.fnmatchcase(activity_type, r.pattern)
+                ),
+                None,
+            )
+            if rule is None:
+                return await self.next.execute_activity(input)
+            runtime = await self._plugin.runtime()
+            return await execute_through_ledger(runtime, input, self.next, rule=rule)
         token = _runtime.set(await self._plugin.runtime())
         try:
             return await self.next.execute_activity(input)

@@ -29,7 +29,7 @@ from ledger import (
 )
 
 from . import _payloads as p
-from ._runtime import _execution, current_runtime
+from ._runtime import Runtime, _execution, current_runtime
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
 OutT = TypeVar("OutT")
@@ -171,13 +171,38 @@ async def _run_ledgered(
             "step": call.step,
         },
     }
-    heartbeat = asyncio.create_task(_heartbeat(info.heartbeat_timeout))
+    result = await execute_ledgered(
+        runtime,
+        request,
+        spec=spec,
+        performer=call.performer,
+        adapter=adapter,
+        state=read_state if state is not None else None,
+    )
+    return _outcome_or_raise(spec, result, runtime.policy.reconcilers)
+
+
+async def execute_ledgered(
+    runtime: Runtime,
+    request: dict[str, Any],
+    *,
+    spec: ToolSpec[Any, Any],
+    performer: str,
+    adapter: Callable[[ActionRequest, ExecutionContext], Any],
+    state: Callable[[ActionRequest], Any] | None = None,
+) -> ActionResult:
+    """One activity attempt through the ledger, heartbeating while it runs.
+
+    The ledger's refusals become typed ``ApplicationError`` s: final ones
+    non-retryable, an in-progress key or an unreachable ledger retryable.
+    """
+    heartbeat = asyncio.create_task(_heartbeat(activity.info().heartbeat_timeout))
     try:
-        result = await runtime.ledger.execute(
+        return await runtime.ledger.execute(
             request,
-            authority=runtime.policy.authority_for(call.performer),
+            authority=runtime.policy.authority_for(performer),
             adapter=adapter,
-            state=read_state if state is not None else None,
+            state=state,
             retry_safe=spec.retry_safe,
         )
     except IdempotencyConflictError as exc:
@@ -204,7 +229,6 @@ async def _run_ledgered(
         heartbeat.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await heartbeat
-    return _outcome_or_raise(spec, result, runtime.policy.reconcilers)
 
 
 def _outcome_or_raise(

@@ -37,26 +37,17 @@ finds it, so each plugin adds its sandbox pass-through modules and nothing is lo
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import temporalio.client
-from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
-from temporalio.converter import DataConverter
-from temporalio.plugin import SimplePlugin
-from temporalio.worker import WorkerConfig
-
 from ledger import Ledger
 
-from . import _generic
-from ._generic import LedgeredActivity, RunAnchorInterceptor
+from ._generic import LedgeredActivity
 from ._plugin import LedgerPlugin
 from ._policy import Policy
 
 __all__ = [
-    "PydanticAILedgerPlugin",
     "activity_rules",
     "ledgered_plugin",
 ]
@@ -99,7 +90,7 @@ def ledgered_plugin(
     policy: Policy | str | Path | None = None,
     lease: float = 30.0,
     tools_retry_safe: bool = False,
-) -> PydanticAILedgerPlugin:
+) -> LedgerPlugin:
     """A :class:`~activities.LedgerPlugin` that ledgers the model requests and tool calls
     of ``agents`` (``TemporalAgent`` s, durable ``Agent`` s, or their names).
 
@@ -115,56 +106,7 @@ def ledgered_plugin(
     ]
     if not rules:
         raise ValueError("ledgered_plugin needs at least one agent")
-    return PydanticAILedgerPlugin(ledger, rules=rules, policy=policy, lease=lease)
-
-
-class PydanticAILedgerPlugin(LedgerPlugin):
-    """``LedgerPlugin`` plus the run-anchor header and a converter that keeps pydantic-ai's."""
-
-    def __init__(
-        self,
-        ledger: str | Ledger,
-        *,
-        rules: Sequence[LedgeredActivity],
-        policy: Policy | str | Path | None = None,
-        lease: float = 30.0,
-    ) -> None:
-        _generic.register(*rules)
-        super().__init__(
-            ledger, policy=policy, lease=lease, ledger_activities=[r.pattern for r in rules]
-        )
-        self.rules = tuple(rules)
-        # The base plugin swaps any converter for temporalio's plain pydantic one; that
-        # would drop pydantic-ai's subclass (its journal validation context).
-        self.data_converter = _keep_pydantic_converter
-        self.interceptors = [*(self.interceptors or []), RunAnchorInterceptor()]
-
-    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
-        if _speaks_pydantic(config["client"].data_converter):
-            # Skip the base class's client swap, which only checks for temporalio's own
-            # pydantic converter class and would replace pydantic-ai's subclass.
-            return SimplePlugin.configure_worker(self, config)
-        config = super().configure_worker(config)
-        client = config["client"]
-        if not _speaks_pydantic(client.data_converter):  # pragma: no cover - defensive
-            client_config = client.config()
-            client_config["data_converter"] = _keep_pydantic_converter(client.data_converter)
-            config["client"] = temporalio.client.Client(**client_config)
-        return config
-
-
-def _speaks_pydantic(converter: DataConverter) -> bool:
-    return issubclass(converter.payload_converter_class, PydanticPayloadConverter)
-
-
-def _keep_pydantic_converter(existing: DataConverter | None) -> DataConverter:
-    if existing is None or existing is DataConverter.default:
-        return pydantic_data_converter
-    if _speaks_pydantic(existing):
-        return existing
-    return dataclasses.replace(
-        existing, payload_converter_class=pydantic_data_converter.payload_converter_class
-    )
+    return LedgerPlugin(ledger, policy=policy, lease=lease, ledger_activities=rules)
 
 
 #: Fields pydantic-ai fills from the wall clock or a fresh id on every run: they differ
