@@ -18,10 +18,8 @@ from typing import Any, Literal, Protocol
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from ledger import NoEffect
-
-from ._runtime import tool_context
 from ._tool import Tool, ToolSpec, tool
+from .http import HttpEffectUnknown, request_json
 
 MODEL_CAPABILITY = "model.chat"
 MODEL_ACTIVITY = "agent.model"
@@ -147,9 +145,10 @@ def _digest(body: dict[str, Any]) -> str:
 class OpenAIChatClient:
     """An OpenAI-compatible ``/chat/completions`` client over HTTP (httpx).
 
-    The idempotency key goes out as ``Idempotency-Key``. Refused connections, 429 and
-    4xx rejections are no-effect failures; timeouts and 5xx leave the outcome unknown,
-    which the ledger lets a retry-safe model call retry under the same key.
+    Sent with :func:`activities.http.request_json`: the idempotency key goes out as
+    ``Idempotency-Key``, refused connections, 429 and 4xx rejections are no-effect
+    failures, and timeouts and 5xx leave the outcome unknown, which the ledger lets a
+    retry-safe model call retry under the same key.
     """
 
     def __init__(
@@ -167,23 +166,19 @@ class OpenAIChatClient:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         body = _body(request)
-        headers = {**self._headers, "Idempotency-Key": tool_context().key}
         url = f"{self.base_url}/chat/completions"
-        try:
-            async with httpx.AsyncClient(timeout=self._timeout, transport=self._transport) as http:
-                reply = await http.post(url, json=body, headers=headers)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise NoEffect(f"model endpoint unreachable: {exc}", retryable=True) from exc
-        if reply.status_code == 429:
-            raise NoEffect(
-                "model endpoint rate limited (429)", retryable=True, retry_after=_retry_after(reply)
+        async with httpx.AsyncClient(transport=self._transport) as http:
+            reply = await request_json(
+                "POST", url, json=body, headers=self._headers, timeout=self._timeout, client=http
             )
-        if 400 <= reply.status_code < 500:
-            raise NoEffect(
-                f"model endpoint rejected the request ({reply.status_code}): {reply.text[:200]}"
+        if not isinstance(reply.body, dict) or not reply.body.get("choices"):
+            raise HttpEffectUnknown(
+                method="POST",
+                url=url,
+                status=reply.status,
+                what="the answer is not a chat completion",
             )
-        reply.raise_for_status()
-        choice = reply.json()["choices"][0]
+        choice = reply.body["choices"][0]
         message = choice["message"]
         calls = [
             ToolCallRequest(
@@ -196,17 +191,9 @@ class OpenAIChatClient:
         return ModelResponse(
             message=ChatMessage(role="assistant", content=message.get("content"), tool_calls=calls),
             finish_reason=choice.get("finish_reason"),
-            usage=reply.json().get("usage") or {},
+            usage=reply.body.get("usage") or {},
             sent=SentManifest(provider=url, model=request.model, body_sha256=_digest(body)),
         )
-
-
-def _retry_after(reply: httpx.Response) -> float | None:
-    value = reply.headers.get("Retry-After")
-    try:
-        return max(float(value), 0.0) if value is not None else None
-    except ValueError:
-        return None
 
 
 class ScriptedTurn(BaseModel):
