@@ -32,7 +32,8 @@ from temporalio.client import Client
 from activities import LedgerPlugin
 from ledger import Ledger
 from worker import dev_server, free_port, temporal_binary
-from workflows.examples import Plan, PlannedCall, ScriptedAgentWorkflow
+from workflows.agent import AgentInput, AgentResult, AgentWorkflow
+from workflows.examples import Plan, PlannedCall, PlanReport, ScriptedAgentWorkflow
 
 ROOT = Path(__file__).resolve().parent
 TASK_QUEUE = "ledger-demo"
@@ -63,7 +64,9 @@ async def cli(*args: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def worker_process(address: str, ledger_url: str, log: Path) -> AsyncIterator[None]:
+async def worker_process(
+    address: str, ledger_url: str, model_script: Path, log: Path
+) -> AsyncIterator[None]:
     handle = log.open("ab")
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -77,6 +80,8 @@ async def worker_process(address: str, ledger_url: str, log: Path) -> AsyncItera
         ledger_url,
         "--lease",
         "5",
+        "--model-script",
+        str(model_script),
         stdout=handle,
         stderr=handle,
         cwd=ROOT,
@@ -144,7 +149,35 @@ def plan_for(work: Path) -> Plan:
     )
 
 
-async def wait_parked(address: str, workflow_id: str) -> list[dict[str, Any]]:
+def agent_script(work: Path) -> list[dict[str, Any]]:
+    """What the offline model answers, turn by turn (no model service is reachable here)."""
+    return [
+        {
+            "tool_calls": [
+                {
+                    "name": "append_line",
+                    "arguments": {
+                        "path": str(work / "world" / "incident-42.md"),
+                        "line": "- 10:07 agent: error rate back to 0.1%",
+                    },
+                },
+                {
+                    "name": "post_message",
+                    "arguments": {
+                        "outbox": str(work / "world" / "outbox"),
+                        "channel": "status",
+                        "text": "api recovered",
+                        "lose_ack": True,
+                    },
+                },
+            ]
+        },
+        {"content": "The api has recovered: notes updated and status posted."},
+    ]
+
+
+async def open_effects(address: str, workflow_id: str) -> list[dict[str, Any]]:
+    """Poll query ``open_effects`` until the workflow parks a step."""
     for _ in range(300):
         process = await asyncio.create_subprocess_exec(
             temporal_binary(),
@@ -167,29 +200,107 @@ async def wait_parked(address: str, workflow_id: str) -> list[dict[str, Any]]:
             if result:
                 return result
         await asyncio.sleep(0.2)
-    raise SystemExit("the notify step never parked")
+    raise SystemExit(f"{workflow_id} never parked a step")
 
 
 def count_effects(work: Path) -> dict[str, int]:
+    """What the world shows: lines in the notes, messages in the outboxes."""
     notes = work / "world" / "incident-42.md"
-    outbox = work / "world" / "outbox" / "ops.log"
+    outbox = work / "world" / "outbox"
     return {
         "lines appended": len(notes.read_text().splitlines()) if notes.exists() else 0,
-        "messages posted": len(outbox.read_text().splitlines()) if outbox.exists() else 0,
+        "messages posted": sum(len(f.read_text().splitlines()) for f in outbox.glob("*.log"))
+        if outbox.exists()
+        else 0,
     }
 
 
-async def completed_run(client: Client, workflow_id: str, old_run: str | None) -> str:
+async def reconcile_parked(address: str, ledger_url: str, workflow_id: str, channel: Path) -> None:
+    """The operator's path: list the open effect, inspect the world, signal a verdict."""
+    parked = await open_effects(address, workflow_id)
+    await cli(
+        temporal_binary(),
+        "workflow",
+        "query",
+        "--address",
+        address,
+        "--workflow-id",
+        workflow_id,
+        "--name",
+        "open_effects",
+    )
+    await cli(sys.executable, "-m", "ledger", "--db", ledger_url, "open-effects")
+    say(f"-- the operator reads {channel}:")
+    posted = channel.read_text().splitlines()
+    say(f"   {posted}")
+    message_id = posted[-1].split("\t")[0]
+    verdict = {
+        "key": parked[0]["key"],
+        "verdict": "effect_confirmed",
+        "actor": "ops-demo",
+        "basis": f"message {message_id} is in {channel.name}",
+        "evidence": [str(channel)],
+        "output": {"message_id": message_id},
+    }
+    await cli(
+        temporal_binary(),
+        "workflow",
+        "signal",
+        "--address",
+        address,
+        "--workflow-id",
+        workflow_id,
+        "--name",
+        "reconcile",
+        "--input",
+        json.dumps(verdict),
+    )
+
+
+async def reset_and_rerun(
+    client: Client, address: str, workflow_id: str, old_run: str | None, result_type: type[Any]
+) -> tuple[str, Any]:
+    """Reset a finished workflow to its first task and wait for the new run's result."""
+    await cli(
+        temporal_binary(),
+        "workflow",
+        "reset",
+        "--address",
+        address,
+        "--workflow-id",
+        workflow_id,
+        "--type",
+        "FirstWorkflowTask",
+        "--reason",
+        "demo: a reset replays effects from the ledger",
+    )
     for _ in range(300):
         description = await client.get_workflow_handle(workflow_id).describe()
-        if (
-            description.run_id != old_run
-            and description.status is not None
-            and description.status.name == "COMPLETED"
-        ):
-            return description.run_id
+        status = description.status.name if description.status else ""
+        if description.run_id != old_run and status == "COMPLETED":
+            result = await client.get_workflow_handle(
+                workflow_id, run_id=description.run_id, result_type=result_type
+            ).result()
+            return description.run_id, result
         await asyncio.sleep(0.2)
-    raise SystemExit("the reset run did not complete")
+    raise SystemExit(f"the reset run of {workflow_id} did not complete")
+
+
+def model_executions(ledger_url: str) -> int:
+    with Ledger.open(ledger_url) as ledger:
+        return sum(
+            e.type == "action.execution_started" and e.key.endswith("/model")
+            for e in ledger.events()
+        )
+
+
+async def export_histories(client: Client, export: Path, runs: dict[str, tuple[str, str]]) -> None:
+    export.mkdir(parents=True, exist_ok=True)
+    for name, (workflow_id, run_id) in runs.items():
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        target = export / f"{name}.json"
+        target.write_text(history.to_json())
+        say(f"history exported: {target}")
 
 
 async def demo(work: Path, export: Path | None) -> int:
@@ -197,107 +308,93 @@ async def demo(work: Path, export: Path | None) -> int:
         shutil.rmtree(work)
     (work / "world").mkdir(parents=True)
     ledger_url = f"sqlite:///{work / 'ledger.db'}"
-    temporal = temporal_binary()
-    port, ui_port = free_port(), free_port()
+    script = work / "model-script.json"
+    script.write_text(json.dumps(agent_script(work), indent=2))
+    checks: dict[str, bool] = {}
 
     banner("starting the embedded Temporal dev server and a worker")
     async with dev_server(
-        port=port, ui_port=ui_port, db_file=work / "temporal.db", log_file=work / "temporal.log"
+        port=free_port(),
+        ui_port=free_port(),
+        db_file=work / "temporal.db",
+        log_file=work / "temporal.log",
     ) as server:
-        say(f"Temporal dev server {server.address}, UI {server.ui_url}")
-        say(f"ledger {ledger_url}")
         address = server.address
-        async with worker_process(address, ledger_url, work / "worker.log"):
+        say(f"Temporal dev server {address}, UI {server.ui_url}")
+        say(f"ledger {ledger_url}")
+        async with worker_process(address, ledger_url, script, work / "worker.log"):
             client = await Client.connect(address, plugins=[LedgerPlugin()])
-            workflow_id = f"incident-42-agent-{uuid.uuid4().hex[:6]}"
-            plan = plan_for(work)
+            suffix = uuid.uuid4().hex[:6]
 
-            banner("running the scripted agent plan")
+            # -- 1. a scripted plan of tool calls ---------------------------------
+            plan_id = f"incident-42-plan-{suffix}"
+            plan = plan_for(work)
+            banner("1. a scripted plan: a replayed call, a refused conflict, a lost ack")
             for call in plan.calls:
                 say(f"  {call.step:<20} {call.tool:<13} key={call.key or '(derived)'}")
-            handle = await client.start_workflow(
-                ScriptedAgentWorkflow.run, plan, id=workflow_id, task_queue=TASK_QUEUE
+            plan_handle = await client.start_workflow(
+                ScriptedAgentWorkflow.run, plan, id=plan_id, task_queue=TASK_QUEUE
             )
-
             banner("the notify step lost its acknowledgement: the workflow parked it")
-            parked = await wait_parked(address, workflow_id)
-            await cli(
-                temporal,
-                "workflow",
-                "query",
-                "--address",
-                address,
-                "--workflow-id",
-                workflow_id,
-                "--name",
-                "open_effects",
+            await reconcile_parked(
+                address, ledger_url, plan_id, work / "world" / "outbox" / "ops.log"
             )
-            await cli(sys.executable, "-m", "ledger", "--db", ledger_url, "open-effects")
-            key = parked[0]["key"]
-
-            banner("the operator inspects the world before answering")
-            outbox = work / "world" / "outbox" / "ops.log"
-            posted = outbox.read_text().splitlines()
-            say(f"{outbox}: {posted}")
-            message_id = posted[0].split("\t")[0]
-            verdict = {
-                "key": key,
-                "verdict": "effect_confirmed",
-                "actor": "ops-demo",
-                "basis": f"message {message_id} is in the ops outbox",
-                "evidence": [str(outbox)],
-                "output": {"message_id": message_id},
-            }
-            await cli(
-                temporal,
-                "workflow",
-                "signal",
-                "--address",
-                address,
-                "--workflow-id",
-                workflow_id,
-                "--name",
-                "reconcile",
-                "--input",
-                json.dumps(verdict),
-            )
-            report = await handle.result()
-
-            banner("the workflow finished")
+            report = await plan_handle.result()
             for step in report.steps:
                 say(f"  {step.step:<20} {step.outcome:<9} {step.output or step.detail or ''}")
-            after_run = count_effects(work)
+            checks["plan outcomes"] = [s.outcome for s in report.steps] == [
+                "done",
+                "done",
+                "done",
+                "conflict",
+                "done",
+            ]
 
-            banner("reset the finished workflow to its first task: it runs again")
-            await cli(
-                temporal,
-                "workflow",
-                "reset",
-                "--address",
-                address,
-                "--workflow-id",
-                workflow_id,
-                "--type",
-                "FirstWorkflowTask",
-                "--reason",
-                "demo: a reset replays effects from the ledger",
+            # -- 2. an agent: model calls and tool calls through the ledger -------
+            agent_id = f"incident-42-agent-{suffix}"
+            banner("2. an agent: the scripted model plans tool calls; one loses its ack")
+            agent_handle = await client.start_workflow(
+                AgentWorkflow.run,
+                AgentInput(goal="Confirm the api recovered; note it and tell #status."),
+                id=agent_id,
+                task_queue=TASK_QUEUE,
             )
-            new_run = await completed_run(client, workflow_id, handle.result_run_id)
-            again = await client.get_workflow_handle(
-                workflow_id, run_id=new_run, result_type=type(report)
-            ).result()
-            after_reset = count_effects(work)
+            await reconcile_parked(
+                address, ledger_url, agent_id, work / "world" / "outbox" / "status.log"
+            )
+            answer = await agent_handle.result()
+            say(f"  agent: {answer.status}: {answer.answer}")
+            for seen in answer.observations:
+                say(f"    turn {seen.turn} {seen.tool:<13} {seen.outcome}: {seen.detail}")
+            checks["agent answered"] = answer.status == "answered"
+            effects_before_resets = count_effects(work)
+            model_calls_before = model_executions(ledger_url)
 
+            # -- 3. resets replay from the ledger ---------------------------------
+            banner("3. reset both finished workflows to their first task: they run again")
+            plan_run, again = await reset_and_rerun(
+                client, address, plan_id, plan_handle.result_run_id, PlanReport
+            )
+            agent_run, agent_again = await reset_and_rerun(
+                client, address, agent_id, agent_handle.result_run_id, AgentResult
+            )
+            checks["plan replayed the same"] = [s.outcome for s in again.steps] == [
+                s.outcome for s in report.steps
+            ]
+            checks["agent gave the same answer"] = agent_again.answer == answer.answer
             if export is not None:
-                export.mkdir(parents=True, exist_ok=True)
-                for run_id, name in ((handle.result_run_id, "reconciled"), (new_run, "reset")):
-                    history = await client.get_workflow_handle(
-                        workflow_id, run_id=run_id
-                    ).fetch_history()
-                    target = export / f"scripted-agent-{name}.json"
-                    target.write_text(history.to_json())
-                    say(f"history exported: {target}")
+                await export_histories(
+                    client,
+                    export,
+                    {
+                        "scripted-agent-reconciled": (plan_id, plan_handle.result_run_id or ""),
+                        "scripted-agent-reset": (plan_id, plan_run),
+                        "agent-reconciled": (agent_id, agent_handle.result_run_id or ""),
+                        "agent-reset": (agent_id, agent_run),
+                    },
+                )
 
+    effects = count_effects(work)
     with Ledger.open(ledger_url) as ledger:
         events = ledger.events()
         verified = ledger.verify()
@@ -305,24 +402,24 @@ async def demo(work: Path, export: Path | None) -> int:
     replays = sum(e.type == "action.completed" and bool(e.payload.get("replayed")) for e in events)
     refusals = sum(e.type == "action.replay_refused" for e in events)
     verdicts = [e.payload["verdict"] for e in events if e.type == "action.reconciled"]
-    effects = sum(after_reset.values())
+    model_calls = model_executions(ledger_url)
+    expected = {"lines appended": 3, "messages posted": 2}
+    checks["each effect once"] = effects_before_resets == effects == expected
+    checks["no new model call on reset"] = model_calls == model_calls_before == 2
+    checks["two reconciliations"] = verdicts == ["effect_confirmed", "effect_confirmed"]
+    checks["ledger verifies"] = verified.ok
 
     banner("summary")
-    say(f"  tool requests made       {requests}")
-    say(f"  effects caused           {effects}  ({after_reset})")
-    say(f"  replayed from the ledger {replays}")
-    say(f"  refused as conflicts     {refusals}")
-    say(f"  reconciled by operator   {len(verdicts)} {verdicts} (temporal workflow signal)")
-    say(f"  ledger verify            {'OK' if verified.ok else verified.problems}")
-    expected = {"lines appended": 2, "messages posted": 1}
-    ok = (
-        after_run == expected
-        and after_reset == expected
-        and verified.ok
-        and verdicts == ["effect_confirmed"]
-        and [s.outcome for s in report.steps] == ["done", "done", "done", "conflict", "done"]
-        and [s.outcome for s in again.steps] == [s.outcome for s in report.steps]
-    )
+    say(f"  tool and model requests made {requests}")
+    say(f"  effects caused               {sum(effects.values())}  {effects}")
+    say(f"  model calls that reached it  {model_calls}")
+    say(f"  replayed from the ledger     {replays}")
+    say(f"  refused as conflicts         {refusals}")
+    say(f"  reconciled by an operator    {len(verdicts)} {verdicts}")
+    say(f"  ledger verify                {'OK' if verified.ok else verified.problems}")
+    for name, ok in checks.items():
+        say(f"  [{'ok' if ok else 'FAILED'}] {name}")
+    ok = all(checks.values())
     say()
     say("every effect happened exactly once" if ok else "MISMATCH: see above")
     return 0 if ok else 1
@@ -339,7 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--export-histories",
         type=Path,
-        help="write the workflow's histories here (for replay tests)",
+        help="write the workflows' histories here (for replay tests)",
     )
     args = parser.parse_args(argv)
     started = time.monotonic()

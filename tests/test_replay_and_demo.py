@@ -13,6 +13,7 @@ import pytest
 from tests.changed_workflows import ChangedAppendLinesWorkflow
 from tests.temporal_support import ROOT, Setup, make_setup, temporal_cli
 from workflows import replay_histories
+from workflows.agent import AGENT_WORKFLOWS
 from workflows.examples import EXAMPLE_WORKFLOWS, AppendLinesWorkflow
 
 HISTORIES = sorted((ROOT / "tests" / "histories").glob("*.json"))
@@ -27,14 +28,19 @@ def setup(temporal_address: str, tmp_path: Path) -> Setup:
 
 def test_checked_in_histories_include_a_reconciled_park() -> None:
     names = {path.name for path in HISTORIES}
-    assert {"scripted-agent-reconciled.json", "scripted-agent-reset.json"} <= names
+    assert {
+        "scripted-agent-reconciled.json",
+        "scripted-agent-reset.json",
+        "agent-reconciled.json",
+        "agent-reset.json",
+    } <= names
     text = (ROOT / "tests" / "histories" / "scripted-agent-reconciled.json").read_text()
     assert "WORKFLOW_EXECUTION_SIGNALED" in text.upper().replace("EVENT_TYPE_", "")
     assert "ledger.reconcile" in text
 
 
 async def test_checked_in_histories_replay_with_the_plugin() -> None:
-    reports = await replay_histories(HISTORIES, workflows=EXAMPLE_WORKFLOWS)
+    reports = await replay_histories(HISTORIES, workflows=[*EXAMPLE_WORKFLOWS, *AGENT_WORKFLOWS])
     assert reports and all(r.ok for r in reports), [r.error for r in reports]
 
 
@@ -98,4 +104,6 @@ def test_the_main_job_runs_to_exit_0(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "every effect happened exactly once" in done.stdout
     assert "Signal workflow succeeded" in done.stdout
-    assert "effects caused           3" in done.stdout
+    assert "effects caused               5" in done.stdout
+    assert "[ok] no new model call on reset" in done.stdout
+    assert "FAILED" not in done.stdout
