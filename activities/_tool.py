@@ -282,5 +282,6 @@ async def _heartbeat(every: timedelta | None) -> None:
         return
     interval = max(every.total_seconds() / 3, 0.05)
     while True:
-        activity.heartbeat()
+        # Sleep first: a tool that finishes within the interval costs no heartbeat RPC.
         await asyncio.sleep(interval)
+        activity.heartbeat()

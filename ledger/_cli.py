@@ -152,6 +152,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if not args.db:
         _parser().error(f"--db URL is required (or set ${ENV_URL})")
+    if not args.db.startswith(("sqlite:///", "postgresql://", "postgres://")):
+        _parser().error(
+            f"unsupported ledger URL {args.db!r}: use sqlite:///path or postgresql://..."
+        )
     if args.db.startswith("sqlite:///"):
         try:
             path = path_from_url(args.db)

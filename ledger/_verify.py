@@ -43,7 +43,13 @@ def _check_chains(events: list[LedgerEvent], records: dict) -> list[str]:
     problems = []
     heads: dict[str, str] = {}
     counts: dict[str, int] = defaultdict(int)
+    tombstoned: list[LedgerEvent] = []
+    compacted_through: dict[str, int] = {}
     for event in events:
+        if event.type == "action.compacted":
+            compacted_through[event.key] = event.seq
+        elif event.compacted:
+            tombstoned.append(event)
         expected_prev = heads.get(event.key, "")
         if event.prev_hash != expected_prev:
             problems.append(
@@ -64,6 +70,14 @@ def _check_chains(events: list[LedgerEvent], records: dict) -> list[str]:
             problems.append(f"{_where(event)}: payload edited: it no longer matches its body hash")
         heads[event.key] = event.hash
         counts[event.key] += 1
+    for event in tombstoned:
+        # A body may only be gone if a later compaction record of its key says so;
+        # otherwise replacing a body by the tombstone would erase evidence unseen.
+        if compacted_through.get(event.key, 0) < event.seq:
+            problems.append(
+                f"{_where(event)}: body replaced by a tombstone with no compaction record "
+                "after it (evidence erased?)"
+            )
     for key, record in records.items():
         if record.head_hash != heads.get(key, "") or record.events != counts.get(key, 0):
             problems.append(

@@ -343,11 +343,6 @@ def test_verify_passes_then_names_an_edited_completion(populated: Populated) -> 
     assert any("replayed output differs" in p for p in report["problems"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ledger bug: verify skips the body check of any event whose payload is the "
-    "compaction tombstone, so replacing a body by the tombstone is an undetected edit",
-)
 def test_verify_names_a_forged_tombstone(populated: Populated) -> None:
     # 'uncertain' was never compacted (unknown effects never are), so a tombstone there
     # can only be a forgery that erases the evidence an operator reconciles from.
@@ -457,11 +452,6 @@ def test_sqlite_url_without_a_file_exits_2() -> None:
     assert "names no file" in done.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ledger bug: an unsupported URL scheme exits 1 (a ledger error) instead of 2 "
-    "(a usage error, as for sqlite:/// without a file)",
-)
 def test_unsupported_url_exits_2() -> None:
     done = cli("ledger.db", "events")
     assert "unsupported ledger URL" in done.stderr
