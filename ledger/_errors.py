@@ -121,7 +121,19 @@ class LedgerUnavailable(LedgerError):
     """The ledger's storage could not be reached or lost its connection.
 
     Retryable: when this is raised before the adapter ran, no effect happened.
+    ``maybe_committed`` is true when the write's COMMIT was sent and its answer lost.
     """
+
+    def __init__(self, message: str, *, maybe_committed: bool = False) -> None:
+        self.maybe_committed = maybe_committed
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (_rebuild_unavailable, (str(self), self.maybe_committed))
+
+
+def _rebuild_unavailable(message, maybe_committed):
+    return LedgerUnavailable(message, maybe_committed=maybe_committed)
 
 
 class NoEffect(Exception):

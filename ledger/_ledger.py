@@ -347,8 +347,9 @@ class Ledger:
                         give_up=time.monotonic() >= deadline,
                     ),
                 )
-            except LedgerUnavailable:
-                await self._release_unused_claim(request.key, request.action_id)
+            except LedgerUnavailable as exc:
+                if exc.maybe_committed:
+                    await self._release_unused_claim(request.key, request.action_id)
                 raise
             first = False
             if isinstance(decision, _Answer):
@@ -534,8 +535,9 @@ class Ledger:
                         self._mark_started, action_id=action_id, token=token, failure=failure
                     ),
                 )
-            except LedgerUnavailable:
-                await self._release_unused_claim(key, action_id)
+            except LedgerUnavailable as exc:
+                if exc.maybe_committed:
+                    await self._release_unused_claim(key, action_id)
                 raise
             if outcome is not None:
                 return outcome

@@ -318,14 +318,15 @@ class PostgresRecorder(Recorder):
             self._purge()
             if committing:
                 # The COMMIT was sent and its answer lost: it may or may not have
-                # landed. Callers treat this like any failed write (the adapter
-                # does not run); a landed claim is recovered when its lease expires.
+                # landed. The adapter does not run; the ledger releases a claim that
+                # did land as a no-effect failure (Ledger._release_unused_claim).
                 what = "while committing; the commit may or may not have been recorded"
             else:
                 what = "before commit; the transaction was rolled back, nothing was recorded"
             raise LedgerUnavailable(
                 f"the PostgreSQL ledger at {self.where} became unavailable for key {key!r} "
-                f"{what}: {_reason(exc)}"
+                f"{what}: {_reason(exc)}",
+                maybe_committed=committing,
             ) from exc
         except psycopg.DataError as exc:
             raise InvalidRequest(f"the ledger refused the write: {exc}") from exc

@@ -207,6 +207,14 @@ class SQLiteRecorder(Recorder):
             except sqlite3.IntegrityError as exc:
                 conn.execute("ROLLBACK")
                 raise InvalidRequest(_integrity_message(exc)) from exc
+            except sqlite3.OperationalError as exc:
+                # A failed COMMIT on a local file did not commit: nothing was recorded.
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise LedgerUnavailable(
+                    f"SQLite ledger {self.path} failed a write for key {key!r}; nothing was "
+                    f"recorded: {exc}"
+                ) from exc
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")

@@ -149,7 +149,7 @@ class _AnswerLostOnce(SQLiteRecorder):
         result = super().transact(key, fn)
         if not self.lost and type(result).__name__ == "_Claimed":
             self.lost = True
-            raise LedgerUnavailable("connection lost during commit")
+            raise LedgerUnavailable("connection lost during commit", maybe_committed=True)
         return result
 
 
