@@ -181,28 +181,24 @@ def _recover_expired(tx: Transaction, record: KeyRecord) -> None:
     holder = record.holder_action_id
     assert holder is not None
     if record.phase == Phase.CLAIMED:
-        outcome = _outcome(
-            action_id=holder,
-            status=ActionStatus.FAILED,
-            effect=EffectState.NONE,
-            recorded_at=tx.recorded_at,
+        _release_without_effect(
+            tx,
+            record,
             error="abandoned before the started marker (lease expired); nothing was executed",
             error_type="Abandoned",
-            retryable=True,
-            token=record.token,
         )
-    else:
-        outcome = _outcome(
-            action_id=holder,
-            status=ActionStatus.FAILED,
-            effect=EffectState.UNKNOWN,
-            recorded_at=tx.recorded_at,
-            error="interrupted: the execution started and never reported before its lease "
-            "expired; the effect may or may not have happened",
-            error_type="Interrupted",
-            token=record.token,
-            interrupted=True,
-        )
+        return
+    outcome = _outcome(
+        action_id=holder,
+        status=ActionStatus.FAILED,
+        effect=EffectState.UNKNOWN,
+        recorded_at=tx.recorded_at,
+        error="interrupted: the execution started and never reported before its lease "
+        "expired; the effect may or may not have happened",
+        error_type="Interrupted",
+        token=record.token,
+        interrupted=True,
+    )
     _settle(tx, record, outcome)
 
 
@@ -213,6 +209,27 @@ def _settle(tx: Transaction, record: KeyRecord, outcome: dict[str, Any]) -> None
     record.outcome = outcome
     record.holder_action_id = None
     record.lease_expires = None
+
+
+def _release_without_effect(
+    tx: Transaction, record: KeyRecord, *, error: str, error_type: str
+) -> None:
+    """Settle a claim whose adapter never ran: no effect, and the key may act again."""
+    assert record.holder_action_id is not None
+    _settle(
+        tx,
+        record,
+        _outcome(
+            action_id=record.holder_action_id,
+            status=ActionStatus.FAILED,
+            effect=EffectState.NONE,
+            recorded_at=tx.recorded_at,
+            error=error,
+            error_type=error_type,
+            retryable=True,
+            token=record.token,
+        ),
+    )
 
 
 def _is_expired(record: KeyRecord, now: float) -> bool:
@@ -592,18 +609,12 @@ class Ledger:
                 or record.phase not in (Phase.CLAIMED, Phase.RUNNING)
             ):
                 return
-            outcome = _outcome(
-                action_id=action_id,
-                status=ActionStatus.FAILED,
-                effect=EffectState.NONE,
-                recorded_at=tx.recorded_at,
-                error="the ledger connection was lost before the adapter ran; nothing was "
-                "executed",
+            _release_without_effect(
+                tx,
+                record,
+                error="the ledger connection was lost before the adapter ran; nothing was executed",
                 error_type="LedgerUnavailable",
-                retryable=True,
-                token=record.token,
             )
-            _settle(tx, record, outcome)
             tx.save(record)
 
         with contextlib.suppress(LedgerError):

@@ -240,3 +240,58 @@ def event_from_row(row: tuple[Any, ...]) -> LedgerEvent:
 
 
 EVENT_COLUMNS = "seq, key, action_id, type, payload, recorded_at, body_hash, prev_hash, hash"
+
+_EVENT_INSERT_COLUMNS = (
+    "key",
+    "action_id",
+    "type",
+    "payload",
+    "recorded_at",
+    "body_hash",
+    "prev_hash",
+    "hash",
+)
+_RECORD_COLUMNS = ("phase", "effect", "settled_at", "compacted", "token", "lease_expires", "record")
+
+
+def insert_event_sql(placeholder: str) -> str:
+    """The INSERT of one event, in the backend's parameter style (``?`` or ``%s``)."""
+    marks = ", ".join([placeholder] * len(_EVENT_INSERT_COLUMNS))
+    return f"INSERT INTO ledger_events ({', '.join(_EVENT_INSERT_COLUMNS)}) VALUES ({marks})"
+
+
+def event_values(event: PendingEvent) -> tuple[Any, ...]:
+    return (
+        event.key,
+        event.action_id,
+        event.type,
+        event.payload_json,
+        event.recorded_at,
+        event.body_hash,
+        event.prev_hash,
+        event.hash,
+    )
+
+
+def write_record_sql(placeholder: str, *, created: bool) -> str:
+    """The INSERT or UPDATE of a key's state; parameters are :func:`record_values`."""
+    if created:
+        columns = (*_RECORD_COLUMNS, "key")
+        marks = ", ".join([placeholder] * len(columns))
+        return f"INSERT INTO ledger_keys ({', '.join(columns)}) VALUES ({marks})"
+    sets = ", ".join(f"{column} = {placeholder}" for column in _RECORD_COLUMNS)
+    return f"UPDATE ledger_keys SET {sets} WHERE key = {placeholder}"
+
+
+def record_values(record: KeyRecord) -> tuple[Any, ...]:
+    """The indexed columns of ``ledger_keys`` beside the full record, key last."""
+    return (
+        record.phase,
+        record.effect,
+        record.settled_at,
+        int(bool(record.outcome and record.outcome.get("compacted"))),
+        record.token,
+        record.lease_expires,
+        record.to_json(),
+        record.key,
+    )

@@ -34,6 +34,10 @@ from ._recorder import (
     T,
     Transaction,
     event_from_row,
+    event_values,
+    insert_event_sql,
+    record_values,
+    write_record_sql,
 )
 from .sqlite import _integrity_message
 
@@ -119,44 +123,10 @@ class _PostgresTransaction(Transaction):
         self._conn = conn
 
     def _insert_event(self, event: PendingEvent) -> None:
-        self._conn.execute(
-            "INSERT INTO ledger_events (key, action_id, type, payload, recorded_at, body_hash,"
-            " prev_hash, hash) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                event.key,
-                event.action_id,
-                event.type,
-                event.payload_json,
-                event.recorded_at,
-                event.body_hash,
-                event.prev_hash,
-                event.hash,
-            ),
-        )
+        self._conn.execute(insert_event_sql("%s"), event_values(event))
 
     def _write_record(self, record: KeyRecord, *, created: bool) -> None:
-        values = (
-            record.phase,
-            record.effect,
-            record.settled_at,
-            int(bool(record.outcome and record.outcome.get("compacted"))),
-            record.token,
-            record.lease_expires,
-            record.to_json(),
-            record.key,
-        )
-        if created:
-            self._conn.execute(
-                "INSERT INTO ledger_keys (phase, effect, settled_at, compacted, token,"
-                " lease_expires, record, key) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                values,
-            )
-        else:
-            self._conn.execute(
-                "UPDATE ledger_keys SET phase = %s, effect = %s, settled_at = %s,"
-                " compacted = %s, token = %s, lease_expires = %s, record = %s WHERE key = %s",
-                values,
-            )
+        self._conn.execute(write_record_sql("%s", created=created), record_values(record))
 
     def compact_bodies(self, through_seq: int) -> int:
         tombstone = json.dumps(TOMBSTONE)

@@ -27,6 +27,10 @@ from ._recorder import (
     T,
     Transaction,
     event_from_row,
+    event_values,
+    insert_event_sql,
+    record_values,
+    write_record_sql,
 )
 
 _SCHEMA = """
@@ -88,44 +92,10 @@ class _SQLiteTransaction(Transaction):
         self._conn = conn
 
     def _insert_event(self, event: PendingEvent) -> None:
-        self._conn.execute(
-            "INSERT INTO ledger_events (key, action_id, type, payload, recorded_at, body_hash,"
-            " prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                event.key,
-                event.action_id,
-                event.type,
-                event.payload_json,
-                event.recorded_at,
-                event.body_hash,
-                event.prev_hash,
-                event.hash,
-            ),
-        )
+        self._conn.execute(insert_event_sql("?"), event_values(event))
 
     def _write_record(self, record: KeyRecord, *, created: bool) -> None:
-        values = (
-            record.phase,
-            record.effect,
-            record.settled_at,
-            int(bool(record.outcome and record.outcome.get("compacted"))),
-            record.token,
-            record.lease_expires,
-            record.to_json(),
-            record.key,
-        )
-        if created:
-            self._conn.execute(
-                "INSERT INTO ledger_keys (phase, effect, settled_at, compacted, token,"
-                " lease_expires, record, key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                values,
-            )
-        else:
-            self._conn.execute(
-                "UPDATE ledger_keys SET phase = ?, effect = ?, settled_at = ?, compacted = ?,"
-                " token = ?, lease_expires = ?, record = ? WHERE key = ?",
-                values,
-            )
+        self._conn.execute(write_record_sql("?", created=created), record_values(record))
 
     def compact_bodies(self, through_seq: int) -> int:
         cursor = self._conn.execute(
