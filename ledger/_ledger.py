@@ -47,7 +47,7 @@ from ._models import (
     Verdict,
     validate_key,
 )
-from ._recorder import KeyRecord, Phase, Recorder, Transaction, iso
+from ._recorder import NOT_NOW, KeyRecord, Phase, Recorder, Transaction, iso
 from ._verify import VerifyReport, verify_ledger
 
 logger = logging.getLogger("ledger")
@@ -302,6 +302,15 @@ class Ledger:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    async def _transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
+        """One write transaction: inline when the store can do it without waiting."""
+        if self._closed:
+            raise LedgerError("the ledger is closed")
+        result = self._recorder.try_transact_now(key, fn)
+        if result is NOT_NOW:
+            return await self._run(self._recorder.transact, key, fn)
+        return result  # type: ignore[return-value]
+
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:
             raise LedgerError("the ledger is closed")
@@ -350,8 +359,7 @@ class Ledger:
         delay = 0.02
         while True:
             try:
-                decision = await self._run(
-                    self._recorder.transact,
+                decision = await self._transact(
                     request.key,
                     functools.partial(
                         self._admit,
@@ -545,8 +553,7 @@ class Ledger:
             except Exception as exc:
                 failure = (f"state resolver failed: {exc!r}", type(exc).__name__, True)
             try:
-                outcome = await self._run(
-                    self._recorder.transact,
+                outcome = await self._transact(
                     key,
                     functools.partial(
                         self._mark_started, action_id=action_id, token=token, failure=failure
@@ -618,13 +625,12 @@ class Ledger:
             tx.save(record)
 
         with contextlib.suppress(LedgerError):
-            await self._run(self._recorder.transact, key, release)
+            await self._transact(key, release)
 
     async def _complete_now(
         self, key: str, action_id: str, token: int, fields: dict[str, Any]
     ) -> ActionResult:
-        return await self._run(
-            self._recorder.transact,
+        return await self._transact(
             key,
             functools.partial(self._complete, action_id=action_id, token=token, fields=fields),
         )
@@ -794,8 +800,7 @@ class Ledger:
         if isinstance(output, BaseModel):
             output = output.model_dump(mode="json")
         check_json(output, where="output")
-        refused = await self._run(
-            self._recorder.transact,
+        refused = await self._transact(
             key,
             functools.partial(
                 self._reconcile,
@@ -886,9 +891,7 @@ class Ledger:
         keys = await self._run(self._recorder.compactable, cutoff)
         done = 0
         for key in keys:
-            done += await self._run(
-                self._recorder.transact, key, functools.partial(_compact_key, cutoff=cutoff)
-            )
+            done += await self._transact(key, functools.partial(_compact_key, cutoff=cutoff))
         return done
 
 

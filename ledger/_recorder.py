@@ -8,13 +8,14 @@ chaining is done here, so every backend chains the same way.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from ._canonical import canonical_json, sha256_hex
+from ._canonical import sha256_hex
 from ._models import LedgerEvent
 
 T = TypeVar("T")
@@ -65,7 +66,8 @@ class KeyRecord:
         return None if self.outcome is None else self.outcome.get("recorded_at")
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), separators=(",", ":"))
+        # Every field is already a JSON value; vars() avoids asdict's deep copy.
+        return json.dumps(vars(self), separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> KeyRecord:
@@ -76,8 +78,15 @@ def iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
 
 
+def payload_text(payload: dict[str, Any]) -> str:
+    """The stored JSON text of a payload: sorted keys, so it re-serialises identically."""
+    return json.dumps(
+        payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
 def body_hash(payload: dict[str, Any]) -> str:
-    return sha256_hex(canonical_json(payload))
+    return sha256_hex(payload_text(payload).encode())
 
 
 def chain_hash(
@@ -87,19 +96,10 @@ def chain_hash(
 
     Chains are per key so that appends for different keys never contend; the key's
     head hash and event count live in ``ledger_keys``, so a dropped tail is seen too.
+    The fields are joined by a unit separator, which no key, id or type can contain.
     """
-    return sha256_hex(
-        canonical_json(
-            {
-                "prev": prev_hash,
-                "key": key,
-                "action_id": action_id,
-                "type": type,
-                "body": body,
-                "recorded_at": recorded_at,
-            }
-        )
-    )
+    fields = (prev_hash, key, action_id or "", type, body, recorded_at)
+    return sha256_hex("\x1f".join(fields).encode())
 
 
 @dataclasses.dataclass
@@ -132,13 +132,14 @@ class Transaction(ABC):
         self._count = record.events if record else 0
 
     def append(self, type: str, action_id: str | None, payload: dict[str, Any]) -> PendingEvent:
-        digest = body_hash(payload)
+        text = payload_text(payload)
+        digest = sha256_hex(text.encode())
         event = PendingEvent(
             key=self.key,
             action_id=action_id,
             type=type,
             payload=payload,
-            payload_json=json.dumps(payload, separators=(",", ":"), ensure_ascii=False),
+            payload_json=text,
             recorded_at=self.recorded_at,
             body_hash=digest,
             prev_hash=self._head,
@@ -175,6 +176,15 @@ class Transaction(ABC):
         """Replace the payload of this key's events up to ``through_seq`` by the tombstone."""
 
 
+class NotNow(enum.Enum):
+    """Answer of :meth:`Recorder.try_transact_now` when the write would have to wait."""
+
+    NOT_NOW = "not now"
+
+
+NOT_NOW = NotNow.NOT_NOW
+
+
 class Recorder(ABC):
     """A ledger's storage. Methods are synchronous; the ledger runs them off the event loop."""
 
@@ -187,6 +197,14 @@ class Recorder(ABC):
 
         If ``fn`` raises, nothing it did is kept.
         """
+
+    def try_transact_now(self, key: str, fn: Callable[[Transaction], T]) -> T | NotNow:
+        """Like :meth:`transact` on the caller's thread, or :data:`NOT_NOW` if it would wait.
+
+        The default never runs on the caller's thread: a network round trip would
+        block the event loop.
+        """
+        return NOT_NOW
 
     @abstractmethod
     def get(self, key: str) -> KeyRecord | None: ...

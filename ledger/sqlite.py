@@ -18,9 +18,11 @@ from ._errors import InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
 from ._recorder import (
     EVENT_COLUMNS,
+    NOT_NOW,
     SCHEMA_VERSION,
     TOMBSTONE,
     KeyRecord,
+    NotNow,
     PendingEvent,
     Phase,
     Recorder,
@@ -33,13 +35,15 @@ from ._recorder import (
     write_record_sql,
 )
 
+# seq is a plain INTEGER PRIMARY KEY (max + 1): events are never deleted, so it only
+# grows, and AUTOINCREMENT would cost a sqlite_sequence page write per commit.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ledger_meta (
     name TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS ledger_events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     key TEXT NOT NULL,
     action_id TEXT,
     type TEXT NOT NULL,
@@ -122,7 +126,8 @@ class SQLiteRecorder(Recorder):
             self._conn.execute("PRAGMA journal_mode=WAL")
             # The started marker must be on disk before the adapter acts.
             self._conn.execute("PRAGMA synchronous=FULL")
-            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+            self._busy_ms = int(busy_timeout * 1000)
+            self._conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
             self._migrate()
         except sqlite3.DatabaseError as exc:
             raise LedgerUnavailable(f"cannot open SQLite ledger {self.path}: {exc}") from exc
@@ -161,34 +166,56 @@ class SQLiteRecorder(Recorder):
 
     def transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
         with self._lock:
-            conn = self._conn
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 raise LedgerUnavailable(f"SQLite ledger {self.path} is busy: {exc}") from exc
+            return self._in_transaction(key, fn)
+
+    def try_transact_now(self, key: str, fn: Callable[[Transaction], T]) -> T | NotNow:
+        """Run the transaction on the caller's thread if nothing would make it wait.
+
+        An uncontended local write takes about as long as its fsync, less than handing
+        it to a thread; when another thread or process holds the write lock, the
+        caller gets :data:`NOT_NOW` and waits on a thread instead.
+        """
+        if not self._lock.acquire(blocking=False):
+            return NOT_NOW
+        try:
+            self._conn.execute("PRAGMA busy_timeout=0")
             try:
-                row = conn.execute(
-                    "SELECT record FROM ledger_keys WHERE key = ?", (key,)
-                ).fetchone()
-                record = KeyRecord.from_json(row[0]) if row else None
-                result = fn(_SQLiteTransaction(conn, key, record, self.now()))
-                conn.execute("COMMIT")
-                return result
-            except sqlite3.IntegrityError as exc:
+                self._conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:
+                return NOT_NOW
+            finally:
+                self._conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+            return self._in_transaction(key, fn)
+        finally:
+            self._lock.release()
+
+    def _in_transaction(self, key: str, fn: Callable[[Transaction], T]) -> T:
+        conn = self._conn
+        try:
+            row = conn.execute("SELECT record FROM ledger_keys WHERE key = ?", (key,)).fetchone()
+            record = KeyRecord.from_json(row[0]) if row else None
+            result = fn(_SQLiteTransaction(conn, key, record, self.now()))
+            conn.execute("COMMIT")
+            return result
+        except sqlite3.IntegrityError as exc:
+            conn.execute("ROLLBACK")
+            raise InvalidRequest(_integrity_message(exc)) from exc
+        except sqlite3.OperationalError as exc:
+            # A failed COMMIT on a local file did not commit: nothing was recorded.
+            if conn.in_transaction:
                 conn.execute("ROLLBACK")
-                raise InvalidRequest(_integrity_message(exc)) from exc
-            except sqlite3.OperationalError as exc:
-                # A failed COMMIT on a local file did not commit: nothing was recorded.
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise LedgerUnavailable(
-                    f"SQLite ledger {self.path} failed a write for key {key!r}; nothing was "
-                    f"recorded: {exc}"
-                ) from exc
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+            raise LedgerUnavailable(
+                f"SQLite ledger {self.path} failed a write for key {key!r}; nothing was "
+                f"recorded: {exc}"
+            ) from exc
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     def get(self, key: str) -> KeyRecord | None:
         with self._lock:

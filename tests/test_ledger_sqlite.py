@@ -14,6 +14,7 @@ from ledger import (
     LedgerUnavailable,
     NextOperation,
 )
+from ledger._recorder import NOT_NOW
 from ledger.sqlite import SQLiteRecorder
 from tests.ledger_child import AUTHORITY, request
 from tests.ledger_contract import Counter, LedgerContract
@@ -144,6 +145,9 @@ class _AnswerLostOnce(SQLiteRecorder):
     as when a connection dies during COMMIT."""
 
     lost = False
+
+    def try_transact_now(self, key, fn):
+        return NOT_NOW  # every write takes the thread path, where the fault is injected
 
     def transact(self, key, fn):
         result = super().transact(key, fn)
