@@ -6,8 +6,10 @@ import argparse
 import asyncio
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ._errors import LedgerError
@@ -67,7 +69,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
     return value
@@ -148,6 +153,20 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
+def _is_ledger_file(path: Path) -> bool:
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_meta'"
+            ).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return False
+    return found is not None
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if not args.db:
@@ -163,6 +182,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             _parser().error(str(exc))
         if not path.exists():
             print(f"error: no ledger at {path}", file=sys.stderr)
+            return 1
+        if not _is_ledger_file(path):
+            # Opening would add the ledger's tables to someone else's database.
+            print(f"error: {path} is not a ledger (it has no ledger_meta table)", file=sys.stderr)
             return 1
     try:
         with Ledger.open(args.db) as ledger:

@@ -471,3 +471,25 @@ def test_a_missing_ledger_file_exits_1_and_creates_nothing(tmp_path: Path) -> No
         assert done.returncode == 1
         assert f"no ledger at {path}" in done.stderr
     assert not path.exists()
+
+
+def test_a_database_that_is_not_a_ledger_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    for args in (["verify"], ["events"], ["open-effects"], ["show", "k"]):
+        done = cli(f"sqlite:///{path}", *args)
+        assert done.returncode == 1
+        assert "is not a ledger" in done.stderr
+    tables = {r[0] for r in sqlite3.connect(path).execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == {"t"}
+
+
+def test_a_limit_that_is_not_a_number_is_named(populated: Populated) -> None:
+    done = cli(populated.url, "events", "--limit", "abc")
+    assert done.returncode == 2
+    assert "not a whole number: 'abc'" in done.stderr
+    assert "_positive_int" not in done.stderr
