@@ -1,0 +1,62 @@
+"""The authority policy file: what performers may use, who may reconcile."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from activities import Policy
+from ledger import InvalidRequest
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "policy.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_policy_file_grants_capabilities_by_performer_pattern(tmp_path: Path) -> None:
+    policy = Policy.load(write(tmp_path, """
+[performers]
+"agent-*" = ["files.*"]
+"agent-ops" = ["messages.post"]
+
+[reconcile]
+actors = ["ops-*"]
+"""))
+    ops = policy.authority_for("agent-ops")
+    assert ops.allows("files.append") and ops.allows("messages.post")
+    other = policy.authority_for("agent-7")
+    assert other.allows("files.append") and not other.allows("messages.post")
+    assert not policy.authority_for("intruder").allows("files.append")
+    assert policy.may_reconcile("ops-alice") and not policy.may_reconcile("mallory")
+    assert not policy.may_reconcile("")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[performers\n", "not valid TOML"),
+        ("[perfomers]\nx = ['a']\n", "unknown section"),
+        ("[reconcile]\nactor = ['x']\n", "[reconcile] takes only actors"),
+        ("[performers]\n\"agent\" = [\"\"]\n", "capabilities must be non-empty"),
+    ],
+)
+def test_a_bad_policy_file_is_named(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(InvalidRequest, match=message.replace("[", r"\[")) as refused:
+        Policy.load(write(tmp_path, text))
+    assert "policy.toml" in str(refused.value)
+
+
+def test_a_missing_policy_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(InvalidRequest, match="policy file not found"):
+        Policy.load(tmp_path / "nope.toml")
+
+
+def test_the_allow_all_default_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="activities.policy"):
+        policy = Policy.permissive()
+    assert policy.allow_all and policy.authority_for("anyone").allows("any.thing")
+    assert "ALLOW-ALL" in caplog.text
