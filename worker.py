@@ -27,6 +27,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import LedgerPlugin, Policy
+from activities.http_tools import HTTP_TOOLS
 from activities.models import ModelClient, OpenAIChatClient, ScriptedModel, model_tool
 from activities.tools import EXAMPLE_TOOLS
 from workflows.agent import AGENT_WORKFLOWS
@@ -240,7 +241,11 @@ async def run(args: argparse.Namespace, *, ready: asyncio.Event | None = None) -
             client,
             task_queue=args.task_queue,
             workflows=[*EXAMPLE_WORKFLOWS, *AGENT_WORKFLOWS],
-            activities=[*EXAMPLE_TOOLS.values(), model_tool(model_client(args))],
+            activities=[
+                *EXAMPLE_TOOLS.values(),
+                *HTTP_TOOLS.values(),
+                model_tool(model_client(args)),
+            ],
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
