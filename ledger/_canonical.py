@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -68,10 +69,33 @@ def _check(value: Any, where: str, active: set[int]) -> None:
 
 def canonical_json(value: Any) -> bytes:
     """RFC 8785 canonical bytes of a JSON value (already checked by :func:`check_json`)."""
+    if _same_as_sorted_json(value):
+        # For these values the standard encoder's sorted, compact output is byte-for-byte
+        # RFC 8785 (same string escapes, same integer digits, same key order), and it
+        # runs in C instead of rfc8785's per-character Python.
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     try:
         return rfc8785.dumps(value)
     except Exception as exc:  # rfc8785 raises its own domain errors
         raise InvalidRequest(f"not canonicalisable as JSON: {exc}") from exc
+
+
+def _same_as_sorted_json(value: Any) -> bool:
+    """No floats (RFC 8785 formats numbers like ECMAScript) and no object key with a
+    character from U+D800 up (RFC 8785 sorts keys by UTF-16 code units, Python by code
+    points; the two orders agree below the surrogate range)."""
+    if value is None or isinstance(value, (str, bool)):
+        return True
+    if isinstance(value, int):
+        return abs(value) <= _MAX_SAFE_INT
+    if isinstance(value, list):
+        return all(_same_as_sorted_json(item) for item in value)
+    if isinstance(value, dict):
+        return all(
+            isinstance(k, str) and (not k or max(k) < "\ud800") and _same_as_sorted_json(v)
+            for k, v in value.items()
+        )
+    return False
 
 
 def sha256_hex(data: bytes) -> str:
@@ -86,7 +110,9 @@ def fingerprint_dimensions(fields: Mapping[str, Any]) -> dict[str, str]:
 def combine(dimensions: Mapping[str, str]) -> str:
     """The one fingerprint over the per-dimension hashes, bound to the version."""
     return sha256_hex(
-        canonical_json({"version": FINGERPRINT_VERSION, "dimensions": dict(dimensions)})
+        canonical_json(
+            {"version": FINGERPRINT_VERSION, "dimensions": {n: dimensions[n] for n in DIMENSIONS}}
+        )
     )
 
 

@@ -98,7 +98,20 @@ class ActionRequest(_Frozen):
     def parse(cls, data: Any) -> ActionRequest:
         """Validate a mapping (or an instance) into a request; raises :class:`InvalidRequest`."""
         if isinstance(data, cls):
-            return cls(**data.model_dump())
+            # Validated when it was built; the JSON values are still checked, because
+            # their contents can be changed after construction.
+            if not (
+                isinstance(data.key, str)
+                and isinstance(data.capability, str)
+                and _CAPABILITY.match(data.capability)
+            ):
+                return cls(**data.model_dump())  # built with model_construct: validate
+            validate_key(data.key)
+            for name in ("payload", "precondition", "context"):
+                check_json(getattr(data, name), where=name)
+            if not isinstance(data.payload, dict):
+                raise InvalidRequest("payload must be a JSON object")
+            return data
         if not isinstance(data, dict):
             raise InvalidRequest(
                 f"a request must be an ActionRequest or a dict, not {type(data).__name__}"

@@ -215,6 +215,15 @@ class LedgerContract:
             request("k", precondition=[bad])
         assert ledger.events() == []
 
+    async def test_a_payload_changed_after_construction_is_checked_again(
+        self, ledger: Ledger
+    ) -> None:
+        req = request("k", payload={"line": "x"})
+        req.payload["line"] = float("nan")  # frozen model, mutable dict inside
+        with pytest.raises(InvalidRequest, match="nan"):
+            await ledger.execute(req, authority=AUTHORITY, adapter=Counter())
+        assert ledger.events() == []
+
     async def test_cyclic_payload_is_refused(self, ledger: Ledger) -> None:
         cyclic: dict[str, Any] = {}
         cyclic["self"] = cyclic
