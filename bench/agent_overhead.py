@@ -68,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         model_tool,
     )
     from activities.tools import Appended, AppendLine, append_line
+    from ledger._recorder import NOT_NOW
     from workflows._run_tool import TOOL_RETRY_POLICY
     from workflows.agent import AgentInput, AgentResult, AgentWorkflow, ToolObservation
     from workflows.agent import tool_schemas as agent_tool_schemas
@@ -241,17 +242,24 @@ COUNTERS = Counters()
 def instrument(ledger: Any) -> None:
     """Count the ledger's commits and time ``execute`` (wrappers cost ~1 us per call)."""
     recorder = ledger._recorder
-    transact = recorder.transact
 
-    def counted_transact(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return transact(*args, **kwargs)
-        finally:
-            COUNTERS.commit_s += time.perf_counter() - started
-            COUNTERS.commits += 1
+    def counted(inner: Any) -> Any:
+        # Both paths a write takes: inline when uncontended, on a thread otherwise.
+        def counted_transact(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            result = NOT_NOW
+            try:
+                result = inner(*args, **kwargs)
+                return result
+            finally:
+                if result is not NOT_NOW:
+                    COUNTERS.commit_s += time.perf_counter() - started
+                    COUNTERS.commits += 1
 
-    recorder.transact = counted_transact
+        return counted_transact
+
+    recorder.transact = counted(recorder.transact)
+    recorder.try_transact_now = counted(recorder.try_transact_now)
     execute = ledger.execute
 
     @functools.wraps(execute)

@@ -475,12 +475,15 @@ class Report:
         assert self.fresh and self.replay_small and self.replay_large
         fresh = self.fresh.commits
         replay = self.replay_small.commits
-        growth = self.replay_large.median_ms / self.replay_small.median_ms
+        # In commits of the moment: the two replays are measured minutes apart, so each
+        # is divided by the durable commit timed alongside it, which cancels the load
+        # the machine had then (the time ratio is printed above the targets too).
+        growth = self.replay_large.commits / self.replay_small.commits
         rows = [
             ("fresh execute / commit", f"{fresh:.2f}", f"<= {FRESH_LIMIT:g}", fresh <= FRESH_LIMIT),
             ("replay / commit", f"{replay:.2f}", f"<= {REPLAY_LIMIT:g}", replay <= REPLAY_LIMIT),
             (
-                f"replay @{self.actions:,} / replay @{self.small:,}",
+                f"replay @{self.actions:,} / @{self.small:,} (in commits)",
                 f"{growth:.2f}",
                 f"<= {GROWTH_LIMIT:g}",
                 growth <= GROWTH_LIMIT,
