@@ -232,6 +232,22 @@ def _release_without_effect(
     )
 
 
+def _extend_lease(tx: Transaction, *, token: int, lease: float) -> bool:
+    """Renew a live lease held under ``token``; an expired one is lost for good, since a
+    new claimer may already have recovered the key."""
+    record = tx.record
+    if (
+        record is None
+        or record.token != token
+        or record.phase not in (Phase.CLAIMED, Phase.RUNNING)
+        or (record.lease_expires or 0) <= tx.now
+    ):
+        return False
+    record.lease_expires = tx.now + lease
+    tx.save(record)
+    return True
+
+
 def _is_expired(record: KeyRecord, now: float) -> bool:
     return record.phase in (Phase.CLAIMED, Phase.RUNNING) and (record.lease_expires or 0) <= now
 
@@ -712,7 +728,9 @@ class Ledger:
         while True:
             await asyncio.sleep(interval)
             try:
-                renewed = await self._run(self._recorder.renew, key, token, self.lease)
+                renewed = await self._transact(
+                    key, functools.partial(_extend_lease, token=token, lease=self.lease)
+                )
             except Exception as exc:  # keep trying: the lease still covers us for a while
                 logger.warning("lease renewal for %r failed: %s", key, exc)
                 continue

@@ -210,10 +210,6 @@ class Recorder(ABC):
     def get(self, key: str) -> KeyRecord | None: ...
 
     @abstractmethod
-    def renew(self, key: str, token: int, lease: float) -> bool:
-        """Extend a live lease held under ``token``. False when the lease was lost or expired."""
-
-    @abstractmethod
     def now(self) -> float:
         """The storage's clock, in seconds since the epoch (leases are judged by it)."""
 
@@ -270,6 +266,22 @@ _EVENT_INSERT_COLUMNS = (
     "hash",
 )
 _RECORD_COLUMNS = ("phase", "effect", "settled_at", "compacted", "token", "lease_expires", "record")
+
+
+def events_sql(
+    placeholder: str, *, key: str | None, after: int, limit: int | None
+) -> tuple[str, list[object]]:
+    """The SELECT of the log in order, optionally one key's, in the backend's style."""
+    sql = f"SELECT {EVENT_COLUMNS} FROM ledger_events WHERE seq > {placeholder}"
+    params: list[object] = [after]
+    if key is not None:
+        sql += f" AND key = {placeholder}"
+        params.append(key)
+    sql += " ORDER BY seq"
+    if limit is not None:
+        sql += f" LIMIT {placeholder}"
+        params.append(limit)
+    return sql, params
 
 
 def insert_event_sql(placeholder: str) -> str:

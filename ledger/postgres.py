@@ -25,7 +25,6 @@ from psycopg_pool import ConnectionPool
 from ._errors import InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
 from ._recorder import (
-    EVENT_COLUMNS,
     TOMBSTONE,
     KeyRecord,
     PendingEvent,
@@ -35,6 +34,7 @@ from ._recorder import (
     Transaction,
     event_from_row,
     event_values,
+    events_sql,
     insert_event_sql,
     record_values,
     write_record_sql,
@@ -311,34 +311,10 @@ class PostgresRecorder(Recorder):
             row = conn.execute("SELECT record FROM ledger_keys WHERE key = %s", (key,)).fetchone()
         return KeyRecord.from_json(row[0]) if row else None
 
-    def renew(self, key: str, token: int, lease: float) -> bool:
-        def extend(tx: Transaction) -> bool:
-            record = tx.record
-            if (
-                record is None
-                or record.token != token
-                or record.phase not in (Phase.CLAIMED, Phase.RUNNING)
-                or (record.lease_expires or 0) <= tx.now
-            ):
-                return False
-            record.lease_expires = tx.now + lease
-            tx.save(record)
-            return True
-
-        return self.transact(key, extend)
-
     def events(
         self, key: str | None = None, *, after: int = 0, limit: int | None = None
     ) -> list[LedgerEvent]:
-        sql = f"SELECT {EVENT_COLUMNS} FROM ledger_events WHERE seq > %s"
-        params: list[object] = [after]
-        if key is not None:
-            sql += " AND key = %s"
-            params.append(key)
-        sql += " ORDER BY seq"
-        if limit is not None:
-            sql += " LIMIT %s"
-            params.append(limit)
+        sql, params = events_sql("%s", key=key, after=after, limit=limit)
         with self._connection("reading events") as conn:
             rows = conn.execute(sql, params).fetchall()
         return [event_from_row(row) for row in rows]

@@ -17,7 +17,6 @@ from pathlib import Path
 from ._errors import InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
 from ._recorder import (
-    EVENT_COLUMNS,
     NOT_NOW,
     SCHEMA_VERSION,
     TOMBSTONE,
@@ -30,6 +29,7 @@ from ._recorder import (
     Transaction,
     event_from_row,
     event_values,
+    events_sql,
     insert_event_sql,
     record_values,
     write_record_sql,
@@ -126,6 +126,9 @@ class SQLiteRecorder(Recorder):
             self._conn.execute("PRAGMA journal_mode=WAL")
             # The started marker must be on disk before the adapter acts.
             self._conn.execute("PRAGMA synchronous=FULL")
+            # Key lookups touch a few index pages of a large file; keep them cached
+            # (64 MiB at most, allocated as used).
+            self._conn.execute("PRAGMA cache_size=-65536")
             self._busy_ms = int(busy_timeout * 1000)
             self._conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
             self._migrate()
@@ -224,34 +227,10 @@ class SQLiteRecorder(Recorder):
             ).fetchone()
         return KeyRecord.from_json(row[0]) if row else None
 
-    def renew(self, key: str, token: int, lease: float) -> bool:
-        def extend(tx: Transaction) -> bool:
-            record = tx.record
-            if (
-                record is None
-                or record.token != token
-                or record.phase not in (Phase.CLAIMED, Phase.RUNNING)
-                or (record.lease_expires or 0) <= tx.now
-            ):
-                return False
-            record.lease_expires = tx.now + lease
-            tx.save(record)
-            return True
-
-        return self.transact(key, extend)
-
     def events(
         self, key: str | None = None, *, after: int = 0, limit: int | None = None
     ) -> list[LedgerEvent]:
-        sql = f"SELECT {EVENT_COLUMNS} FROM ledger_events WHERE seq > ?"
-        params: list[object] = [after]
-        if key is not None:
-            sql += " AND key = ?"
-            params.append(key)
-        sql += " ORDER BY seq"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
+        sql, params = events_sql("?", key=key, after=after, limit=limit)
         with self._lock:
             rows = self._conn.execute(sql, params).fetchall()
         return [event_from_row(row) for row in rows]
