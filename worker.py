@@ -224,7 +224,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 async def run(args: argparse.Namespace, *, ready: asyncio.Event | None = None) -> None:
-    policy = Policy.load(args.policy) if args.policy else None
+    policy = Policy.load(args.policy) if args.policy else Policy.permissive()
     async with contextlib.AsyncExitStack() as stack:
         address = args.address
         if args.dev:
