@@ -75,7 +75,27 @@ async def reserve_slot(arg: Reserve) -> Reserved:
     return Reserved(attempts=attempts)
 
 
-TEST_TOOLS = {"hold_and_append": hold_and_append, "reserve_slot": reserve_slot}
+class Guarded(BaseModel):
+    path: str
+    line: str
+
+
+def _line_count(arg: Guarded) -> dict[str, int]:
+    path = Path(arg.path)
+    return {"lines": len(path.read_text().splitlines()) if path.exists() else 0}
+
+
+@tool(capability="files.append", state=_line_count)
+async def append_if_unchanged(arg: Guarded) -> Lines:
+    """Append only if the file still has the line count the step was planned against."""
+    return Lines(lines=await asyncio.to_thread(_append, Path(arg.path), arg.line))
+
+
+TEST_TOOLS = {
+    "hold_and_append": hold_and_append,
+    "reserve_slot": reserve_slot,
+    "append_if_unchanged": append_if_unchanged,
+}
 register_agent_tool(hold_and_append)
 
 
@@ -85,6 +105,7 @@ class Call(BaseModel):
     step: str
     performer: str = "agent"
     key: str | None = None
+    precondition: Any = None
 
 
 @workflow.defn
@@ -101,6 +122,7 @@ class StepsWorkflow:
                 step=call.step,
                 performer=call.performer,
                 key=call.key,
+                precondition=call.precondition,
                 heartbeat_timeout=timedelta(seconds=2),
             )
             outputs.append(out.model_dump() if out is not None else None)

@@ -425,3 +425,76 @@ async def test_retryable_no_effect_waits_retry_after_under_the_same_key(setup: S
     assert len({a["key"] for a in attempts}) == 1
     gaps = [b["at"] - a["at"] for a, b in itertools.pairwise(attempts)]
     assert all(gap >= 1.5 for gap in gaps), gaps
+
+
+# the state resolver of a @tool -------------------------------------------------------
+async def test_a_precondition_is_checked_against_the_tools_state(setup: Setup) -> None:
+    target = setup.folder / "guarded.txt"
+    target.write_text("existing\n")
+    client = await setup.client()
+    async with setup.workflow_worker(client, tools=True):
+        done = await client.execute_workflow(
+            StepsWorkflow.run,
+            [
+                Call(
+                    tool="append_if_unchanged",
+                    step="s1",
+                    precondition={"lines": 1},
+                    arg={"path": str(target), "line": "planned"},
+                )
+            ],
+            id=f"pre-ok-{uuid.uuid4().hex[:8]}",
+            task_queue=setup.task_queue,
+        )
+        assert done == [{"lines": 2}]
+        with pytest.raises(WorkflowFailureError) as drifted:
+            await client.execute_workflow(
+                StepsWorkflow.run,
+                [
+                    Call(
+                        tool="append_if_unchanged",
+                        step="s2",
+                        precondition={"lines": 1},
+                        arg={"path": str(target), "line": "stale plan"},
+                    )
+                ],
+                id=f"pre-drift-{uuid.uuid4().hex[:8]}",
+                task_queue=setup.task_queue,
+            )
+    cause = drifted.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "ToolFailed"
+    assert "precondition drift" in cause.message and cause.non_retryable
+    assert lines(target) == ["existing", "planned"]
+
+
+# the plugin on the Worker only ------------------------------------------------------
+async def test_the_plugin_given_only_to_the_worker_brings_its_converter(setup: Setup) -> None:
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
+    from temporalio.worker import Worker
+
+    from activities.tools import EXAMPLE_TOOLS
+
+    target = setup.folder / "w.txt"
+    plain = await Client.connect(setup.address)  # no plugin: the default JSON converter
+    async with Worker(
+        plain,
+        task_queue=setup.task_queue,
+        workflows=[AppendLinesWorkflow],
+        activities=list(EXAMPLE_TOOLS.values()),
+        plugins=[setup.plugin()],
+    ) as worker:
+        # The worker encodes with its client's converter: the plugin must have swapped it.
+        assert issubclass(
+            worker.client.data_converter.payload_converter_class, PydanticPayloadConverter
+        )
+        starter = await Client.connect(setup.address, data_converter=pydantic_data_converter)
+        total = await starter.execute_workflow(
+            AppendLinesWorkflow.run,
+            args=[str(target), ["x", "y"]],
+            id=f"worker-plugin-{uuid.uuid4().hex[:8]}",
+            task_queue=setup.task_queue,
+        )
+    assert total == 2 and lines(target) == ["x", "y"]
+    with Ledger.open(setup.ledger_url) as ledger:
+        assert sum(e.type == "action.execution_started" for e in ledger.events()) == 2
