@@ -32,7 +32,10 @@ def check_json(value: Any, *, where: str) -> None:
 
 
 def _check(value: Any, where: str, active: set[int]) -> None:
-    if value is None or isinstance(value, (bool, str)):
+    if isinstance(value, str):
+        _check_text(value, where)
+        return
+    if value is None or isinstance(value, bool):
         return
     if isinstance(value, int):
         if abs(value) > _MAX_SAFE_INT:
@@ -54,6 +57,7 @@ def _check(value: Any, where: str, active: set[int]) -> None:
                         raise InvalidRequest(
                             f"{where}: object key {k!r} is a {type(k).__name__}, not a string"
                         )
+                    _check_text(k, f"{where} key")
                     _check(v, f"{where}.{k}", active)
             else:
                 for i, v in enumerate(value):
@@ -65,6 +69,15 @@ def _check(value: Any, where: str, active: set[int]) -> None:
         f"{where}: a {type(value).__name__} is not representable in JSON exactly "
         "(use objects, arrays, strings, finite numbers, booleans or null)"
     )
+
+
+def _check_text(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequest(
+            f"{where}: {text!r} is not valid Unicode text (a lone surrogate)"
+        ) from None
 
 
 def canonical_json(value: Any) -> bytes:

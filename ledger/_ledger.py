@@ -232,6 +232,17 @@ def _release_without_effect(
     )
 
 
+def _stopped_waiting(tx: Transaction, *, action_id: str) -> None:
+    record = tx.record
+    assert record is not None  # the request it waits for was recorded under this key
+    tx.append(
+        EVENT_DEFERRED,
+        action_id,
+        {"holder_action_id": record.holder_action_id, "stopped_waiting": True},
+    )
+    tx.save(record)
+
+
 def _extend_lease(tx: Transaction, *, token: int, lease: float) -> bool:
     """Renew a live lease held under ``token``; an expired one is lost for good, since a
     new claimer may already have recovered the key."""
@@ -405,7 +416,19 @@ class Ledger:
                         lease_remaining=decision.remaining,
                         action_id=request.action_id,
                     )
-                await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                try:
+                    await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+                except asyncio.CancelledError:
+                    # The request is recorded; a caller that stops waiting still gets
+                    # its one resolution, or verify would call it dropped.
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(
+                            self._transact(
+                                request.key,
+                                functools.partial(_stopped_waiting, action_id=request.action_id),
+                            )
+                        )
+                    raise
                 delay = min(delay * 2, 0.5)
                 continue
             assert isinstance(decision, _Claimed)
@@ -504,7 +527,9 @@ class Ledger:
                     return _Busy(holder, remaining, recorded=True)
                 _recover_expired(tx, record)
             assert record.outcome is not None
-            if not _may_act_again(record.outcome, retry_safe):
+            # Both this request and the attempt that left the outcome must be retry-safe:
+            # a caller cannot declare an unknown effect of an unguarded attempt safe.
+            if not _may_act_again(record.outcome, retry_safe and record.retry_safe):
                 replay = _result(record.outcome, key=key, action_id=action_id, replayed=True)
                 tx.append(
                     EVENT_COMPLETED,
@@ -567,7 +592,12 @@ class Ledger:
                     else None
                 )
             except Exception as exc:
-                failure = (f"state resolver failed: {exc!r}", type(exc).__name__, True)
+                # Nothing ran either way; only an I/O failure is worth reading again.
+                failure = (
+                    f"state resolver failed: {exc!r}",
+                    type(exc).__name__,
+                    isinstance(exc, OSError),
+                )
             try:
                 outcome = await self._transact(
                     key,
@@ -579,6 +609,8 @@ class Ledger:
                 if exc.maybe_committed:
                     await self._release_unused_claim(key, action_id)
                 raise
+            if isinstance(outcome, ActionInProgressError):
+                raise outcome
             if outcome is not None:
                 return outcome
 
@@ -646,19 +678,22 @@ class Ledger:
     async def _complete_now(
         self, key: str, action_id: str, token: int, fields: dict[str, Any]
     ) -> ActionResult:
-        return await self._transact(
+        result = await self._transact(
             key,
             functools.partial(self._complete, action_id=action_id, token=token, fields=fields),
         )
+        if isinstance(result, ActionInProgressError):
+            raise result
+        return result
 
     def _mark_started(
         self, tx: Transaction, *, action_id: str, token: int, failure: tuple[str, str, bool] | None
-    ) -> ActionResult | None:
+    ) -> ActionResult | ActionInProgressError | None:
         record = tx.record
         if record is None or record.token != token or record.phase != Phase.CLAIMED:
             # The claim expired while the state was read and another request took over;
             # that takeover already gave this request its completion.
-            return self._late_answer(record, action_id)
+            return self._late_answer(tx, record, action_id)
         if failure is not None:
             error, error_type, retryable = failure
             outcome = _outcome(
@@ -690,7 +725,7 @@ class Ledger:
 
     def _complete(
         self, tx: Transaction, *, action_id: str, token: int, fields: dict[str, Any]
-    ) -> ActionResult:
+    ) -> ActionResult | ActionInProgressError:
         record = tx.record
         if record is None or record.token != token or record.phase != Phase.RUNNING:
             # A stale fencing token: the lease was lost and the key moved on. Keep what
@@ -706,19 +741,24 @@ class Ledger:
             )
             if record is not None:
                 tx.save(record)
-            return self._late_answer(record, action_id)
+            return self._late_answer(tx, record, action_id)
         outcome = _outcome(action_id=action_id, recorded_at=tx.recorded_at, token=token, **fields)
         _settle(tx, record, outcome)
         tx.save(record)
         return _result(outcome, key=tx.key, action_id=action_id, replayed=False)
 
     @staticmethod
-    def _late_answer(record: KeyRecord | None, action_id: str) -> ActionResult:
+    def _late_answer(
+        tx: Transaction, record: KeyRecord | None, action_id: str
+    ) -> ActionResult | ActionInProgressError:
+        """The key's outcome for an attempt that lost its claim, or the error to raise
+        once the transaction has committed (raising inside it would roll back the
+        late evidence just recorded)."""
         if record is None or record.outcome is None or record.phase != Phase.SETTLED:
-            raise ActionInProgressError(
-                key=record.key if record else "",
+            return ActionInProgressError(
+                key=tx.key,
                 holder_action_id=(record.holder_action_id or "") if record else "",
-                lease_remaining=0.0,
+                lease_remaining=max(0.0, ((record.lease_expires or 0) if record else 0) - tx.now),
                 action_id=action_id,
             )
         return _result(record.outcome, key=record.key, action_id=action_id, replayed=True)

@@ -195,8 +195,18 @@ class LedgerContract:
 
     @pytest.mark.parametrize(
         "bad",
-        [float("nan"), float("inf"), float("-inf"), {1, 2}, b"bytes", (1, 2), 2**60, object()],
-        ids=["nan", "inf", "-inf", "set", "bytes", "tuple", "bigint", "object"],
+        [
+            float("nan"),
+            float("inf"),
+            float("-inf"),
+            {1, 2},
+            b"bytes",
+            (1, 2),
+            2**60,
+            object(),
+            "lone \ud800 surrogate",
+        ],
+        ids=["nan", "inf", "-inf", "set", "bytes", "tuple", "bigint", "object", "surrogate"],
     )
     async def test_values_json_cannot_represent_are_refused(self, ledger: Ledger, bad: Any) -> None:
         with pytest.raises(InvalidRequest):
@@ -335,6 +345,18 @@ class LedgerContract:
         assert [c.fencing_token for c in far_side.calls] == [1, 2]
         assert all(c.key == "k" for c in far_side.calls)
 
+    async def test_a_caller_cannot_declare_an_unguarded_unknown_effect_retry_safe(
+        self, ledger: Ledger
+    ) -> None:
+        far_side = Counter(raise_after=TimeoutError("no answer"))
+        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert first.effect is EffectState.UNKNOWN
+        again = await ledger.execute(
+            request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
+        )
+        assert again.replayed and again.effect is EffectState.UNKNOWN
+        assert len(far_side.calls) == 1
+
     # 6 -------------------------------------------------------------------------------
     async def test_retryable_no_effect_lets_the_key_act_again(self, ledger: Ledger) -> None:
         far_side = Counter(raise_after=NoEffect("429 busy", retryable=True, retry_after=1.5))
@@ -438,6 +460,79 @@ class LedgerContract:
         result = await running
         assert result.status is ActionStatus.SUCCEEDED and not result.replayed
 
+    async def test_a_late_completion_is_kept_while_a_newer_attempt_holds_the_key(
+        self, ledger_url: str
+    ) -> None:
+        """Attempt A stalls past its lease; B (retry-safe) recovers the key and is still
+        running when A reports: A's report is kept as evidence, and A is told the key
+        is held."""
+        lease = 0.6
+        a_result: dict[str, Any] = {}
+
+        def attempt_a() -> None:
+            async def stalled(req: ActionRequest, ctx: Any) -> dict[str, bool]:
+                time.sleep(lease * 3)  # blocks A's loop: no lease renewal happens
+                return {"a": True}
+
+            async def run() -> None:
+                async with Ledger.open(ledger_url, lease=lease) as a:
+                    try:
+                        a_result["value"] = await a.execute(
+                            request("k"), authority=AUTHORITY, adapter=stalled, retry_safe=True
+                        )
+                    except Exception as exc:
+                        a_result["error"] = exc
+
+            asyncio.run(run())
+
+        thread = threading.Thread(target=attempt_a)
+        thread.start()
+        release = threading.Event()
+
+        def held(req: ActionRequest, ctx: Any) -> dict[str, bool]:
+            release.wait(10)
+            return {"b": True}
+
+        async with Ledger.open(ledger_url, lease=lease) as b:
+            await asyncio.sleep(lease * 1.5)
+            running = asyncio.create_task(
+                b.execute(request("k"), authority=AUTHORITY, adapter=held, retry_safe=True)
+            )
+            await asyncio.to_thread(thread.join, 10)
+            release.set()
+            b_outcome = await running
+            events = b.events("k")
+            assert b.verify().ok
+        assert isinstance(a_result.get("error"), ActionInProgressError), a_result
+        late = [e for e in events if e.type == "action.late_completion"]
+        assert len(late) == 1 and late[0].payload["output"] == {"a": True}
+        assert b_outcome.output == {"b": True} and not b_outcome.replayed
+
+    async def test_a_caller_that_stops_waiting_is_still_resolved(self, ledger: Ledger) -> None:
+        release = threading.Event()
+
+        def slow(req: ActionRequest, ctx: Any) -> str:
+            release.wait(10)
+            return "slow"
+
+        running = asyncio.create_task(
+            ledger.execute(request("k"), authority=AUTHORITY, adapter=slow)
+        )
+        await asyncio.sleep(0.2)
+        waiter = request("k")
+        waiting = asyncio.create_task(
+            ledger.execute(waiter, authority=AUTHORITY, adapter=Counter(), wait=30)
+        )
+        await asyncio.sleep(0.3)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        release.set()
+        await running
+        mine = [e for e in ledger.events("k") if e.action_id == waiter.action_id]
+        assert [e.type for e in mine] == ["action.requested", "action.deferred"]
+        assert ledger.verify().ok
+
     # 8 -------------------------------------------------------------------------------
     async def _unknown(self, ledger: Ledger, key: str) -> Counter:
         far_side = Counter(raise_after=ConnectionResetError("reset"))
@@ -517,6 +612,39 @@ class LedgerContract:
         assert ledger.state("k").next_operation is NextOperation.FIX_INPUTS
         assert far_side.calls == []
         assert "action.execution_started" not in types(ledger, "k")
+
+    @pytest.mark.parametrize(
+        ("failure", "retryable", "next_operation"),
+        [
+            (ConnectionRefusedError("state store down"), True, NextOperation.START_ACTION),
+            (TypeError("bug in the resolver"), False, NextOperation.FIX_INPUTS),
+        ],
+        ids=["io-error", "bug"],
+    )
+    async def test_a_failing_state_resolver_acts_nothing(
+        self,
+        ledger: Ledger,
+        failure: Exception,
+        retryable: bool,
+        next_operation: NextOperation,
+    ) -> None:
+        def read_state(req: ActionRequest) -> Any:
+            raise failure
+
+        far_side = Counter()
+        result = await ledger.execute(
+            request("k", precondition={"size": 1}),
+            authority=AUTHORITY,
+            adapter=far_side,
+            state=read_state,
+        )
+        assert (result.status, result.effect, result.retryable) == (
+            ActionStatus.FAILED,
+            EffectState.NONE,
+            retryable,
+        )
+        assert ledger.state("k").next_operation is next_operation
+        assert far_side.calls == []
 
     async def test_precondition_without_a_resolver_is_refused(self, ledger: Ledger) -> None:
         with pytest.raises(InvalidRequest, match="precondition"):
