@@ -23,8 +23,12 @@ LEDGER_UNAVAILABLE = "LedgerUnavailable"
 #: The reconcile activity's refusals.
 RECONCILE_REFUSED = "ReconcileRefused"
 RECONCILE_NOT_ALLOWED = "ReconcileNotAllowed"
+#: The key's effect is no longer unknown (reconciled elsewhere, e.g. with the CLI).
+RECONCILE_ALREADY_RESOLVED = "ReconcileAlreadyResolved"
+#: A replay whose recorded output was compacted away, for a tool that returns one.
+OUTPUT_COMPACTED = "ToolOutputCompacted"
 
-FINAL_ERROR_TYPES = [CONFLICT, DENIED, FAILED, INVALID, EFFECT_UNKNOWN]
+FINAL_ERROR_TYPES = [CONFLICT, DENIED, FAILED, INVALID, EFFECT_UNKNOWN, OUTPUT_COMPACTED]
 
 
 class _Payload(BaseModel):
@@ -80,6 +84,8 @@ class ReconcileInput(_Payload):
     basis: str
     evidence: list[Any] = Field(default_factory=list)
     output: Any = None
+    #: Optional: the parked action this verdict is about; refused if another is parked.
+    action_id: str | None = None
 
 
 class ReconcileResult(_Payload):

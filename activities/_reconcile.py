@@ -32,7 +32,10 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
             evidence=verdict.evidence,
             output=verdict.output,
         )
-    except (ReconciliationRefused, InvalidRequest) as exc:
+    except ReconciliationRefused as exc:
+        kind = p.RECONCILE_ALREADY_RESOLVED if exc.effect is not None else p.RECONCILE_REFUSED
+        raise ApplicationError(str(exc), type=kind, non_retryable=True) from None
+    except InvalidRequest as exc:
         raise ApplicationError(str(exc), type=p.RECONCILE_REFUSED, non_retryable=True) from None
     except LedgerUnavailable as exc:
         raise ApplicationError(str(exc), type=p.LEDGER_UNAVAILABLE) from None

@@ -241,6 +241,19 @@ def _outcome_or_raise(
         replayed=result.replayed,
         reused_from_action_id=result.reused_from_action_id,
     )
+    if (
+        result.compacted
+        and spec.output_type is not None
+        and result.status is not (ActionStatus.DENIED)
+    ):
+        # The step happened long ago and its output is gone: answer, never act again,
+        # and say so instead of handing the workflow an output that is not there.
+        raise ApplicationError(
+            f"{spec.name}: the outcome of {result.key!r} ({result.status.value}) was compacted; "
+            "its output is no longer recorded",
+            type=p.OUTPUT_COMPACTED,
+            non_retryable=True,
+        )
     if result.status is ActionStatus.SUCCEEDED:
         return outcome
     if result.verdict is Verdict.EFFECT_CONFIRMED:

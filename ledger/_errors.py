@@ -108,13 +108,20 @@ class ReconciliationRefused(LedgerError):
     The refusal itself was recorded as ``action.reconcile_refused``.
     """
 
-    def __init__(self, key: str, reason: str) -> None:
+    def __init__(self, key: str, reason: str, *, effect: str | None = None) -> None:
         self.key = key
         self.reason = reason
+        #: The key's effect when the effect is already known (``observed`` or ``none``):
+        #: somebody reconciled it first, and its outcome stands.
+        self.effect = effect
         super().__init__(f"cannot reconcile {key!r}: {reason}")
 
     def __reduce__(self):
-        return (ReconciliationRefused, (self.key, self.reason))
+        return (_rebuild_refused, (self.key, self.reason, self.effect))
+
+
+def _rebuild_refused(key, reason, effect):
+    return ReconciliationRefused(key, reason, effect=effect)
 
 
 class LedgerUnavailable(LedgerError):

@@ -870,7 +870,8 @@ class Ledger:
             ),
         )
         if refused is not None:
-            raise ReconciliationRefused(key, refused)
+            reason, known_effect = refused
+            raise ReconciliationRefused(key, reason, effect=known_effect)
         return self.state(key)
 
     def _reconcile(
@@ -882,9 +883,10 @@ class Ledger:
         basis: str,
         evidence: list[Any],
         output: Any,
-    ) -> str | None:
+    ) -> tuple[str, str | None] | None:
         record = tx.record
         reason: str | None = None
+        known_effect: str | None = None
         if record is None or record.phase == Phase.VACANT:
             reason = "no execution is recorded for this key"
         elif record.phase in (Phase.CLAIMED, Phase.RUNNING):
@@ -895,12 +897,13 @@ class Ledger:
         if reason is None:
             assert record is not None and record.outcome is not None
             if record.outcome["effect"] != EffectState.UNKNOWN.value:
-                reason = f"its effect is {record.outcome['effect']}, not unknown"
+                known_effect = record.outcome["effect"]
+                reason = f"its effect is {known_effect}, not unknown"
         body = {"verdict": verdict.value, "actor": actor, "basis": basis}
         if reason is not None:
             tx.append(EVENT_RECONCILE_REFUSED, None, {**body, "reason": reason})
             tx.save(record or KeyRecord(key=tx.key))
-            return reason
+            return reason, known_effect
         assert record is not None and record.outcome is not None
         outcome = dict(record.outcome)
         outcome["verdict"] = verdict.value

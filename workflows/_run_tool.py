@@ -147,6 +147,11 @@ class _Parking:
         if effect is None:
             known = ", ".join(sorted(self.open)) or "none"
             return None, f"no parked effect under key {verdict.key!r} (open keys: {known})"
+        if verdict.action_id is not None and verdict.action_id != effect.action_id:
+            return None, (
+                f"the verdict is for action {verdict.action_id}, but the parked "
+                f"effect of {verdict.key!r} is action {effect.action_id}"
+            )
         if verdict.verdict not in VERDICTS:
             return None, (f"unknown verdict {verdict.verdict!r}: use one of {', '.join(VERDICTS)}")
         if not verdict.actor.strip():
@@ -181,12 +186,14 @@ class _Parking:
 
     async def park(
         self, spec: ToolSpec[Any, Any], step: str, unknown: p.UnknownEffect
-    ) -> p.ReconcileInput:
-        """Wait for an operator's verdict that the ledger accepted; return it."""
+    ) -> p.ReconcileInput | None:
+        """Wait for an operator's verdict that the ledger accepted and return it; ``None``
+        when the key was resolved elsewhere (e.g. with ``python -m ledger reconcile``) and
+        the step should run again to pick up the recorded outcome."""
         info = workflow.info()
         key = unknown.key
         self.output_types[key] = spec.output_type
-        self.inbox.setdefault(key, [])
+        self.inbox[key] = []
         self.open[key] = OpenEffect(
             key=key,
             step=step,
@@ -196,8 +203,12 @@ class _Parking:
             since=workflow.now().isoformat(),
             why=unknown.error,
             reconcilers=unknown.reconcilers,
-            signal_command=_command("signal", info.namespace, info.workflow_id, key),
-            update_command=_command("update execute", info.namespace, info.workflow_id, key),
+            signal_command=_command(
+                "signal", info.namespace, info.workflow_id, key, unknown.action_id
+            ),
+            update_command=_command(
+                "update execute", info.namespace, info.workflow_id, key, unknown.action_id
+            ),
         )
         workflow.logger.warning("step %r parked: effect of key %r is unknown", step, key)
         try:
@@ -215,6 +226,11 @@ class _Parking:
                 except ActivityError as err:
                     pending.error = _cause_message(err)
                     self.reject("ledger", pending.verdict.model_dump(), pending.error)
+                    cause = err.cause
+                    if isinstance(cause, ApplicationError) and (
+                        cause.type == p.RECONCILE_ALREADY_RESOLVED
+                    ):
+                        return None
                     continue
                 finally:
                     pending.done = True
@@ -226,6 +242,13 @@ class _Parking:
                 return pending.verdict
         finally:
             self.open.pop(key, None)
+            # Verdicts still queued were given for this parked action; the step moves
+            # on, and a later park of the same key is a different action that nobody
+            # has inspected yet, so they must not be applied to it.
+            for leftover in self.inbox.pop(key, []):
+                leftover.error = "the step is no longer parked; the verdict was not applied"
+                leftover.done = True
+                self.reject("ledger", leftover.verdict.model_dump(), leftover.error)
 
 
 def _glob(name: str, pattern: str) -> bool:
@@ -240,10 +263,11 @@ def _jsonable(raw: Any) -> Any:
         return repr(raw)
 
 
-def _command(kind: str, namespace: str, workflow_id: str, key: str) -> str:
+def _command(kind: str, namespace: str, workflow_id: str, key: str, action_id: str) -> str:
     template = json.dumps(
         {
             "key": key,
+            "action_id": action_id,
             "verdict": "effect_confirmed",
             "actor": "YOUR-NAME",
             "basis": "WHAT-YOU-SAW",
@@ -320,10 +344,25 @@ async def run_tool(
     until an operator reconciles it (signal or update ``reconcile``).
     """
     spec = spec_of(tool)
+    # Bad input fails the workflow with a typed error; a plain exception here would fail
+    # the workflow task instead, and Temporal would retry that task forever.
     if not isinstance(step, str) or not step:
-        raise ValueError("run_tool needs a non-empty step name")
+        raise ToolFailedError(
+            "run_tool needs a non-empty step name",
+            key=key or "-",
+            step=str(step),
+            error_type=p.INVALID,
+        )
     if not isinstance(arg, spec.arg_type):
-        arg = spec.arg_type.model_validate(arg)
+        try:
+            arg = spec.arg_type.model_validate(arg)
+        except ValidationError as exc:
+            raise ToolFailedError(
+                f"{spec.name}: argument does not fit {spec.arg_type.__name__}: {exc}",
+                key=key or "-",
+                step=step,
+                error_type=p.INVALID,
+            ) from None
     parking = _parking()
     key = key or default_key(step)
     call = p.ToolCall(
@@ -351,17 +390,28 @@ async def run_tool(
             if cause.type == p.EFFECT_UNKNOWN:
                 unknown = p.UnknownEffect.model_validate(cause.details[0])
                 verdict = await parking.park(spec, step, unknown)
-                if verdict.verdict == "effect_confirmed":
-                    return _typed_output(spec, verdict.output)
-                continue  # no_effect_confirmed: the same key may act once more
+                if verdict is not None and verdict.verdict == "effect_confirmed":
+                    return _typed_output(spec, verdict.output, key=key, step=step)
+                # no_effect_confirmed: the same key may act once more; None: resolved
+                # elsewhere, and the ledger answers the next attempt with that outcome.
+                continue
             raise _final_error(cause, key=key, step=step) from err
-        return _typed_output(spec, outcome.output)
+        return _typed_output(spec, outcome.output, key=key, step=step)
 
 
-def _typed_output(spec: ToolSpec[Any, Any], output: Any) -> Any:
+def _typed_output(spec: ToolSpec[Any, Any], output: Any, *, key: str, step: str) -> Any:
     if spec.output_type is None:
         return None
-    return spec.output_type.model_validate(output)
+    try:
+        return spec.output_type.model_validate(output)
+    except ValidationError as exc:
+        # A recorded output that no longer fits (the tool's model changed since).
+        raise ToolFailedError(
+            f"{spec.name}: the recorded output does not fit {spec.output_type.__name__}: {exc}",
+            key=key,
+            step=step,
+            error_type="ToolOutputInvalid",
+        ) from None
 
 
 def _final_error(cause: ApplicationError, *, key: str, step: str) -> Exception:
