@@ -8,6 +8,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests import pg
+from tests.temporal_support import Setup, make_setup
 from worker import free_port, temporal_binary
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -69,3 +70,9 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
 @pytest.fixture(scope="session")
 def temporal_address(temporal_env: WorkflowEnvironment) -> str:
     return temporal_env.client.service_client.config.target_host
+
+
+@pytest.fixture
+def setup(temporal_address: str, tmp_path: Path) -> Setup:
+    """One test's world on the session's dev server: task queue, ledger file, policy."""
+    return make_setup(temporal_address, tmp_path)

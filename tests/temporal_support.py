@@ -173,3 +173,40 @@ async def wait_for(
 async def open_effects(address: str, workflow_id: str) -> list[dict[str, Any]]:
     result = await query_json(address, workflow_id, "open_effects")
     return result if isinstance(result, list) else []
+
+
+def lines(path: Path) -> list[str]:
+    """The lines of a file a tool appends to; none if it was never written."""
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def reset_to_first_task(
+    address: str,
+    client: Client,
+    workflow_id: str,
+    old_run_id: str | None,
+    *,
+    reason: str,
+    until: str = "COMPLETED",
+    within: float = 60,
+) -> str:
+    """``temporal workflow reset --type FirstWorkflowTask``; wait until the new run reaches
+    the status ``until`` and return its run id."""
+    await temporal_cli(
+        address,
+        "workflow",
+        "reset",
+        "--workflow-id",
+        workflow_id,
+        "--type",
+        "FirstWorkflowTask",
+        "--reason",
+        reason,
+    )
+
+    async def new_run() -> str | None:
+        described = await client.get_workflow_handle(workflow_id).describe()
+        status = described.status.name if described.status else ""
+        return described.run_id if described.run_id != old_run_id and status == until else None
+
+    return await wait_for(new_run, within=within, what=f"the reset run to be {until}")

@@ -16,20 +16,18 @@ from temporalio.exceptions import ApplicationError
 from activities.models import ChatMessage, ModelRequest
 from ledger import Ledger
 from tests.fake_model import FakeModelServer
-from tests.temporal_support import Setup, make_setup, open_effects, temporal_cli, wait_for
+from tests.temporal_support import (
+    Setup,
+    lines,
+    open_effects,
+    reset_to_first_task,
+    temporal_cli,
+    wait_for,
+)
 from tests.temporal_tools import ModelCallWorkflow
 from workflows.agent import AgentInput, AgentResult, AgentWorkflow
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def setup(temporal_address: str, tmp_path: Path) -> Setup:
-    return make_setup(temporal_address, tmp_path)
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def ledger_counts(url: str) -> dict[str, int]:
@@ -72,24 +70,7 @@ def script(target: Path, notes: Path) -> list[dict]:
 
 
 async def _reset_and_wait(setup: Setup, client, workflow_id: str, old_run: str | None) -> dict:
-    await temporal_cli(
-        setup.address,
-        "workflow",
-        "reset",
-        "--workflow-id",
-        workflow_id,
-        "--type",
-        "FirstWorkflowTask",
-        "--reason",
-        "test",
-    )
-
-    async def new_run() -> str | None:
-        described = await client.get_workflow_handle(workflow_id).describe()
-        done = described.run_id != old_run and described.status.name == "COMPLETED"
-        return described.run_id if done else None
-
-    run_id = await wait_for(new_run, what="the reset run")
+    run_id = await reset_to_first_task(setup.address, client, workflow_id, old_run, reason="test")
     return await client.get_workflow_handle(workflow_id, run_id=run_id).result()
 
 

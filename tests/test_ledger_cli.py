@@ -483,8 +483,12 @@ def test_a_database_that_is_not_a_ledger_is_left_alone(tmp_path: Path) -> None:
         done = cli(f"sqlite:///{path}", *args)
         assert done.returncode == 1
         assert "is not a ledger" in done.stderr
-    tables = {r[0] for r in sqlite3.connect(path).execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    tables = {
+        r[0]
+        for r in sqlite3.connect(path).execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'"
+        )
+    }
     assert tables == {"t"}
 
 

@@ -165,8 +165,10 @@ async def test_a_claim_whose_commit_answer_was_lost_is_released(sqlite_url: str)
             await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         assert far_side.calls == []
         state = ledger.state("k")
-        assert (state.effect, state.next_operation) == (EffectState.NONE,
-                                                        NextOperation.START_ACTION)
+        assert (state.effect, state.next_operation) == (
+            EffectState.NONE,
+            NextOperation.START_ACTION,
+        )
         assert ledger.open_effects() == []
         retry = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         assert retry.status is ActionStatus.SUCCEEDED and not retry.replayed

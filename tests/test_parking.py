@@ -16,9 +16,10 @@ from ledger import Ledger
 from tests.temporal_support import (
     ROOT,
     Setup,
-    make_setup,
+    lines,
     open_effects,
     query_json,
+    reset_to_first_task,
     temporal_cli,
     wait_for,
 )
@@ -26,15 +27,6 @@ from tests.temporal_tools import Call, StepsWorkflow
 from workflows.examples import AppendLinesWorkflow, Plan, PlannedCall, ScriptedAgentWorkflow
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def setup(temporal_address: str, tmp_path: Path) -> Setup:
-    return make_setup(temporal_address, tmp_path)
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def lost_ack_plan(outbox: Path) -> Plan:
@@ -183,23 +175,14 @@ async def test_a_compacted_output_fails_the_reset_run_cleanly(setup: Setup) -> N
         assert await handle.result() == 1
         async with Ledger.open(setup.ledger_url) as ledger:
             assert await ledger.compact(older_than=0) == 1
-        await temporal_cli(
+        run_id = await reset_to_first_task(
             setup.address,
-            "workflow",
-            "reset",
-            "--workflow-id",
+            client,
             workflow_id,
-            "--type",
-            "FirstWorkflowTask",
-            "--reason",
-            "after retention",
+            handle.result_run_id,
+            reason="after retention",
+            until="FAILED",
         )
-
-        async def failed_run() -> str | None:
-            described = await client.get_workflow_handle(workflow_id).describe()
-            return described.run_id if described.status.name == "FAILED" else None
-
-        run_id = await wait_for(failed_run, what="the reset run to fail")
         with pytest.raises(WorkflowFailureError) as failed:
             await client.get_workflow_handle(workflow_id, run_id=run_id).result()
     cause = failed.value.cause

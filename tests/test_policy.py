@@ -18,14 +18,19 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_a_policy_file_grants_capabilities_by_performer_pattern(tmp_path: Path) -> None:
-    policy = Policy.load(write(tmp_path, """
+    policy = Policy.load(
+        write(
+            tmp_path,
+            """
 [performers]
 "agent-*" = ["files.*"]
 "agent-ops" = ["messages.post"]
 
 [reconcile]
 actors = ["ops-*"]
-"""))
+""",
+        )
+    )
     ops = policy.authority_for("agent-ops")
     assert ops.allows("files.append") and ops.allows("messages.post")
     other = policy.authority_for("agent-7")
@@ -41,7 +46,7 @@ actors = ["ops-*"]
         ("[performers\n", "not valid TOML"),
         ("[perfomers]\nx = ['a']\n", "unknown section"),
         ("[reconcile]\nactor = ['x']\n", "[reconcile] takes only actors"),
-        ("[performers]\n\"agent\" = [\"\"]\n", "capabilities must be non-empty"),
+        ('[performers]\n"agent" = [""]\n', "capabilities must be non-empty"),
     ],
 )
 def test_a_bad_policy_file_is_named(tmp_path: Path, text: str, message: str) -> None:

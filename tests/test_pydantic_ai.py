@@ -32,7 +32,7 @@ from activities._runtime import Runtime
 from activities.pydantic_ai import ledgered_plugin
 from ledger import Ledger, LedgerEvent
 from tests.pydantic_ai_agent import AGENT_NAME, MODEL_CALLS, LedgeredAgentWorkflow, temporal_agent
-from tests.temporal_support import temporal_cli, wait_for
+from tests.temporal_support import reset_to_first_task
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -97,21 +97,13 @@ async def test_reset_of_finished_agent_run_replays_model_and_tool(
         assert MODEL_CALLS[prompt] == 2
         assert target.read_text().splitlines() == [f"line for {prompt}"]
 
-        await temporal_cli(
+        new_run = await reset_to_first_task(
             temporal_address,
-            "workflow",
-            "reset",
-            "--workflow-id",
+            client,
             workflow_id,
-            "--type",
-            "FirstWorkflowTask",
-            "--reason",
-            "test: replay the agent from the ledger",
-        )
-        new_run = await wait_for(
-            lambda: _completed_new_run(client, workflow_id, handle.result_run_id),
+            handle.result_run_id,
+            reason="test: replay the agent from the ledger",
             within=30,
-            what="the reset run to complete",
         )
         again = await client.get_workflow_handle(workflow_id, run_id=new_run).result()
 
@@ -234,10 +226,3 @@ def test_keys_and_capabilities() -> None:
     assert key_for("wf", "run-1", "run-2", "3") == "wf/run-1/run-2/3"
     long = key_for("w" * 300, "run-1", None, "3")
     assert len(long) <= 255 and long.startswith("w" * 120 + "/sha256:")
-
-
-async def _completed_new_run(client: Client, workflow_id: str, old_run_id: str | None) -> Any:
-    description = await client.get_workflow_handle(workflow_id).describe()
-    if description.run_id != old_run_id and description.status.name == "COMPLETED":
-        return description.run_id
-    return None

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.changed_workflows import ChangedAppendLinesWorkflow
-from tests.temporal_support import ROOT, Setup, make_setup, temporal_cli
+from tests.temporal_support import ROOT, Setup, temporal_cli
 from workflows import replay_histories
 from workflows.agent import AGENT_WORKFLOWS
 from workflows.examples import EXAMPLE_WORKFLOWS, AppendLinesWorkflow
@@ -19,11 +19,6 @@ from workflows.examples import EXAMPLE_WORKFLOWS, AppendLinesWorkflow
 HISTORIES = sorted((ROOT / "tests" / "histories").glob("*.json"))
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture
-def setup(temporal_address: str, tmp_path: Path) -> Setup:
-    return make_setup(temporal_address, tmp_path)
 
 
 def test_checked_in_histories_include_a_reconciled_park() -> None:

@@ -17,9 +17,10 @@ from temporalio.exceptions import ApplicationError
 from ledger import ActionStatus, EffectState, Ledger
 from tests.temporal_support import (
     Setup,
-    make_setup,
+    lines,
     open_effects,
     query_json,
+    reset_to_first_task,
     temporal_cli,
     wait_for,
 )
@@ -27,15 +28,6 @@ from tests.temporal_tools import Call, StepsWorkflow
 from workflows.examples import AppendLinesWorkflow
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def setup(temporal_address: str, tmp_path: Path) -> Setup:
-    return make_setup(temporal_address, tmp_path)
-
-
-def lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
 
 
 def reconcile_input(key: str, verdict: str, *, actor: str = "ops-alice", output=None) -> str:
@@ -167,21 +159,12 @@ async def test_reset_to_first_workflow_task_replays_instead_of_acting(setup: Set
             task_queue=setup.task_queue,
         )
         assert await handle.result() == 3
-        await temporal_cli(
+        described = await reset_to_first_task(
             setup.address,
-            "workflow",
-            "reset",
-            "--workflow-id",
+            client,
             workflow_id,
-            "--type",
-            "FirstWorkflowTask",
-            "--reason",
-            "test: replay effects from the ledger",
-        )
-        new_run = client.get_workflow_handle(workflow_id)
-        described = await wait_for(
-            lambda: _completed_new_run(new_run, handle.result_run_id),
-            what="the reset run to complete",
+            handle.result_run_id,
+            reason="test: replay effects from the ledger",
         )
         assert await client.get_workflow_handle(workflow_id, run_id=described).result() == 3
     assert lines(target) == ["a", "b", "c"]
@@ -190,13 +173,6 @@ async def test_reset_to_first_workflow_task_replays_instead_of_acting(setup: Set
         assert len(completions) == 6
         assert sum(bool(e.payload.get("replayed")) for e in completions) == 3
         assert ledger.verify().ok
-
-
-async def _completed_new_run(handle, old_run_id: str | None) -> str | None:
-    description = await handle.describe()
-    if description.run_id != old_run_id and description.status.name == "COMPLETED":
-        return description.run_id
-    return None
 
 
 # 4 -----------------------------------------------------------------------------------
