@@ -27,13 +27,13 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from temporal_ledger.activities import LedgerPlugin
+from temporal_ledger.ledger import Ledger
 from temporalio.client import Client
 
-from activities import LedgerPlugin
-from ledger import Ledger
+from examples.agent.workflows import AgentInput, AgentResult, AgentWorkflow
+from examples.plan.workflows import Plan, PlannedCall, PlanReport, ScriptedAgentWorkflow
 from worker import dev_server, free_port, temporal_binary
-from workflows.agent import AgentInput, AgentResult, AgentWorkflow
-from workflows.examples import Plan, PlannedCall, PlanReport, ScriptedAgentWorkflow
 
 ROOT = Path(__file__).resolve().parent
 TASK_QUEUE = "ledger-demo"
@@ -229,7 +229,7 @@ async def reconcile_parked(address: str, ledger_url: str, workflow_id: str, chan
         "--name",
         "open_effects",
     )
-    await cli(sys.executable, "-m", "ledger", "--db", ledger_url, "open-effects")
+    await cli(sys.executable, "-m", "temporal_ledger.ledger", "--db", ledger_url, "open-effects")
     say(f"-- the operator reads {channel}:")
     posted = channel.read_text().splitlines()
     say(f"   {posted}")

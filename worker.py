@@ -23,15 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from temporal_ledger.activities import LedgerPlugin, Policy
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import LedgerPlugin, Policy
-from activities.http_tools import HTTP_TOOLS
-from activities.models import ModelClient, OpenAIChatClient, ScriptedModel, model_tool
-from activities.tools import EXAMPLE_TOOLS
-from workflows.agent import AGENT_WORKFLOWS
-from workflows.examples import EXAMPLE_WORKFLOWS
+from examples.agent.models import ModelClient, OpenAIChatClient, ScriptedModel, model_tool
+from examples.agent.workflows import AGENT_WORKFLOWS
+from examples.plan.activities import EXAMPLE_TOOLS
+from examples.plan.workflows import EXAMPLE_WORKFLOWS
+from examples.tickets.activities import HTTP_TOOLS
 
 DEFAULT_TASK_QUEUE = "ledger-tools"
 DEFAULT_LEDGER = "sqlite:///ledger.db"

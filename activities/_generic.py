@@ -55,7 +55,7 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from ledger import (
+from ..ledger import (
     ActionRequest,
     ActionResult,
     ActionStatus,
@@ -63,7 +63,6 @@ from ledger import (
     ExecutionContext,
     NoEffect,
 )
-
 from . import _payloads as p
 from ._runtime import Runtime
 from ._tool import ToolSpec, _outcome_or_raise, execute_ledgered

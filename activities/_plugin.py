@@ -25,27 +25,19 @@ from temporalio.worker import (
 )
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from ledger import Ledger
-
+from ..ledger import Ledger
 from ._generic import LedgeredActivity, RunAnchorInterceptor, execute_through_ledger
 from ._policy import Policy
 from ._reconcile import reconcile_effect
 from ._runtime import Runtime, _runtime
 
-logger = logging.getLogger("activities.plugin")
+logger = logging.getLogger(__name__)
 
 #: Modules whose code is safe inside workflows and whose state must not be re-imported
 #: per workflow run (pydantic model classes must be the same objects on both sides).
-PASSTHROUGH_MODULES = (
-    "pydantic",
-    "pydantic_core",
-    "annotated_types",
-    "ledger",
-    "activities",
-    "workflows._errors",
-    "workflows._run_tool",
-    "workflows._replay",
-)
+#: Only this library and the pydantic stack: a user's own modules are theirs to pass
+#: through (``workflow.unsafe.imports_passed_through()``) or to re-import per run.
+PASSTHROUGH_MODULES = ("pydantic", "pydantic_core", "annotated_types", "temporal_ledger")
 
 
 def _pydantic_converter(existing: DataConverter | None) -> DataConverter:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ledger import Authority, InvalidRequest
+from ..ledger import Authority, InvalidRequest
 
-logger = logging.getLogger("activities.policy")
+logger = logging.getLogger(__name__)
 
 
 class Policy(BaseModel):

@@ -5,8 +5,7 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from ledger import InvalidRequest, LedgerUnavailable, ReconciliationRefused
-
+from ..ledger import InvalidRequest, LedgerUnavailable, ReconciliationRefused
 from . import _payloads as p
 from ._runtime import current_runtime
 

@@ -11,8 +11,7 @@ from temporalio.exceptions import ApplicationError
 from ._payloads import LEDGER_UNAVAILABLE
 
 if TYPE_CHECKING:
-    from ledger import ExecutionContext, Ledger
-
+    from ..ledger import ExecutionContext, Ledger
     from ._policy import Policy
 
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from ledger import (
+from ..ledger import (
     ActionInProgressError,
     ActionRequest,
     ActionResult,
@@ -27,7 +27,6 @@ from ledger import (
     LedgerUnavailable,
     Verdict,
 )
-
 from . import _payloads as p
 from ._runtime import Runtime, _execution, current_runtime
 

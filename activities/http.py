@@ -33,8 +33,7 @@ from typing import Any
 import httpx
 from pydantic import BaseModel
 
-from ledger import NoEffect
-
+from ..ledger import NoEffect
 from ._runtime import tool_context
 
 __all__ = [

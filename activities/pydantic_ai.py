@@ -41,8 +41,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ledger import Ledger
-
+from ..ledger import Ledger
 from ._generic import LedgeredActivity
 from ._plugin import LedgerPlugin
 from ._policy import Policy

@@ -58,8 +58,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 with workflow.unsafe.imports_passed_through():
-    from activities import LedgerPlugin, Policy
-    from activities.models import (
+    from temporal_ledger.activities import LedgerPlugin, Policy
+    from temporal_ledger.ledger._recorder import NOT_NOW
+    from temporal_ledger.workflows._run_tool import TOOL_RETRY_POLICY
+
+    from examples.agent.models import (
         MODEL_CALL,
         ChatMessage,
         ModelRequest,
@@ -67,11 +70,9 @@ with workflow.unsafe.imports_passed_through():
         ScriptedModel,
         model_tool,
     )
-    from activities.tools import Appended, AppendLine, append_line
-    from ledger._recorder import NOT_NOW
-    from workflows._run_tool import TOOL_RETRY_POLICY
-    from workflows.agent import AgentInput, AgentResult, AgentWorkflow, ToolObservation
-    from workflows.agent import tool_schemas as agent_tool_schemas
+    from examples.agent.workflows import AgentInput, AgentResult, AgentWorkflow, ToolObservation
+    from examples.agent.workflows import tool_schemas as agent_tool_schemas
+    from examples.plan.activities import Appended, AppendLine, append_line
 
 TARGET = 1.10  # ledgered wall time / plain wall time, at most
 
@@ -549,11 +550,11 @@ def report(samples: list[Sample]) -> bool:
 
 
 async def main_async(args: argparse.Namespace) -> bool:
+    from temporal_ledger.ledger import Ledger
     from temporalio.client import Client
     from temporalio.worker import Worker
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-    from ledger import Ledger
     from worker import dev_server, free_port
 
     with contextlib.ExitStack() as cleanup:

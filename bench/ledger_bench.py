@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ledger import (
+from temporal_ledger.ledger import (
     ActionInProgressError,
     ActionRequest,
     ActionResult,
@@ -52,7 +52,7 @@ from ledger import (
     ExecutionContext,
     Ledger,
 )
-from ledger._recorder import NOT_NOW
+from temporal_ledger.ledger._recorder import NOT_NOW
 
 AUTHORITY = Authority("bench", ["bench.*"])
 SMALL = 1_000  # the ledger size the large replay is compared with

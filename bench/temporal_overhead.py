@@ -59,9 +59,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 with workflow.unsafe.imports_passed_through():
-    from activities import LedgerPlugin, Policy, tool
-    from ledger._recorder import NOT_NOW
-    from workflows._run_tool import TOOL_RETRY_POLICY, run_tool
+    from temporal_ledger.activities import LedgerPlugin, Policy, tool
+    from temporal_ledger.ledger._recorder import NOT_NOW
+    from temporal_ledger.workflows._run_tool import TOOL_RETRY_POLICY, run_tool
 
 # Targets.
 SEQUENTIAL_LIMIT = 1.10  # ledgered wall time / plain wall time, at most
@@ -443,11 +443,11 @@ def report(summaries: dict[tuple[str, str], Summary], args: argparse.Namespace) 
 
 
 async def main_async(args: argparse.Namespace) -> bool:
+    from temporal_ledger.ledger import Ledger
     from temporalio.client import Client
     from temporalio.worker import Worker
     from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-    from ledger import Ledger
     from worker import dev_server, free_port
 
     with contextlib.ExitStack() as cleanup:

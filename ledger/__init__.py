@@ -31,6 +31,7 @@ from ._models import (
     Verdict,
 )
 from ._verify import VerifyReport
+from ._version import __version__
 
 __all__ = [
     "FINGERPRINT_VERSION",
@@ -56,4 +57,5 @@ __all__ = [
     "StateResolver",
     "Verdict",
     "VerifyReport",
+    "__version__",
 ]

@@ -1,3 +1,3 @@
-from ._cli import run
+from ._cli import main
 
-raise SystemExit(run())
+raise SystemExit(main())

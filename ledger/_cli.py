@@ -22,7 +22,7 @@ ENV_URL = "LEDGER_URL"
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m ledger",
+        prog="temporal-ledger",
         description="Inspect, reconcile, verify and compact a tool-call ledger.",
     )
     parser.add_argument(
@@ -64,6 +64,20 @@ def _parser() -> argparse.ArgumentParser:
         required=True,
         metavar="SECONDS",
         help="compact final outcomes settled more than this many seconds ago",
+    )
+
+    replay = commands.add_parser(
+        "replay", help="replay exported workflow histories against your workflow code"
+    )
+    replay.add_argument(
+        "histories", nargs="+", type=Path, help="JSON files from `temporal workflow show -o json`"
+    )
+    replay.add_argument(
+        "--workflow",
+        action="append",
+        default=[],
+        metavar="MODULE:CLASS",
+        help="a workflow class to replay with (repeatable)",
     )
     return parser
 
@@ -167,8 +181,15 @@ def _is_ledger_file(path: Path) -> bool:
     return found is not None
 
 
-def run(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``temporal-ledger`` console script (also ``python -m temporal_ledger.ledger``)."""
     args = _parser().parse_args(argv)
+    if args.command == "replay":
+        # Replaying needs Temporal; importing it here, and only for this command, keeps
+        # ``import temporal_ledger.ledger`` free of any temporalio module.
+        from ..workflows import replay_command
+
+        return replay_command(args.histories, args.workflow)
     if not args.db:
         _parser().error(f"--db URL is required (or set ${ENV_URL})")
     if not args.db.startswith(("sqlite:///", "postgresql://", "postgres://")):

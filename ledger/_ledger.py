@@ -50,7 +50,7 @@ from ._models import (
 from ._recorder import NOT_NOW, KeyRecord, Phase, Recorder, Transaction, iso
 from ._verify import VerifyReport, verify_ledger
 
-logger = logging.getLogger("ledger")
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.examples import AppendLinesWorkflow
+    from examples.plan.workflows import AppendLinesWorkflow
 
 
 @workflow.defn(name="AppendLinesWorkflow")

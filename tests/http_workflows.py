@@ -10,9 +10,9 @@ from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
     import httpx
+    from temporal_ledger.workflows import run_tool
 
-    from activities.http_tools import HTTP_TOOLS
-    from workflows import run_tool
+    from examples.tickets.activities import HTTP_TOOLS
 
 
 class TicketCall(BaseModel):

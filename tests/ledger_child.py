@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ledger import ActionInProgressError, ActionRequest, Authority, Ledger
+from temporal_ledger.ledger import ActionInProgressError, ActionRequest, Authority, Ledger
 
 AUTHORITY = Authority("tester", ["files.*"])
 

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from ledger import (
+from temporal_ledger.ledger import (
     ActionInProgressError,
     ActionRequest,
     ActionStatus,
@@ -33,6 +32,7 @@ from ledger import (
     ReconciliationRefused,
     Verdict,
 )
+
 from tests.ledger_child import AUTHORITY, count_effects, hammer_worker, request
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from temporal_ledger.activities import LedgerPlugin
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import LedgerPlugin
+from examples.agent.workflows import AGENT_WORKFLOWS
+from examples.plan.workflows import EXAMPLE_WORKFLOWS
 from tests.temporal_tools import ModelCallWorkflow, StepsWorkflow
 from worker import temporal_binary
-from workflows.agent import AGENT_WORKFLOWS
-from workflows.examples import EXAMPLE_WORKFLOWS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,8 +58,8 @@ class Setup:
     ) -> AsyncIterator[Worker]:
         """An in-process worker for workflows; with ``tools`` it runs every activity too,
         without it only workflow tasks (a tool worker process runs the activities)."""
-        from activities.models import OpenAIChatClient, model_tool
-        from activities.tools import EXAMPLE_TOOLS
+        from examples.agent.models import OpenAIChatClient, model_tool
+        from examples.plan.activities import EXAMPLE_TOOLS
         from tests.temporal_tools import TEST_TOOLS
 
         activities = [*TEST_TOOLS.values(), *EXAMPLE_TOOLS.values()] if tools else []

@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from temporal_ledger.activities import tool, tool_context
+from temporal_ledger.ledger import NoEffect
+from temporal_ledger.workflows import run_tool
 from temporalio import workflow
 
-from activities import tool, tool_context
-from activities.models import MODEL_CALL, ModelRequest
-from activities.tools import register_agent_tool
-from ledger import NoEffect
-from workflows import run_tool
+with workflow.unsafe.imports_passed_through():
+    from examples.agent.activities import register_agent_tool
+    from examples.agent.models import MODEL_CALL, ModelRequest
 
 
 class Hold(BaseModel):

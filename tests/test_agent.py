@@ -10,11 +10,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from temporal_ledger.ledger import Ledger
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from activities.models import ChatMessage, ModelRequest
-from ledger import Ledger
+from examples.agent.models import ChatMessage, ModelRequest
+from examples.agent.workflows import AgentInput, AgentResult, AgentWorkflow
 from tests.fake_model import FakeModelServer
 from tests.temporal_support import (
     Setup,
@@ -25,7 +26,6 @@ from tests.temporal_support import (
     wait_for,
 )
 from tests.temporal_tools import ModelCallWorkflow
-from workflows.agent import AgentInput, AgentResult, AgentWorkflow
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -8,8 +8,8 @@ import sys
 from typing import Any
 
 import pytest
+from temporal_ledger.ledger import IdempotencyConflictError, Ledger
 
-from ledger import IdempotencyConflictError, Ledger
 from tests.ledger_child import AUTHORITY, request
 from tests.ledger_contract import ROOT, Counter
 
@@ -39,7 +39,7 @@ async def _write_the_same_history(url: str) -> None:
 
 def _export(url: str) -> list[dict[str, Any]]:
     done = subprocess.run(
-        [sys.executable, "-m", "ledger", "--db", url, "--json", "events"],
+        [sys.executable, "-m", "temporal_ledger.ledger", "--db", url, "--json", "events"],
         cwd=ROOT,
         capture_output=True,
         text=True,

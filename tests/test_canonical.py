@@ -7,8 +7,7 @@ from typing import Any
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from ledger._canonical import canonical_json
+from temporal_ledger.ledger._canonical import canonical_json
 
 keys = st.text(max_size=8)  # any code point, surrogate-range and astral ones included
 scalars = (

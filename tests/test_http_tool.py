@@ -18,13 +18,18 @@ from typing import Any
 
 import httpx
 import pytest
+from temporal_ledger.activities.http import (
+    HttpEffectUnknown,
+    HttpResult,
+    parse_retry_after,
+    request_json,
+)
+from temporal_ledger.ledger import ActionStatus, Authority, EffectState, Ledger, NoEffect
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from activities.http import HttpEffectUnknown, HttpResult, parse_retry_after, request_json
-from activities.http_tools import HTTP_TOOLS
-from ledger import ActionStatus, Authority, EffectState, Ledger, NoEffect
+from examples.tickets.activities import HTTP_TOOLS
 from tests.http_workflows import PlainPostWorkflow, TicketCall, TicketWorkflow, plain_post
 from tests.temporal_support import Setup, make_setup, open_effects, temporal_cli, wait_for
 

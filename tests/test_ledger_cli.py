@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from ledger import (
+from temporal_ledger.ledger import (
     ActionRequest,
     ActionStatus,
     Authority,
     IdempotencyConflictError,
     Ledger,
 )
+
 from tests.ledger_child import AUTHORITY, request
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,7 +106,7 @@ def cli(db: str | None, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the CLI as an operator would, without an inherited $LEDGER_URL."""
     env = {k: v for k, v in os.environ.items() if k != "LEDGER_URL"}
     env["PYTHONPATH"] = str(ROOT)
-    argv = [sys.executable, "-m", "ledger"]
+    argv = [sys.executable, "-m", "temporal_ledger.ledger"]
     if db is not None:
         argv += ["--db", db]
     return subprocess.run(
@@ -435,7 +435,7 @@ def test_missing_db_exits_2() -> None:
 def test_db_from_the_environment(populated: Populated) -> None:
     env = {**os.environ, "LEDGER_URL": populated.url, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-m", "ledger", "verify"],
+        [sys.executable, "-m", "temporal_ledger.ledger", "verify"],
         capture_output=True,
         text=True,
         env=env,

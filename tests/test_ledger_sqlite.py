@@ -6,16 +6,16 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
-from ledger import (
+from temporal_ledger.ledger import (
     ActionStatus,
     EffectState,
     Ledger,
     LedgerUnavailable,
     NextOperation,
 )
-from ledger._recorder import NOT_NOW
-from ledger.sqlite import SQLiteRecorder
+from temporal_ledger.ledger._recorder import NOT_NOW
+from temporal_ledger.ledger.sqlite import SQLiteRecorder
+
 from tests.ledger_child import AUTHORITY, request
 from tests.ledger_contract import Counter, LedgerContract
 

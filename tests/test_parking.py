@@ -9,10 +9,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from temporal_ledger.ledger import Ledger
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
-from ledger import Ledger
+from examples.plan.workflows import AppendLinesWorkflow, Plan, PlannedCall, ScriptedAgentWorkflow
 from tests.temporal_support import (
     ROOT,
     Setup,
@@ -24,7 +25,6 @@ from tests.temporal_support import (
     wait_for,
 )
 from tests.temporal_tools import Call, StepsWorkflow
-from workflows.examples import AppendLinesWorkflow, Plan, PlannedCall, ScriptedAgentWorkflow
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -127,7 +127,7 @@ async def test_a_key_reconciled_with_the_cli_lets_the_parked_step_go_on(setup: S
         done = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "ledger",
+            "temporal_ledger.ledger",
             "--db",
             setup.ledger_url,
             "reconcile",

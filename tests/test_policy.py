@@ -6,9 +6,8 @@ import logging
 from pathlib import Path
 
 import pytest
-
-from activities import Policy
-from ledger import InvalidRequest
+from temporal_ledger.activities import Policy
+from temporal_ledger.ledger import InvalidRequest
 
 
 def write(tmp_path: Path, text: str) -> Path:

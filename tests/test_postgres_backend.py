@@ -22,8 +22,7 @@ from typing import Any
 
 import psycopg
 import pytest
-
-from ledger import (
+from temporal_ledger.ledger import (
     ActionInProgressError,
     ActionRequest,
     ActionResult,
@@ -34,8 +33,9 @@ from ledger import (
     Ledger,
     LedgerUnavailable,
 )
-from ledger._recorder import SCHEMA_VERSION
-from ledger.postgres import MIGRATIONS, PostgresRecorder
+from temporal_ledger.ledger._recorder import SCHEMA_VERSION
+from temporal_ledger.ledger.postgres import MIGRATIONS, PostgresRecorder
+
 from tests import pg
 from tests.ledger_child import AUTHORITY, request
 

@@ -14,6 +14,17 @@ from typing import Any
 
 import pytest
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
+from temporal_ledger.activities import Policy
+from temporal_ledger.activities._generic import (
+    ANCHOR_HEADER,
+    capability_for,
+    execute_through_ledger,
+    key_for,
+)
+from temporal_ledger.activities._payloads import EFFECT_UNKNOWN
+from temporal_ledger.activities._runtime import Runtime
+from temporal_ledger.activities.pydantic_ai import ledgered_plugin
+from temporal_ledger.ledger import Ledger, LedgerEvent
 from temporalio import activity
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -25,12 +36,6 @@ from temporalio.worker import (
     Worker,
 )
 
-from activities import Policy
-from activities._generic import ANCHOR_HEADER, capability_for, execute_through_ledger, key_for
-from activities._payloads import EFFECT_UNKNOWN
-from activities._runtime import Runtime
-from activities.pydantic_ai import ledgered_plugin
-from ledger import Ledger, LedgerEvent
 from tests.pydantic_ai_agent import AGENT_NAME, MODEL_CALLS, LedgeredAgentWorkflow, temporal_agent
 from tests.temporal_support import reset_to_first_task
 

@@ -9,14 +9,16 @@ import uuid
 from pathlib import Path
 
 import pytest
+from temporal_ledger.workflows import replay_histories
 
+from examples.agent.workflows import AGENT_WORKFLOWS
+from examples.plan.workflows import EXAMPLE_WORKFLOWS, AppendLinesWorkflow
 from tests.changed_workflows import ChangedAppendLinesWorkflow
 from tests.temporal_support import ROOT, Setup, temporal_cli
-from workflows import replay_histories
-from workflows.agent import AGENT_WORKFLOWS
-from workflows.examples import EXAMPLE_WORKFLOWS, AppendLinesWorkflow
 
 HISTORIES = sorted((ROOT / "tests" / "histories").glob("*.json"))
+ALL_WORKFLOWS = [*EXAMPLE_WORKFLOWS, *AGENT_WORKFLOWS]
+CLI = Path(sys.executable).with_name("temporal-ledger")
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,13 +37,18 @@ def test_checked_in_histories_include_a_reconciled_park() -> None:
 
 
 async def test_checked_in_histories_replay_with_the_plugin() -> None:
-    reports = await replay_histories(HISTORIES, workflows=[*EXAMPLE_WORKFLOWS, *AGENT_WORKFLOWS])
+    reports = await replay_histories(HISTORIES, workflows=ALL_WORKFLOWS)
     assert reports and all(r.ok for r in reports), [r.error for r in reports]
 
 
 def test_the_replay_command_replays_checked_in_histories() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "workflows.replay", *map(str, HISTORIES)],
+        [
+            str(CLI),
+            "replay",
+            *map(str, HISTORIES),
+            *(f"--workflow={w.__module__}:{w.__qualname__}" for w in ALL_WORKFLOWS),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -73,9 +80,8 @@ async def test_exported_history_replays_and_a_changed_workflow_does_not(setup: S
     assert not bad[0].ok
     assert bad[0].error is not None and bad[0].error.startswith("NondeterminismError")
     code = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "workflows.replay",
+        str(CLI),
+        "replay",
         str(history),
         "--workflow",
         "tests.changed_workflows:ChangedAppendLinesWorkflow",

@@ -11,10 +11,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from temporal_ledger.ledger import ActionStatus, EffectState, Ledger
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from ledger import ActionStatus, EffectState, Ledger
+from examples.plan.workflows import AppendLinesWorkflow
 from tests.temporal_support import (
     Setup,
     lines,
@@ -25,7 +26,6 @@ from tests.temporal_support import (
     wait_for,
 )
 from tests.temporal_tools import Call, StepsWorkflow
-from workflows.examples import AppendLinesWorkflow
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -247,7 +247,7 @@ async def _parked_message(setup: Setup, client) -> tuple[str, str, Path]:
     """A post_message step that acts and loses its acknowledgement: it parks at once."""
     outbox = setup.folder / "outbox"
     workflow_id = f"park-{uuid.uuid4().hex[:8]}"
-    from workflows.examples import Plan, PlannedCall, ScriptedAgentWorkflow
+    from examples.plan.workflows import Plan, PlannedCall, ScriptedAgentWorkflow
 
     plan = Plan(
         calls=[
@@ -449,7 +449,7 @@ async def test_the_plugin_given_only_to_the_worker_brings_its_converter(setup: S
     from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
     from temporalio.worker import Worker
 
-    from activities.tools import EXAMPLE_TOOLS
+    from examples.plan.activities import EXAMPLE_TOOLS
 
     target = setup.folder / "w.txt"
     plain = await Client.connect(setup.address)  # no plugin: the default JSON converter

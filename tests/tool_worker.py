@@ -6,12 +6,12 @@ import asyncio
 import signal
 import sys
 
+from temporal_ledger.activities import LedgerPlugin
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import LedgerPlugin
-from activities.models import OpenAIChatClient, model_tool
-from activities.tools import EXAMPLE_TOOLS
+from examples.agent.models import OpenAIChatClient, model_tool
+from examples.plan.activities import EXAMPLE_TOOLS
 from tests.temporal_tools import TEST_TOOLS
 
 

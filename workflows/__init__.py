@@ -1,7 +1,7 @@
 """The workflow side: ``run_tool``, parking for reconciliation, typed tool errors."""
 
 from ._errors import ToolConflictError, ToolDeniedError, ToolError, ToolFailedError
-from ._replay import ReplayReport, replay_histories
+from ._replay import ReplayReport, replay_command, replay_histories
 from ._run_tool import (
     QUERY_OPEN,
     QUERY_REJECTED,
@@ -24,6 +24,7 @@ __all__ = [
     "ToolFailedError",
     "default_key",
     "install_reconciliation",
+    "replay_command",
     "replay_histories",
     "run_tool",
 ]

@@ -3,7 +3,7 @@
 A change that would break running workflows (nondeterminism) fails here first::
 
     temporal workflow show --workflow-id ID -o json > tests/histories/ID.json
-    python -m workflows.replay tests/histories/*.json
+    temporal-ledger replay tests/histories/*.json --workflow my_app.workflows:MyWorkflow
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -38,7 +40,7 @@ async def replay_histories(
     what replay needs: the pydantic converter and the sandbox pass-through.
     """
     if plugins is None:
-        from activities import LedgerPlugin
+        from ..activities import LedgerPlugin
 
         plugins = [LedgerPlugin()]
     replayer = Replayer(workflows=list(workflows), plugins=list(plugins))  # type: ignore[arg-type]
@@ -81,30 +83,23 @@ def _load(spec: str) -> type:
         raise argparse.ArgumentTypeError(f"cannot load {spec!r}: {exc}") from None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m workflows.replay",
-        description="Replay exported histories against the current workflow code.",
-    )
-    parser.add_argument(
-        "histories", nargs="+", type=Path, help="JSON files from `temporal workflow show -o json`"
-    )
-    parser.add_argument(
-        "--workflow",
-        action="append",
-        type=_load,
-        default=[],
-        metavar="MODULE:CLASS",
-        help="workflow class to replay with (repeatable; default: the examples)",
-    )
-    args = parser.parse_args(argv)
-    workflows = args.workflow
-    if not workflows:
-        from workflows.agent import AGENT_WORKFLOWS
-        from workflows.examples import EXAMPLE_WORKFLOWS
-
-        workflows = [*EXAMPLE_WORKFLOWS, *AGENT_WORKFLOWS]
-    reports = asyncio.run(replay_histories(args.histories, workflows=workflows))
+def replay_command(histories: Sequence[Path], workflow_specs: Sequence[str]) -> int:
+    """``temporal-ledger replay``: replay files with the named ``module:Class`` workflows."""
+    if not workflow_specs:
+        print(
+            "error: name the workflow classes to replay with: --workflow module:Class",
+            file=sys.stderr,
+        )
+        return 2
+    # Like ``python -m``: the user's modules are found from where the command runs.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        workflows = [_load(spec) for spec in workflow_specs]
+    except argparse.ArgumentTypeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    reports = asyncio.run(replay_histories(histories, workflows=workflows))
     for report in reports:
         print(
             f"{'ok  ' if report.ok else 'FAIL'} {report.path}"

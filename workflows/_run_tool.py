@@ -14,10 +14,9 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from activities import _payloads as p
-from activities._reconcile import RECONCILE_ACTIVITY
-from activities._tool import Tool, ToolSpec, spec_of
-
+from ..activities import _payloads as p
+from ..activities._reconcile import RECONCILE_ACTIVITY
+from ..activities._tool import Tool, ToolSpec, spec_of
 from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError
 
 OutT = TypeVar("OutT")

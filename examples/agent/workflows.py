@@ -14,17 +14,17 @@ from pydantic import BaseModel, Field, ValidationError
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.models import (
-        MODEL_CALL,
-        ChatMessage,
-        ModelRequest,
-        ModelResponse,
-        ToolSchema,
+    from temporal_ledger.workflows import (
+        ToolConflictError,
+        ToolDeniedError,
+        ToolError,
+        ToolFailedError,
+        install_reconciliation,
+        run_tool,
     )
-    from activities.tools import AGENT_TOOLS
 
-    from ._errors import ToolConflictError, ToolDeniedError, ToolError, ToolFailedError
-    from ._run_tool import install_reconciliation, run_tool
+    from .activities import AGENT_TOOLS
+    from .models import MODEL_CALL, ChatMessage, ModelRequest, ModelResponse, ToolSchema
 
 
 class AgentInput(BaseModel):

@@ -8,10 +8,15 @@ from pydantic import BaseModel, Field
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.tools import EXAMPLE_TOOLS
+    from temporal_ledger.workflows import (
+        ToolConflictError,
+        ToolDeniedError,
+        ToolFailedError,
+        install_reconciliation,
+        run_tool,
+    )
 
-    from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError
-    from ._run_tool import install_reconciliation, run_tool
+    from .activities import EXAMPLE_TOOLS
 
 
 class PlannedCall(BaseModel):

@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel
-
-from ._tool import tool
-from .http import request_json
+from temporal_ledger.activities import tool
+from temporal_ledger.activities.http import request_json
 
 __all__ = [
     "HTTP_TOOLS",

@@ -17,9 +17,8 @@ from typing import Any, Literal, Protocol
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
-
-from ._tool import Tool, ToolSpec, tool
-from .http import HttpEffectUnknown, request_json
+from temporal_ledger.activities import Tool, ToolSpec, tool
+from temporal_ledger.activities.http import HttpEffectUnknown, request_json
 
 MODEL_CAPABILITY = "model.chat"
 MODEL_ACTIVITY = "agent.model"

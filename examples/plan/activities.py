@@ -8,9 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
-
-from ._runtime import tool_context
-from ._tool import Tool, spec_of, tool
+from temporal_ledger.activities import Tool, tool, tool_context
 
 
 class AppendLine(BaseModel):
@@ -69,14 +67,3 @@ EXAMPLE_TOOLS: dict[str, Tool[Any, Any]] = {
     "append_line": append_line,
     "post_message": post_message,
 }
-
-#: The tools an agent workflow may offer its model, by name. This module is passed
-#: through the workflow sandbox, so tools registered at worker start-up are visible
-#: to the agent workflows that worker runs.
-AGENT_TOOLS: dict[str, Tool[Any, Any]] = dict(EXAMPLE_TOOLS)
-
-
-def register_agent_tool(tool: Tool[Any, Any], *, name: str | None = None) -> None:
-    """Offer a ``@tool`` to agent workflows under ``name`` (default: its activity name)."""
-    name = name or spec_of(tool).name
-    AGENT_TOOLS.setdefault(name, tool)

@@ -1,0 +1,1 @@
+"""Example apps in the Temporal samples layout; not part of the installed package."""
