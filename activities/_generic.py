@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import hashlib
 import json
 import re
 import typing
@@ -64,6 +63,7 @@ from ..ledger import (
     NoEffect,
 )
 from . import _payloads as p
+from ._keys import step_key
 from ._runtime import Runtime
 from ._tool import ToolSpec, _outcome_or_raise, execute_ledgered
 
@@ -160,20 +160,6 @@ def _anchor_from(headers: typing.Mapping[str, Payload]) -> dict[str, str | None]
     return value
 
 
-def key_for(
-    workflow_id: str, first_run_id: str, continued_run_id: str | None, activity_id: str
-) -> str:
-    """The idempotency key of one scheduled activity (see the module docstring)."""
-    chain = f"{first_run_id}/{continued_run_id}" if continued_run_id else first_run_id
-    key = f"{workflow_id}/{chain}/{activity_id}"
-    if len(key) <= 255 and key.isprintable():
-        return key
-    # A long or unprintable workflow id: keep a readable prefix, bind the rest by hash.
-    digest = hashlib.sha256(key.encode()).hexdigest()
-    prefix = "".join(c if c.isprintable() else "?" for c in workflow_id)[:120]
-    return f"{prefix}/sha256:{digest}"
-
-
 # -- the activity side -----------------------------------------------------------------
 
 
@@ -206,7 +192,7 @@ def _return_type(fn: Callable[..., Any]) -> Any:
 
 
 def _refuse(message: str) -> ApplicationError:
-    return ApplicationError(message, type=p.INVALID, non_retryable=True)
+    return ApplicationError(message, type=p.ErrorType.INVALID_REQUEST, non_retryable=True)
 
 
 async def execute_through_ledger(
@@ -241,7 +227,7 @@ async def execute_through_ledger(
         raise _refuse(f"{info.activity_type}: arguments are not JSON: {exc}") from None
     payload = rule.normalize(info.activity_type, args) if rule.normalize else {"args": args}
     first, continued = anchor["first"] or "", anchor.get("continued")
-    key = key_for(info.workflow_id, first, continued, info.activity_id)
+    key = step_key(info.workflow_id, first, info.activity_id, continued_from=continued)
     performer = info.workflow_type or "unknown-workflow"
     spec = ToolSpec(
         name=info.activity_type,
@@ -298,7 +284,7 @@ async def execute_through_ledger(
         raise ApplicationError(
             f"{info.activity_type}: the recorded output of {key!r} does not decode to the "
             f"activity's return type: {exc}",
-            type=p.FAILED,
+            type=p.ErrorType.FAILED,
             non_retryable=True,
         ) from None
 

@@ -5,34 +5,56 @@ Plain pydantic models with no I/O, so workflow code can import them safely.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-#: ApplicationError types the tool activities raise; the workflow side maps them to errors.
-CONFLICT = "ToolConflict"
-DENIED = "ToolDenied"
-FAILED = "ToolFailed"
-INVALID = "ToolInvalidRequest"
-EFFECT_UNKNOWN = "ToolEffectUnknown"
-#: Retryable: the ledger allows another attempt under the same key.
-NO_EFFECT_RETRYABLE = "ToolNoEffectRetryable"
-IN_PROGRESS = "ToolInProgress"
-EFFECT_UNKNOWN_RETRY_SAFE = "ToolEffectUnknownRetrySafe"
-LEDGER_UNAVAILABLE = "LedgerUnavailable"
-#: The reconcile activity's refusals.
-RECONCILE_REFUSED = "ReconcileRefused"
-RECONCILE_NOT_ALLOWED = "ReconcileNotAllowed"
-#: The key's effect is no longer unknown (reconciled elsewhere, e.g. with the CLI).
-RECONCILE_ALREADY_RESOLVED = "ReconcileAlreadyResolved"
-#: A replay whose recorded output was compacted away, for a tool that returns one.
-OUTPUT_COMPACTED = "ToolOutputCompacted"
+from ..ledger import EffectState, NextOperation, Verdict
 
-FINAL_ERROR_TYPES = [CONFLICT, DENIED, FAILED, INVALID, EFFECT_UNKNOWN, OUTPUT_COMPACTED]
+
+class ErrorType(StrEnum):
+    """``ApplicationError`` types the ledgered activities raise and ``run_tool`` maps.
+
+    The final ones end the step; the others are retried by Temporal because the ledger
+    allows another attempt under the same key (or the ledger was briefly unreachable).
+    """
+
+    CONFLICT = "ToolConflict"
+    DENIED = "ToolDenied"
+    FAILED = "ToolFailed"
+    INVALID_REQUEST = "ToolInvalidRequest"
+    EFFECT_UNKNOWN = "ToolEffectUnknown"
+    #: A replay whose recorded output was compacted away, for a tool that returns one.
+    OUTPUT_COMPACTED = "ToolOutputCompacted"
+    #: A recorded output that no longer fits the tool's output model.
+    OUTPUT_INVALID = "ToolOutputInvalid"
+    NO_EFFECT_RETRYABLE = "ToolNoEffectRetryable"
+    IN_PROGRESS = "ToolInProgress"
+    EFFECT_UNKNOWN_RETRY_SAFE = "ToolEffectUnknownRetrySafe"
+    LEDGER_UNAVAILABLE = "LedgerUnavailable"
+    #: The reconcile activity's refusals.
+    RECONCILE_REFUSED = "ReconcileRefused"
+    RECONCILE_NOT_ALLOWED = "ReconcileNotAllowed"
+    #: The key's effect is no longer unknown (reconciled elsewhere, e.g. with the CLI).
+    RECONCILE_ALREADY_RESOLVED = "ReconcileAlreadyResolved"
+    #: The workflow's update ``reconcile`` refused the operator's input.
+    RECONCILE_REJECTED = "ReconcileRejected"
+
+
+#: Outcomes after which the ledger allows no other attempt of a tool step.
+FINAL_ERROR_TYPES: tuple[ErrorType, ...] = (
+    ErrorType.CONFLICT,
+    ErrorType.DENIED,
+    ErrorType.FAILED,
+    ErrorType.INVALID_REQUEST,
+    ErrorType.EFFECT_UNKNOWN,
+    ErrorType.OUTPUT_COMPACTED,
+)
 
 
 class _Payload(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ToolCall(_Payload):
@@ -69,6 +91,8 @@ class UnknownEffect(_Payload):
 
 
 class ConflictDetails(_Payload):
+    """Details of a ToolConflict failure: the key's original action and what differs."""
+
     key: str
     original_action_id: str
     dimensions: list[str]
@@ -79,7 +103,7 @@ class ReconcileInput(_Payload):
     """An operator's verdict for one parked key, as sent by signal or update ``reconcile``."""
 
     key: str
-    verdict: str
+    verdict: Verdict
     actor: str
     basis: str
     evidence: list[Any] = Field(default_factory=list)
@@ -89,7 +113,9 @@ class ReconcileInput(_Payload):
 
 
 class ReconcileResult(_Payload):
+    """What the ledger recorded for a verdict: the update ``reconcile`` answers with it."""
+
     key: str
-    verdict: str
-    effect: str
-    next_operation: str
+    verdict: Verdict
+    effect: EffectState
+    next_operation: NextOperation

@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import temporalio.client
 from temporalio import activity
 from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import DataConverter
@@ -114,13 +113,17 @@ class LedgerPlugin(SimplePlugin):
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         config = super().configure_worker(config)
-        client = config["client"]
-        if not _uses_pydantic(client.data_converter):
-            # A worker encodes with its client's converter, so a plugin given only to the
-            # Worker must hand it a client that speaks pydantic.
-            client_config = client.config()
-            client_config["data_converter"] = _pydantic_converter(client.data_converter)
-            config["client"] = temporalio.client.Client(**client_config)
+        client = config.get("client")
+        if client is not None and not _uses_pydantic(client.data_converter):
+            # A worker encodes with its client's converter, and the plugin does not
+            # make clients of its own: the user's client has to speak pydantic.
+            raise ValueError(
+                "LedgerPlugin: the worker's client does not use the pydantic data converter "
+                "that ledgered tools need. Put the plugin on the client "
+                "(Client.connect(..., plugins=[LedgerPlugin(...)]); its workers inherit it), "
+                "or connect with "
+                "data_converter=temporalio.contrib.pydantic.pydantic_data_converter."
+            )
         return config
 
     @asynccontextmanager
@@ -140,7 +143,7 @@ class LedgerPlugin(SimplePlugin):
             return self._runtime
         async with self._open_lock:
             if self._runtime is None:
-                policy = self._load_policy()
+                policy = await asyncio.to_thread(self._load_policy)  # may read a file
                 source = self._ledger_source
                 if source is None:
                     raise RuntimeError("LedgerPlugin has no ledger: pass ledger=URL or a Ledger")

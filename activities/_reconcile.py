@@ -19,7 +19,7 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
     if not runtime.policy.may_reconcile(verdict.actor):
         raise ApplicationError(
             f"actor {verdict.actor!r} may not reconcile effects under this worker's policy",
-            type=p.RECONCILE_NOT_ALLOWED,
+            type=p.ErrorType.RECONCILE_NOT_ALLOWED,
             non_retryable=True,
         )
     try:
@@ -32,15 +32,21 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
             output=verdict.output,
         )
     except ReconciliationRefused as exc:
-        kind = p.RECONCILE_ALREADY_RESOLVED if exc.effect is not None else p.RECONCILE_REFUSED
+        kind = (
+            p.ErrorType.RECONCILE_ALREADY_RESOLVED
+            if exc.effect is not None
+            else p.ErrorType.RECONCILE_REFUSED
+        )
         raise ApplicationError(str(exc), type=kind, non_retryable=True) from None
     except InvalidRequest as exc:
-        raise ApplicationError(str(exc), type=p.RECONCILE_REFUSED, non_retryable=True) from None
+        raise ApplicationError(
+            str(exc), type=p.ErrorType.RECONCILE_REFUSED, non_retryable=True
+        ) from None
     except LedgerUnavailable as exc:
-        raise ApplicationError(str(exc), type=p.LEDGER_UNAVAILABLE) from None
+        raise ApplicationError(str(exc), type=p.ErrorType.LEDGER_UNAVAILABLE) from None
     return p.ReconcileResult(
         key=state.key,
         verdict=verdict.verdict,
-        effect=state.effect.value,
-        next_operation=state.next_operation.value,
+        effect=state.effect,
+        next_operation=state.next_operation,
     )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from temporalio.exceptions import ApplicationError
 
-from ._payloads import LEDGER_UNAVAILABLE
+from ._payloads import ErrorType
 
 if TYPE_CHECKING:
     from ..ledger import ExecutionContext, Ledger
@@ -32,7 +32,7 @@ def current_runtime() -> Runtime:
         raise ApplicationError(
             "no ledger: register LedgerPlugin(ledger=...) on the Client or Worker that runs "
             "ledgered tools",
-            type=LEDGER_UNAVAILABLE,
+            type=ErrorType.LEDGER_UNAVAILABLE,
             non_retryable=True,
         ) from None
 

@@ -26,6 +26,7 @@ from ..ledger import (
     InvalidRequest,
     LedgerUnavailable,
     Verdict,
+    may_act_again,
 )
 from . import _payloads as p
 from ._runtime import Runtime, _execution, current_runtime
@@ -136,7 +137,7 @@ async def _run_ledgered(
     except ValidationError as exc:
         raise ApplicationError(
             f"{spec.name}: argument does not fit {spec.arg_type.__name__}: {exc}",
-            type=p.INVALID,
+            type=p.ErrorType.INVALID_REQUEST,
             non_retryable=True,
         ) from None
 
@@ -212,18 +213,20 @@ async def execute_ledgered(
             fingerprint_version=exc.fingerprint_version,
         )
         raise ApplicationError(
-            str(exc), details.model_dump(), type=p.CONFLICT, non_retryable=True
+            str(exc), details.model_dump(), type=p.ErrorType.CONFLICT, non_retryable=True
         ) from None
     except ActionInProgressError as exc:
         raise ApplicationError(
             str(exc),
-            type=p.IN_PROGRESS,
+            type=p.ErrorType.IN_PROGRESS,
             next_retry_delay=timedelta(seconds=max(exc.lease_remaining, 0.1)),
         ) from None
     except InvalidRequest as exc:
-        raise ApplicationError(f"{spec.name}: {exc}", type=p.INVALID, non_retryable=True) from None
+        raise ApplicationError(
+            f"{spec.name}: {exc}", type=p.ErrorType.INVALID_REQUEST, non_retryable=True
+        ) from None
     except LedgerUnavailable as exc:
-        raise ApplicationError(str(exc), type=p.LEDGER_UNAVAILABLE) from None
+        raise ApplicationError(str(exc), type=p.ErrorType.LEDGER_UNAVAILABLE) from None
     finally:
         heartbeat.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -250,7 +253,7 @@ def _outcome_or_raise(
         raise ApplicationError(
             f"{spec.name}: the outcome of {result.key!r} ({result.status.value}) was compacted; "
             "its output is no longer recorded",
-            type=p.OUTPUT_COMPACTED,
+            type=p.ErrorType.OUTPUT_COMPACTED,
             non_retryable=True,
         )
     if result.status is ActionStatus.SUCCEEDED:
@@ -258,13 +261,28 @@ def _outcome_or_raise(
     if result.verdict is Verdict.EFFECT_CONFIRMED:
         return outcome.model_copy(update={"reconciled": True})
     if result.status is ActionStatus.DENIED:
-        raise ApplicationError(result.error or "denied", type=p.DENIED, non_retryable=True)
-    if result.effect is EffectState.UNKNOWN:
-        if spec.retry_safe:
+        # The key is not used up, but the policy that denied this performer still stands.
+        raise ApplicationError(
+            result.error or "denied", type=p.ErrorType.DENIED, non_retryable=True
+        )
+    if may_act_again(
+        status=result.status,
+        effect=result.effect,
+        retryable=result.retryable,
+        retry_safe=spec.retry_safe,
+    ):
+        if result.effect is EffectState.UNKNOWN:
             # The far side deduplicates by key: another attempt under it is safe.
             raise ApplicationError(
-                result.error or "effect unknown", type=p.EFFECT_UNKNOWN_RETRY_SAFE
+                result.error or "effect unknown", type=p.ErrorType.EFFECT_UNKNOWN_RETRY_SAFE
             )
+        delay = timedelta(seconds=result.retry_after) if result.retry_after else None
+        raise ApplicationError(
+            result.error or "no effect",
+            type=p.ErrorType.NO_EFFECT_RETRYABLE,
+            next_retry_delay=delay,
+        )
+    if result.effect is EffectState.UNKNOWN:
         details = p.UnknownEffect(
             key=result.key,
             action_id=result.reused_from_action_id or result.action_id,
@@ -275,16 +293,11 @@ def _outcome_or_raise(
         raise ApplicationError(
             f"{spec.name}: the effect of {result.key!r} is unknown: {result.error}",
             details.model_dump(),
-            type=p.EFFECT_UNKNOWN,
+            type=p.ErrorType.EFFECT_UNKNOWN,
             non_retryable=True,
         )
-    if result.retryable:
-        delay = timedelta(seconds=result.retry_after) if result.retry_after else None
-        raise ApplicationError(
-            result.error or "no effect", type=p.NO_EFFECT_RETRYABLE, next_retry_delay=delay
-        )
     raise ApplicationError(
-        f"{spec.name}: {result.error or 'failed'}", type=p.FAILED, non_retryable=True
+        f"{spec.name}: {result.error or 'failed'}", type=p.ErrorType.FAILED, non_retryable=True
     )
 
 

@@ -30,8 +30,15 @@ import string
 import urllib.parse
 from typing import Any
 
-import httpx
 from pydantic import BaseModel
+
+try:
+    import httpx
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "temporal_ledger.activities.http needs the 'http' extra (httpx is missing): "
+        "pip install 'temporal-ledger[http]'"
+    ) from exc
 
 from ..ledger import NoEffect
 from ._runtime import tool_context

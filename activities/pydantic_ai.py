@@ -4,7 +4,7 @@ Users of :class:`pydantic_ai.durable_exec.temporal.TemporalAgent` (or of an ``Ag
 with the ``TemporalDurability`` capability) add one plugin, and change no tool::
 
     from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
-    from activities.pydantic_ai import ledgered_plugin
+    from temporal_ledger.activities.pydantic_ai import ledgered_plugin
 
     client = await Client.connect(
         "localhost:7233",
@@ -21,7 +21,7 @@ model response and tool result instead of asking the model again or acting again
 * Tool calls are not (``tools_retry_safe=False``): a tool that started and never
   reported, or failed after it may have acted, ends the activity with a non-retryable
   ``ToolEffectUnknown`` error instead of acting a second time; an operator reconciles
-  the key with ``python -m ledger reconcile``.
+  the key with ``temporal-ledger reconcile``.
 * ``get_tools``, argument validation, event-stream handlers and the like are not
   ledgered: they have no effect to protect, and replaying a stale tool list would
   hide a deployment's changes.

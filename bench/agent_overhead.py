@@ -59,7 +59,6 @@ if str(ROOT) not in sys.path:
 
 with workflow.unsafe.imports_passed_through():
     from temporal_ledger.activities import LedgerPlugin, Policy
-    from temporal_ledger.ledger._recorder import NOT_NOW
     from temporal_ledger.workflows._run_tool import TOOL_RETRY_POLICY
 
     from examples.agent.models import (
@@ -245,22 +244,17 @@ def instrument(ledger: Any) -> None:
     recorder = ledger._recorder
 
     def counted(inner: Any) -> Any:
-        # Both paths a write takes: inline when uncontended, on a thread otherwise.
         def counted_transact(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
-            result = NOT_NOW
             try:
-                result = inner(*args, **kwargs)
-                return result
+                return inner(*args, **kwargs)
             finally:
-                if result is not NOT_NOW:
-                    COUNTERS.commit_s += time.perf_counter() - started
-                    COUNTERS.commits += 1
+                COUNTERS.commit_s += time.perf_counter() - started
+                COUNTERS.commits += 1
 
         return counted_transact
 
     recorder.transact = counted(recorder.transact)
-    recorder.try_transact_now = counted(recorder.try_transact_now)
     execute = ledger.execute
 
     @functools.wraps(execute)

@@ -52,7 +52,6 @@ from temporal_ledger.ledger import (
     ExecutionContext,
     Ledger,
 )
-from temporal_ledger.ledger._recorder import NOT_NOW
 
 AUTHORITY = Authority("bench", ["bench.*"])
 SMALL = 1_000  # the ledger size the large replay is compared with
@@ -205,27 +204,23 @@ def commit_probe(url: str) -> CommitProbe:
 
 
 class TransactTimer:
-    """Wraps the recorder's transactions (on a thread, or inline when uncontended) to
+    """Wraps the recorder's transactions to
     split an execute into storage and the rest."""
 
     def __init__(self, ledger: Ledger) -> None:
         recorder = ledger._recorder  # the bench looks inside on purpose: where does time go
         self.spent = 0.0
         self.calls = 0
-        for name in ("transact", "try_transact_now"):
-            setattr(recorder, name, self._timed(getattr(recorder, name)))
+        recorder.transact = self._timed(recorder.transact)
 
     def _timed(self, inner: Callable[..., Any]) -> Callable[..., Any]:
         def timed(key: str, fn: Callable[..., Any]) -> Any:
             started = time.perf_counter()
-            result = NOT_NOW
             try:
-                result = inner(key, fn)
-                return result
+                return inner(key, fn)
             finally:
-                if result is not NOT_NOW:  # a transaction that ran, not one handed on
-                    self.spent += time.perf_counter() - started
-                    self.calls += 1
+                self.spent += time.perf_counter() - started
+                self.calls += 1
 
         return timed
 

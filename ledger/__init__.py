@@ -24,11 +24,13 @@ from ._models import (
     ActionStatus,
     Authority,
     EffectState,
+    EventType,
     ExecutionContext,
     LedgerEvent,
     NextOperation,
     Reconciliation,
     Verdict,
+    may_act_again,
 )
 from ._verify import VerifyReport
 from ._version import __version__
@@ -43,6 +45,7 @@ __all__ = [
     "Adapter",
     "Authority",
     "EffectState",
+    "EventType",
     "ExecutionContext",
     "IdempotencyConflictError",
     "InvalidRequest",
@@ -58,4 +61,5 @@ __all__ = [
     "Verdict",
     "VerifyReport",
     "__version__",
+    "may_act_again",
 ]

@@ -1,4 +1,4 @@
-"""``python -m ledger``: the operator's view of a ledger."""
+"""``temporal-ledger`` (``python -m temporal_ledger.ledger``): the operator's view of a ledger."""
 
 from __future__ import annotations
 

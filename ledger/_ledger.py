@@ -40,14 +40,16 @@ from ._models import (
     ActionStatus,
     Authority,
     EffectState,
+    EventType,
     ExecutionContext,
     LedgerEvent,
     NextOperation,
     Reconciliation,
     Verdict,
+    may_act_again,
     validate_key,
 )
-from ._recorder import NOT_NOW, KeyRecord, Phase, Recorder, Transaction, iso
+from ._recorder import KeyRecord, Phase, Recorder, Transaction, iso
 from ._verify import VerifyReport, verify_ledger
 
 logger = logging.getLogger(__name__)
@@ -58,17 +60,6 @@ T = TypeVar("T")
 Adapter: TypeAlias = Callable[[ActionRequest, ExecutionContext], Any]
 #: A state resolver reads the current state the precondition is compared with.
 StateResolver: TypeAlias = Callable[[ActionRequest], Any]
-
-EVENT_REQUESTED = "action.requested"
-EVENT_AUTHORIZATION_REFUSED = "action.authorization_refused"
-EVENT_REPLAY_REFUSED = "action.replay_refused"
-EVENT_DEFERRED = "action.deferred"
-EVENT_STARTED = "action.execution_started"
-EVENT_COMPLETED = "action.completed"
-EVENT_LATE_COMPLETION = "action.late_completion"
-EVENT_RECONCILED = "action.reconciled"
-EVENT_RECONCILE_REFUSED = "action.reconcile_refused"
-EVENT_COMPACTED = "action.compacted"
 
 
 # What the admission transaction decided; raised or acted on after it committed.
@@ -144,10 +135,12 @@ def _result(outcome: dict[str, Any], *, key: str, action_id: str, replayed: bool
 
 
 def _may_act_again(outcome: dict[str, Any], retry_safe: bool) -> bool:
-    """The outcomes after which the same key may cause the effect again."""
-    if outcome.get("retryable"):
-        return True  # NoEffect(retryable=True), or an operator's no_effect_confirmed
-    return retry_safe and outcome["effect"] == EffectState.UNKNOWN.value
+    return may_act_again(
+        status=outcome["status"],
+        effect=outcome["effect"],
+        retryable=bool(outcome.get("retryable")),
+        retry_safe=retry_safe,
+    )
 
 
 def _next_operation(record: KeyRecord | None, now: float) -> NextOperation:
@@ -166,7 +159,7 @@ def _next_operation(record: KeyRecord | None, now: float) -> NextOperation:
         return NextOperation.START_ACTION
     if outcome["effect"] == EffectState.UNKNOWN.value:
         return NextOperation.RECONCILE_EFFECT
-    if outcome["status"] == ActionStatus.FAILED.value and outcome["effect"] == "none":
+    if outcome["status"] == ActionStatus.FAILED and outcome["effect"] == EffectState.NONE:
         return NextOperation.FIX_INPUTS
     return NextOperation.NONE
 
@@ -204,7 +197,7 @@ def _recover_expired(tx: Transaction, record: KeyRecord) -> None:
 
 def _settle(tx: Transaction, record: KeyRecord, outcome: dict[str, Any]) -> None:
     """Record an original completion as the key's outcome and release the claim."""
-    tx.append(EVENT_COMPLETED, outcome["action_id"], outcome)
+    tx.append(EventType.COMPLETED, outcome["action_id"], outcome)
     record.phase = Phase.SETTLED
     record.outcome = outcome
     record.holder_action_id = None
@@ -236,7 +229,7 @@ def _stopped_waiting(tx: Transaction, *, action_id: str) -> None:
     record = tx.record
     assert record is not None  # the request it waits for was recorded under this key
     tx.append(
-        EVENT_DEFERRED,
+        EventType.DEFERRED,
         action_id,
         {"holder_action_id": record.holder_action_id, "stopped_waiting": True},
     )
@@ -294,10 +287,8 @@ class Ledger:
 
             recorder: Recorder = SQLiteRecorder.from_url(url)
         elif url.startswith(("postgresql://", "postgres://")):
-            try:
-                from .postgres import PostgresRecorder
-            except ImportError as exc:  # pragma: no cover - depends on the install
-                raise InvalidRequest(f"PostgreSQL backend unavailable: {exc}") from exc
+            from .postgres import PostgresRecorder  # ImportError names the extra to install
+
             recorder = PostgresRecorder.from_url(url)
         else:
             raise InvalidRequest(
@@ -330,13 +321,9 @@ class Ledger:
         await self.aclose()
 
     async def _transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
-        """One write transaction: inline when the store can do it without waiting."""
-        if self._closed:
-            raise LedgerError("the ledger is closed")
-        result = self._recorder.try_transact_now(key, fn)
-        if result is NOT_NOW:
-            return await self._run(self._recorder.transact, key, fn)
-        return result  # type: ignore[return-value]
+        """One write transaction, on the ledger's threads: a durable commit waits for the
+        disk or the network, and the event loop must not."""
+        return await self._run(self._recorder.transact, key, fn)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:
@@ -450,7 +437,7 @@ class Ledger:
         record = tx.record or KeyRecord(key=key)
         if first:
             tx.append(
-                EVENT_REQUESTED,
+                EventType.REQUESTED,
                 action_id,
                 {
                     **request.identity(),
@@ -465,7 +452,7 @@ class Ledger:
             if not authority.allows(request.capability):
                 # Refused before any lookup: the answer has the same shape whatever the key holds.
                 tx.append(
-                    EVENT_AUTHORIZATION_REFUSED,
+                    EventType.AUTHORIZATION_REFUSED,
                     action_id,
                     {
                         "principal": authority.principal,
@@ -481,7 +468,7 @@ class Ledger:
                     error=f"{authority.principal!r} may not use capability {request.capability!r}",
                     error_type="Denied",
                 )
-                tx.append(EVENT_COMPLETED, action_id, outcome)
+                tx.append(EventType.COMPLETED, action_id, outcome)
                 tx.save(record)
                 return _Answer(_result(outcome, key=key, action_id=action_id, replayed=False))
 
@@ -489,7 +476,7 @@ class Ledger:
             if record.fingerprint != fingerprint:
                 names = differing(record.dimensions, dimensions)
                 tx.append(
-                    EVENT_REPLAY_REFUSED,
+                    EventType.REPLAY_REFUSED,
                     action_id,
                     {
                         "key": key,
@@ -519,7 +506,7 @@ class Ledger:
                             tx.save(record)
                         return _Busy(holder, remaining, recorded=False)
                     tx.append(
-                        EVENT_DEFERRED,
+                        EventType.DEFERRED,
                         action_id,
                         {"holder_action_id": holder, "lease_remaining": round(remaining, 3)},
                     )
@@ -532,7 +519,7 @@ class Ledger:
             if not _may_act_again(record.outcome, retry_safe and record.retry_safe):
                 replay = _result(record.outcome, key=key, action_id=action_id, replayed=True)
                 tx.append(
-                    EVENT_COMPLETED,
+                    EventType.COMPLETED,
                     action_id,
                     {
                         **record.outcome,
@@ -560,7 +547,7 @@ class Ledger:
         record.phase = Phase.RUNNING if started else Phase.CLAIMED
         if started:
             tx.append(
-                EVENT_STARTED,
+                EventType.STARTED,
                 action_id,
                 {"token": record.token, "lease_expires_at": iso(record.lease_expires)},
             )
@@ -712,7 +699,7 @@ class Ledger:
         record.phase = Phase.RUNNING
         record.lease_expires = tx.now + self.lease
         tx.append(
-            EVENT_STARTED,
+            EventType.STARTED,
             action_id,
             {
                 "token": token,
@@ -731,7 +718,7 @@ class Ledger:
             # A stale fencing token: the lease was lost and the key moved on. Keep what
             # this attempt saw as evidence for the operator; it is not the outcome.
             tx.append(
-                EVENT_LATE_COMPLETION,
+                EventType.LATE_COMPLETION,
                 action_id,
                 {
                     "token": token,
@@ -872,7 +859,7 @@ class Ledger:
         if refused is not None:
             reason, known_effect = refused
             raise ReconciliationRefused(key, reason, effect=known_effect)
-        return self.state(key)
+        return await self._run(self.state, key)
 
     def _reconcile(
         self,
@@ -901,7 +888,7 @@ class Ledger:
                 reason = f"its effect is {known_effect}, not unknown"
         body = {"verdict": verdict.value, "actor": actor, "basis": basis}
         if reason is not None:
-            tx.append(EVENT_RECONCILE_REFUSED, None, {**body, "reason": reason})
+            tx.append(EventType.RECONCILE_REFUSED, None, {**body, "reason": reason})
             tx.save(record or KeyRecord(key=tx.key))
             return reason, known_effect
         assert record is not None and record.outcome is not None
@@ -914,7 +901,7 @@ class Ledger:
             outcome["effect"] = EffectState.NONE.value
             outcome["retryable"] = True
         tx.append(
-            EVENT_RECONCILED,
+            EventType.RECONCILED,
             outcome["action_id"],
             {**body, "evidence": evidence, "output": output, "effect": outcome["effect"]},
         )
@@ -948,7 +935,7 @@ class Ledger:
         """
         if not (isinstance(older_than, (int, float)) and older_than >= 0):
             raise InvalidRequest(f"older_than must be >= 0 seconds, got {older_than!r}")
-        cutoff = iso(self._recorder.now() - older_than)
+        cutoff = iso(await self._run(self._recorder.now) - older_than)
         keys = await self._run(self._recorder.compactable, cutoff)
         done = 0
         for key in keys:
@@ -973,7 +960,7 @@ def _compact_key(tx: Transaction, *, cutoff: str) -> int:
     record.outcome = outcome
     record.reconciliations = [{**r, "evidence": [], "output": None} for r in record.reconciliations]
     tx.append(
-        EVENT_COMPACTED,
+        EventType.COMPACTED,
         None,
         {
             "fingerprint": record.fingerprint,

@@ -14,6 +14,21 @@ from ._canonical import check_json
 from ._errors import InvalidRequest
 
 
+class EventType(StrEnum):
+    """The types of the records in ``ledger_events``."""
+
+    REQUESTED = "action.requested"
+    AUTHORIZATION_REFUSED = "action.authorization_refused"
+    REPLAY_REFUSED = "action.replay_refused"
+    DEFERRED = "action.deferred"
+    STARTED = "action.execution_started"
+    COMPLETED = "action.completed"
+    LATE_COMPLETION = "action.late_completion"
+    RECONCILED = "action.reconciled"
+    RECONCILE_REFUSED = "action.reconcile_refused"
+    COMPACTED = "action.compacted"
+
+
 class ActionStatus(StrEnum):
     """What the execution reported."""
 
@@ -188,6 +203,21 @@ class Authority(_Frozen):
 
     def allows(self, capability: str) -> bool:
         return any(fnmatch.fnmatchcase(capability, pattern) for pattern in self.capabilities)
+
+
+def may_act_again(
+    *, status: ActionStatus | str, effect: EffectState | str, retryable: bool, retry_safe: bool
+) -> bool:
+    """Whether a key whose outcome is recorded may cause its effect again.
+
+    After a denial (it had no effect), a retryable no-effect failure or an operator's
+    ``no_effect_confirmed`` (both recorded as ``retryable``), and an unknown effect of a
+    call whose far side deduplicates by the key (``retry_safe``). Anything else is final
+    for the key: a context that deserves a new decision deserves a new key.
+    """
+    if status == ActionStatus.DENIED or retryable:
+        return True
+    return retry_safe and effect == EffectState.UNKNOWN
 
 
 class ActionResult(_Frozen):

@@ -8,7 +8,6 @@ chaining is done here, so every backend chains the same way.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -176,15 +175,6 @@ class Transaction(ABC):
         """Replace the payload of this key's events up to ``through_seq`` by the tombstone."""
 
 
-class NotNow(enum.Enum):
-    """Answer of :meth:`Recorder.try_transact_now` when the write would have to wait."""
-
-    NOT_NOW = "not now"
-
-
-NOT_NOW = NotNow.NOT_NOW
-
-
 class Recorder(ABC):
     """A ledger's storage. Methods are synchronous; the ledger runs them off the event loop."""
 
@@ -197,14 +187,6 @@ class Recorder(ABC):
 
         If ``fn`` raises, nothing it did is kept.
         """
-
-    def try_transact_now(self, key: str, fn: Callable[[Transaction], T]) -> T | NotNow:
-        """Like :meth:`transact` on the caller's thread, or :data:`NOT_NOW` if it would wait.
-
-        The default never runs on the caller's thread: a network round trip would
-        block the event loop.
-        """
-        return NOT_NOW
 
     @abstractmethod
     def get(self, key: str) -> KeyRecord | None: ...

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
+from ._models import EventType
 from ._recorder import body_hash, chain_hash
 
 if TYPE_CHECKING:
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from ._recorder import Recorder
 
 #: Events that answer a request; every request gets exactly one.
-RESOLUTIONS = frozenset({"action.completed", "action.replay_refused", "action.deferred"})
+RESOLUTIONS = frozenset({EventType.COMPLETED, EventType.REPLAY_REFUSED, EventType.DEFERRED})
 
 
 class VerifyReport(BaseModel):
@@ -46,7 +47,7 @@ def _check_chains(events: list[LedgerEvent], records: dict) -> list[str]:
     tombstoned: list[LedgerEvent] = []
     compacted_through: dict[str, int] = {}
     for event in events:
-        if event.type == "action.compacted":
+        if event.type == EventType.COMPACTED:
             compacted_through[event.key] = event.seq
         elif event.compacted:
             tombstoned.append(event)
@@ -95,7 +96,7 @@ def _check_resolutions(events: list[LedgerEvent], records: dict) -> list[str]:
     requests: dict[str, LedgerEvent] = {}
     resolved: dict[str, list[LedgerEvent]] = defaultdict(list)
     for event in events:
-        if event.type == "action.requested" and event.action_id:
+        if event.type == EventType.REQUESTED and event.action_id:
             if event.action_id in requests:
                 problems.append(f"{_where(event)}: action {event.action_id} requested twice")
             requests[event.action_id] = event
@@ -134,15 +135,15 @@ def _check_replays(events: list[LedgerEvent]) -> list[str]:
     fingerprints = {
         e.action_id: e.payload.get("fingerprint")
         for e in events
-        if e.type == "action.requested" and not e.compacted
+        if e.type == EventType.REQUESTED and not e.compacted
     }
     originals: dict[str, LedgerEvent] = {}
     for event in events:
-        if event.type == "action.completed" and not event.payload.get("replayed"):
+        if event.type == EventType.COMPLETED and not event.payload.get("replayed"):
             if event.action_id and not event.compacted:
                 originals.setdefault(event.action_id, event)
     for event in events:
-        if event.type != "action.completed" or event.compacted:
+        if event.type != EventType.COMPLETED or event.compacted:
             continue
         if not event.payload.get("replayed"):
             continue
@@ -189,7 +190,7 @@ def _check_fencing(events: list[LedgerEvent]) -> list[str]:
     problems = []
     seen: dict[tuple[str, int], int] = {}
     for event in events:
-        if event.type != "action.execution_started" or event.compacted:
+        if event.type != EventType.STARTED or event.compacted:
             continue
         token = event.payload.get("token")
         mark = (event.key, token)

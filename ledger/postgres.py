@@ -18,9 +18,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
-import psycopg
-from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool
+try:
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+    from psycopg_pool import ConnectionPool
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        f"the PostgreSQL ledger needs the 'postgres' extra ({exc.name} is missing): "
+        "pip install 'temporal-ledger[postgres]'"
+    ) from exc
 
 from ._errors import InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent

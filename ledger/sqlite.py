@@ -17,11 +17,9 @@ from pathlib import Path
 from ._errors import InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
 from ._recorder import (
-    NOT_NOW,
     SCHEMA_VERSION,
     TOMBSTONE,
     KeyRecord,
-    NotNow,
     PendingEvent,
     Phase,
     Recorder,
@@ -174,27 +172,6 @@ class SQLiteRecorder(Recorder):
             except sqlite3.OperationalError as exc:
                 raise LedgerUnavailable(f"SQLite ledger {self.path} is busy: {exc}") from exc
             return self._in_transaction(key, fn)
-
-    def try_transact_now(self, key: str, fn: Callable[[Transaction], T]) -> T | NotNow:
-        """Run the transaction on the caller's thread if nothing would make it wait.
-
-        An uncontended local write takes about as long as its fsync, less than handing
-        it to a thread; when another thread or process holds the write lock, the
-        caller gets :data:`NOT_NOW` and waits on a thread instead.
-        """
-        if not self._lock.acquire(blocking=False):
-            return NOT_NOW
-        try:
-            self._conn.execute("PRAGMA busy_timeout=0")
-            try:
-                self._conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError:
-                return NOT_NOW
-            finally:
-                self._conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
-            return self._in_transaction(key, fn)
-        finally:
-            self._lock.release()
 
     def _in_transaction(self, key: str, fn: Callable[[Transaction], T]) -> T:
         conn = self._conn

@@ -1,4 +1,4 @@
-"""``python -m ledger`` end to end: real subprocesses on a real SQLite file.
+"""``temporal-ledger`` end to end: real subprocesses on a real SQLite file.
 
 A fixture records a small history through the Python API (a success, its replay, a
 conflicting request, an unknown effect and a denial); each test then drives the

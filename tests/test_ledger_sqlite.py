@@ -13,7 +13,6 @@ from temporal_ledger.ledger import (
     LedgerUnavailable,
     NextOperation,
 )
-from temporal_ledger.ledger._recorder import NOT_NOW
 from temporal_ledger.ledger.sqlite import SQLiteRecorder
 
 from tests.ledger_child import AUTHORITY, request
@@ -145,9 +144,6 @@ class _AnswerLostOnce(SQLiteRecorder):
     as when a connection dies during COMMIT."""
 
     lost = False
-
-    def try_transact_now(self, key, fn):
-        return NOT_NOW  # every write takes the thread path, where the fault is injected
 
     def transact(self, key, fn):
         result = super().transact(key, fn)

@@ -14,14 +14,12 @@ from typing import Any
 
 import pytest
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
-from temporal_ledger.activities import Policy
+from temporal_ledger.activities import ErrorType, Policy, step_key
 from temporal_ledger.activities._generic import (
     ANCHOR_HEADER,
     capability_for,
     execute_through_ledger,
-    key_for,
 )
-from temporal_ledger.activities._payloads import EFFECT_UNKNOWN
 from temporal_ledger.activities._runtime import Runtime
 from temporal_ledger.activities.pydantic_ai import ledgered_plugin
 from temporal_ledger.ledger import Ledger, LedgerEvent
@@ -188,7 +186,7 @@ async def test_tool_that_fails_after_acting_is_not_retried(
     cause = failed.value.cause
     assert isinstance(cause, ActivityError)
     assert isinstance(cause.cause, ApplicationError)
-    assert cause.cause.type == EFFECT_UNKNOWN and cause.cause.non_retryable
+    assert cause.cause.type == ErrorType.EFFECT_UNKNOWN and cause.cause.non_retryable
     # The retry policy would have retried a plain error; the ledger did not let it act again.
     assert target.read_text().splitlines() == [f"line for {prompt}"]
     with Ledger.open(ledger_url) as ledger:
@@ -227,7 +225,7 @@ def test_keys_and_capabilities() -> None:
         == f"activity.agent.{AGENT_NAME}.toolset._agent_.call_tool"
     )
     assert capability_for("9lives.do it") == "activity._9lives.do_it"
-    assert key_for("wf", "run-1", None, "3") == "wf/run-1/3"
-    assert key_for("wf", "run-1", "run-2", "3") == "wf/run-1/run-2/3"
-    long = key_for("w" * 300, "run-1", None, "3")
+    assert step_key("wf", "run-1", "3") == "wf/run-1/3"
+    assert step_key("wf", "run-1", "3", continued_from="run-2") == "wf/run-1/run-2/3"
+    long = step_key("w" * 300, "run-1", "3")
     assert len(long) <= 255 and long.startswith("w" * 120 + "/sha256:")

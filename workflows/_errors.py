@@ -10,6 +10,8 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
+from ..activities import ErrorType
+
 
 class ToolError(ApplicationError):
     """A ledgered tool step ended without the tool's output."""
@@ -29,7 +31,7 @@ class ToolConflictError(ToolError):
         super().__init__(
             message,
             {"original_action_id": original_action_id, "dimensions": dimensions},
-            type="ToolConflict",
+            type=ErrorType.CONFLICT,
             key=key,
             step=step,
         )
@@ -41,13 +43,13 @@ class ToolDeniedError(ToolError):
     """The performer may not use the tool's capability under the current policy."""
 
     def __init__(self, message: str, *, key: str, step: str) -> None:
-        super().__init__(message, type="ToolDenied", key=key, step=step)
+        super().__init__(message, type=ErrorType.DENIED, key=key, step=step)
 
 
 class ToolFailedError(ToolError):
     """The tool failed with no effect, finally (a rejected request, precondition drift...)."""
 
     def __init__(
-        self, message: str, *, key: str, step: str, error_type: str = "ToolFailed"
+        self, message: str, *, key: str, step: str, error_type: str = ErrorType.FAILED
     ) -> None:
         super().__init__(message, type=error_type, key=key, step=step)

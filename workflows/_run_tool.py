@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
 import shlex
 from datetime import timedelta
@@ -14,9 +13,22 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from ..activities import _payloads as p
-from ..activities._reconcile import RECONCILE_ACTIVITY
-from ..activities._tool import Tool, ToolSpec, spec_of
+from ..activities import (
+    FINAL_ERROR_TYPES,
+    RECONCILE_ACTIVITY,
+    ConflictDetails,
+    ErrorType,
+    ReconcileInput,
+    ReconcileResult,
+    Tool,
+    ToolCall,
+    ToolOutcome,
+    ToolSpec,
+    UnknownEffect,
+    spec_of,
+    step_key,
+)
+from ..ledger import Verdict
 from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError
 
 OutT = TypeVar("OutT")
@@ -25,7 +37,6 @@ SIGNAL = "reconcile"
 UPDATE = "reconcile"
 QUERY_OPEN = "open_effects"
 QUERY_REJECTED = "reconcile_rejections"
-VERDICTS = ("effect_confirmed", "no_effect_confirmed", "still_unknown")
 
 #: Temporal retries only what the ledger marks retryable; everything else is final.
 TOOL_RETRY_POLICY = RetryPolicy(
@@ -33,13 +44,13 @@ TOOL_RETRY_POLICY = RetryPolicy(
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=60),
     maximum_attempts=0,
-    non_retryable_error_types=p.FINAL_ERROR_TYPES,
+    non_retryable_error_types=list(FINAL_ERROR_TYPES),
 )
 RECONCILE_RETRY_POLICY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     maximum_interval=timedelta(seconds=30),
     maximum_attempts=0,
-    non_retryable_error_types=[p.RECONCILE_REFUSED, p.RECONCILE_NOT_ALLOWED],
+    non_retryable_error_types=[ErrorType.RECONCILE_REFUSED, ErrorType.RECONCILE_NOT_ALLOWED],
 )
 
 
@@ -56,7 +67,7 @@ class OpenEffect(BaseModel):
     since: str
     why: str | None
     reconcilers: list[str] = Field(default_factory=list)
-    last_verdict: str | None = None
+    last_verdict: Verdict | None = None
     signal_command: str
     update_command: str
 
@@ -71,11 +82,11 @@ class Rejection(BaseModel):
 
 
 class _Pending:
-    def __init__(self, verdict: p.ReconcileInput) -> None:
+    def __init__(self, verdict: ReconcileInput) -> None:
         self.verdict = verdict
         self.done = False
         self.error: str | None = None
-        self.result: p.ReconcileResult | None = None
+        self.result: ReconcileResult | None = None
 
 
 class _Parking:
@@ -102,15 +113,15 @@ class _Parking:
         if verdict is None:
             raise ValueError(reason)
 
-    async def on_update(self, raw: Any = None) -> p.ReconcileResult:
+    async def on_update(self, raw: Any = None) -> ReconcileResult:
         verdict, reason = self.check(raw)
         if verdict is None:  # the state changed between validation and handling
-            raise ApplicationError(reason or "invalid", type="ReconcileRejected")
+            raise ApplicationError(reason or "invalid", type=ErrorType.RECONCILE_REJECTED)
         pending = _Pending(verdict)
         self.inbox[verdict.key].append(pending)
         await workflow.wait_condition(lambda: pending.done)
         if pending.error is not None:
-            raise ApplicationError(pending.error, type="ReconcileRejected")
+            raise ApplicationError(pending.error, type=ErrorType.RECONCILE_REJECTED)
         assert pending.result is not None
         return pending.result
 
@@ -122,7 +133,7 @@ class _Parking:
 
     # -- validation -------------------------------------------------------------------
 
-    def check(self, raw: Any) -> tuple[p.ReconcileInput | None, str | None]:
+    def check(self, raw: Any) -> tuple[ReconcileInput | None, str | None]:
         if isinstance(raw, str):
             try:
                 raw = json.loads(raw)
@@ -134,11 +145,11 @@ class _Parking:
                 '"evidence", "output"}'
             )
         try:
-            verdict = p.ReconcileInput.model_validate(raw)
+            verdict = ReconcileInput.model_validate(raw)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(x) for x in e['loc']) or 'input'}: "
-                + ("missing" if e["type"] == "missing" else e["msg"])
+                + ("missing" if e["type"] == "missing" else f"{e['msg']}, got {e['input']!r}")
                 for e in exc.errors()
             )
             return None, f"malformed reconcile input: {problems}"
@@ -151,15 +162,13 @@ class _Parking:
                 f"the verdict is for action {verdict.action_id}, but the parked "
                 f"effect of {verdict.key!r} is action {effect.action_id}"
             )
-        if verdict.verdict not in VERDICTS:
-            return None, (f"unknown verdict {verdict.verdict!r}: use one of {', '.join(VERDICTS)}")
         if not verdict.actor.strip():
             return None, "actor must name who inspected the world"
         if not verdict.basis.strip():
             return None, "basis must say what the verdict rests on"
         if not any(_glob(verdict.actor, pattern) for pattern in effect.reconcilers):
             return None, f"actor {verdict.actor!r} may not reconcile under the worker's policy"
-        if verdict.verdict == "effect_confirmed":
+        if verdict.verdict is Verdict.EFFECT_CONFIRMED:
             output_type = self.output_types.get(verdict.key)
             if output_type is None and verdict.output is not None:
                 return None, f"tool {effect.tool} returns nothing: output must be null"
@@ -184,10 +193,10 @@ class _Parking:
     # -- parking ----------------------------------------------------------------------
 
     async def park(
-        self, spec: ToolSpec[Any, Any], step: str, unknown: p.UnknownEffect
-    ) -> p.ReconcileInput | None:
+        self, spec: ToolSpec[Any, Any], step: str, unknown: UnknownEffect
+    ) -> ReconcileInput | None:
         """Wait for an operator's verdict that the ledger accepted and return it; ``None``
-        when the key was resolved elsewhere (e.g. with ``python -m ledger reconcile``) and
+        when the key was resolved elsewhere (e.g. with ``temporal-ledger reconcile``) and
         the step should run again to pick up the recorded outcome."""
         info = workflow.info()
         key = unknown.key
@@ -218,7 +227,7 @@ class _Parking:
                     pending.result = await workflow.execute_activity(
                         RECONCILE_ACTIVITY,
                         pending.verdict,
-                        result_type=p.ReconcileResult,
+                        result_type=ReconcileResult,
                         start_to_close_timeout=timedelta(seconds=30),
                         retry_policy=RECONCILE_RETRY_POLICY,
                     )
@@ -227,15 +236,15 @@ class _Parking:
                     self.reject("ledger", pending.verdict.model_dump(), pending.error)
                     cause = err.cause
                     if isinstance(cause, ApplicationError) and (
-                        cause.type == p.RECONCILE_ALREADY_RESOLVED
+                        cause.type == ErrorType.RECONCILE_ALREADY_RESOLVED
                     ):
                         return None
                     continue
                 finally:
                     pending.done = True
-                if pending.verdict.verdict == "still_unknown":
+                if pending.verdict.verdict is Verdict.STILL_UNKNOWN:
                     self.open[key] = self.open[key].model_copy(
-                        update={"last_verdict": "still_unknown"}
+                        update={"last_verdict": Verdict.STILL_UNKNOWN}
                     )
                     continue
                 return pending.verdict
@@ -267,7 +276,7 @@ def _command(kind: str, namespace: str, workflow_id: str, key: str, action_id: s
         {
             "key": key,
             "action_id": action_id,
-            "verdict": "effect_confirmed",
+            "verdict": Verdict.EFFECT_CONFIRMED.value,
             "actor": "YOUR-NAME",
             "basis": "WHAT-YOU-SAW",
             "evidence": [],
@@ -317,11 +326,7 @@ def default_key(step: str) -> str:
     so a reset workflow replays its effects from the ledger instead of repeating them.
     """
     info = workflow.info()
-    key = f"{info.workflow_id}/{info.first_execution_run_id}/{step}"
-    if len(key) <= 255 and key.isprintable():
-        return key
-    digest = hashlib.sha256(key.encode()).hexdigest()
-    return f"sha256:{digest}/{step[:150]}" if step.isprintable() else f"sha256:{digest}"
+    return step_key(info.workflow_id, info.first_execution_run_id, step)
 
 
 async def run_tool(
@@ -350,7 +355,7 @@ async def run_tool(
             "run_tool needs a non-empty step name",
             key=key or "-",
             step=str(step),
-            error_type=p.INVALID,
+            error_type=ErrorType.INVALID_REQUEST,
         )
     if not isinstance(arg, spec.arg_type):
         try:
@@ -360,11 +365,11 @@ async def run_tool(
                 f"{spec.name}: argument does not fit {spec.arg_type.__name__}: {exc}",
                 key=key or "-",
                 step=step,
-                error_type=p.INVALID,
+                error_type=ErrorType.INVALID_REQUEST,
             ) from None
     parking = _parking()
     key = key or default_key(step)
-    call = p.ToolCall(
+    call = ToolCall(
         key=key,
         step=step,
         performer=performer,
@@ -376,7 +381,7 @@ async def run_tool(
             outcome = await workflow.execute_activity(
                 spec.name,
                 call,
-                result_type=p.ToolOutcome,
+                result_type=ToolOutcome,
                 start_to_close_timeout=start_to_close_timeout,
                 heartbeat_timeout=heartbeat_timeout,
                 retry_policy=TOOL_RETRY_POLICY,
@@ -386,10 +391,10 @@ async def run_tool(
             cause = err.cause
             if not isinstance(cause, ApplicationError):
                 raise
-            if cause.type == p.EFFECT_UNKNOWN:
-                unknown = p.UnknownEffect.model_validate(cause.details[0])
+            if cause.type == ErrorType.EFFECT_UNKNOWN:
+                unknown = UnknownEffect.model_validate(cause.details[0])
                 verdict = await parking.park(spec, step, unknown)
-                if verdict is not None and verdict.verdict == "effect_confirmed":
+                if verdict is not None and verdict.verdict is Verdict.EFFECT_CONFIRMED:
                     return _typed_output(spec, verdict.output, key=key, step=step)
                 # no_effect_confirmed: the same key may act once more; None: resolved
                 # elsewhere, and the ledger answers the next attempt with that outcome.
@@ -409,13 +414,13 @@ def _typed_output(spec: ToolSpec[Any, Any], output: Any, *, key: str, step: str)
             f"{spec.name}: the recorded output does not fit {spec.output_type.__name__}: {exc}",
             key=key,
             step=step,
-            error_type="ToolOutputInvalid",
+            error_type=ErrorType.OUTPUT_INVALID,
         ) from None
 
 
 def _final_error(cause: ApplicationError, *, key: str, step: str) -> Exception:
-    if cause.type == p.CONFLICT:
-        details = p.ConflictDetails.model_validate(cause.details[0])
+    if cause.type == ErrorType.CONFLICT:
+        details = ConflictDetails.model_validate(cause.details[0])
         return ToolConflictError(
             cause.message,
             key=key,
@@ -423,6 +428,8 @@ def _final_error(cause: ApplicationError, *, key: str, step: str) -> Exception:
             original_action_id=details.original_action_id,
             dimensions=details.dimensions,
         )
-    if cause.type == p.DENIED:
+    if cause.type == ErrorType.DENIED:
         return ToolDeniedError(cause.message, key=key, step=step)
-    return ToolFailedError(cause.message, key=key, step=step, error_type=cause.type or "ToolFailed")
+    return ToolFailedError(
+        cause.message, key=key, step=step, error_type=cause.type or ErrorType.FAILED
+    )
