@@ -17,6 +17,10 @@ class InvalidRequest(LedgerError, ValueError):
     """The request (or an argument) is malformed. Nothing was recorded."""
 
 
+class DuplicateActionId(InvalidRequest):
+    """This ``action_id`` was submitted before (the log's unique index refused it again)."""
+
+
 class IdempotencyConflictError(LedgerError):
     """The key is already bound to a different operation.
 

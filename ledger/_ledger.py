@@ -26,6 +26,7 @@ from ._canonical import (
 )
 from ._errors import (
     ActionInProgressError,
+    DuplicateActionId,
     IdempotencyConflictError,
     InvalidRequest,
     LedgerError,
@@ -50,6 +51,7 @@ from ._models import (
     validate_key,
 )
 from ._recorder import KeyRecord, Phase, Recorder, Transaction, iso
+from ._schema import describe, output_problems
 from ._verify import VerifyReport, verify_ledger
 
 logger = logging.getLogger(__name__)
@@ -386,6 +388,10 @@ class Ledger:
                         give_up=time.monotonic() >= deadline,
                     ),
                 )
+            except DuplicateActionId:
+                if not first:
+                    raise
+                return await self._answer_resubmission(request, fingerprint)
             except LedgerUnavailable as exc:
                 if exc.maybe_committed:
                     await self._release_unused_claim(request.key, request.action_id)
@@ -421,6 +427,64 @@ class Ledger:
             assert isinstance(decision, _Claimed)
             return await self._perform(request, decision, adapter, state)
 
+    async def _answer_resubmission(self, request: ActionRequest, fingerprint: str) -> ActionResult:
+        """The same submission (``action_id``) again: answer what was recorded for it."""
+        events, record, now = await self._run(self._key_history, request.key)
+        own = [e for e in events if e.action_id == request.action_id]
+        requested = next((e for e in own if e.type == EventType.REQUESTED), None)
+        recorded_fingerprint = (
+            None
+            if requested is None
+            else record.fingerprint
+            if requested.compacted and record is not None
+            else requested.payload.get("fingerprint")
+        )
+        if recorded_fingerprint != fingerprint:
+            where = "under another key" if requested is None else "for a different request"
+            raise InvalidRequest(
+                f"action_id {request.action_id} was already submitted {where}: every "
+                "submission of a different request needs its own action_id"
+            )
+        for event in own:
+            if event.type == EventType.COMPLETED:
+                body = event.payload
+                if event.compacted and record is not None and record.outcome is not None:
+                    body = {**record.outcome, "replayed": True}
+                return ActionResult(
+                    action_id=request.action_id,
+                    key=request.key,
+                    status=ActionStatus(body["status"]),
+                    effect=EffectState(body["effect"]),
+                    output=body.get("output"),
+                    error=body.get("error"),
+                    error_type=body.get("error_type"),
+                    replayed=bool(body.get("replayed")),
+                    reused_from_action_id=body.get("reused_from_action_id"),
+                    retryable=bool(body.get("retryable")),
+                    retry_after=body.get("retry_after"),
+                    verdict=body.get("verdict"),
+                    compacted=event.compacted,
+                )
+            if event.type == EventType.REPLAY_REFUSED:
+                raise IdempotencyConflictError(
+                    key=request.key,
+                    original_action_id=event.payload["original_action_id"],
+                    dimensions=event.payload["dimensions"],
+                    fingerprint_version=event.payload["fingerprint_version"],
+                    action_id=request.action_id,
+                )
+        holder = record.holder_action_id if record is not None else None
+        remaining = (record.lease_expires or 0) - now if record else 0.0
+        raise ActionInProgressError(
+            key=request.key,
+            holder_action_id=holder or request.action_id,
+            lease_remaining=max(remaining, 0.0),
+            action_id=request.action_id,
+        )
+
+    def _key_history(self, key: str) -> tuple[list[LedgerEvent], KeyRecord | None, float]:
+        return self._recorder.events(key), self._recorder.get(key), self._recorder.now()
+
     def _admit(
         self,
         tx: Transaction,
@@ -442,6 +506,7 @@ class Ledger:
                 {
                     **request.identity(),
                     "context": request.context,
+                    **({"output_schema": request.output_schema} if request.output_schema else {}),
                     "principal": authority.principal,
                     "retry_safe": retry_safe,
                     "fingerprint": fingerprint,
@@ -543,6 +608,7 @@ class Ledger:
         record.holder_action_id = action_id
         record.lease_expires = tx.now + self.lease
         record.retry_safe = retry_safe
+        record.output_schema = request.output_schema
         started = request.precondition is None
         record.phase = Phase.RUNNING if started else Phase.CLAIMED
         if started:
@@ -804,6 +870,7 @@ class Ledger:
             output=outcome.get("output"),
             since=outcome.get("recorded_at") or record.updated_at,
             retry_safe=record.retry_safe,
+            output_schema=record.output_schema,
             reconciliations=[Reconciliation(**r) for r in record.reconciliations],
             events=record.events,
         )
@@ -887,6 +954,12 @@ class Ledger:
                 known_effect = record.outcome["effect"]
                 reason = f"its effect is {known_effect}, not unknown"
         body = {"verdict": verdict.value, "actor": actor, "basis": basis}
+        if reason is None and verdict is Verdict.EFFECT_CONFIRMED:
+            assert record is not None
+            misfit = self._output_misfit(record, output)
+            if misfit:
+                # Bad input, not a refusal: raising rolls the transaction back, nothing kept.
+                raise InvalidRequest(misfit)
         if reason is not None:
             tx.append(EventType.RECONCILE_REFUSED, None, {**body, "reason": reason})
             tx.save(record or KeyRecord(key=tx.key))
@@ -911,6 +984,19 @@ class Ledger:
         )
         tx.save(record)
         return None
+
+    @staticmethod
+    def _output_misfit(record: KeyRecord, output: Any) -> str | None:
+        schema = record.output_schema
+        if schema is None:
+            return None
+        problems = output_problems(schema, output)
+        if not problems:
+            return None
+        return (
+            f"effect_confirmed needs the output the effect produced, as the tool returns it "
+            f"({describe(schema)}): {'; '.join(problems)}"
+        )
 
     # -- reading, integrity, retention ------------------------------------------
 

@@ -102,6 +102,9 @@ class ActionRequest(_Frozen):
     performer: str
     action_id: str = Field(default_factory=new_action_id)
     context: dict[str, Any] = Field(default_factory=dict)
+    #: The JSON schema of the output the operation returns (recorded, never
+    #: fingerprinted): an operator's ``effect_confirmed`` output must fit it.
+    output_schema: dict[str, Any] | None = None
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -122,7 +125,7 @@ class ActionRequest(_Frozen):
             ):
                 return cls(**data.model_dump())  # built with model_construct: validate
             validate_key(data.key)
-            for name in ("payload", "precondition", "context"):
+            for name in ("payload", "precondition", "context", "output_schema"):
                 check_json(getattr(data, name), where=name)
             if not isinstance(data.payload, dict):
                 raise InvalidRequest("payload must be a JSON object")
@@ -133,7 +136,7 @@ class ActionRequest(_Frozen):
             )
         return cls(**data)
 
-    @field_validator("payload", "precondition", "context", mode="before")
+    @field_validator("payload", "precondition", "context", "output_schema", mode="before")
     @classmethod
     def _exact_json(cls, value: Any, info: Any) -> Any:
         # Checked before pydantic coerces anything: a set or a tuple must be refused,
@@ -273,6 +276,8 @@ class ActionState(_Frozen):
     output: Any = None
     since: str | None = None
     retry_safe: bool = False
+    #: The JSON schema the execution's output must fit (see ``ActionRequest``).
+    output_schema: dict[str, Any] | None = None
     reconciliations: list[Reconciliation] = Field(default_factory=list)
     events: int = 0
 

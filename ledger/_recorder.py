@@ -52,6 +52,7 @@ class KeyRecord:
     holder_action_id: str | None = None
     lease_expires: float | None = None
     retry_safe: bool = False
+    output_schema: dict[str, Any] | None = None
     outcome: dict[str, Any] | None = None
     reconciliations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     updated_at: str = ""

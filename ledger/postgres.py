@@ -45,7 +45,7 @@ from ._recorder import (
     record_values,
     write_record_sql,
 )
-from .sqlite import _integrity_message
+from .sqlite import integrity_error
 
 #: Ordered schema migrations: entry ``i`` upgrades a ledger from version ``i`` to
 #: ``i + 1``. A later release appends entries; it never edits a released one, so
@@ -289,7 +289,7 @@ class PostgresRecorder(Recorder):
                 committing = True
             return result
         except psycopg.IntegrityError as exc:
-            raise InvalidRequest(_integrity_message(exc)) from exc
+            raise integrity_error(exc) from exc
         except _CONNECTION_ERRORS as exc:
             self._purge()
             if committing:

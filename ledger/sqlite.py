@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ._errors import InvalidRequest, LedgerUnavailable
+from ._errors import DuplicateActionId, InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
 from ._recorder import (
     SCHEMA_VERSION,
@@ -80,10 +80,14 @@ def path_from_url(url: str) -> Path:
     return Path(raw)
 
 
-def _integrity_message(exc: Exception) -> str:
+def integrity_error(exc: Exception) -> InvalidRequest:
+    """What a unique index's refusal means to the caller (shared with the PostgreSQL recorder)."""
     if "action_id" in str(exc):
-        return "this action_id was already submitted: every submission needs its own action_id"
-    return f"the ledger refused the write: {exc}"
+        return DuplicateActionId(
+            "this action_id was already submitted for a different request: every "
+            "submission needs its own action_id"
+        )
+    return InvalidRequest(f"the ledger refused the write: {exc}")
 
 
 class _SQLiteTransaction(Transaction):
@@ -183,7 +187,7 @@ class SQLiteRecorder(Recorder):
             return result
         except sqlite3.IntegrityError as exc:
             conn.execute("ROLLBACK")
-            raise InvalidRequest(_integrity_message(exc)) from exc
+            raise integrity_error(exc) from exc
         except sqlite3.OperationalError as exc:
             # A failed COMMIT on a local file did not commit: nothing was recorded.
             if conn.in_transaction:

@@ -123,12 +123,15 @@ class LedgerContract:
         assert third.replayed and third.reused_from_action_id == first.action_id
         assert third.output == {"written": True}
 
-    async def test_a_submission_id_cannot_be_reused(self, ledger: Ledger) -> None:
+    async def test_a_submission_id_cannot_be_reused_for_another_request(
+        self, ledger: Ledger
+    ) -> None:
         req = request("k")
         await ledger.execute(req, authority=AUTHORITY, adapter=Counter())
         before = len(ledger.events())
-        with pytest.raises(InvalidRequest, match="action_id"):
-            await ledger.execute(req, authority=AUTHORITY, adapter=Counter())
+        other = request("k2", action_id=req.action_id)
+        with pytest.raises(InvalidRequest, match="action_id .* under another key"):
+            await ledger.execute(other, authority=AUTHORITY, adapter=Counter())
         assert len(ledger.events()) == before
 
     # 3 -------------------------------------------------------------------------------
@@ -584,6 +587,61 @@ class LedgerContract:
         assert [s.key for s in ledger.open_effects()] == ["k"]
         replay = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         assert replay.replayed and len(far_side.calls) == 1
+
+    async def test_effect_confirmed_must_carry_an_output_that_fits_the_recorded_schema(
+        self, ledger: Ledger
+    ) -> None:
+        schema = {
+            "title": "Sent",
+            "type": "object",
+            "properties": {"entry": {"type": "integer"}, "note": {"type": "string"}},
+            "required": ["entry"],
+        }
+        far_side = Counter(raise_after=ConnectionResetError("lost the reply"))
+        await ledger.execute(
+            request("k", output_schema=schema), authority=AUTHORITY, adapter=far_side
+        )
+        assert ledger.state("k").output_schema == schema
+        before = ledger.events("k")
+        for output, problem in (
+            (None, "output: expected object Sent, got None"),
+            ({"note": "x"}, "entry: missing (integer)"),
+            ({"entry": "two"}, "entry: expected integer, got 'two'"),
+        ):
+            with pytest.raises(InvalidRequest, match="effect_confirmed needs the output") as bad:
+                await ledger.reconcile("k", "effect_confirmed", "ops", "saw it", output=output)
+            assert problem in str(bad.value)
+            assert ledger.events("k") == before  # nothing recorded, nothing changed
+        state = await ledger.reconcile(
+            "k", "effect_confirmed", "ops", "saw it", output={"entry": 2}
+        )
+        assert state.effect is EffectState.OBSERVED and state.output == {"entry": 2}
+
+    async def test_the_same_submission_again_gets_its_recorded_answer(self, ledger: Ledger) -> None:
+        far_side = Counter({"line": 1})
+        first = await ledger.execute(
+            request("k", action_id="act-1"), authority=AUTHORITY, adapter=far_side
+        )
+        events = ledger.events("k")
+        again = await ledger.execute(
+            request("k", action_id="act-1"), authority=AUTHORITY, adapter=far_side
+        )
+        assert again == first and len(far_side.calls) == 1
+        assert ledger.events("k") == events  # a resubmission is not a new request
+        replay = await ledger.execute(
+            request("k", action_id="act-2"), authority=AUTHORITY, adapter=far_side
+        )
+        replay_again = await ledger.execute(
+            request("k", action_id="act-2"), authority=AUTHORITY, adapter=far_side
+        )
+        assert replay_again == replay and replay.reused_from_action_id == "act-1"
+        with pytest.raises(InvalidRequest, match="for a different request"):
+            await ledger.execute(
+                request("k", action_id="act-1", payload={"line": "other"}),
+                authority=AUTHORITY,
+                adapter=far_side,
+            )
+        assert len(far_side.calls) == 1
 
     async def test_reconciling_what_is_not_unknown_is_refused_durably(self, ledger: Ledger) -> None:
         await ledger.execute(request("done"), authority=AUTHORITY, adapter=Counter())

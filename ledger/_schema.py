@@ -1,0 +1,136 @@
+"""Checks a JSON value against the JSON schema a tool's output model publishes.
+
+Only what pydantic's ``model_json_schema()`` emits for output models is understood
+(``type``, ``properties``, ``required``, ``items``, ``additionalProperties``,
+``anyOf``/``oneOf``/``allOf``, ``enum``, ``const``, ``$ref`` into ``$defs``), so the
+ledger can check an operator's ``effect_confirmed`` output without the tool's code.
+Anything else in a schema is accepted rather than guessed at.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+    "null": (type(None),),
+}
+
+
+def output_problems(schema: dict[str, Any], value: Any) -> list[str]:
+    """Each way ``value`` does not fit ``schema``, naming the field and its expected type."""
+    return _problems(schema, value, path="", root=schema)
+
+
+def describe(schema: dict[str, Any], root: dict[str, Any] | None = None) -> str:
+    """A short name for the type a schema asks for: ``integer``, ``string or null``, ``Item``."""
+    root = schema if root is None else root
+    schema = _resolve(schema, root)
+    for combinator in ("anyOf", "oneOf"):
+        if combinator in schema:
+            return " or ".join(describe(option, root) for option in schema[combinator])
+    if "enum" in schema:
+        return "one of " + ", ".join(repr(v) for v in schema["enum"])
+    if "const" in schema:
+        return repr(schema["const"])
+    kind = schema.get("type")
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        return f"list of {describe(schema['items'], root)}"
+    if kind == "object" and "title" in schema:
+        return f"object {schema['title']}"
+    if isinstance(kind, list):
+        return " or ".join(kind)
+    return str(kind) if kind else "any value"
+
+
+def template(schema: dict[str, Any], root: dict[str, Any] | None = None) -> Any:
+    """A placeholder value of the schema's shape, for the commands shown to an operator."""
+    root = schema if root is None else root
+    schema = _resolve(schema, root)
+    for combinator in ("anyOf", "oneOf"):
+        options = [o for o in schema.get(combinator, []) if _resolve(o, root).get("type") != "null"]
+        if options:
+            return template(options[0], root)
+    if "enum" in schema:
+        return schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
+    kind = schema.get("type")
+    if kind == "object" or "properties" in schema:
+        return {name: template(sub, root) for name, sub in schema.get("properties", {}).items()}
+    if kind == "array":
+        return []
+    return {"integer": 0, "number": 0, "boolean": False, "null": None}.get(
+        kind if isinstance(kind, str) else "", f"<{describe(schema, root)}>"
+    )
+
+
+def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
+    seen = 0
+    while isinstance(schema, dict) and "$ref" in schema and seen < 32:
+        ref = str(schema["$ref"])
+        if not ref.startswith("#/"):
+            return {}
+        target: Any = root
+        for part in ref[2:].split("/"):
+            target = target.get(part, {}) if isinstance(target, dict) else {}
+        schema, seen = target, seen + 1
+    return schema if isinstance(schema, dict) else {}
+
+
+def _matches(kind: str, value: Any) -> bool:
+    if kind in ("integer", "number") and isinstance(value, bool):
+        return False
+    if kind == "integer" and isinstance(value, float):
+        return value.is_integer()
+    return isinstance(value, _TYPES.get(kind, (object,)))
+
+
+def _problems(schema: dict[str, Any], value: Any, *, path: str, root: dict[str, Any]) -> list[str]:
+    schema = _resolve(schema, root)
+    where = path or "output"
+    for combinator in ("anyOf", "oneOf"):
+        if combinator in schema:
+            if any(not _problems(o, value, path=path, root=root) for o in schema[combinator]):
+                return []
+            return [f"{where}: expected {describe(schema, root)}, got {_shown(value)}"]
+    problems = [
+        p for sub in schema.get("allOf", []) for p in _problems(sub, value, path=path, root=root)
+    ]
+    if "enum" in schema and value not in schema["enum"]:
+        return [*problems, f"{where}: expected {describe(schema, root)}, got {_shown(value)}"]
+    if "const" in schema and value != schema["const"]:
+        return [*problems, f"{where}: expected {schema['const']!r}, got {_shown(value)}"]
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if isinstance(kind, str) else []
+    if kinds and not any(_matches(k, value) for k in kinds):
+        return [*problems, f"{where}: expected {describe(schema, root)}, got {_shown(value)}"]
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        for name in schema.get("required", []):
+            if name not in value:
+                expected = describe(properties.get(name, {}), root)
+                problems.append(f"{_join(path, name)}: missing ({expected})")
+        for name, item in value.items():
+            if name in properties:
+                problems += _problems(properties[name], item, path=_join(path, name), root=root)
+            elif schema.get("additionalProperties") is False:
+                problems.append(f"{_join(path, name)}: not a field of {describe(schema, root)}")
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(value):
+            problems += _problems(schema["items"], item, path=f"{where}[{index}]", root=root)
+    return problems
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

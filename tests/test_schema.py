@@ -1,0 +1,60 @@
+"""The ledger's check of an operator's output against a tool's recorded JSON schema."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel
+from temporal_ledger.ledger._schema import describe, output_problems, template
+
+
+class Channel(StrEnum):
+    MAIL = "mail"
+    SMS = "sms"
+
+
+class Line(BaseModel):
+    text: str
+    number: int
+
+
+class Receipt(BaseModel):
+    entry: int
+    channel: Channel
+    lines: list[Line]
+    note: str | None = None
+    amount: float = 0.0
+
+
+SCHEMA = Receipt.model_json_schema()
+
+
+def test_a_fitting_output_has_no_problems_and_agrees_with_pydantic() -> None:
+    good = {"entry": 2, "channel": "mail", "lines": [{"text": "x", "number": 1}], "amount": 3}
+    assert output_problems(SCHEMA, good) == []
+    Receipt.model_validate(good)
+
+
+def test_each_problem_names_the_field_and_the_expected_type() -> None:
+    bad = {"entry": True, "channel": "fax", "lines": [{"text": 1}], "note": 5}
+    assert output_problems(SCHEMA, bad) == [
+        "entry: expected integer, got True",
+        "channel: expected one of 'mail', 'sms', got 'fax'",
+        "lines[0].number: missing (integer)",
+        "lines[0].text: expected string, got 1",
+        "note: expected string or null, got 5",
+    ]
+    assert output_problems(SCHEMA, None) == ["output: expected object Receipt, got None"]
+    assert output_problems(SCHEMA, {}) == [
+        "entry: missing (integer)",
+        "channel: missing (one of 'mail', 'sms')",
+        "lines: missing (list of object Line)",
+    ]
+
+
+def test_the_template_has_every_field_and_fits_once_filled() -> None:
+    shape = template(SCHEMA)
+    assert set(shape) == {"entry", "channel", "lines", "note", "amount"}
+    assert shape["channel"] == "mail" and shape["lines"] == [] and shape["entry"] == 0
+    assert describe(SCHEMA) == "object Receipt"
+    assert output_problems(SCHEMA, {**shape, "note": None}) == []
