@@ -130,7 +130,7 @@ class LedgerContract:
         await ledger.execute(req, authority=AUTHORITY, adapter=Counter())
         before = len(ledger.events())
         other = request("k2", action_id=req.action_id)
-        with pytest.raises(InvalidRequest, match="action_id .* under another key"):
+        with pytest.raises(InvalidRequest, match=r"action_id .* under another key"):
             await ledger.execute(other, authority=AUTHORITY, adapter=Counter())
         assert len(ledger.events()) == before
 
