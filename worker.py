@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporal_ledger.activities import LedgerPlugin, Policy
+from temporal_ledger.activities import OPEN_EFFECTS_ATTRIBUTE, LedgerPlugin, Policy
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -101,6 +101,9 @@ async def dev_server(
         "frontend.enableServerVersionCheck=false",
         "--dynamic-config-value",
         "frontend.enableUpdateWorkflowExecution=true",
+        # Lists the runs that wait for an operator: LedgerOpenEffects > 0.
+        "--search-attribute",
+        f"{OPEN_EFFECTS_ATTRIBUTE}=Int",
     ]
     if ui_port is None:
         args.append("--headless")

@@ -16,7 +16,7 @@ from ._payloads import (
     ToolOutcome,
     UnknownEffect,
 )
-from ._plugin import LedgerPlugin
+from ._plugin import OPEN_EFFECTS_ATTRIBUTE, LedgerPlugin
 from ._policy import Policy
 from ._reconcile import RECONCILE_ACTIVITY, reconcile_effect
 from ._runtime import tool_context
@@ -24,6 +24,7 @@ from ._tool import Tool, ToolSpec, spec_of, tool
 
 __all__ = [
     "FINAL_ERROR_TYPES",
+    "OPEN_EFFECTS_ATTRIBUTE",
     "RECONCILE_ACTIVITY",
     "ConflictDetails",
     "ErrorType",

@@ -88,6 +88,11 @@ class UnknownEffect(_Payload):
     error: str | None = None
     #: Actor patterns the worker's policy allows to reconcile (checked again by the activity).
     reconcilers: list[str] = Field(default_factory=list)
+    #: The Temporal address the tool's worker uses, for the operator's commands.
+    address: str | None = None
+    #: Whether the namespace has the ``LedgerOpenEffects`` search attribute; the
+    #: workflow upserts it only then (an unregistered one would fail its task).
+    open_effects_attribute: bool = False
 
 
 class ConflictDetails(_Payload):

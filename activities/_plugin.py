@@ -6,25 +6,32 @@ import asyncio
 import dataclasses
 import fnmatch
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import temporalio.client
 from temporalio import activity
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
+from temporalio.service import RPCError
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,
     Interceptor,
+    Worker,
     WorkerConfig,
     WorkflowRunner,
 )
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from ..ledger import Ledger
+from ..ledger.sqlite import path_from_url
 from ._generic import LedgeredActivity, RunAnchorInterceptor, execute_through_ledger
 from ._policy import Policy
 from ._reconcile import reconcile_effect
@@ -101,6 +108,8 @@ class LedgerPlugin(SimplePlugin):
         self._open_lock = asyncio.Lock()
         self._owned: Ledger | None = None
         self._workers = 0
+        self._address: str | None = None
+        self._open_effects_attribute = False
         super().__init__(
             "temporal_ledger.LedgerPlugin",
             data_converter=_pydantic_converter,
@@ -126,6 +135,12 @@ class LedgerPlugin(SimplePlugin):
             )
         return config
 
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        client = worker.client
+        self._address = client.service_client.config.target_host
+        self._open_effects_attribute = await _has_open_effects_attribute(client)
+        await super().run_worker(worker, next)
+
     @asynccontextmanager
     async def _worker_running(self) -> AsyncIterator[None]:
         self._workers += 1
@@ -148,11 +163,16 @@ class LedgerPlugin(SimplePlugin):
                 if source is None:
                     raise RuntimeError("LedgerPlugin has no ledger: pass ledger=URL or a Ledger")
                 if isinstance(source, str):
-                    self._owned = await asyncio.to_thread(Ledger.open, source, lease=self._lease)
+                    self._owned = await asyncio.to_thread(_open_logged, source, self._lease)
                     ledger = self._owned
                 else:
                     ledger = source
-                self._runtime = Runtime(ledger=ledger, policy=policy)
+                self._runtime = Runtime(
+                    ledger=ledger,
+                    policy=policy,
+                    address=self._address,
+                    open_effects_attribute=self._open_effects_attribute,
+                )
         return self._runtime
 
     def _load_policy(self) -> Policy:
@@ -162,6 +182,67 @@ class LedgerPlugin(SimplePlugin):
         if source is None:
             return Policy.permissive()
         return Policy.load(source)
+
+
+#: The search attribute that lists runs waiting for an operator.
+OPEN_EFFECTS_ATTRIBUTE = "LedgerOpenEffects"
+REGISTER_COMMAND = (
+    f"temporal operator search-attribute create --name {OPEN_EFFECTS_ATTRIBUTE} --type Int"
+)
+
+
+async def _has_open_effects_attribute(client: temporalio.client.Client) -> bool:
+    """Whether the namespace lists ``LedgerOpenEffects`` as an Int; warns once if not."""
+    try:
+        listed = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=client.namespace)
+        )
+    except RPCError as exc:
+        logger.warning(
+            "could not list the search attributes of namespace %r (%s): parked steps will not "
+            "be listed by `temporal workflow list --query '%s > 0'`; register it with: %s",
+            client.namespace,
+            exc.message,
+            OPEN_EFFECTS_ATTRIBUTE,
+            REGISTER_COMMAND,
+        )
+        return False
+    kind = listed.custom_attributes.get(OPEN_EFFECTS_ATTRIBUTE)
+    if kind == IndexedValueType.INDEXED_VALUE_TYPE_INT:
+        return True
+    logger.warning(
+        "namespace %r has no Int search attribute %s: steps still park, but "
+        "`temporal workflow list --query '%s > 0'` will not list them; register it with: %s",
+        client.namespace,
+        OPEN_EFFECTS_ATTRIBUTE,
+        OPEN_EFFECTS_ATTRIBUTE,
+        REGISTER_COMMAND,
+    )
+    return False
+
+
+def _open_logged(url: str, lease: float) -> Ledger:
+    """Open the ledger, saying which one: a mistyped path must not pass for an empty ledger."""
+    if url.startswith("sqlite:///"):
+        path = path_from_url(url).resolve()
+        existed = path.exists()
+        ledger = Ledger.open(url, lease=lease)
+        if existed:
+            logger.info("ledger: SQLite file %s", path)
+        else:
+            logger.warning("ledger: created a new, empty SQLite ledger at %s", path)
+        return ledger
+    ledger = Ledger.open(url, lease=lease)
+    logger.info("ledger: %s", _without_password(url))
+    return ledger
+
+
+def _without_password(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def _add_once(fn: Callable[..., Any]) -> Callable[[Sequence[Any] | None], Sequence[Any]]:

@@ -47,7 +47,8 @@ class Policy(BaseModel):
         """Everyone may do everything: for the embedded dev setup only. Logged loudly."""
         logger.warning(
             "ledger policy: ALLOW-ALL (every performer may use every capability and anyone may "
-            "reconcile); pass --policy FILE outside local development"
+            "reconcile); outside local development pass LedgerPlugin(policy='policy.toml') "
+            "(worker.py: --policy FILE)"
         )
         return cls(performers={"*": ["*"]}, reconcilers=["*"], allow_all=True)
 

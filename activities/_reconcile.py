@@ -15,6 +15,9 @@ RECONCILE_ACTIVITY = "ledger.reconcile"
 @activity.defn(name=RECONCILE_ACTIVITY)
 async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
     """Check the actor against the policy, then append the verdict beside the key's history."""
+    # One heartbeat at once: the workflow's short heartbeat timeout then notices a worker
+    # that died here within seconds instead of at the start-to-close timeout.
+    activity.heartbeat()
     runtime = current_runtime()
     if not runtime.policy.may_reconcile(verdict.actor):
         raise ApplicationError(
@@ -44,6 +47,9 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
         ) from None
     except LedgerUnavailable as exc:
         raise ApplicationError(str(exc), type=p.ErrorType.LEDGER_UNAVAILABLE) from None
+    activity.metric_meter().create_counter(
+        "ledger_reconciliations", "operators' verdicts recorded in the ledger"
+    ).add(1, {"verdict": verdict.verdict.value})
     return p.ReconcileResult(
         key=state.key,
         verdict=verdict.verdict,

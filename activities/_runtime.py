@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 class Runtime:
     ledger: Ledger
     policy: Policy
+    #: The worker client's target, shown in the operator's commands.
+    address: str | None = None
+    #: Whether the namespace has the ``LedgerOpenEffects`` search attribute registered.
+    open_effects_attribute: bool = False
 
 
 _runtime: contextvars.ContextVar[Runtime] = contextvars.ContextVar("ledger_runtime")

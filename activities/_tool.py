@@ -9,11 +9,12 @@ import inspect
 import typing
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ..ledger import (
     ActionInProgressError,
@@ -44,6 +45,9 @@ class ToolSpec(Generic[ArgT, OutT]):
     retry_safe: bool
     arg_type: type[ArgT]
     output_type: type[BaseModel] | None
+    #: The output model's JSON schema, recorded with every execution so that an
+    #: operator's ``effect_confirmed`` output can be checked without the tool's code.
+    output_schema: dict[str, Any] | None = None
 
 
 class Tool(Generic[ArgT, OutT]):
@@ -82,12 +86,15 @@ def tool(
             retry_safe=retry_safe,
             arg_type=arg_type,
             output_type=output_type,
+            output_schema=None if output_type is None else output_type.model_json_schema(),
         )
         # Fail at decoration, not in the first workflow, if the name is not a capability.
         ActionRequest(key="k", capability=capability, instruction=spec.name, performer="p")
 
-        async def run(call: p.ToolCall) -> p.ToolOutcome:
-            return await _run_ledgered(spec, fn, state, call)
+        # The argument is taken as plain JSON so that a call that did not come from
+        # run_tool is answered with what to do instead of a conversion error retried forever.
+        async def run(call: Any) -> p.ToolOutcome:
+            return await _run_ledgered(spec, fn, state, _tool_call(spec, call))
 
         run.__name__ = run.__qualname__ = spec.name
         run.__doc__ = fn.__doc__
@@ -96,6 +103,19 @@ def tool(
         return typing.cast(Tool[ArgT, OutT], ledgered)
 
     return decorate
+
+
+def _tool_call(spec: ToolSpec[Any, Any], raw: Any) -> p.ToolCall:
+    try:
+        return p.ToolCall.model_validate(raw)
+    except ValidationError:
+        raise ApplicationError(
+            f"{spec.name} is a ledgered @tool: call it from a workflow with "
+            f"temporal_ledger.workflows.run_tool({spec.name}, arg, step=..., performer=...), "
+            "not with workflow.execute_activity",
+            type=p.ErrorType.INVALID_REQUEST,
+            non_retryable=True,
+        ) from None
 
 
 def spec_of(tool: Any) -> ToolSpec[Any, Any]:
@@ -163,6 +183,7 @@ async def _run_ledgered(
         "payload": call.arg or {},
         "precondition": call.precondition,
         "performer": call.performer,
+        "output_schema": spec.output_schema,
         "context": {
             "workflow_id": info.workflow_id,
             "workflow_run_id": info.workflow_run_id,
@@ -179,7 +200,7 @@ async def _run_ledgered(
         adapter=adapter,
         state=read_state if state is not None else None,
     )
-    return _outcome_or_raise(spec, result, runtime.policy.reconcilers)
+    return _outcome_or_raise(spec, result, runtime)
 
 
 async def execute_ledgered(
@@ -206,6 +227,7 @@ async def execute_ledgered(
             retry_safe=spec.retry_safe,
         )
     except IdempotencyConflictError as exc:
+        count_call(spec.name, CallOutcome.REFUSED)
         details = p.ConflictDetails(
             key=exc.key,
             original_action_id=exc.original_action_id,
@@ -220,8 +242,10 @@ async def execute_ledgered(
             str(exc),
             type=p.ErrorType.IN_PROGRESS,
             next_retry_delay=timedelta(seconds=max(exc.lease_remaining, 0.1)),
+            category=ApplicationErrorCategory.BENIGN,
         ) from None
     except InvalidRequest as exc:
+        count_call(spec.name, CallOutcome.FAILED)
         raise ApplicationError(
             f"{spec.name}: {exc}", type=p.ErrorType.INVALID_REQUEST, non_retryable=True
         ) from None
@@ -234,8 +258,9 @@ async def execute_ledgered(
 
 
 def _outcome_or_raise(
-    spec: ToolSpec[Any, Any], result: ActionResult, reconcilers: list[str]
+    spec: ToolSpec[Any, Any], result: ActionResult, runtime: Runtime
 ) -> p.ToolOutcome:
+    count_call(spec.name, _call_outcome(result))
     outcome = p.ToolOutcome(
         key=result.key,
         action_id=result.action_id,
@@ -274,13 +299,16 @@ def _outcome_or_raise(
         if result.effect is EffectState.UNKNOWN:
             # The far side deduplicates by key: another attempt under it is safe.
             raise ApplicationError(
-                result.error or "effect unknown", type=p.ErrorType.EFFECT_UNKNOWN_RETRY_SAFE
+                result.error or "effect unknown",
+                type=p.ErrorType.EFFECT_UNKNOWN_RETRY_SAFE,
+                category=ApplicationErrorCategory.BENIGN,
             )
         delay = timedelta(seconds=result.retry_after) if result.retry_after else None
         raise ApplicationError(
             result.error or "no effect",
             type=p.ErrorType.NO_EFFECT_RETRYABLE,
             next_retry_delay=delay,
+            category=ApplicationErrorCategory.BENIGN,
         )
     if result.effect is EffectState.UNKNOWN:
         details = p.UnknownEffect(
@@ -288,17 +316,52 @@ def _outcome_or_raise(
             action_id=result.reused_from_action_id or result.action_id,
             capability=spec.capability,
             error=result.error,
-            reconcilers=reconcilers,
+            reconcilers=runtime.policy.reconcilers,
+            address=runtime.address,
+            open_effects_attribute=runtime.open_effects_attribute,
         )
+        # The workflow parks the step and says so once; the activity's failure is the
+        # expected hand-over, not an error to log with a traceback.
         raise ApplicationError(
             f"{spec.name}: the effect of {result.key!r} is unknown: {result.error}",
             details.model_dump(),
             type=p.ErrorType.EFFECT_UNKNOWN,
             non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
         )
     raise ApplicationError(
         f"{spec.name}: {result.error or 'failed'}", type=p.ErrorType.FAILED, non_retryable=True
     )
+
+
+class CallOutcome(StrEnum):
+    """What a ledgered tool call came to, as counted by the ``ledger_tool_calls`` metric."""
+
+    ACTED = "acted"
+    REPLAYED = "replayed"
+    REFUSED = "refused"
+    DENIED = "denied"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+
+
+def _call_outcome(result: ActionResult) -> CallOutcome:
+    if result.replayed:
+        return CallOutcome.REPLAYED
+    if result.status is ActionStatus.DENIED:
+        return CallOutcome.DENIED
+    if result.effect is EffectState.UNKNOWN:
+        return CallOutcome.UNKNOWN
+    if result.status is ActionStatus.SUCCEEDED:
+        return CallOutcome.ACTED
+    return CallOutcome.FAILED
+
+
+def count_call(tool: str, outcome: CallOutcome) -> None:
+    """One tool call by outcome, through the worker runtime's metric meter."""
+    activity.metric_meter().create_counter(
+        "ledger_tool_calls", "ledgered tool calls by outcome"
+    ).add(1, {"tool": tool, "outcome": outcome.value})
 
 
 async def _heartbeat(every: timedelta | None) -> None:

@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from temporal_ledger.activities import OPEN_EFFECTS_ATTRIBUTE
 from temporalio.testing import WorkflowEnvironment
 
 from tests import pg
@@ -59,6 +60,8 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
             str(free_port()),
             "--dynamic-config-value",
             "frontend.enableServerVersionCheck=false",
+            "--search-attribute",
+            f"{OPEN_EFFECTS_ATTRIBUTE}=Int",
         ],
     )
     try:

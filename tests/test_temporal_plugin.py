@@ -309,7 +309,7 @@ async def test_bad_operator_input_is_refused_and_the_step_keeps_waiting(setup: S
         assert "'effect_confirmed', 'no_effect_confirmed' or 'still_unknown'" in reasons[1]
         assert "actor" in reasons[2] and "missing" in reasons[2].lower()
         assert "JSON object" in reasons[3]
-        assert "output does not fit Posted" in reasons[4]
+        assert "message_id: missing (string)" in reasons[4]
         assert "actor 'mallory' may not reconcile" in reasons[5]
 
         # Malformed JSON never reaches the workflow: the CLI refuses it.

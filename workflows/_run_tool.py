@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import json
 import shlex
@@ -10,11 +11,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from ..activities import (
     FINAL_ERROR_TYPES,
+    OPEN_EFFECTS_ATTRIBUTE,
     RECONCILE_ACTIVITY,
     ConflictDetails,
     ErrorType,
@@ -28,7 +30,7 @@ from ..activities import (
     spec_of,
     step_key,
 )
-from ..ledger import Verdict
+from ..ledger import Verdict, describe_schema, output_problems, output_template
 from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError
 
 OutT = TypeVar("OutT")
@@ -46,9 +48,11 @@ TOOL_RETRY_POLICY = RetryPolicy(
     maximum_attempts=0,
     non_retryable_error_types=list(FINAL_ERROR_TYPES),
 )
+RECONCILE_TIMEOUT = timedelta(seconds=10)
+RECONCILE_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
 RECONCILE_RETRY_POLICY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    maximum_interval=timedelta(seconds=30),
+    initial_interval=timedelta(seconds=0.5),
+    maximum_interval=timedelta(seconds=5),
     maximum_attempts=0,
     non_retryable_error_types=[ErrorType.RECONCILE_REFUSED, ErrorType.RECONCILE_NOT_ALLOWED],
 )
@@ -97,6 +101,8 @@ class _Parking:
         self.output_types: dict[str, type[BaseModel] | None] = {}
         self.inbox: dict[str, list[_Pending]] = {}
         self.rejections: list[Rejection] = []
+        #: The namespace has the search attribute (as the tool's worker found).
+        self.listed = False
 
     # -- handlers (registered dynamically, so any workflow can use run_tool) --------
 
@@ -111,17 +117,22 @@ class _Parking:
     def validate_update(self, raw: Any = None) -> None:
         verdict, reason = self.check(raw)
         if verdict is None:
-            raise ValueError(reason)
+            # Sending the same input again cannot succeed: say so to the caller.
+            raise ApplicationError(reason, type=ErrorType.RECONCILE_REJECTED, non_retryable=True)
 
     async def on_update(self, raw: Any = None) -> ReconcileResult:
         verdict, reason = self.check(raw)
         if verdict is None:  # the state changed between validation and handling
-            raise ApplicationError(reason or "invalid", type=ErrorType.RECONCILE_REJECTED)
+            raise ApplicationError(
+                reason or "invalid", type=ErrorType.RECONCILE_REJECTED, non_retryable=True
+            )
         pending = _Pending(verdict)
         self.inbox[verdict.key].append(pending)
         await workflow.wait_condition(lambda: pending.done)
         if pending.error is not None:
-            raise ApplicationError(pending.error, type=ErrorType.RECONCILE_REJECTED)
+            raise ApplicationError(
+                pending.error, type=ErrorType.RECONCILE_REJECTED, non_retryable=True
+            )
         assert pending.result is not None
         return pending.result
 
@@ -173,17 +184,32 @@ class _Parking:
             if output_type is None and verdict.output is not None:
                 return None, f"tool {effect.tool} returns nothing: output must be null"
             if output_type is not None:
-                try:
-                    output_type.model_validate(verdict.output)
-                except ValidationError as exc:
-                    return None, (
-                        f"output does not fit {output_type.__name__} "
-                        f"(tool {effect.tool}): {exc.errors()[0]['msg']} at "
-                        f"{'.'.join(str(x) for x in exc.errors()[0]['loc']) or '.'}"
-                    )
+                misfit = _output_misfit(effect.tool, output_type, verdict.output)
+                if misfit:
+                    return None, misfit
         elif verdict.output is not None:
             return None, "output is only taken with effect_confirmed"
         return verdict, None
+
+    def changed(self, *, parked: int) -> None:
+        """Tell the cluster, the UI and the metrics how many steps of this run wait."""
+        if self.listed:
+            workflow.upsert_search_attributes([OPEN_EFFECTS.value_set(len(self.open))])
+        workflow.set_current_details(self.details())
+        _PARKED.move(parked)
+
+    def details(self) -> str:
+        if not self.open:
+            return ""
+        lines = [f"**{len(self.open)} step(s) parked: the effect is unknown**", ""]
+        for effect in self.open.values():
+            lines += [
+                f"- step `{effect.step}` (tool `{effect.tool}`), key `{effect.key}`, "
+                f"since {effect.since}: {effect.why}",
+                "  inspect the world, then answer:",
+                f"  `{effect.update_command}`",
+            ]
+        return "\n".join(lines)
 
     def reject(self, via: str, raw: Any, reason: str) -> None:
         self.rejections.append(
@@ -202,6 +228,12 @@ class _Parking:
         key = unknown.key
         self.output_types[key] = spec.output_type
         self.inbox[key] = []
+        output = (
+            None
+            if spec.output_type is None
+            else output_template(spec.output_type.model_json_schema())
+        )
+        where = _Where(unknown.address, info.namespace, info.workflow_id)
         self.open[key] = OpenEffect(
             key=key,
             step=step,
@@ -211,14 +243,18 @@ class _Parking:
             since=workflow.now().isoformat(),
             why=unknown.error,
             reconcilers=unknown.reconcilers,
-            signal_command=_command(
-                "signal", info.namespace, info.workflow_id, key, unknown.action_id
-            ),
-            update_command=_command(
-                "update execute", info.namespace, info.workflow_id, key, unknown.action_id
-            ),
+            signal_command=_command("signal", where, key, unknown.action_id, output),
+            update_command=_command("update execute", where, key, unknown.action_id, output),
         )
-        workflow.logger.warning("step %r parked: effect of key %r is unknown", step, key)
+        self.listed = self.listed or unknown.open_effects_attribute
+        self.changed(parked=+1)
+        workflow.logger.warning(
+            "step %r parked: the effect of key %r is unknown (%s); reconcile it with: %s",
+            step,
+            key,
+            unknown.error,
+            self.open[key].update_command,
+        )
         try:
             while True:
                 await workflow.wait_condition(lambda: bool(self.inbox[key]))
@@ -228,7 +264,10 @@ class _Parking:
                         RECONCILE_ACTIVITY,
                         pending.verdict,
                         result_type=ReconcileResult,
-                        start_to_close_timeout=timedelta(seconds=30),
+                        # A worker that dies during it is noticed within seconds; the
+                        # verdict is then retried on another worker, never dropped.
+                        start_to_close_timeout=RECONCILE_TIMEOUT,
+                        heartbeat_timeout=RECONCILE_HEARTBEAT_TIMEOUT,
                         retry_policy=RECONCILE_RETRY_POLICY,
                     )
                 except ActivityError as err:
@@ -250,6 +289,7 @@ class _Parking:
                 return pending.verdict
         finally:
             self.open.pop(key, None)
+            self.changed(parked=-1)
             # Verdicts still queued were given for this parked action; the step moves
             # on, and a later park of the same key is a different action that nobody
             # has inspected yet, so they must not be applied to it.
@@ -257,6 +297,26 @@ class _Parking:
                 leftover.error = "the step is no longer parked; the verdict was not applied"
                 leftover.done = True
                 self.reject("ledger", leftover.verdict.model_dump(), leftover.error)
+
+
+def _output_misfit(tool: str, output_type: type[BaseModel], output: Any) -> str | None:
+    """Each missing or wrong field of an operator's output, with its expected type."""
+    schema = output_type.model_json_schema()
+    problems = output_problems(schema, output)
+    if not problems:
+        try:
+            output_type.model_validate(output)
+        except ValidationError as exc:  # what the schema cannot say (validators, bounds)
+            problems = [
+                f"{'.'.join(str(x) for x in e['loc']) or 'output'}: {e['msg']}"
+                for e in exc.errors()
+            ]
+    if not problems:
+        return None
+    return (
+        f"effect_confirmed needs the output the effect produced, as {tool} returns it "
+        f"({describe_schema(schema)}): {'; '.join(problems)}"
+    )
 
 
 def _glob(name: str, pattern: str) -> bool:
@@ -271,7 +331,14 @@ def _jsonable(raw: Any) -> Any:
         return repr(raw)
 
 
-def _command(kind: str, namespace: str, workflow_id: str, key: str, action_id: str) -> str:
+@dataclasses.dataclass(frozen=True)
+class _Where:
+    address: str | None
+    namespace: str
+    workflow_id: str
+
+
+def _command(kind: str, where: _Where, key: str, action_id: str, output: Any) -> str:
     template = json.dumps(
         {
             "key": key,
@@ -280,13 +347,40 @@ def _command(kind: str, namespace: str, workflow_id: str, key: str, action_id: s
             "actor": "YOUR-NAME",
             "basis": "WHAT-YOU-SAW",
             "evidence": [],
-            "output": None,
+            "output": output,
         }
     )
+    address = f"--address {shlex.quote(where.address)} " if where.address else ""
     return (
-        f"temporal workflow {kind} --namespace {shlex.quote(namespace)} "
-        f"--workflow-id {shlex.quote(workflow_id)} --name reconcile --input {shlex.quote(template)}"
+        f"temporal workflow {kind} {address}--namespace {shlex.quote(where.namespace)} "
+        f"--workflow-id {shlex.quote(where.workflow_id)} --name reconcile "
+        f"--input {shlex.quote(template)}"
     )
+
+
+class _ParkedGauge:
+    """``ledger_parked_steps``: the parked steps of the runs this worker process holds.
+
+    Counted on replay too, so a restarted worker that replays a parked run counts it
+    again; recorded through the workflow's metric meter, which records nothing while
+    replaying. Across a cluster, sum it over workers; the search attribute
+    ``LedgerOpenEffects`` is the authoritative list.
+    """
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def move(self, by: int) -> None:
+        info = workflow.info()
+        labels = (info.workflow_type, info.task_queue)
+        self.counts[labels] = max(self.counts.get(labels, 0) + by, 0)
+        workflow.metric_meter().create_gauge(
+            "ledger_parked_steps", "steps waiting for an operator's verdict"
+        ).set(self.counts[labels])
+
+
+_PARKED = _ParkedGauge()
+OPEN_EFFECTS = SearchAttributeKey.for_int(OPEN_EFFECTS_ATTRIBUTE)
 
 
 def _cause_message(err: ActivityError) -> str:
