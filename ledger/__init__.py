@@ -32,6 +32,7 @@ from ._models import (
     Verdict,
     may_act_again,
 )
+from ._schema import describe_schema, output_problems, output_template
 from ._verify import VerifyReport
 from ._version import __version__
 
@@ -61,5 +62,8 @@ __all__ = [
     "Verdict",
     "VerifyReport",
     "__version__",
+    "describe_schema",
     "may_act_again",
+    "output_problems",
+    "output_template",
 ]

@@ -51,7 +51,7 @@ from ._models import (
     validate_key,
 )
 from ._recorder import KeyRecord, Phase, Recorder, Transaction, iso
-from ._schema import describe, output_problems
+from ._schema import describe_schema, output_problems
 from ._verify import VerifyReport, verify_ledger
 
 logger = logging.getLogger(__name__)
@@ -995,7 +995,7 @@ class Ledger:
             return None
         return (
             f"effect_confirmed needs the output the effect produced, as the tool returns it "
-            f"({describe(schema)}): {'; '.join(problems)}"
+            f"({describe_schema(schema)}): {'; '.join(problems)}"
         )
 
     # -- reading, integrity, retention ------------------------------------------

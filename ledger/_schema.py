@@ -27,20 +27,20 @@ def output_problems(schema: dict[str, Any], value: Any) -> list[str]:
     return _problems(schema, value, path="", root=schema)
 
 
-def describe(schema: dict[str, Any], root: dict[str, Any] | None = None) -> str:
+def describe_schema(schema: dict[str, Any], root: dict[str, Any] | None = None) -> str:
     """A short name for the type a schema asks for: ``integer``, ``string or null``, ``Item``."""
     root = schema if root is None else root
     schema = _resolve(schema, root)
     for combinator in ("anyOf", "oneOf"):
         if combinator in schema:
-            return " or ".join(describe(option, root) for option in schema[combinator])
+            return " or ".join(describe_schema(option, root) for option in schema[combinator])
     if "enum" in schema:
         return "one of " + ", ".join(repr(v) for v in schema["enum"])
     if "const" in schema:
         return repr(schema["const"])
     kind = schema.get("type")
     if kind == "array" and isinstance(schema.get("items"), dict):
-        return f"list of {describe(schema['items'], root)}"
+        return f"list of {describe_schema(schema['items'], root)}"
     if kind == "object" and "title" in schema:
         return f"object {schema['title']}"
     if isinstance(kind, list):
@@ -48,25 +48,27 @@ def describe(schema: dict[str, Any], root: dict[str, Any] | None = None) -> str:
     return str(kind) if kind else "any value"
 
 
-def template(schema: dict[str, Any], root: dict[str, Any] | None = None) -> Any:
+def output_template(schema: dict[str, Any], root: dict[str, Any] | None = None) -> Any:
     """A placeholder value of the schema's shape, for the commands shown to an operator."""
     root = schema if root is None else root
     schema = _resolve(schema, root)
     for combinator in ("anyOf", "oneOf"):
         options = [o for o in schema.get(combinator, []) if _resolve(o, root).get("type") != "null"]
         if options:
-            return template(options[0], root)
+            return output_template(options[0], root)
     if "enum" in schema:
         return schema["enum"][0]
     if "const" in schema:
         return schema["const"]
     kind = schema.get("type")
     if kind == "object" or "properties" in schema:
-        return {name: template(sub, root) for name, sub in schema.get("properties", {}).items()}
+        return {
+            name: output_template(sub, root) for name, sub in schema.get("properties", {}).items()
+        }
     if kind == "array":
         return []
     return {"integer": 0, "number": 0, "boolean": False, "null": None}.get(
-        kind if isinstance(kind, str) else "", f"<{describe(schema, root)}>"
+        kind if isinstance(kind, str) else "", f"<{describe_schema(schema, root)}>"
     )
 
 
@@ -98,29 +100,37 @@ def _problems(schema: dict[str, Any], value: Any, *, path: str, root: dict[str, 
         if combinator in schema:
             if any(not _problems(o, value, path=path, root=root) for o in schema[combinator]):
                 return []
-            return [f"{where}: expected {describe(schema, root)}, got {_shown(value)}"]
+            return [f"{where}: expected {describe_schema(schema, root)}, got {_shown(value)}"]
     problems = [
         p for sub in schema.get("allOf", []) for p in _problems(sub, value, path=path, root=root)
     ]
     if "enum" in schema and value not in schema["enum"]:
-        return [*problems, f"{where}: expected {describe(schema, root)}, got {_shown(value)}"]
+        return [
+            *problems,
+            f"{where}: expected {describe_schema(schema, root)}, got {_shown(value)}",
+        ]
     if "const" in schema and value != schema["const"]:
         return [*problems, f"{where}: expected {schema['const']!r}, got {_shown(value)}"]
     kind = schema.get("type")
     kinds = kind if isinstance(kind, list) else [kind] if isinstance(kind, str) else []
     if kinds and not any(_matches(k, value) for k in kinds):
-        return [*problems, f"{where}: expected {describe(schema, root)}, got {_shown(value)}"]
+        return [
+            *problems,
+            f"{where}: expected {describe_schema(schema, root)}, got {_shown(value)}",
+        ]
     if isinstance(value, dict):
         properties = schema.get("properties", {})
         for name in schema.get("required", []):
             if name not in value:
-                expected = describe(properties.get(name, {}), root)
+                expected = describe_schema(properties.get(name, {}), root)
                 problems.append(f"{_join(path, name)}: missing ({expected})")
         for name, item in value.items():
             if name in properties:
                 problems += _problems(properties[name], item, path=_join(path, name), root=root)
             elif schema.get("additionalProperties") is False:
-                problems.append(f"{_join(path, name)}: not a field of {describe(schema, root)}")
+                problems.append(
+                    f"{_join(path, name)}: not a field of {describe_schema(schema, root)}"
+                )
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         for index, item in enumerate(value):
             problems += _problems(schema["items"], item, path=f"{where}[{index}]", root=root)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from pydantic import BaseModel
-from temporal_ledger.ledger._schema import describe, output_problems, template
+from temporal_ledger.ledger import describe_schema, output_problems, output_template
 
 
 class Channel(StrEnum):
@@ -53,8 +53,8 @@ def test_each_problem_names_the_field_and_the_expected_type() -> None:
 
 
 def test_the_template_has_every_field_and_fits_once_filled() -> None:
-    shape = template(SCHEMA)
+    shape = output_template(SCHEMA)
     assert set(shape) == {"entry", "channel", "lines", "note", "amount"}
     assert shape["channel"] == "mail" and shape["lines"] == [] and shape["entry"] == 0
-    assert describe(SCHEMA) == "object Receipt"
+    assert describe_schema(SCHEMA) == "object Receipt"
     assert output_problems(SCHEMA, {**shape, "note": None}) == []
