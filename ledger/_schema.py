@@ -113,6 +113,8 @@ def _problems(schema: dict[str, Any], value: Any, *, path: str, root: dict[str, 
         return [*problems, f"{where}: expected {schema['const']!r}, got {_shown(value)}"]
     kind = schema.get("type")
     kinds = kind if isinstance(kind, list) else [kind] if isinstance(kind, str) else []
+    if value is None and kinds == ["object"] and schema.get("required"):
+        value = {}  # no output at all: name every field it needs
     if kinds and not any(_matches(k, value) for k in kinds):
         return [
             *problems,

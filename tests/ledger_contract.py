@@ -604,7 +604,7 @@ class LedgerContract:
         assert ledger.state("k").output_schema == schema
         before = ledger.events("k")
         for output, problem in (
-            (None, "output: expected object Sent, got None"),
+            (None, "entry: missing (integer)"),
             ({"note": "x"}, "entry: missing (integer)"),
             ({"entry": "two"}, "entry: expected integer, got 'two'"),
         ):

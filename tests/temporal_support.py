@@ -21,7 +21,12 @@ from temporalio.worker import Worker
 
 from examples.agent.workflows import AGENT_WORKFLOWS
 from examples.plan.workflows import EXAMPLE_WORKFLOWS
-from tests.temporal_tools import ModelCallWorkflow, StepsWorkflow
+from tests.temporal_tools import (
+    ModelCallWorkflow,
+    NotifyWorkflow,
+    PlainCallWorkflow,
+    StepsWorkflow,
+)
 from worker import temporal_binary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +73,14 @@ class Setup:
         async with Worker(
             client,
             task_queue=self.task_queue,
-            workflows=[StepsWorkflow, ModelCallWorkflow, *EXAMPLE_WORKFLOWS, *AGENT_WORKFLOWS],
+            workflows=[
+                StepsWorkflow,
+                ModelCallWorkflow,
+                PlainCallWorkflow,
+                NotifyWorkflow,
+                *EXAMPLE_WORKFLOWS,
+                *AGENT_WORKFLOWS,
+            ],
             activities=activities,
             no_remote_activities=not tools,
         ) as worker:

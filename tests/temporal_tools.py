@@ -18,6 +18,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from examples.agent.activities import register_agent_tool
     from examples.agent.models import MODEL_CALL, ModelRequest
+    from examples.plan.activities import AppendLine, PostMessage, append_line, post_message
 
 
 class Hold(BaseModel):
@@ -138,3 +139,27 @@ class ModelCallWorkflow:
     async def run(self, request: ModelRequest, key: str) -> dict[str, Any]:
         response = await run_tool(MODEL_CALL, request, step="model", performer="agent", key=key)
         return response.model_dump()
+
+
+@workflow.defn
+class PlainCallWorkflow:
+    """Misuse: schedules a @tool with plain execute_activity instead of run_tool."""
+
+    @workflow.run
+    async def run(self, path: str) -> None:
+        await workflow.execute_activity(
+            append_line,
+            AppendLine(path=path, line="plain"),
+            start_to_close_timeout=timedelta(seconds=10),
+        )
+
+
+@workflow.defn
+class NotifyWorkflow:
+    """Posts one message whose acknowledgement is lost: the step parks."""
+
+    @workflow.run
+    async def run(self, outbox: str) -> str:
+        message = PostMessage(outbox=outbox, channel="ops", text="hi", lose_ack=True)
+        posted = await run_tool(post_message, message, step="notify", performer="agent")
+        return posted.message_id
