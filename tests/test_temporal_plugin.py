@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import signal
+import time
 import uuid
 from pathlib import Path
 
@@ -63,11 +64,15 @@ async def test_kill_after_effect_parks_and_effect_confirmed_resumes(setup: Setup
             )
             await wait_for(lambda: asyncio.to_thread(acted.exists), what="the effect")
             os.killpg(tools.pid, signal.SIGKILL)
+            killed = time.monotonic()
         # A fresh worker takes the retry: the ledger must not let it act again.
         async with setup.tool_worker_process():
             parked = await wait_for(
                 lambda: open_effects(setup.address, workflow_id), what="the parked step"
             )
+            # The heartbeat timeout (2 s here) ends the attempt; the lease (2 s) then
+            # lets the next attempt record the interruption and park.
+            print(f"\nkill to park: {time.monotonic() - killed:.1f} s (heartbeat 2 s, lease 2 s)")
             effect = parked[0]
             assert effect["step"] == "append" and effect["tool"] == "hold_and_append"
             assert effect["capability"] == "files.append"
