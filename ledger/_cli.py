@@ -6,58 +6,106 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._errors import LedgerError
+from ._errors import InvalidRequest, LedgerError
 from ._ledger import Ledger
-from ._models import ActionState, LedgerEvent, Verdict
+from ._models import ActionState, LedgerEvent, NextOperation, Verdict, validate_key
+from ._schema import describe_schema, output_template
 from .sqlite import path_from_url
 
 ENV_URL = "LEDGER_URL"
+# Exit statuses: see the parser's epilog and README's "The operator CLI".
+OK, REFUSED, USAGE = 0, 1, 2
+#: Output cut off by a closed pipe (``... | head``): what a process killed by SIGPIPE reports.
+CLOSED_PIPE = 128 + 13
+
+
+def _options(*, inherited: bool) -> argparse.ArgumentParser:
+    """--db, --json and --create, accepted before the command and after it.
+
+    The command's copy defaults to SUPPRESS, so an option given only before the
+    command is not overwritten by the command's (absent) copy.
+    """
+    options = argparse.ArgumentParser(add_help=False)
+
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if inherited else value
+
+    options.add_argument(
+        "--db",
+        default=default(os.environ.get(ENV_URL)),
+        help=f"ledger URL: sqlite:///path or postgresql://... (default: ${ENV_URL})",
+    )
+    options.add_argument(
+        "--json", action="store_true", default=default(False), help="machine-readable output"
+    )
+    options.add_argument(
+        "--create",
+        action="store_true",
+        default=default(False),
+        help="create the SQLite ledger if its file does not exist (otherwise: exit 2)",
+    )
+    return options
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="temporal-ledger",
         description="Inspect, reconcile, verify and compact a tool-call ledger.",
+        epilog="Exit status: 0 done; 1 refused or failed (a refused reconcile, a failed "
+        "verify, show of a key with no records, an unreachable ledger); 2 bad usage "
+        "(arguments, URL, a missing file without --create, a file that is not a ledger); 141 "
+        "output cut off by a closed pipe (| head). "
+        "Options may go before or after the command.",
+        parents=[_options(inherited=False)],
     )
-    parser.add_argument(
-        "--db",
-        default=os.environ.get(ENV_URL),
-        help=f"ledger URL: sqlite:///path or postgresql://... (default: ${ENV_URL})",
-    )
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = [_options(inherited=True)]
 
-    show = commands.add_parser("show", help="a key's state and its events")
-    show.add_argument("key")
+    show = commands.add_parser("show", parents=common, help="a key's state and its events")
+    show.add_argument("key", type=_key)
 
-    events = commands.add_parser("events", help="the log, in order")
-    events.add_argument("--key", help="only this key's events")
+    events = commands.add_parser("events", parents=common, help="the log, in order")
+    events.add_argument("--key", type=_key, help="only this key's events")
     events.add_argument("--after", type=int, default=0, help="only events after this seq")
     events.add_argument("--limit", type=_positive_int, help="at most this many events")
 
-    commands.add_parser("open-effects", help="every effect that is unknown and unresolved")
+    commands.add_parser(
+        "open-effects", parents=common, help="every effect that is unknown and unresolved"
+    )
 
-    reconcile = commands.add_parser("reconcile", help="record an operator's verdict")
-    reconcile.add_argument("key")
+    reconcile = commands.add_parser(
+        "reconcile", parents=common, help="record an operator's verdict"
+    )
+    reconcile.add_argument("key", type=_key)
     reconcile.add_argument("--verdict", required=True, choices=[v.value for v in Verdict])
-    reconcile.add_argument("--actor", required=True, help="who inspected the world")
-    reconcile.add_argument("--basis", required=True, help="what the verdict rests on")
+    reconcile.add_argument(
+        "--actor", required=True, type=_non_empty, help="who inspected the world"
+    )
+    reconcile.add_argument(
+        "--basis", required=True, type=_non_empty, help="what the verdict rests on"
+    )
     reconcile.add_argument(
         "--evidence", action="append", default=[], help="a reference to evidence (repeatable)"
     )
     reconcile.add_argument(
-        "--output", type=_json_value, help="the observed output, as JSON (effect_confirmed)"
+        "--output",
+        type=_json_value,
+        help="the observed output, as JSON (effect_confirmed; must fit the tool's output "
+        "schema when one was recorded)",
     )
 
-    commands.add_parser("verify", help="recompute hash chains and invariants")
+    commands.add_parser("verify", parents=common, help="recompute hash chains and invariants")
 
-    compact = commands.add_parser("compact", help="drop old completion bodies, keep tombstones")
+    compact = commands.add_parser(
+        "compact", parents=common, help="drop old completion bodies, keep tombstones"
+    )
     compact.add_argument(
         "--older-than",
         type=_non_negative_float,
@@ -80,6 +128,19 @@ def _parser() -> argparse.ArgumentParser:
         help="a workflow class to replay with (repeatable)",
     )
     return parser
+
+
+def _key(text: str) -> str:
+    try:
+        return validate_key(text)
+    except InvalidRequest as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _non_empty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
 
 
 def _positive_int(text: str) -> int:
@@ -163,27 +224,135 @@ def _state_rows(states: list[ActionState]) -> list[list[Any]]:
 _STATE_HEADERS = ("key", "status", "effect", "next", "capability", "since", "why")
 
 
+def _show(state: ActionState) -> str:
+    """The header of ``show``: where the key stands and what the operator does next."""
+    lines: list[tuple[str, str]] = [
+        ("key", state.key),
+        ("status", state.status or "(none yet)"),
+        ("effect", state.effect),
+        ("next_operation", state.next_operation),
+    ]
+    lines += [("todo", line) for line in _todo(state)]
+    if state.capability:
+        lines.append(("capability", f"{state.capability} by {state.performer or '?'}"))
+    if state.since:
+        lines.append(("since", state.since))
+    if state.error:
+        lines.append(("error", state.error))
+    if state.output is not None:
+        lines.append(("output", _short(json.dumps(state.output), 200)))
+    if state.output_schema:
+        lines.append(("output_schema", _schema_fields(state.output_schema)))
+    for r in state.reconciliations:
+        lines.append(("reconciled", f"{r.verdict} by {r.actor} ({r.basis}) at {r.recorded_at}"))
+    lines.append(("events", str(state.events)))
+    width = max(len(name) for name, _ in lines)
+    shown: list[str] = []
+    previous = None
+    for name, value in lines:
+        # Continuation lines (a second "todo") leave the label blank.
+        label = f"{name:>{width}}:" if name != previous else " " * (width + 1)
+        shown.append(f"{label} {value}".rstrip())
+        previous = name
+    return "\n".join(shown)
+
+
+def _todo(state: ActionState) -> list[str]:
+    """What to do next, in a line; for an unknown effect, also the command that records it."""
+    op = state.next_operation
+    if op is NextOperation.RECONCILE_EFFECT:
+        command = [
+            "temporal-ledger reconcile",
+            shlex.quote(state.key),
+            "--verdict effect_confirmed --actor YOU --basis 'WHAT YOU CHECKED'",
+        ]
+        if state.output_schema:
+            command.append(
+                "--output " + shlex.quote(json.dumps(output_template(state.output_schema)))
+            )
+        else:
+            command.append("--output 'JSON'")
+        return [
+            "find out whether the effect happened, then record what you found:",
+            "  " + " ".join(command),
+            "  (or --verdict no_effect_confirmed / still_unknown, without --output)",
+        ]
+    if op is NextOperation.WAIT:
+        return [f"an execution ({state.holder_action_id}) holds the key and is live: wait"]
+    if op is NextOperation.FIX_INPUTS:
+        return [
+            "failed without effect, final for this key: fix the inputs, send them under a new key"
+        ]
+    if op is NextOperation.START_ACTION:
+        return ["none: the key is free, the next request for it runs the tool"]
+    return ["none: the outcome is final, later requests for the key replay it"]
+
+
+def _schema_fields(schema: dict[str, Any]) -> str:
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or not properties:
+        return describe_schema(schema)
+    required = set(schema.get("required", []))
+    return ", ".join(
+        f"{name} ({describe_schema(sub, schema)}{'' if name in required else ', optional'})"
+        for name, sub in properties.items()
+    )
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 16] + "... (see --json)"
+
+
 def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
-def _is_ledger_file(path: Path) -> bool:
+def _not_a_ledger(path: Path) -> tuple[str, int] | None:
+    """Why the existing ``path`` cannot be opened as a ledger (and the exit status), or None."""
+    if path.is_dir():
+        return f"{path} is a directory, not a ledger file", USAGE
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        # Read-only, through a URI that quotes the path ('?' and '#' are legal in names).
+        conn = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True)
         try:
             found = conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_meta'"
             ).fetchone()
         finally:
             conn.close()
-    except sqlite3.DatabaseError:
-        return False
-    return found is not None
+    except sqlite3.OperationalError as exc:  # unreadable (permissions), locked
+        return f"cannot open {path}: {exc}", REFUSED
+    except sqlite3.DatabaseError:  # "file is not a database"
+        found = None
+    if found is None:
+        # Opening would add the ledger's tables to someone else's database.
+        return f"{path} is not a ledger (it has no ledger_meta table)", USAGE
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``temporal-ledger`` console script (also ``python -m temporal_ledger.ledger``)."""
-    args = _parser().parse_args(argv)
+    try:
+        status = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly. Point stdout at /dev/null so
+        # the interpreter's final flush does not complain on stderr either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return CLOSED_PIPE
+    return status
+
+
+def _error(message: str, status: int) -> int:
+    print(f"temporal-ledger: error: {message}", file=sys.stderr)
+    return status
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)  # exits 2 on bad arguments
     if args.command == "replay":
         # Replaying needs Temporal; importing it here, and only for this command, keeps
         # ``import temporal_ledger.ledger`` free of any temporalio module.
@@ -191,29 +360,37 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return replay_command(args.histories, args.workflow)
     if not args.db:
-        _parser().error(f"--db URL is required (or set ${ENV_URL})")
+        parser.error(f"--db URL is required (or set ${ENV_URL})")
     if not args.db.startswith(("sqlite:///", "postgresql://", "postgres://")):
-        _parser().error(
-            f"unsupported ledger URL {args.db!r}: use sqlite:///path or postgresql://..."
-        )
+        parser.error(f"unsupported ledger URL {args.db!r}: use sqlite:///path or postgresql://...")
     if args.db.startswith("sqlite:///"):
         try:
-            path = path_from_url(args.db)
+            path = path_from_url(args.db).absolute()
         except LedgerError as exc:
-            _parser().error(str(exc))
+            parser.error(str(exc))
         if not path.exists():
-            print(f"error: no ledger at {path}", file=sys.stderr)
-            return 1
-        if not _is_ledger_file(path):
-            # Opening would add the ledger's tables to someone else's database.
-            print(f"error: {path} is not a ledger (it has no ledger_meta table)", file=sys.stderr)
-            return 1
+            if not args.create:
+                # Opening would create an empty ledger where the operator expected theirs.
+                return _error(
+                    f"no ledger at {path} (no such file; --create makes a new ledger)", USAGE
+                )
+        elif problem := _not_a_ledger(path):
+            return _error(*problem)
     try:
-        with Ledger.open(args.db) as ledger:
+        ledger = Ledger.open(args.db)
+    except InvalidRequest as exc:  # e.g. a missing folder, a newer schema
+        return _error(str(exc), USAGE)
+    except ImportError as exc:  # postgresql:// without the [postgres] extra
+        return _error(str(exc), USAGE)
+    except LedgerError as exc:  # unreachable, locked, unreadable
+        return _error(str(exc), REFUSED)
+    with ledger:
+        try:
             return _dispatch(ledger, args)
-    except LedgerError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        except LedgerError as exc:
+            # The ledger refused (a reconcile of a known effect, an output that does not
+            # fit the tool's schema) or could not be reached. Nothing else was recorded.
+            return _error(str(exc), REFUSED)
 
 
 def _dispatch(ledger: Ledger, args: argparse.Namespace) -> int:
@@ -227,27 +404,20 @@ def _dispatch(ledger: Ledger, args: argparse.Namespace) -> int:
                     "events": [e.model_dump(mode="json") for e in events],
                 }
             )
+        elif not events:
+            print(f"key {args.key!r}: no records")
         else:
-            if not events:
-                print(f"key {args.key!r}: no records")
-                return 1
-            for name, value in state.model_dump(mode="json", exclude={"reconciliations"}).items():
-                shown = json.dumps(value) if isinstance(value, (dict, list)) else value
-                print(f"{name:>20}: {'' if value is None else shown}")
-            for r in state.reconciliations:
-                print(
-                    f"{'reconciled':>20}: {r.verdict} by {r.actor} ({r.basis}) at {r.recorded_at}"
-                )
+            print(_show(state))
             print()
             print(_table(_event_rows(events), _EVENT_HEADERS))
-        return 0 if events else 1
+        return OK if events else REFUSED
     if args.command == "events":
         events = ledger.events(args.key, after=args.after, limit=args.limit)
         if args.json:
             _print_json([e.model_dump(mode="json") for e in events])
         else:
             print(_table(_event_rows(events), _EVENT_HEADERS))
-        return 0
+        return OK
     if args.command == "open-effects":
         states = ledger.open_effects()
         if args.json:
@@ -256,18 +426,24 @@ def _dispatch(ledger: Ledger, args: argparse.Namespace) -> int:
             print("no open effects")
         else:
             print(_table(_state_rows(states), _STATE_HEADERS))
-        return 0
+        return OK
     if args.command == "reconcile":
-        state = asyncio.run(
-            ledger.reconcile(
-                args.key,
-                args.verdict,
-                args.actor,
-                args.basis,
-                evidence=args.evidence,
-                output=args.output,
+        try:
+            state = asyncio.run(
+                ledger.reconcile(
+                    args.key,
+                    args.verdict,
+                    args.actor,
+                    args.basis,
+                    evidence=args.evidence,
+                    output=args.output,
+                )
             )
-        )
+        except InvalidRequest as exc:
+            # The output does not fit the tool's recorded schema; nothing was recorded.
+            schema = ledger.state(args.key).output_schema
+            hint = f"\n  --output must fit: {_schema_fields(schema)}" if schema else ""
+            return _error(f"{exc}{hint}", REFUSED)
         if args.json:
             _print_json(state.model_dump(mode="json"))
         else:
@@ -275,7 +451,7 @@ def _dispatch(ledger: Ledger, args: argparse.Namespace) -> int:
                 f"{state.key}: {args.verdict} recorded; effect {state.effect}, "
                 f"next {state.next_operation}"
             )
-        return 0
+        return OK
     if args.command == "verify":
         report = ledger.verify()
         if args.json:
@@ -287,12 +463,12 @@ def _dispatch(ledger: Ledger, args: argparse.Namespace) -> int:
             )
             for problem in report.problems:
                 print(f"  - {problem}")
-        return 0 if report.ok else 1
+        return OK if report.ok else REFUSED
     if args.command == "compact":
         count = asyncio.run(ledger.compact(older_than=args.older_than))
         if args.json:
             _print_json({"compacted_keys": count})
         else:
             print(f"compacted {count} key(s)")
-        return 0
+        return OK
     raise AssertionError(args.command)  # argparse only admits the commands above

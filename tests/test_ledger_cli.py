@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -18,13 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 from temporal_ledger.ledger import (
     ActionRequest,
     ActionStatus,
     Authority,
     IdempotencyConflictError,
     Ledger,
+    output_problems,
 )
+from temporal_ledger.ledger._cli import _parser
 
 from tests.ledger_child import AUTHORITY, request
 
@@ -102,15 +107,29 @@ async def populated(tmp_path: Path) -> Populated:
     return Populated(url, path, first.action_id, replay.action_id, uncertain.action_id)
 
 
-def cli(db: str | None, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run the CLI as an operator would, without an inherited $LEDGER_URL."""
+def cli(
+    db: str | None,
+    *args: str,
+    cwd: Path = ROOT,
+    ledger_url: str | None = None,
+    stdout: Any = subprocess.PIPE,
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as an operator would, with $LEDGER_URL only when given."""
     env = {k: v for k, v in os.environ.items() if k != "LEDGER_URL"}
     env["PYTHONPATH"] = str(ROOT)
+    if ledger_url is not None:
+        env["LEDGER_URL"] = ledger_url
     argv = [sys.executable, "-m", "temporal_ledger.ledger"]
     if db is not None:
         argv += ["--db", db]
     return subprocess.run(
-        [*argv, *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60
+        [*argv, *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=60,
     )
 
 
@@ -411,6 +430,17 @@ BAD_ARGUMENTS = [
         id="negative-age",
     ),
     pytest.param(["compact"], "required: --older-than", id="compact-without-age"),
+    pytest.param([], "required: COMMAND", id="no-command"),
+    pytest.param(
+        ["show", "sent", "--bogus"], "unrecognized arguments: --bogus", id="unknown-option"
+    ),
+    pytest.param(["show", ""], "argument key: key must be 1 to 255", id="empty-key"),
+    pytest.param(["events", "--key", "a\tb"], "non-printable", id="unprintable-key"),
+    pytest.param(
+        ["reconcile", "uncertain", "--verdict", "still_unknown", "--actor", " ", "--basis", "b"],
+        "argument --actor: must not be empty",
+        id="blank-actor",
+    ),
 ]
 
 
@@ -464,13 +494,42 @@ def test_unsupported_url_is_named() -> None:
     assert "unsupported ledger URL 'mysql://root@127.0.0.1/ledger'" in done.stderr
 
 
-def test_a_missing_ledger_file_exits_1_and_creates_nothing(tmp_path: Path) -> None:
-    path = tmp_path / "nowhere.db"
-    for args in (["verify"], ["show", "k"]):
-        done = cli(f"sqlite:///{path}", *args)
-        assert done.returncode == 1
-        assert f"no ledger at {path}" in done.stderr
-    assert not path.exists()
+def test_a_missing_ledger_file_exits_2_names_its_absolute_path_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    # A relative URL resolves against the current directory, and the message says where.
+    expected = tmp_path.resolve() / "nowhere.db"
+    for args in (["verify"], ["show", "k"], ["open-effects"]):
+        done = cli("sqlite:///nowhere.db", *args, cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert f"no ledger at {expected} " in done.stderr
+        assert "--create" in done.stderr
+        assert done.stdout == ""
+    assert list(tmp_path.iterdir()) == []  # no file, no -wal, no -shm
+
+
+def test_create_makes_the_ledger_and_adopts_nothing_else(tmp_path: Path) -> None:
+    done = cli(None, "--create", "--db", "sqlite:///new.db", "verify", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0 events, 0 keys: OK"
+    assert event_count(tmp_path / "new.db") == 0
+    # After the command too; and the file it made is a ledger the next run accepts.
+    done = cli(None, "open-effects", "--db", "sqlite:///new.db", "--create", "--json", cwd=tmp_path)
+    assert (done.returncode, json.loads(done.stdout)) == (0, []), done.stderr
+
+    app = tmp_path / "app.db"
+    conn = sqlite3.connect(app)
+    with conn:
+        conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    for url, message in (
+        (f"sqlite:///{app}", "is not a ledger"),
+        (f"sqlite:///{tmp_path}/no/such/folder/x.db", "folder does not exist"),
+    ):
+        done = cli(url, "verify", "--create")
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr
+    assert {p.name for p in tmp_path.iterdir()} == {"new.db", "app.db"}
 
 
 def test_a_database_that_is_not_a_ledger_is_left_alone(tmp_path: Path) -> None:
@@ -479,10 +538,20 @@ def test_a_database_that_is_not_a_ledger_is_left_alone(tmp_path: Path) -> None:
     with conn:
         conn.execute("CREATE TABLE t (x)")
     conn.close()
-    for args in (["verify"], ["events"], ["open-effects"], ["show", "k"]):
-        done = cli(f"sqlite:///{path}", *args)
-        assert done.returncode == 1
+    (tmp_path / "notes.txt").write_text("not sqlite at all\n")
+    for url, args in (
+        (f"sqlite:///{path}", ["verify"]),
+        (f"sqlite:///{path}", ["events"]),
+        (f"sqlite:///{path}", ["open-effects"]),
+        (f"sqlite:///{path}", ["show", "k"]),
+        (f"sqlite:///{tmp_path}/notes.txt", ["verify"]),
+    ):
+        done = cli(url, *args)
+        assert done.returncode == 2, done.stderr
         assert "is not a ledger" in done.stderr
+    done = cli(f"sqlite:///{tmp_path}", "verify")
+    assert done.returncode == 2
+    assert f"{tmp_path} is a directory" in done.stderr
     tables = {
         r[0]
         for r in sqlite3.connect(path).execute(
@@ -490,6 +559,7 @@ def test_a_database_that_is_not_a_ledger_is_left_alone(tmp_path: Path) -> None:
         )
     }
     assert tables == {"t"}
+    assert (tmp_path / "notes.txt").read_text() == "not sqlite at all\n"
 
 
 def test_a_limit_that_is_not_a_number_is_named(populated: Populated) -> None:
@@ -497,3 +567,180 @@ def test_a_limit_that_is_not_a_number_is_named(populated: Populated) -> None:
     assert done.returncode == 2
     assert "not a whole number: 'abc'" in done.stderr
     assert "_positive_int" not in done.stderr
+
+
+def test_the_remaining_exit_statuses(populated: Populated) -> None:
+    done = cli(None, "--help")
+    assert done.returncode == 0 and "Exit status" in done.stdout
+    # A key with no records: `show` refuses (1), even as JSON; `events` just lists none.
+    shown = cli_json(populated.url, "show", "never-seen", status=1)
+    assert shown == {"state": shown["state"], "events": []}
+    assert shown["state"]["key"] == "never-seen"
+    done = cli(populated.url, "events", "--key", "never-seen")
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 2
+
+
+def test_an_unreachable_server_exits_1() -> None:
+    pytest.importorskip("psycopg")
+    done = cli("postgresql://nobody:secret@127.0.0.1:1/ledger", "verify")
+    assert done.returncode == 1, done.stderr
+    assert "127.0.0.1" in done.stderr and "secret" not in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+# options before or after the command -----------------------------------------------------
+PLACEMENTS = [
+    pytest.param(["--json", "--db", "URL", "show", "sent"], id="both-before"),
+    pytest.param(["show", "sent", "--db", "URL", "--json"], id="both-after"),
+    pytest.param(["--db", "URL", "show", "sent", "--json"], id="db-before-json-after"),
+    pytest.param(["--json", "show", "sent", "--db", "URL"], id="json-before-db-after"),
+]
+
+
+@pytest.mark.parametrize("args", PLACEMENTS)
+def test_options_go_before_or_after_the_command(populated: Populated, args: list[str]) -> None:
+    done = cli(None, *[populated.url if a == "URL" else a for a in args])
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert shown["state"]["key"] == "sent" and len(shown["events"]) == len(SENT_TYPES)
+
+
+def test_db_after_the_command_overrides_the_environment(
+    populated: Populated, tmp_path: Path
+) -> None:
+    elsewhere = f"sqlite:///{tmp_path}/elsewhere.db"
+    done = cli(None, "verify", ledger_url=elsewhere)
+    assert done.returncode == 2
+    assert f"no ledger at {tmp_path}/elsewhere.db" in done.stderr
+    done = cli(None, "verify", "--db", populated.url, ledger_url=elsewhere)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "13 events, 3 keys: OK"
+    assert not (tmp_path / "elsewhere.db").exists()
+
+
+# a closed pipe ------------------------------------------------------------------------
+@pytest.mark.parametrize("args", [["events"], ["--json", "events"], ["show", "sent"]])
+def test_a_closed_pipe_exits_quietly(populated: Populated, args: list[str]) -> None:
+    read, write = os.pipe()
+    os.close(read)  # the reader (`| head`) is gone before the first line is written
+    try:
+        done = cli(populated.url, *args, stdout=write)
+    finally:
+        os.close(write)
+    assert done.stderr == ""
+    assert done.returncode == 141  # 128 + SIGPIPE, as `cat` and `grep` report it
+
+
+@pytest.fixture
+async def big_ledger(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/big.db"
+    async with Ledger.open(url) as ledger:
+        # Far more output than a pipe holds, so a write after `head` exits must fail.
+        big = request("big", payload={"line": "x" * 2_000_000})
+        await ledger.execute(big, authority=AUTHORITY, adapter=FarSide({"ok": True}))
+    return url
+
+
+def test_piped_into_head(big_ledger: str) -> None:
+    url = big_ledger
+    command = f"{sys.executable} -m temporal_ledger.ledger --db {url} --json events | head -1"
+    done = subprocess.run(
+        ["bash", "-c", f"{command}; echo status=${{PIPESTATUS[0]}}"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        timeout=60,
+    )
+    assert done.stdout == "[\nstatus=141\n"
+    assert done.stderr == ""
+
+
+# the output schema: what `show` asks for, what `reconcile` accepts --------------------
+class Sent(BaseModel):
+    message_id: str
+    count: int = 0
+
+
+SCHEMA_KEY = "mail 'bob'"  # the printed command must quote it
+
+
+@pytest.fixture
+async def schema_ledger(tmp_path: Path) -> tuple[str, Path]:
+    path = tmp_path / "schema.db"
+    url = f"sqlite:///{path}"
+
+    def reset(req: ActionRequest, ctx: Any) -> Any:
+        raise ConnectionResetError("connection reset by peer")
+
+    async with Ledger.open(url) as ledger:
+        outcome = await ledger.execute(
+            request(SCHEMA_KEY, output_schema=Sent.model_json_schema()),
+            authority=AUTHORITY,
+            adapter=reset,
+        )
+    assert outcome.effect == "unknown"
+    return url, path
+
+
+def snapshot(path: Path) -> list[Any]:
+    conn = sqlite3.connect(path)
+    try:
+        return [
+            conn.execute(f"SELECT * FROM {table} ORDER BY 1").fetchall()
+            for table in ("ledger_events", "ledger_keys")
+        ]
+    finally:
+        conn.close()
+
+
+def test_show_says_what_to_do_next(schema_ledger: tuple[str, Path]) -> None:
+    url, _ = schema_ledger
+    done = cli(url, "show", SCHEMA_KEY)
+    assert done.returncode == 0, done.stderr
+    header, table = done.stdout.split("\n\n")
+    for line in (
+        f"key: {SCHEMA_KEY}",
+        "status: failed",
+        "effect: unknown",
+        "next_operation: reconcile_effect",
+        "todo: find out whether the effect happened",
+        "output_schema: message_id (string), count (integer, optional)",
+        "error: ConnectionResetError: connection reset by peer",
+    ):
+        assert line in header
+    [command] = [line for line in header.splitlines() if "temporal-ledger reconcile" in line]
+    argv = shlex.split(command)
+    assert argv[:3] == ["temporal-ledger", "reconcile", SCHEMA_KEY]
+    # The printed command is one this CLI accepts, and its --output has the schema's shape.
+    args = _parser().parse_args([*argv[1:], "--db", url])
+    assert (args.key, args.verdict) == (SCHEMA_KEY, "effect_confirmed")
+    assert set(args.output) == {"message_id", "count"}
+    assert output_problems(Sent.model_json_schema(), args.output) == []
+    assert table.splitlines()[0].split()[:4] == ["seq", "recorded_at", "key", "type"]
+    assert "action.execution_started" in table
+
+
+def test_effect_confirmed_must_fit_the_output_schema(schema_ledger: tuple[str, Path]) -> None:
+    url, path = schema_ledger
+    before = snapshot(path)
+    confirm = ["reconcile", SCHEMA_KEY, "--verdict", "effect_confirmed", *RECONCILE]
+    for extra, named in (
+        ([], [("message_id", "string")]),
+        (["--output", '{"count": "two"}'], [("message_id", "string"), ("count", "integer")]),
+    ):
+        done = cli(url, *confirm, *extra)
+        assert done.returncode == 1, done.stderr
+        # The ledger's reason names each missing or wrong field and the type it wants.
+        reason = done.stderr.splitlines()[0]
+        assert reason.startswith("temporal-ledger: error: effect_confirmed")
+        for field, type_ in named:
+            assert re.search(rf"{field}: [^;]*\b{type_}\b", reason), reason
+        assert "--output must fit: message_id (string), count (integer, optional)" in done.stderr
+        assert done.stdout == ""
+        assert snapshot(path) == before  # nothing recorded, not even a refusal
+
+    state = cli_json(url, *confirm, "--output", '{"message_id": "m-9", "count": 2}')
+    assert (state["effect"], state["next_operation"]) == ("observed", "none")
+    assert state["output"] == {"message_id": "m-9", "count": 2}
+    assert len(snapshot(path)[0]) == len(before[0]) + 1
