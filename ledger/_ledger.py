@@ -323,9 +323,14 @@ class Ledger:
         await self.aclose()
 
     async def _transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
-        """One write transaction, on the ledger's threads: a durable commit waits for the
-        disk or the network, and the event loop must not."""
-        return await self._run(self._recorder.transact, key, fn)
+        """One write transaction, off the event loop: a durable commit waits for the
+        disk or the network. A recorder that groups commits takes it in its queue."""
+        if self._closed:
+            raise LedgerError("the ledger is closed")
+        queued = self._recorder.submit(key, fn)
+        if queued is None:
+            return await self._run(self._recorder.transact, key, fn)
+        return await asyncio.wrap_future(queued)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:

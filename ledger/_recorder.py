@@ -11,6 +11,7 @@ import dataclasses
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -188,6 +189,14 @@ class Recorder(ABC):
 
         If ``fn`` raises, nothing it did is kept.
         """
+
+    def submit(self, key: str, fn: Callable[[Transaction], T]) -> Future[T] | None:
+        """Queue ``fn`` like :meth:`transact` and answer once it is durable, or ``None``.
+
+        A recorder that commits queued transactions together (one sync for many
+        callers) returns a future; ``None`` means: call :meth:`transact` on a thread.
+        """
+        return None
 
     @abstractmethod
     def get(self, key: str) -> KeyRecord | None: ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from temporal_ledger.ledger import (
     ActionStatus,
     EffectState,
+    InvalidRequest,
     Ledger,
     LedgerUnavailable,
     NextOperation,
@@ -145,6 +147,9 @@ class _AnswerLostOnce(SQLiteRecorder):
 
     lost = False
 
+    def submit(self, key, fn):
+        return None  # every write takes transact, where the fault is injected
+
     def transact(self, key, fn):
         result = super().transact(key, fn)
         if not self.lost and type(result).__name__ == "_Claimed":
@@ -170,3 +175,61 @@ async def test_a_claim_whose_commit_answer_was_lost_is_released(sqlite_url: str)
         assert retry.status is ActionStatus.SUCCEEDED and not retry.replayed
         assert len(far_side.calls) == 1
         assert ledger.verify().ok
+
+
+class _CountedBatches(SQLiteRecorder):
+    """A real SQLite recorder that counts its group commits."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.batches: list[int] = []
+
+    def _commit_batch(self, batch):
+        self.batches.append(len(batch))
+        return super()._commit_batch(batch)
+
+
+async def test_concurrent_calls_share_durable_commits(tmp_path: Path) -> None:
+    recorder = _CountedBatches(tmp_path / "ledger.db")
+    far_side = Counter()
+    async with Ledger(recorder, lease=5.0) as ledger:
+        results = await asyncio.gather(
+            *(
+                ledger.execute(request(f"k{i}"), authority=AUTHORITY, adapter=far_side)
+                for i in range(64)
+            )
+        )
+        again = await asyncio.gather(
+            *(
+                ledger.execute(request(f"k{i}"), authority=AUTHORITY, adapter=far_side)
+                for i in range(64)
+            )
+        )
+        assert all(r.ok and not r.replayed for r in results)
+        assert all(r.replayed for r in again) and len(far_side.calls) == 64
+        assert ledger.verify().ok
+    transitions = sum(recorder.batches)
+    assert transitions == 64 * 3  # claim, completion, replay per key
+    assert len(recorder.batches) < transitions / 4, recorder.batches  # one sync for many
+
+
+async def test_one_failing_transition_does_not_undo_its_batch(tmp_path: Path) -> None:
+    recorder = _CountedBatches(tmp_path / "ledger.db")
+    async with Ledger(recorder, lease=5.0) as ledger:
+        await ledger.execute(
+            request("taken", action_id="same"), authority=AUTHORITY, adapter=Counter()
+        )
+        outcomes = await asyncio.gather(
+            ledger.execute(
+                request("other", action_id="same"), authority=AUTHORITY, adapter=Counter()
+            ),
+            *(
+                ledger.execute(request(f"k{i}"), authority=AUTHORITY, adapter=Counter())
+                for i in range(8)
+            ),
+            return_exceptions=True,
+        )
+        assert isinstance(outcomes[0], InvalidRequest)
+        assert all(r.ok for r in outcomes[1:])
+        assert ledger.events("other") == [] and ledger.verify().ok
+    assert max(recorder.batches) > 1
