@@ -58,6 +58,15 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# A write the ledger must not lose to a dropped connection (a completion, the release of
+# a claim whose adapter never ran) is tried again with a short backoff, for a few leases
+# and at least the floor: long enough to ride out a restart or a failover, bounded so a
+# caller still hears of a lasting outage.
+_RETRY_FIRST_DELAY = 0.05
+_RETRY_MAX_DELAY = 1.0
+_RETRY_LEASES = 3.0
+_RETRY_FLOOR = 30.0
+
 #: An adapter performs the effect. It may be sync or async.
 Adapter: TypeAlias = Callable[[ActionRequest, ExecutionContext], Any]
 #: A state resolver reads the current state the precondition is compared with.
@@ -254,6 +263,22 @@ def _extend_lease(tx: Transaction, *, token: int, lease: float) -> bool:
     return True
 
 
+def _holds_own_completion(record: KeyRecord, *, action_id: str, token: int) -> bool:
+    """Whether the key's outcome is already this attempt's report.
+
+    A retried completion finds it when an earlier try committed but its answer was lost.
+    The one other outcome ever recorded under a started attempt's action id and token is
+    the interruption a recovery writes once its lease expired: not the attempt's report.
+    """
+    outcome = record.outcome
+    return (
+        outcome is not None
+        and outcome.get("action_id") == action_id
+        and outcome.get("token") == token
+        and not outcome.get("interrupted")
+    )
+
+
 def _is_expired(record: KeyRecord, now: float) -> bool:
     return record.phase in (Phase.CLAIMED, Phase.RUNNING) and (record.lease_expires or 0) <= now
 
@@ -331,6 +356,52 @@ class Ledger:
         if queued is None:
             return await self._run(self._recorder.transact, key, fn)
         return await asyncio.wrap_future(queued)
+
+    async def _transact_durably(self, key: str, fn: Callable[[Transaction], T], *, what: str) -> T:
+        """A write that must not be lost to a dropped connection: tried until it commits.
+
+        Each try takes a connection of its own (a pooled backend discards the dead one).
+        ``fn`` must be idempotent (a try whose COMMIT answer was lost may have landed) and
+        must check the fencing token itself, so a write whose attempt lost the key records
+        only late evidence. A backend whose failed write is final (a local file) gets one
+        try, as before.
+        """
+        if not self._recorder.reconnects:
+            return await self._transact(key, fn)
+        started = time.monotonic()
+        deadline = started + max(_RETRY_LEASES * self.lease, _RETRY_FLOOR)
+        delay = _RETRY_FIRST_DELAY
+        tries = 1
+        while True:
+            try:
+                result = await self._transact(key, fn)
+            except LedgerUnavailable as exc:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    logger.error(
+                        "gave up recording %s for %r after %d tries in %.1f s: %s",
+                        what,
+                        key,
+                        tries,
+                        time.monotonic() - started,
+                        exc,
+                    )
+                    raise
+                if tries == 1:
+                    logger.warning("recording %s for %r failed, retrying: %s", what, key, exc)
+                await asyncio.sleep(min(delay, left))
+                delay = min(delay * 2, _RETRY_MAX_DELAY)
+                tries += 1
+                continue
+            if tries > 1:
+                logger.warning(
+                    "recorded %s for %r on try %d, %.1f s after the first",
+                    what,
+                    key,
+                    tries,
+                    time.monotonic() - started,
+                )
+            return result
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         if self._closed:
@@ -673,37 +744,41 @@ class Ledger:
                 return outcome
 
         ctx = ExecutionContext(key=key, action_id=action_id, fencing_token=token)
+        # Renewed until the completion is durable, not merely until the adapter returns:
+        # a completion retried across a lost connection must not let the key be taken
+        # over meanwhile, or an observed effect would be settled as an interruption.
         renewal = asyncio.create_task(self._keep_lease(key, token))
         try:
-            output = await _call(adapter, request, ctx)
-        except NoEffect as exc:
-            fields = dict(
-                status=ActionStatus.FAILED,
-                effect=EffectState.NONE,
-                error=str(exc),
-                error_type="NoEffect",
-                retryable=exc.retryable,
-                retry_after=exc.retry_after,
-            )
-        except BaseException as exc:
-            # Whatever the adapter did before failing may have reached the world.
-            fields = dict(
-                status=ActionStatus.FAILED,
-                effect=EffectState.UNKNOWN,
-                error=f"{type(exc).__name__}: {exc}",
-                error_type=type(exc).__name__,
-            )
-            if not isinstance(exc, Exception):
-                with contextlib.suppress(BaseException):
-                    await asyncio.shield(self._complete_now(key, action_id, token, fields))
-                raise
-        else:
-            fields = _success_fields(output)
+            try:
+                output = await _call(adapter, request, ctx)
+            except NoEffect as exc:
+                fields = dict(
+                    status=ActionStatus.FAILED,
+                    effect=EffectState.NONE,
+                    error=str(exc),
+                    error_type="NoEffect",
+                    retryable=exc.retryable,
+                    retry_after=exc.retry_after,
+                )
+            except BaseException as exc:
+                # Whatever the adapter did before failing may have reached the world.
+                fields = dict(
+                    status=ActionStatus.FAILED,
+                    effect=EffectState.UNKNOWN,
+                    error=f"{type(exc).__name__}: {exc}",
+                    error_type=type(exc).__name__,
+                )
+                if not isinstance(exc, Exception):
+                    with contextlib.suppress(BaseException):
+                        await asyncio.shield(self._complete_now(key, action_id, token, fields))
+                    raise
+            else:
+                fields = _success_fields(output)
+            return await self._complete_now(key, action_id, token, fields)
         finally:
             renewal.cancel()
             with contextlib.suppress(BaseException):
                 await renewal
-        return await self._complete_now(key, action_id, token, fields)
 
     async def _release_unused_claim(self, key: str, action_id: str) -> None:
         """After a lost connection, settle a claim this request may hold as no effect.
@@ -730,15 +805,19 @@ class Ledger:
             )
             tx.save(record)
 
+        # Retried like a completion: a claim that did land and is never released holds a
+        # started marker (without a precondition), and its lease would expire into an
+        # interrupted, unknown effect, parking a step whose adapter never ran.
         with contextlib.suppress(LedgerError):
-            await self._transact(key, release)
+            await self._transact_durably(key, release, what="the release of an unused claim")
 
     async def _complete_now(
         self, key: str, action_id: str, token: int, fields: dict[str, Any]
     ) -> ActionResult:
-        result = await self._transact(
+        result = await self._transact_durably(
             key,
             functools.partial(self._complete, action_id=action_id, token=token, fields=fields),
+            what="the completion",
         )
         if isinstance(result, ActionInProgressError):
             raise result
@@ -785,6 +864,11 @@ class Ledger:
         self, tx: Transaction, *, action_id: str, token: int, fields: dict[str, Any]
     ) -> ActionResult | ActionInProgressError:
         record = tx.record
+        if record is not None and _holds_own_completion(record, action_id=action_id, token=token):
+            # An earlier try committed and its answer was lost: answer what it recorded
+            # rather than resolve the action a second time.
+            assert record.outcome is not None
+            return _result(record.outcome, key=tx.key, action_id=action_id, replayed=False)
         if record is None or record.token != token or record.phase != Phase.RUNNING:
             # A stale fencing token: the lease was lost and the key moved on. Keep what
             # this attempt saw as evidence for the operator; it is not the outcome.
@@ -823,15 +907,23 @@ class Ledger:
 
     async def _keep_lease(self, key: str, token: int) -> None:
         interval = self.lease / 3
+        delay = interval
+        backoff = _RETRY_FIRST_DELAY
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(delay)
             try:
                 renewed = await self._transact(
                     key, functools.partial(_extend_lease, token=token, lease=self.lease)
                 )
             except Exception as exc:  # keep trying: the lease still covers us for a while
-                logger.warning("lease renewal for %r failed: %s", key, exc)
+                if backoff == _RETRY_FIRST_DELAY:
+                    logger.warning("lease renewal for %r failed: %s", key, exc)
+                # Soon, not a whole interval later: an outage that ends before the lease
+                # does must not cost the key.
+                delay = min(backoff, interval)
+                backoff = min(backoff * 2, _RETRY_MAX_DELAY)
                 continue
+            delay, backoff = interval, _RETRY_FIRST_DELAY
             if not renewed:
                 logger.warning("lease for %r (token %d) was lost", key, token)
                 return

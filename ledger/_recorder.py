@@ -183,6 +183,12 @@ class Recorder(ABC):
     #: How many threads may call into this recorder at once.
     max_concurrency: int = 1
 
+    #: Whether a :class:`LedgerUnavailable` from :meth:`transact` may be a lost
+    #: connection that the next call does not meet (a pooled server backend). The
+    #: ledger then retries the writes it must not lose; a local file's failed write
+    #: is final, and retrying it would only delay the error.
+    reconnects: bool = False
+
     @abstractmethod
     def transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
         """Run ``fn`` in one atomic write transaction holding ``key``, then commit durably.

@@ -151,6 +151,9 @@ class PostgresRecorder(Recorder):
     connection before raising :class:`LedgerUnavailable`.
     """
 
+    # A dead connection is discarded; the next transaction runs on a checked or new one.
+    reconnects = True
+
     def __init__(self, url: str, *, pool_size: int = 10, timeout: float = 10.0) -> None:
         if pool_size < 1:
             raise InvalidRequest(f"pool_size must be >= 1, got {pool_size!r}")
@@ -294,8 +297,9 @@ class PostgresRecorder(Recorder):
             self._purge()
             if committing:
                 # The COMMIT was sent and its answer lost: it may or may not have
-                # landed. The adapter does not run; the ledger releases a claim that
-                # did land as a no-effect failure (Ledger._release_unused_claim).
+                # landed. The ledger releases a claim that did land as a no-effect
+                # failure (Ledger._release_unused_claim), and retries a completion,
+                # which finds its own record if the first try landed.
                 what = "while committing; the commit may or may not have been recorded"
             else:
                 what = "before commit; the transaction was rolled back, nothing was recorded"

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
+import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 ENV = "LEDGER_TEST_POSTGRES_URL"
@@ -40,3 +45,52 @@ def fresh_database() -> Iterator[str]:
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def private_server() -> Iterator[tuple[str, Callable[[str], None]]]:
+    """A PostgreSQL server of the test's own (initdb on a free port) and its ``pg_ctl``.
+
+    Yields the server's URL and ``ctl(action)`` ("stop", "start", "restart"), so a test
+    may take the server down, which it must never do to the shared one. Skips where no
+    PostgreSQL binaries are installed; the server and its folder are removed afterwards.
+    """
+    import pytest
+
+    pg_config = shutil.which("pg_config")
+    if pg_config is None:
+        pytest.skip("pg_config not found: cannot start a private PostgreSQL server")
+    bindir = Path(
+        subprocess.run(
+            [pg_config, "--bindir"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+    if not (bindir / "initdb").exists():
+        pytest.skip(f"no initdb in {bindir}")
+    as_user: list[str] = []
+    root = Path(tempfile.mkdtemp(prefix="ledger-pg-"))
+    if os.geteuid() == 0:  # initdb refuses to run as root
+        as_user = ["runuser", "-u", "postgres", "--"]
+        shutil.chown(root, "postgres")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    data = root / "data"
+    pg_ctl = [*as_user, str(bindir / "pg_ctl"), "-D", str(data)]
+    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1"
+
+    def ctl(action: str) -> None:
+        flags = ["-o", options, "-l", str(root / "log"), "-w", "-m", "fast"]
+        subprocess.run([*pg_ctl, *flags, action], check=True, capture_output=True)
+
+    try:
+        subprocess.run(
+            [*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"],
+            check=True,
+            capture_output=True,
+        )
+        ctl("start")
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres", ctl
+    finally:
+        subprocess.run([*pg_ctl, "-m", "immediate", "stop"], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
