@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import inspect
 import logging
@@ -17,11 +16,9 @@ from typing import Any, TypeAlias, TypeVar
 from pydantic import BaseModel
 
 from ._canonical import (
-    FINGERPRINT_VERSION,
     canonical_json,
     check_json,
     combine,
-    differing,
     fingerprint_dimensions,
 )
 from ._errors import (
@@ -31,7 +28,6 @@ from ._errors import (
     InvalidRequest,
     LedgerError,
     LedgerUnavailable,
-    NoEffect,
     ReconciliationRefused,
 )
 from ._models import (
@@ -45,13 +41,27 @@ from ._models import (
     ExecutionContext,
     LedgerEvent,
     NextOperation,
-    Reconciliation,
     Verdict,
-    may_act_again,
     validate_key,
 )
 from ._recorder import KeyRecord, Phase, Recorder, Transaction, iso
-from ._schema import describe_schema, output_problems
+from ._rule import (
+    Answer,
+    Busy,
+    Claimed,
+    Conflict,
+    admit,
+    compact_key,
+    complete,
+    extend_lease,
+    failure_fields,
+    mark_started,
+    project,
+    reconcile_key,
+    release_without_effect,
+    stopped_waiting,
+    success_fields,
+)
 from ._verify import VerifyReport, verify_ledger
 
 logger = logging.getLogger(__name__)
@@ -71,216 +81,6 @@ _RETRY_FLOOR = 30.0
 Adapter: TypeAlias = Callable[[ActionRequest, ExecutionContext], Any]
 #: A state resolver reads the current state the precondition is compared with.
 StateResolver: TypeAlias = Callable[[ActionRequest], Any]
-
-
-# What the admission transaction decided; raised or acted on after it committed.
-@dataclasses.dataclass
-class _Answer:
-    result: ActionResult
-
-
-@dataclasses.dataclass
-class _Conflict:
-    error: IdempotencyConflictError
-
-
-@dataclasses.dataclass
-class _Busy:
-    holder_action_id: str
-    remaining: float
-    recorded: bool
-
-
-@dataclasses.dataclass
-class _Claimed:
-    token: int
-    started: bool
-
-
-def _outcome(
-    *,
-    action_id: str,
-    status: ActionStatus,
-    effect: EffectState,
-    recorded_at: str,
-    output: Any = None,
-    error: str | None = None,
-    error_type: str | None = None,
-    retryable: bool = False,
-    retry_after: float | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """The body of an original ``action.completed``; also kept as the key's outcome."""
-    return {
-        "action_id": action_id,
-        "status": status.value,
-        "effect": effect.value,
-        "output": output,
-        "error": error,
-        "error_type": error_type,
-        "retryable": retryable,
-        "retry_after": retry_after,
-        "verdict": None,
-        "compacted": False,
-        "recorded_at": recorded_at,
-        **extra,
-    }
-
-
-def _result(outcome: dict[str, Any], *, key: str, action_id: str, replayed: bool) -> ActionResult:
-    return ActionResult(
-        action_id=action_id,
-        key=key,
-        status=ActionStatus(outcome["status"]),
-        effect=EffectState(outcome["effect"]),
-        output=outcome.get("output"),
-        error=outcome.get("error"),
-        error_type=outcome.get("error_type"),
-        replayed=replayed,
-        reused_from_action_id=outcome["action_id"] if replayed else None,
-        retryable=bool(outcome.get("retryable")),
-        retry_after=outcome.get("retry_after"),
-        verdict=outcome.get("verdict"),
-        compacted=bool(outcome.get("compacted")),
-    )
-
-
-def _may_act_again(outcome: dict[str, Any], retry_safe: bool) -> bool:
-    return may_act_again(
-        status=outcome["status"],
-        effect=outcome["effect"],
-        retryable=bool(outcome.get("retryable")),
-        retry_safe=retry_safe,
-    )
-
-
-def _next_operation(record: KeyRecord | None, now: float) -> NextOperation:
-    if record is None or record.phase == Phase.VACANT:
-        return NextOperation.START_ACTION
-    if record.phase in (Phase.CLAIMED, Phase.RUNNING):
-        if (record.lease_expires or 0) > now:
-            return NextOperation.WAIT
-        return (
-            NextOperation.START_ACTION
-            if record.phase == Phase.CLAIMED
-            else NextOperation.RECONCILE_EFFECT
-        )
-    outcome = record.outcome or {}
-    if outcome.get("retryable"):
-        return NextOperation.START_ACTION
-    if outcome["effect"] == EffectState.UNKNOWN.value:
-        return NextOperation.RECONCILE_EFFECT
-    if outcome["status"] == ActionStatus.FAILED and outcome["effect"] == EffectState.NONE:
-        return NextOperation.FIX_INPUTS
-    return NextOperation.NONE
-
-
-def _recover_expired(tx: Transaction, record: KeyRecord) -> None:
-    """Settle a claim whose lease expired: the crash gap, or an abandoned claim.
-
-    A claim that never reached its started marker caused nothing; an execution that
-    started and never reported may have. Either way the holder's request gets its
-    one completion here, so nobody waits on a dead worker again.
-    """
-    holder = record.holder_action_id
-    assert holder is not None
-    if record.phase == Phase.CLAIMED:
-        _release_without_effect(
-            tx,
-            record,
-            error="abandoned before the started marker (lease expired); nothing was executed",
-            error_type="Abandoned",
-        )
-        return
-    outcome = _outcome(
-        action_id=holder,
-        status=ActionStatus.FAILED,
-        effect=EffectState.UNKNOWN,
-        recorded_at=tx.recorded_at,
-        error="interrupted: the execution started and never reported before its lease "
-        "expired; the effect may or may not have happened",
-        error_type="Interrupted",
-        token=record.token,
-        interrupted=True,
-    )
-    _settle(tx, record, outcome)
-
-
-def _settle(tx: Transaction, record: KeyRecord, outcome: dict[str, Any]) -> None:
-    """Record an original completion as the key's outcome and release the claim."""
-    tx.append(EventType.COMPLETED, outcome["action_id"], outcome)
-    record.phase = Phase.SETTLED
-    record.outcome = outcome
-    record.holder_action_id = None
-    record.lease_expires = None
-
-
-def _release_without_effect(
-    tx: Transaction, record: KeyRecord, *, error: str, error_type: str
-) -> None:
-    """Settle a claim whose adapter never ran: no effect, and the key may act again."""
-    assert record.holder_action_id is not None
-    _settle(
-        tx,
-        record,
-        _outcome(
-            action_id=record.holder_action_id,
-            status=ActionStatus.FAILED,
-            effect=EffectState.NONE,
-            recorded_at=tx.recorded_at,
-            error=error,
-            error_type=error_type,
-            retryable=True,
-            token=record.token,
-        ),
-    )
-
-
-def _stopped_waiting(tx: Transaction, *, action_id: str) -> None:
-    record = tx.record
-    assert record is not None  # the request it waits for was recorded under this key
-    tx.append(
-        EventType.DEFERRED,
-        action_id,
-        {"holder_action_id": record.holder_action_id, "stopped_waiting": True},
-    )
-    tx.save(record)
-
-
-def _extend_lease(tx: Transaction, *, token: int, lease: float) -> bool:
-    """Renew a live lease held under ``token``; an expired one is lost for good, since a
-    new claimer may already have recovered the key."""
-    record = tx.record
-    if (
-        record is None
-        or record.token != token
-        or record.phase not in (Phase.CLAIMED, Phase.RUNNING)
-        or (record.lease_expires or 0) <= tx.now
-    ):
-        return False
-    record.lease_expires = tx.now + lease
-    tx.save(record)
-    return True
-
-
-def _holds_own_completion(record: KeyRecord, *, action_id: str, token: int) -> bool:
-    """Whether the key's outcome is already this attempt's report.
-
-    A retried completion finds it when an earlier try committed but its answer was lost.
-    The one other outcome ever recorded under a started attempt's action id and token is
-    the interruption a recovery writes once its lease expired: not the attempt's report.
-    """
-    outcome = record.outcome
-    return (
-        outcome is not None
-        and outcome.get("action_id") == action_id
-        and outcome.get("token") == token
-        and not outcome.get("interrupted")
-    )
-
-
-def _is_expired(record: KeyRecord, now: float) -> bool:
-    return record.phase in (Phase.CLAIMED, Phase.RUNNING) and (record.lease_expires or 0) <= now
 
 
 class Ledger:
@@ -454,7 +254,7 @@ class Ledger:
                 decision = await self._transact(
                     request.key,
                     functools.partial(
-                        self._admit,
+                        admit,
                         request=request,
                         authority=authority,
                         dimensions=dimensions,
@@ -462,6 +262,7 @@ class Ledger:
                         retry_safe=retry_safe,
                         first=first,
                         give_up=time.monotonic() >= deadline,
+                        lease=self.lease,
                     ),
                 )
             except DuplicateActionId:
@@ -473,11 +274,11 @@ class Ledger:
                     await self._release_unused_claim(request.key, request.action_id)
                 raise
             first = False
-            if isinstance(decision, _Answer):
+            if isinstance(decision, Answer):
                 return decision.result
-            if isinstance(decision, _Conflict):
+            if isinstance(decision, Conflict):
                 raise decision.error
-            if isinstance(decision, _Busy):
+            if isinstance(decision, Busy):
                 if decision.recorded:
                     raise ActionInProgressError(
                         key=request.key,
@@ -494,13 +295,13 @@ class Ledger:
                         await asyncio.shield(
                             self._transact(
                                 request.key,
-                                functools.partial(_stopped_waiting, action_id=request.action_id),
+                                functools.partial(stopped_waiting, action_id=request.action_id),
                             )
                         )
                     raise
                 delay = min(delay * 2, 0.5)
                 continue
-            assert isinstance(decision, _Claimed)
+            assert isinstance(decision, Claimed)
             return await self._perform(request, decision, adapter, state)
 
     async def _answer_resubmission(self, request: ActionRequest, fingerprint: str) -> ActionResult:
@@ -561,145 +362,10 @@ class Ledger:
     def _key_history(self, key: str) -> tuple[list[LedgerEvent], KeyRecord | None, float]:
         return self._recorder.events(key), self._recorder.get(key), self._recorder.now()
 
-    def _admit(
-        self,
-        tx: Transaction,
-        *,
-        request: ActionRequest,
-        authority: Authority,
-        dimensions: dict[str, str],
-        fingerprint: str,
-        retry_safe: bool,
-        first: bool,
-        give_up: bool,
-    ) -> _Answer | _Conflict | _Busy | _Claimed:
-        key, action_id = request.key, request.action_id
-        record = tx.record or KeyRecord(key=key)
-        if first:
-            tx.append(
-                EventType.REQUESTED,
-                action_id,
-                {
-                    **request.identity(),
-                    "context": request.context,
-                    **({"output_schema": request.output_schema} if request.output_schema else {}),
-                    "principal": authority.principal,
-                    "retry_safe": retry_safe,
-                    "fingerprint": fingerprint,
-                    "fingerprint_version": FINGERPRINT_VERSION,
-                    "dimensions": dimensions,
-                },
-            )
-            if not authority.allows(request.capability):
-                # Refused before any lookup: the answer has the same shape whatever the key holds.
-                tx.append(
-                    EventType.AUTHORIZATION_REFUSED,
-                    action_id,
-                    {
-                        "principal": authority.principal,
-                        "capability": request.capability,
-                        "granted": list(authority.capabilities),
-                    },
-                )
-                outcome = _outcome(
-                    action_id=action_id,
-                    status=ActionStatus.DENIED,
-                    effect=EffectState.NONE,
-                    recorded_at=tx.recorded_at,
-                    error=f"{authority.principal!r} may not use capability {request.capability!r}",
-                    error_type="Denied",
-                )
-                tx.append(EventType.COMPLETED, action_id, outcome)
-                tx.save(record)
-                return _Answer(_result(outcome, key=key, action_id=action_id, replayed=False))
-
-        if record.phase != Phase.VACANT:
-            if record.fingerprint != fingerprint:
-                names = differing(record.dimensions, dimensions)
-                tx.append(
-                    EventType.REPLAY_REFUSED,
-                    action_id,
-                    {
-                        "key": key,
-                        "original_action_id": record.original_action_id,
-                        "fingerprint_version": record.fingerprint_version,
-                        "dimensions": names,
-                        "fingerprint": fingerprint,
-                        "original_fingerprint": record.fingerprint,
-                    },
-                )
-                tx.save(record)
-                return _Conflict(
-                    IdempotencyConflictError(
-                        key=key,
-                        original_action_id=record.original_action_id or "",
-                        dimensions=names,
-                        fingerprint_version=record.fingerprint_version or FINGERPRINT_VERSION,
-                        action_id=action_id,
-                    )
-                )
-            if record.phase in (Phase.CLAIMED, Phase.RUNNING):
-                if not _is_expired(record, tx.now):
-                    remaining = (record.lease_expires or 0) - tx.now
-                    holder = record.holder_action_id or ""
-                    if not give_up:
-                        if first:
-                            tx.save(record)
-                        return _Busy(holder, remaining, recorded=False)
-                    tx.append(
-                        EventType.DEFERRED,
-                        action_id,
-                        {"holder_action_id": holder, "lease_remaining": round(remaining, 3)},
-                    )
-                    tx.save(record)
-                    return _Busy(holder, remaining, recorded=True)
-                _recover_expired(tx, record)
-            assert record.outcome is not None
-            # Both this request and the attempt that left the outcome must be retry-safe:
-            # a caller cannot declare an unknown effect of an unguarded attempt safe.
-            if not _may_act_again(record.outcome, retry_safe and record.retry_safe):
-                replay = _result(record.outcome, key=key, action_id=action_id, replayed=True)
-                tx.append(
-                    EventType.COMPLETED,
-                    action_id,
-                    {
-                        **record.outcome,
-                        "action_id": action_id,
-                        "replayed": True,
-                        "reused_from_action_id": record.outcome["action_id"],
-                        "recorded_at": tx.recorded_at,
-                    },
-                )
-                tx.save(record)
-                return _Answer(replay)
-        else:
-            record.fingerprint = fingerprint
-            record.fingerprint_version = FINGERPRINT_VERSION
-            record.dimensions = dimensions
-            record.capability = request.capability
-            record.performer = request.performer
-            record.original_action_id = action_id
-
-        record.token += 1
-        record.holder_action_id = action_id
-        record.lease_expires = tx.now + self.lease
-        record.retry_safe = retry_safe
-        record.output_schema = request.output_schema
-        started = request.precondition is None
-        record.phase = Phase.RUNNING if started else Phase.CLAIMED
-        if started:
-            tx.append(
-                EventType.STARTED,
-                action_id,
-                {"token": record.token, "lease_expires_at": iso(record.lease_expires)},
-            )
-        tx.save(record)
-        return _Claimed(record.token, started)
-
     async def _perform(
         self,
         request: ActionRequest,
-        claim: _Claimed,
+        claim: Claimed,
         adapter: Adapter,
         state: StateResolver | None,
     ) -> ActionResult:
@@ -731,7 +397,11 @@ class Ledger:
                 outcome = await self._transact(
                     key,
                     functools.partial(
-                        self._mark_started, action_id=action_id, token=token, failure=failure
+                        mark_started,
+                        action_id=action_id,
+                        token=token,
+                        failure=failure,
+                        lease=self.lease,
                     ),
                 )
             except LedgerUnavailable as exc:
@@ -751,29 +421,14 @@ class Ledger:
         try:
             try:
                 output = await _call(adapter, request, ctx)
-            except NoEffect as exc:
-                fields = dict(
-                    status=ActionStatus.FAILED,
-                    effect=EffectState.NONE,
-                    error=str(exc),
-                    error_type="NoEffect",
-                    retryable=exc.retryable,
-                    retry_after=exc.retry_after,
-                )
             except BaseException as exc:
-                # Whatever the adapter did before failing may have reached the world.
-                fields = dict(
-                    status=ActionStatus.FAILED,
-                    effect=EffectState.UNKNOWN,
-                    error=f"{type(exc).__name__}: {exc}",
-                    error_type=type(exc).__name__,
-                )
+                fields = failure_fields(exc)
                 if not isinstance(exc, Exception):
                     with contextlib.suppress(BaseException):
                         await asyncio.shield(self._complete_now(key, action_id, token, fields))
                     raise
             else:
-                fields = _success_fields(output)
+                fields = success_fields(output)
             return await self._complete_now(key, action_id, token, fields)
         finally:
             renewal.cancel()
@@ -797,7 +452,7 @@ class Ledger:
                 or record.phase not in (Phase.CLAIMED, Phase.RUNNING)
             ):
                 return
-            _release_without_effect(
+            release_without_effect(
                 tx,
                 record,
                 error="the ledger connection was lost before the adapter ran; nothing was executed",
@@ -816,94 +471,12 @@ class Ledger:
     ) -> ActionResult:
         result = await self._transact_durably(
             key,
-            functools.partial(self._complete, action_id=action_id, token=token, fields=fields),
+            functools.partial(complete, action_id=action_id, token=token, fields=fields),
             what="the completion",
         )
         if isinstance(result, ActionInProgressError):
             raise result
         return result
-
-    def _mark_started(
-        self, tx: Transaction, *, action_id: str, token: int, failure: tuple[str, str, bool] | None
-    ) -> ActionResult | ActionInProgressError | None:
-        record = tx.record
-        if record is None or record.token != token or record.phase != Phase.CLAIMED:
-            # The claim expired while the state was read and another request took over;
-            # that takeover already gave this request its completion.
-            return self._late_answer(tx, record, action_id)
-        if failure is not None:
-            error, error_type, retryable = failure
-            outcome = _outcome(
-                action_id=action_id,
-                status=ActionStatus.FAILED,
-                effect=EffectState.NONE,
-                recorded_at=tx.recorded_at,
-                error=error,
-                error_type=error_type,
-                retryable=retryable,
-                token=token,
-            )
-            _settle(tx, record, outcome)
-            tx.save(record)
-            return _result(outcome, key=tx.key, action_id=action_id, replayed=False)
-        record.phase = Phase.RUNNING
-        record.lease_expires = tx.now + self.lease
-        tx.append(
-            EventType.STARTED,
-            action_id,
-            {
-                "token": token,
-                "lease_expires_at": iso(record.lease_expires),
-                "precondition_checked": True,
-            },
-        )
-        tx.save(record)
-        return None
-
-    def _complete(
-        self, tx: Transaction, *, action_id: str, token: int, fields: dict[str, Any]
-    ) -> ActionResult | ActionInProgressError:
-        record = tx.record
-        if record is not None and _holds_own_completion(record, action_id=action_id, token=token):
-            # An earlier try committed and its answer was lost: answer what it recorded
-            # rather than resolve the action a second time.
-            assert record.outcome is not None
-            return _result(record.outcome, key=tx.key, action_id=action_id, replayed=False)
-        if record is None or record.token != token or record.phase != Phase.RUNNING:
-            # A stale fencing token: the lease was lost and the key moved on. Keep what
-            # this attempt saw as evidence for the operator; it is not the outcome.
-            tx.append(
-                EventType.LATE_COMPLETION,
-                action_id,
-                {
-                    "token": token,
-                    "current_token": record.token if record else None,
-                    **{k: (v.value if hasattr(v, "value") else v) for k, v in fields.items()},
-                },
-            )
-            if record is not None:
-                tx.save(record)
-            return self._late_answer(tx, record, action_id)
-        outcome = _outcome(action_id=action_id, recorded_at=tx.recorded_at, token=token, **fields)
-        _settle(tx, record, outcome)
-        tx.save(record)
-        return _result(outcome, key=tx.key, action_id=action_id, replayed=False)
-
-    @staticmethod
-    def _late_answer(
-        tx: Transaction, record: KeyRecord | None, action_id: str
-    ) -> ActionResult | ActionInProgressError:
-        """The key's outcome for an attempt that lost its claim, or the error to raise
-        once the transaction has committed (raising inside it would roll back the
-        late evidence just recorded)."""
-        if record is None or record.outcome is None or record.phase != Phase.SETTLED:
-            return ActionInProgressError(
-                key=tx.key,
-                holder_action_id=(record.holder_action_id or "") if record else "",
-                lease_remaining=max(0.0, ((record.lease_expires or 0) if record else 0) - tx.now),
-                action_id=action_id,
-            )
-        return _result(record.outcome, key=record.key, action_id=action_id, replayed=True)
 
     async def _keep_lease(self, key: str, token: int) -> None:
         interval = self.lease / 3
@@ -913,7 +486,7 @@ class Ledger:
             await asyncio.sleep(delay)
             try:
                 renewed = await self._transact(
-                    key, functools.partial(_extend_lease, token=token, lease=self.lease)
+                    key, functools.partial(extend_lease, token=token, lease=self.lease)
                 )
             except Exception as exc:  # keep trying: the lease still covers us for a while
                 if backoff == _RETRY_FIRST_DELAY:
@@ -933,49 +506,12 @@ class Ledger:
     def state(self, key: str) -> ActionState:
         """The key's history projected: status, effect, next operation."""
         validate_key(key)
-        return self._project(key, self._recorder.get(key), self._recorder.now())
-
-    @staticmethod
-    def _project(key: str, record: KeyRecord | None, now: float) -> ActionState:
-        if record is None:
-            return ActionState(key=key)
-        outcome = record.outcome or {}
-        status = outcome.get("status")
-        effect = outcome.get("effect", EffectState.NONE.value)
-        error = outcome.get("error")
-        if record.phase == Phase.RUNNING:
-            status, error = None, None
-            effect = EffectState.UNKNOWN.value
-            if (record.lease_expires or 0) <= now:
-                error = "the execution started and its lease expired without a report"
-        elif record.phase == Phase.CLAIMED:
-            status, effect, error = None, EffectState.NONE.value, None
-        return ActionState(
-            key=key,
-            status=status,
-            effect=effect,
-            next_operation=_next_operation(record, now),
-            capability=record.capability,
-            performer=record.performer,
-            fingerprint=record.fingerprint,
-            fingerprint_version=record.fingerprint_version,
-            original_action_id=record.original_action_id,
-            outcome_action_id=outcome.get("action_id"),
-            holder_action_id=record.holder_action_id,
-            lease_expires_at=record.lease_expires,
-            error=error,
-            output=outcome.get("output"),
-            since=outcome.get("recorded_at") or record.updated_at,
-            retry_safe=record.retry_safe,
-            output_schema=record.output_schema,
-            reconciliations=[Reconciliation(**r) for r in record.reconciliations],
-            events=record.events,
-        )
+        return project(key, self._recorder.get(key), self._recorder.now())
 
     def open_effects(self) -> list[ActionState]:
         """Every key whose effect is unknown and unresolved (including expired executions)."""
         now = self._recorder.now()
-        states = [self._project(r.key, r, now) for r in self._recorder.candidate_open_effects()]
+        states = [project(r.key, r, now) for r in self._recorder.candidate_open_effects()]
         return [s for s in states if s.next_operation is NextOperation.RECONCILE_EFFECT]
 
     async def reconcile(
@@ -1012,7 +548,7 @@ class Ledger:
         refused = await self._transact(
             key,
             functools.partial(
-                self._reconcile,
+                reconcile_key,
                 verdict=verdict,
                 actor=actor,
                 basis=basis,
@@ -1024,76 +560,6 @@ class Ledger:
             reason, known_effect = refused
             raise ReconciliationRefused(key, reason, effect=known_effect)
         return await self._run(self.state, key)
-
-    def _reconcile(
-        self,
-        tx: Transaction,
-        *,
-        verdict: Verdict,
-        actor: str,
-        basis: str,
-        evidence: list[Any],
-        output: Any,
-    ) -> tuple[str, str | None] | None:
-        record = tx.record
-        reason: str | None = None
-        known_effect: str | None = None
-        if record is None or record.phase == Phase.VACANT:
-            reason = "no execution is recorded for this key"
-        elif record.phase in (Phase.CLAIMED, Phase.RUNNING):
-            if not _is_expired(record, tx.now):
-                reason = "an execution holds the key and is still running; wait for it"
-            else:
-                _recover_expired(tx, record)
-        if reason is None:
-            assert record is not None and record.outcome is not None
-            if record.outcome["effect"] != EffectState.UNKNOWN.value:
-                known_effect = record.outcome["effect"]
-                reason = f"its effect is {known_effect}, not unknown"
-        body = {"verdict": verdict.value, "actor": actor, "basis": basis}
-        if reason is None and verdict is Verdict.EFFECT_CONFIRMED:
-            assert record is not None
-            misfit = self._output_misfit(record, output)
-            if misfit:
-                # Bad input, not a refusal: raising rolls the transaction back, nothing kept.
-                raise InvalidRequest(misfit)
-        if reason is not None:
-            tx.append(EventType.RECONCILE_REFUSED, None, {**body, "reason": reason})
-            tx.save(record or KeyRecord(key=tx.key))
-            return reason, known_effect
-        assert record is not None and record.outcome is not None
-        outcome = dict(record.outcome)
-        outcome["verdict"] = verdict.value
-        if verdict is Verdict.EFFECT_CONFIRMED:
-            outcome["effect"] = EffectState.OBSERVED.value
-            outcome["output"] = output
-        elif verdict is Verdict.NO_EFFECT_CONFIRMED:
-            outcome["effect"] = EffectState.NONE.value
-            outcome["retryable"] = True
-        tx.append(
-            EventType.RECONCILED,
-            outcome["action_id"],
-            {**body, "evidence": evidence, "output": output, "effect": outcome["effect"]},
-        )
-        record.outcome = outcome
-        record.reconciliations.append(
-            {**body, "evidence": evidence, "output": output, "recorded_at": tx.recorded_at}
-        )
-        tx.save(record)
-        return None
-
-    @staticmethod
-    def _output_misfit(record: KeyRecord, output: Any) -> str | None:
-        schema = record.output_schema
-        if schema is None:
-            return None
-        problems = output_problems(schema, output)
-        if not problems:
-            return None
-        return (
-            f"effect_confirmed needs the output the effect produced, as the tool returns it "
-            f"({describe_schema(schema)}): {'; '.join(problems)}"
-        )
 
     # -- reading, integrity, retention ------------------------------------------
 
@@ -1122,38 +588,8 @@ class Ledger:
         keys = await self._run(self._recorder.compactable, cutoff)
         done = 0
         for key in keys:
-            done += await self._transact(key, functools.partial(_compact_key, cutoff=cutoff))
+            done += await self._transact(key, functools.partial(compact_key, cutoff=cutoff))
         return done
-
-
-def _compact_key(tx: Transaction, *, cutoff: str) -> int:
-    record = tx.record
-    if (
-        record is None
-        or record.phase != Phase.SETTLED
-        or record.outcome is None
-        or record.outcome.get("compacted")
-        or record.outcome["effect"] == EffectState.UNKNOWN.value
-        or (record.settled_at or "") >= cutoff
-    ):
-        return 0
-    bodies = tx.compact_bodies(through_seq=2**62)
-    outcome = dict(record.outcome)
-    outcome.update(output=None, error=None, compacted=True)
-    record.outcome = outcome
-    record.reconciliations = [{**r, "evidence": [], "output": None} for r in record.reconciliations]
-    tx.append(
-        EventType.COMPACTED,
-        None,
-        {
-            "fingerprint": record.fingerprint,
-            "status": outcome["status"],
-            "effect": outcome["effect"],
-            "events_compacted": bodies,
-        },
-    )
-    tx.save(record)
-    return 1
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:
@@ -1166,19 +602,3 @@ async def _call(fn: Callable[..., Any], *args: Any) -> Any:
     if inspect.isawaitable(result):
         result = await result
     return result
-
-
-def _success_fields(output: Any) -> dict[str, Any]:
-    if isinstance(output, BaseModel):
-        output = output.model_dump(mode="json")
-    try:
-        check_json(output, where="output")
-    except InvalidRequest as exc:
-        # The adapter returned, so it acted; only its report is unusable.
-        return dict(
-            status=ActionStatus.FAILED,
-            effect=EffectState.OBSERVED,
-            error=f"the adapter returned output that cannot be recorded: {exc}",
-            error_type="UnrecordableOutput",
-        )
-    return dict(status=ActionStatus.SUCCEEDED, effect=EffectState.OBSERVED, output=output)

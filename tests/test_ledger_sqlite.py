@@ -152,7 +152,7 @@ class _AnswerLostOnce(SQLiteRecorder):
 
     def transact(self, key, fn):
         result = super().transact(key, fn)
-        if not self.lost and type(result).__name__ == "_Claimed":
+        if not self.lost and type(result).__name__ == "Claimed":
             self.lost = True
             raise LedgerUnavailable("connection lost during commit", maybe_committed=True)
         return result

@@ -1,0 +1,641 @@
+"""The rule as a pure decision: given a key's recorded state and a request, which events
+to append, what the key holds next, and what to answer.
+
+Every function here runs inside one storage transaction (:class:`Transaction`): it reads
+``tx.record`` and ``tx.now``, appends events and saves the record, and does nothing else:
+no I/O of its own, no clock, no asyncio. ``Ledger`` (the async shell in ``_ledger.py``)
+loads the state, runs these in transactions, and runs the adapter between them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pydantic import BaseModel
+
+from ._canonical import FINGERPRINT_VERSION, check_json, differing
+from ._errors import ActionInProgressError, IdempotencyConflictError, InvalidRequest, NoEffect
+from ._models import (
+    ActionRequest,
+    ActionResult,
+    ActionState,
+    ActionStatus,
+    Authority,
+    EffectState,
+    EventType,
+    NextOperation,
+    Reconciliation,
+    Verdict,
+    may_act_again,
+)
+from ._recorder import KeyRecord, Phase, Transaction, iso
+from ._schema import describe_schema, output_problems
+
+
+# What the admission transaction decided; raised or acted on after it committed.
+@dataclasses.dataclass
+class Answer:
+    result: ActionResult
+
+
+@dataclasses.dataclass
+class Conflict:
+    error: IdempotencyConflictError
+
+
+@dataclasses.dataclass
+class Busy:
+    holder_action_id: str
+    remaining: float
+    recorded: bool
+
+
+@dataclasses.dataclass
+class Claimed:
+    token: int
+    started: bool
+
+
+def outcome_body(
+    *,
+    action_id: str,
+    status: ActionStatus,
+    effect: EffectState,
+    recorded_at: str,
+    output: Any = None,
+    error: str | None = None,
+    error_type: str | None = None,
+    retryable: bool = False,
+    retry_after: float | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The body of an original ``action.completed``; also kept as the key's outcome."""
+    return {
+        "action_id": action_id,
+        "status": status.value,
+        "effect": effect.value,
+        "output": output,
+        "error": error,
+        "error_type": error_type,
+        "retryable": retryable,
+        "retry_after": retry_after,
+        "verdict": None,
+        "compacted": False,
+        "recorded_at": recorded_at,
+        **extra,
+    }
+
+
+def result_of(outcome: dict[str, Any], *, key: str, action_id: str, replayed: bool) -> ActionResult:
+    return ActionResult(
+        action_id=action_id,
+        key=key,
+        status=ActionStatus(outcome["status"]),
+        effect=EffectState(outcome["effect"]),
+        output=outcome.get("output"),
+        error=outcome.get("error"),
+        error_type=outcome.get("error_type"),
+        replayed=replayed,
+        reused_from_action_id=outcome["action_id"] if replayed else None,
+        retryable=bool(outcome.get("retryable")),
+        retry_after=outcome.get("retry_after"),
+        verdict=outcome.get("verdict"),
+        compacted=bool(outcome.get("compacted")),
+    )
+
+
+def may_act_again_after(outcome: dict[str, Any], retry_safe: bool) -> bool:
+    return may_act_again(
+        status=outcome["status"],
+        effect=outcome["effect"],
+        retryable=bool(outcome.get("retryable")),
+        retry_safe=retry_safe,
+    )
+
+
+def next_operation(record: KeyRecord | None, now: float) -> NextOperation:
+    if record is None or record.phase == Phase.VACANT:
+        return NextOperation.START_ACTION
+    if record.phase in (Phase.CLAIMED, Phase.RUNNING):
+        if (record.lease_expires or 0) > now:
+            return NextOperation.WAIT
+        return (
+            NextOperation.START_ACTION
+            if record.phase == Phase.CLAIMED
+            else NextOperation.RECONCILE_EFFECT
+        )
+    outcome = record.outcome or {}
+    if outcome.get("retryable"):
+        return NextOperation.START_ACTION
+    if outcome["effect"] == EffectState.UNKNOWN.value:
+        return NextOperation.RECONCILE_EFFECT
+    if outcome["status"] == ActionStatus.FAILED and outcome["effect"] == EffectState.NONE:
+        return NextOperation.FIX_INPUTS
+    return NextOperation.NONE
+
+
+def recover_expired(tx: Transaction, record: KeyRecord) -> None:
+    """Settle a claim whose lease expired: the crash gap, or an abandoned claim.
+
+    A claim that never reached its started marker caused nothing; an execution that
+    started and never reported may have. Either way the holder's request gets its
+    one completion here, so nobody waits on a dead worker again.
+    """
+    holder = record.holder_action_id
+    assert holder is not None
+    if record.phase == Phase.CLAIMED:
+        release_without_effect(
+            tx,
+            record,
+            error="abandoned before the started marker (lease expired); nothing was executed",
+            error_type="Abandoned",
+        )
+        return
+    outcome = outcome_body(
+        action_id=holder,
+        status=ActionStatus.FAILED,
+        effect=EffectState.UNKNOWN,
+        recorded_at=tx.recorded_at,
+        error="interrupted: the execution started and never reported before its lease "
+        "expired; the effect may or may not have happened",
+        error_type="Interrupted",
+        token=record.token,
+        interrupted=True,
+    )
+    settle(tx, record, outcome)
+
+
+def settle(tx: Transaction, record: KeyRecord, outcome: dict[str, Any]) -> None:
+    """Record an original completion as the key's outcome and release the claim."""
+    tx.append(EventType.COMPLETED, outcome["action_id"], outcome)
+    record.phase = Phase.SETTLED
+    record.outcome = outcome
+    record.holder_action_id = None
+    record.lease_expires = None
+
+
+def release_without_effect(
+    tx: Transaction, record: KeyRecord, *, error: str, error_type: str
+) -> None:
+    """Settle a claim whose adapter never ran: no effect, and the key may act again."""
+    assert record.holder_action_id is not None
+    settle(
+        tx,
+        record,
+        outcome_body(
+            action_id=record.holder_action_id,
+            status=ActionStatus.FAILED,
+            effect=EffectState.NONE,
+            recorded_at=tx.recorded_at,
+            error=error,
+            error_type=error_type,
+            retryable=True,
+            token=record.token,
+        ),
+    )
+
+
+def stopped_waiting(tx: Transaction, *, action_id: str) -> None:
+    record = tx.record
+    assert record is not None  # the request it waits for was recorded under this key
+    tx.append(
+        EventType.DEFERRED,
+        action_id,
+        {"holder_action_id": record.holder_action_id, "stopped_waiting": True},
+    )
+    tx.save(record)
+
+
+def extend_lease(tx: Transaction, *, token: int, lease: float) -> bool:
+    """Renew a live lease held under ``token``; an expired one is lost for good, since a
+    new claimer may already have recovered the key."""
+    record = tx.record
+    if (
+        record is None
+        or record.token != token
+        or record.phase not in (Phase.CLAIMED, Phase.RUNNING)
+        or (record.lease_expires or 0) <= tx.now
+    ):
+        return False
+    record.lease_expires = tx.now + lease
+    tx.save(record)
+    return True
+
+
+def holds_own_completion(record: KeyRecord, *, action_id: str, token: int) -> bool:
+    """Whether the key's outcome is already this attempt's report.
+
+    A retried completion finds it when an earlier try committed but its answer was lost.
+    The one other outcome ever recorded under a started attempt's action id and token is
+    the interruption a recovery writes once its lease expired: not the attempt's report.
+    """
+    outcome = record.outcome
+    return (
+        outcome is not None
+        and outcome.get("action_id") == action_id
+        and outcome.get("token") == token
+        and not outcome.get("interrupted")
+    )
+
+
+def is_expired(record: KeyRecord, now: float) -> bool:
+    return record.phase in (Phase.CLAIMED, Phase.RUNNING) and (record.lease_expires or 0) <= now
+
+
+def compact_key(tx: Transaction, *, cutoff: str) -> int:
+    record = tx.record
+    if (
+        record is None
+        or record.phase != Phase.SETTLED
+        or record.outcome is None
+        or record.outcome.get("compacted")
+        or record.outcome["effect"] == EffectState.UNKNOWN.value
+        or (record.settled_at or "") >= cutoff
+    ):
+        return 0
+    bodies = tx.compact_bodies(through_seq=2**62)
+    outcome = dict(record.outcome)
+    outcome.update(output=None, error=None, compacted=True)
+    record.outcome = outcome
+    record.reconciliations = [{**r, "evidence": [], "output": None} for r in record.reconciliations]
+    tx.append(
+        EventType.COMPACTED,
+        None,
+        {
+            "fingerprint": record.fingerprint,
+            "status": outcome["status"],
+            "effect": outcome["effect"],
+            "events_compacted": bodies,
+        },
+    )
+    tx.save(record)
+    return 1
+
+
+def failure_fields(exc: BaseException) -> dict[str, Any]:
+    """The completion of an adapter that raised: whatever it did may have reached the world,
+    unless it raised :class:`NoEffect` because it knows nothing happened."""
+    if isinstance(exc, NoEffect):
+        return dict(
+            status=ActionStatus.FAILED,
+            effect=EffectState.NONE,
+            error=str(exc),
+            error_type="NoEffect",
+            retryable=exc.retryable,
+            retry_after=exc.retry_after,
+        )
+    return dict(
+        status=ActionStatus.FAILED,
+        effect=EffectState.UNKNOWN,
+        error=f"{type(exc).__name__}: {exc}",
+        error_type=type(exc).__name__,
+    )
+
+
+def success_fields(output: Any) -> dict[str, Any]:
+    if isinstance(output, BaseModel):
+        output = output.model_dump(mode="json")
+    try:
+        check_json(output, where="output")
+    except InvalidRequest as exc:
+        # The adapter returned, so it acted; only its report is unusable.
+        return dict(
+            status=ActionStatus.FAILED,
+            effect=EffectState.OBSERVED,
+            error=f"the adapter returned output that cannot be recorded: {exc}",
+            error_type="UnrecordableOutput",
+        )
+    return dict(status=ActionStatus.SUCCEEDED, effect=EffectState.OBSERVED, output=output)
+
+
+def admit(
+    tx: Transaction,
+    *,
+    request: ActionRequest,
+    authority: Authority,
+    dimensions: dict[str, str],
+    fingerprint: str,
+    retry_safe: bool,
+    first: bool,
+    give_up: bool,
+    lease: float,
+) -> Answer | Conflict | Busy | Claimed:
+    key, action_id = request.key, request.action_id
+    record = tx.record or KeyRecord(key=key)
+    if first:
+        tx.append(
+            EventType.REQUESTED,
+            action_id,
+            {
+                **request.identity(),
+                "context": request.context,
+                **({"output_schema": request.output_schema} if request.output_schema else {}),
+                "principal": authority.principal,
+                "retry_safe": retry_safe,
+                "fingerprint": fingerprint,
+                "fingerprint_version": FINGERPRINT_VERSION,
+                "dimensions": dimensions,
+            },
+        )
+        if not authority.allows(request.capability):
+            # Refused before any lookup: the answer has the same shape whatever the key holds.
+            tx.append(
+                EventType.AUTHORIZATION_REFUSED,
+                action_id,
+                {
+                    "principal": authority.principal,
+                    "capability": request.capability,
+                    "granted": list(authority.capabilities),
+                },
+            )
+            outcome = outcome_body(
+                action_id=action_id,
+                status=ActionStatus.DENIED,
+                effect=EffectState.NONE,
+                recorded_at=tx.recorded_at,
+                error=f"{authority.principal!r} may not use capability {request.capability!r}",
+                error_type="Denied",
+            )
+            tx.append(EventType.COMPLETED, action_id, outcome)
+            tx.save(record)
+            return Answer(result_of(outcome, key=key, action_id=action_id, replayed=False))
+
+    if record.phase != Phase.VACANT:
+        if record.fingerprint != fingerprint:
+            names = differing(record.dimensions, dimensions)
+            tx.append(
+                EventType.REPLAY_REFUSED,
+                action_id,
+                {
+                    "key": key,
+                    "original_action_id": record.original_action_id,
+                    "fingerprint_version": record.fingerprint_version,
+                    "dimensions": names,
+                    "fingerprint": fingerprint,
+                    "original_fingerprint": record.fingerprint,
+                },
+            )
+            tx.save(record)
+            return Conflict(
+                IdempotencyConflictError(
+                    key=key,
+                    original_action_id=record.original_action_id or "",
+                    dimensions=names,
+                    fingerprint_version=record.fingerprint_version or FINGERPRINT_VERSION,
+                    action_id=action_id,
+                )
+            )
+        if record.phase in (Phase.CLAIMED, Phase.RUNNING):
+            if not is_expired(record, tx.now):
+                remaining = (record.lease_expires or 0) - tx.now
+                holder = record.holder_action_id or ""
+                if not give_up:
+                    if first:
+                        tx.save(record)
+                    return Busy(holder, remaining, recorded=False)
+                tx.append(
+                    EventType.DEFERRED,
+                    action_id,
+                    {"holder_action_id": holder, "lease_remaining": round(remaining, 3)},
+                )
+                tx.save(record)
+                return Busy(holder, remaining, recorded=True)
+            recover_expired(tx, record)
+        assert record.outcome is not None
+        # Both this request and the attempt that left the outcome must be retry-safe:
+        # a caller cannot declare an unknown effect of an unguarded attempt safe.
+        if not may_act_again_after(record.outcome, retry_safe and record.retry_safe):
+            replay = result_of(record.outcome, key=key, action_id=action_id, replayed=True)
+            tx.append(
+                EventType.COMPLETED,
+                action_id,
+                {
+                    **record.outcome,
+                    "action_id": action_id,
+                    "replayed": True,
+                    "reused_from_action_id": record.outcome["action_id"],
+                    "recorded_at": tx.recorded_at,
+                },
+            )
+            tx.save(record)
+            return Answer(replay)
+    else:
+        record.fingerprint = fingerprint
+        record.fingerprint_version = FINGERPRINT_VERSION
+        record.dimensions = dimensions
+        record.capability = request.capability
+        record.performer = request.performer
+        record.original_action_id = action_id
+
+    record.token += 1
+    record.holder_action_id = action_id
+    record.lease_expires = tx.now + lease
+    record.retry_safe = retry_safe
+    record.output_schema = request.output_schema
+    started = request.precondition is None
+    record.phase = Phase.RUNNING if started else Phase.CLAIMED
+    if started:
+        tx.append(
+            EventType.STARTED,
+            action_id,
+            {"token": record.token, "lease_expires_at": iso(record.lease_expires)},
+        )
+    tx.save(record)
+    return Claimed(record.token, started)
+
+
+def mark_started(
+    tx: Transaction,
+    *,
+    action_id: str,
+    token: int,
+    failure: tuple[str, str, bool] | None,
+    lease: float,
+) -> ActionResult | ActionInProgressError | None:
+    record = tx.record
+    if record is None or record.token != token or record.phase != Phase.CLAIMED:
+        # The claim expired while the state was read and another request took over;
+        # that takeover already gave this request its completion.
+        return late_answer(tx, record, action_id)
+    if failure is not None:
+        error, error_type, retryable = failure
+        outcome = outcome_body(
+            action_id=action_id,
+            status=ActionStatus.FAILED,
+            effect=EffectState.NONE,
+            recorded_at=tx.recorded_at,
+            error=error,
+            error_type=error_type,
+            retryable=retryable,
+            token=token,
+        )
+        settle(tx, record, outcome)
+        tx.save(record)
+        return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
+    record.phase = Phase.RUNNING
+    record.lease_expires = tx.now + lease
+    tx.append(
+        EventType.STARTED,
+        action_id,
+        {
+            "token": token,
+            "lease_expires_at": iso(record.lease_expires),
+            "precondition_checked": True,
+        },
+    )
+    tx.save(record)
+    return None
+
+
+def complete(
+    tx: Transaction, *, action_id: str, token: int, fields: dict[str, Any]
+) -> ActionResult | ActionInProgressError:
+    record = tx.record
+    if record is not None and holds_own_completion(record, action_id=action_id, token=token):
+        # An earlier try committed and its answer was lost: answer what it recorded
+        # rather than resolve the action a second time.
+        assert record.outcome is not None
+        return result_of(record.outcome, key=tx.key, action_id=action_id, replayed=False)
+    if record is None or record.token != token or record.phase != Phase.RUNNING:
+        # A stale fencing token: the lease was lost and the key moved on. Keep what
+        # this attempt saw as evidence for the operator; it is not the outcome.
+        tx.append(
+            EventType.LATE_COMPLETION,
+            action_id,
+            {
+                "token": token,
+                "current_token": record.token if record else None,
+                **{k: (v.value if hasattr(v, "value") else v) for k, v in fields.items()},
+            },
+        )
+        if record is not None:
+            tx.save(record)
+        return late_answer(tx, record, action_id)
+    outcome = outcome_body(action_id=action_id, recorded_at=tx.recorded_at, token=token, **fields)
+    settle(tx, record, outcome)
+    tx.save(record)
+    return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
+
+
+def late_answer(
+    tx: Transaction, record: KeyRecord | None, action_id: str
+) -> ActionResult | ActionInProgressError:
+    """The key's outcome for an attempt that lost its claim, or the error to raise
+    once the transaction has committed (raising inside it would roll back the
+    late evidence just recorded)."""
+    if record is None or record.outcome is None or record.phase != Phase.SETTLED:
+        return ActionInProgressError(
+            key=tx.key,
+            holder_action_id=(record.holder_action_id or "") if record else "",
+            lease_remaining=max(0.0, ((record.lease_expires or 0) if record else 0) - tx.now),
+            action_id=action_id,
+        )
+    return result_of(record.outcome, key=record.key, action_id=action_id, replayed=True)
+
+
+def reconcile_key(
+    tx: Transaction,
+    *,
+    verdict: Verdict,
+    actor: str,
+    basis: str,
+    evidence: list[Any],
+    output: Any,
+) -> tuple[str, str | None] | None:
+    record = tx.record
+    reason: str | None = None
+    known_effect: str | None = None
+    if record is None or record.phase == Phase.VACANT:
+        reason = "no execution is recorded for this key"
+    elif record.phase in (Phase.CLAIMED, Phase.RUNNING):
+        if not is_expired(record, tx.now):
+            reason = "an execution holds the key and is still running; wait for it"
+        else:
+            recover_expired(tx, record)
+    if reason is None:
+        assert record is not None and record.outcome is not None
+        if record.outcome["effect"] != EffectState.UNKNOWN.value:
+            known_effect = record.outcome["effect"]
+            reason = f"its effect is {known_effect}, not unknown"
+    body = {"verdict": verdict.value, "actor": actor, "basis": basis}
+    if reason is None and verdict is Verdict.EFFECT_CONFIRMED:
+        assert record is not None
+        misfit = output_misfit(record, output)
+        if misfit:
+            # Bad input, not a refusal: raising rolls the transaction back, nothing kept.
+            raise InvalidRequest(misfit)
+    if reason is not None:
+        tx.append(EventType.RECONCILE_REFUSED, None, {**body, "reason": reason})
+        tx.save(record or KeyRecord(key=tx.key))
+        return reason, known_effect
+    assert record is not None and record.outcome is not None
+    outcome = dict(record.outcome)
+    outcome["verdict"] = verdict.value
+    if verdict is Verdict.EFFECT_CONFIRMED:
+        outcome["effect"] = EffectState.OBSERVED.value
+        outcome["output"] = output
+    elif verdict is Verdict.NO_EFFECT_CONFIRMED:
+        outcome["effect"] = EffectState.NONE.value
+        outcome["retryable"] = True
+    tx.append(
+        EventType.RECONCILED,
+        outcome["action_id"],
+        {**body, "evidence": evidence, "output": output, "effect": outcome["effect"]},
+    )
+    record.outcome = outcome
+    record.reconciliations.append(
+        {**body, "evidence": evidence, "output": output, "recorded_at": tx.recorded_at}
+    )
+    tx.save(record)
+    return None
+
+
+def output_misfit(record: KeyRecord, output: Any) -> str | None:
+    schema = record.output_schema
+    if schema is None:
+        return None
+    problems = output_problems(schema, output)
+    if not problems:
+        return None
+    return (
+        f"effect_confirmed needs the output the effect produced, as the tool returns it "
+        f"({describe_schema(schema)}): {'; '.join(problems)}"
+    )
+
+
+def project(key: str, record: KeyRecord | None, now: float) -> ActionState:
+    if record is None:
+        return ActionState(key=key)
+    outcome = record.outcome or {}
+    status = outcome.get("status")
+    effect = outcome.get("effect", EffectState.NONE.value)
+    error = outcome.get("error")
+    if record.phase == Phase.RUNNING:
+        status, error = None, None
+        effect = EffectState.UNKNOWN.value
+        if (record.lease_expires or 0) <= now:
+            error = "the execution started and its lease expired without a report"
+    elif record.phase == Phase.CLAIMED:
+        status, effect, error = None, EffectState.NONE.value, None
+    return ActionState(
+        key=key,
+        status=status,
+        effect=effect,
+        next_operation=next_operation(record, now),
+        capability=record.capability,
+        performer=record.performer,
+        fingerprint=record.fingerprint,
+        fingerprint_version=record.fingerprint_version,
+        original_action_id=record.original_action_id,
+        outcome_action_id=outcome.get("action_id"),
+        holder_action_id=record.holder_action_id,
+        lease_expires_at=record.lease_expires,
+        error=error,
+        output=outcome.get("output"),
+        since=outcome.get("recorded_at") or record.updated_at,
+        retry_safe=record.retry_safe,
+        output_schema=record.output_schema,
+        reconciliations=[Reconciliation(**r) for r in record.reconciliations],
+        events=record.events,
+    )

@@ -1,0 +1,276 @@
+"""The pure decision (``ledger._rule``) against a reference model of the rule.
+
+Random sequences of requests (same or different operation, authorised or not, retry-safe
+or not, each ending in success, a no-effect failure, an exception after acting, or a
+crash that never reports), lease expiries and operators' verdicts run through the rule's
+transition functions on an in-memory store, with no I/O and a clock the test moves. A
+small model written from the design's wording predicts every answer; they must agree, and
+no sequence may make a key act more often than the outcomes that free it allow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from temporal_ledger.ledger import (
+    ActionRequest,
+    ActionStatus,
+    Authority,
+    EffectState,
+    Verdict,
+    may_act_again,
+)
+from temporal_ledger.ledger._canonical import combine, fingerprint_dimensions
+from temporal_ledger.ledger._recorder import KeyRecord, PendingEvent, Transaction
+from temporal_ledger.ledger._rule import (
+    Answer,
+    Busy,
+    Claimed,
+    Conflict,
+    admit,
+    complete,
+    failure_fields,
+    reconcile_key,
+    success_fields,
+)
+
+LEASE = 10.0
+KEYS = ("a", "b")
+KINDS = ("success", "no_effect_retryable", "no_effect_final", "raised", "crash")
+
+
+class MemoryStore:
+    """Records and events in dictionaries: a transaction commits only if ``fn`` returns."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, KeyRecord] = {}
+        self.events: list[PendingEvent] = []
+
+    def transact(self, key: str, now: float, fn: Any) -> Any:
+        stored = self.records.get(key)
+        tx = _MemoryTransaction(key, KeyRecord.from_json(stored.to_json()) if stored else None, now)
+        result = fn(tx)
+        self.events += tx.appended
+        if tx.saved is not None:
+            self.records[key] = KeyRecord.from_json(tx.saved.to_json())
+        return result
+
+
+class _MemoryTransaction(Transaction):
+    def __init__(self, key: str, record: KeyRecord | None, now: float) -> None:
+        super().__init__(key, record, now)
+        self.appended: list[PendingEvent] = []
+        self.saved: KeyRecord | None = None
+
+    def _insert_event(self, event: PendingEvent) -> None:
+        self.appended.append(event)
+
+    def _write_record(self, record: KeyRecord, *, created: bool) -> None:
+        self.saved = record
+
+    def compact_bodies(self, through_seq: int) -> int:  # pragma: no cover - not exercised
+        return 0
+
+
+@dataclasses.dataclass
+class ModelKey:
+    """What the design says a key holds."""
+
+    fingerprint: str
+    running_until: float | None = None  # a started attempt that has not reported
+    attempt_retry_safe: bool = False
+    status: ActionStatus | None = None
+    effect: EffectState | None = None
+    retryable: bool = False
+
+
+@dataclasses.dataclass
+class Model:
+    keys: dict[str, ModelKey] = dataclasses.field(default_factory=dict)
+    executions: dict[str, int] = dataclasses.field(default_factory=dict)
+    freed: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def settle_expired(self, key: str, now: float) -> None:
+        held = self.keys.get(key)
+        if held is not None and held.running_until is not None and held.running_until <= now:
+            held.running_until = None
+            held.status, held.effect, held.retryable = (
+                ActionStatus.FAILED,
+                EffectState.UNKNOWN,
+                False,
+            )
+
+    def submit(
+        self, key: str, fingerprint: str, *, allowed: bool, retry_safe: bool, now: float
+    ) -> str:
+        if not allowed:
+            return "denied"
+        held = self.keys.get(key)
+        if held is None:
+            return "act"
+        if held.fingerprint != fingerprint:
+            return "conflict"
+        if held.running_until is not None and held.running_until > now:
+            return "busy"
+        self.settle_expired(key, now)
+        assert held.status is not None and held.effect is not None
+        if may_act_again(
+            status=held.status,
+            effect=held.effect,
+            retryable=held.retryable,
+            retry_safe=retry_safe and held.attempt_retry_safe,
+        ):
+            self.freed[key] = self.freed.get(key, 0) + 1
+            return "act"
+        return "replay"
+
+    def acted(self, key: str, fingerprint: str, kind: str, *, retry_safe: bool, now: float) -> None:
+        self.executions[key] = self.executions.get(key, 0) + 1
+        held = self.keys.setdefault(key, ModelKey(fingerprint=fingerprint))
+        held.attempt_retry_safe = retry_safe
+        held.running_until = None
+        held.retryable = kind == "no_effect_retryable"
+        if kind == "crash":
+            held.running_until = now + LEASE
+            held.status = held.effect = None
+        elif kind == "success":
+            held.status, held.effect = ActionStatus.SUCCEEDED, EffectState.OBSERVED
+        elif kind.startswith("no_effect"):
+            held.status, held.effect = ActionStatus.FAILED, EffectState.NONE
+        else:
+            held.status, held.effect = ActionStatus.FAILED, EffectState.UNKNOWN
+
+    def reconcile(self, key: str, verdict: Verdict, now: float) -> str:
+        held = self.keys.get(key)
+        if held is None or (held.running_until is not None and held.running_until > now):
+            return "refused"
+        self.settle_expired(key, now)
+        if held.effect is not EffectState.UNKNOWN:
+            return "refused"
+        if verdict is Verdict.EFFECT_CONFIRMED:
+            held.effect = EffectState.OBSERVED
+        elif verdict is Verdict.NO_EFFECT_CONFIRMED:
+            held.effect, held.retryable = EffectState.NONE, True
+        return "recorded"
+
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("submit"),
+            st.sampled_from(KEYS),
+            st.sampled_from(("x", "y")),  # the operation: same or different under a key
+            st.booleans(),  # authorised
+            st.booleans(),  # retry-safe
+            st.sampled_from(KINDS),
+        ),
+        st.tuples(st.just("wait"), st.sampled_from((1.0, LEASE + 1.0))),
+        st.tuples(st.just("reconcile"), st.sampled_from(KEYS), st.sampled_from(list(Verdict))),
+    ),
+    max_size=30,
+)
+
+
+def request(key: str, variant: str) -> ActionRequest:
+    return ActionRequest(
+        key=key,
+        capability="files.append",
+        instruction="append one line",
+        payload={"line": variant},
+        performer="agent",
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(operations)
+def test_the_rule_agrees_with_the_model_and_never_acts_twice_unfreed(ops: list[tuple]) -> None:
+    store, model, now = MemoryStore(), Model(), 1_000.0
+    for op in ops:
+        if op[0] == "wait":
+            now += op[1]
+            continue
+        if op[0] == "reconcile":
+            _, key, verdict = op
+            expected = model.reconcile(key, verdict, now)
+            refused = store.transact(
+                key,
+                now,
+                functools.partial(
+                    reconcile_key, verdict=verdict, actor="ops", basis="looked", evidence=[],
+                    output=None,
+                ),
+            )  # fmt: skip
+            got = "recorded" if refused is None else "refused"
+            assert got == expected, (op, expected, got)
+            continue
+        _, key, variant, allowed, retry_safe, kind = op
+        req = request(key, variant)
+        dimensions = fingerprint_dimensions(req.identity())
+        fingerprint = combine(dimensions)
+        expected = model.submit(key, fingerprint, allowed=allowed, retry_safe=retry_safe, now=now)
+        authority = Authority("agent", ["files.*"] if allowed else [])
+        decision = store.transact(
+            key,
+            now,
+            functools.partial(
+                admit, request=req, authority=authority, dimensions=dimensions,
+                fingerprint=fingerprint, retry_safe=retry_safe, first=True, give_up=True,
+                lease=LEASE,
+            ),
+        )  # fmt: skip
+        if isinstance(decision, Answer):
+            got = "denied" if decision.result.status is ActionStatus.DENIED else "replay"
+            if got == "replay":
+                held = model.keys[key]
+                assert (decision.result.status, decision.result.effect) == (
+                    held.status,
+                    held.effect,
+                ), op
+        elif isinstance(decision, Conflict):
+            got = "conflict"
+        elif isinstance(decision, Busy):
+            got = "busy"
+        else:
+            assert isinstance(decision, Claimed)
+            got = "act"
+        assert got == expected, (op, expected, got)
+        if got != "act":
+            continue
+        model.acted(key, fingerprint, kind, retry_safe=retry_safe, now=now)
+        if kind == "crash":
+            continue  # the worker died after its started marker: nothing reports
+        fields = (
+            success_fields({"ok": True})
+            if kind == "success"
+            else failure_fields(ConnectionResetError("lost"))
+            if kind == "raised"
+            else {
+                "status": ActionStatus.FAILED,
+                "effect": EffectState.NONE,
+                "error": "refused",
+                "error_type": "NoEffect",
+                "retryable": kind == "no_effect_retryable",
+                "retry_after": None,
+            }
+        )
+        assert isinstance(decision, Claimed)
+        result = store.transact(
+            key,
+            now,
+            functools.partial(
+                complete, action_id=req.action_id, token=decision.token, fields=fields
+            ),
+        )  # fmt: skip
+        held = model.keys[key]
+        assert (result.status, result.effect) == (held.status, held.effect), op
+    for key, count in model.executions.items():
+        # A key acts once, and once more only for each outcome that freed it.
+        assert count <= 1 + model.freed.get(key, 0)
+    started = [e for e in store.events if e.type == "action.execution_started"]
+    assert len(started) == sum(model.executions.values())
+    tokens = [(e.key, e.payload["token"]) for e in started]
+    assert len(tokens) == len(set(tokens))  # at most one execution per fencing token
