@@ -11,7 +11,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel
 
@@ -50,6 +50,7 @@ from ._rule import (
     Busy,
     Claimed,
     Conflict,
+    Sketch,
     admit,
     compact_key,
     complete,
@@ -67,6 +68,9 @@ from ._verify import VerifyReport, verify_ledger
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: When a replay's audit record must be durable: before it answers, or with the next batch.
+ReplayAudit: TypeAlias = Literal["durable", "batched"]
 
 # A write the ledger must not lose to a dropped connection (a completion, the release of
 # a claim whose adapter never ran) is tried again with a short backoff, for a few leases
@@ -89,9 +93,22 @@ class Ledger:
     Open one with :meth:`Ledger.open`; use it as ``async with`` (or ``with``), or close it.
     """
 
-    def __init__(self, recorder: Recorder, *, lease: float = 30.0, url: str = "") -> None:
+    def __init__(
+        self,
+        recorder: Recorder,
+        *,
+        lease: float = 30.0,
+        url: str = "",
+        replay_audit: ReplayAudit = "durable",
+    ) -> None:
         if not (isinstance(lease, (int, float)) and math.isfinite(lease) and lease > 0):
             raise InvalidRequest(f"lease must be a positive number of seconds, got {lease!r}")
+        if replay_audit not in ("durable", "batched"):
+            raise InvalidRequest(
+                f"replay_audit must be 'durable' or 'batched', got {replay_audit!r}"
+            )
+        self.replay_audit = replay_audit
+        self._audits: set[asyncio.Future[Any]] = set()
         self.lease = float(lease)
         self.url = url
         self._recorder = recorder
@@ -101,11 +118,18 @@ class Ledger:
         self._closed = False
 
     @classmethod
-    def open(cls, url: str, *, lease: float = 30.0) -> Ledger:
+    def open(
+        cls, url: str, *, lease: float = 30.0, replay_audit: ReplayAudit = "durable"
+    ) -> Ledger:
         """Open (creating if needed) the ledger at ``url``.
 
         ``sqlite:///path`` for the embedded file, ``postgresql://...`` for a shared
         server. ``lease`` is how long a live execution holds its key without renewal.
+        ``replay_audit``: ``"durable"`` answers a replay once its audit record (the
+        request and the relabelled completion) is durable; ``"batched"`` answers from
+        what is recorded and appends that audit record, atomically, with the next group
+        commit. A replay's answer is decided by the record either way; denials,
+        conflicts and everything that acts stay durable before they answer.
         """
         if not isinstance(url, str):
             raise InvalidRequest(f"ledger URL must be a string, not {type(url).__name__}")
@@ -121,7 +145,7 @@ class Ledger:
             raise InvalidRequest(
                 f"unsupported ledger URL {url!r}: use sqlite:///path or postgresql://..."
             )
-        return cls(recorder, lease=lease, url=url)
+        return cls(recorder, lease=lease, url=url, replay_audit=replay_audit)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -133,6 +157,8 @@ class Ledger:
         self._recorder.close()
 
     async def aclose(self) -> None:
+        if self._audits:  # the batched replays' audit records are written before closing
+            await asyncio.gather(*self._audits, return_exceptions=True)
         await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     def __enter__(self) -> Ledger:
@@ -246,6 +272,13 @@ class Ledger:
         dimensions = fingerprint_dimensions(request.identity())
         fingerprint = combine(dimensions)
 
+        if self.replay_audit == "batched":
+            replay = await self._replay_from_the_record(
+                request, authority, dimensions, fingerprint, retry_safe
+            )
+            if replay is not None:
+                return replay
+
         deadline = time.monotonic() + wait
         first = True
         delay = 0.02
@@ -303,6 +336,60 @@ class Ledger:
                 continue
             assert isinstance(decision, Claimed)
             return await self._perform(request, decision, adapter, state)
+
+    async def _replay_from_the_record(
+        self,
+        request: ActionRequest,
+        authority: Authority,
+        dimensions: dict[str, str],
+        fingerprint: str,
+        retry_safe: bool,
+    ) -> ActionResult | None:
+        """A replay answered from a read, its audit record queued; ``None`` if the rule
+        would do anything but replay (that goes the durable way)."""
+        record, now = await self._run(self._read_key, request.key)
+        if record is None or record.phase != Phase.SETTLED:
+            return None
+        sketch = Sketch(request.key, record, now)
+        decision = admit(
+            sketch,
+            request=request,
+            authority=authority,
+            dimensions=dimensions,
+            fingerprint=fingerprint,
+            retry_safe=retry_safe,
+            first=True,
+            give_up=True,
+            lease=self.lease,
+        )
+        if not (isinstance(decision, Answer) and decision.result.replayed):
+            return None
+        appended = sketch.appended
+
+        def audit(tx: Transaction) -> None:
+            # Both records or neither: verify still holds after a crash drops the batch.
+            for event in appended:
+                tx.append(event.type, event.action_id, event.payload)
+            assert tx.record is not None  # settled keys are never removed
+            tx.save(tx.record)
+
+        queued = self._recorder.submit(request.key, audit)
+        pending = (
+            asyncio.wrap_future(queued)
+            if queued is not None
+            else asyncio.ensure_future(self._run(self._recorder.transact, request.key, audit))
+        )
+        self._audits.add(pending)
+        pending.add_done_callback(self._audit_done)
+        return decision.result
+
+    def _audit_done(self, pending: asyncio.Future[Any]) -> None:
+        self._audits.discard(pending)
+        if not pending.cancelled() and pending.exception() is not None:
+            logger.error("a batched replay's audit record was not written: %s", pending.exception())
+
+    def _read_key(self, key: str) -> tuple[KeyRecord | None, float]:
+        return self._recorder.get(key), self._recorder.now()
 
     async def _answer_resubmission(self, request: ActionRequest, fingerprint: str) -> ActionResult:
         """The same submission (``action_id``) again: answer what was recorded for it."""

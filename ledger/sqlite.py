@@ -157,6 +157,13 @@ class SQLiteRecorder(Recorder):
             self._busy_ms = int(busy_timeout * 1000)
             self._conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
             self._migrate()
+            # Reads on their own connection: in WAL mode they see what is committed and
+            # never wait for the writer's batch (and its sync) to finish.
+            self._read_lock = threading.Lock()
+            self._read_conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
+            )
+            self._read_conn.execute("PRAGMA cache_size=-65536")
         except sqlite3.DatabaseError as exc:
             raise LedgerUnavailable(f"cannot open SQLite ledger {self.path}: {exc}") from exc
 
@@ -306,8 +313,8 @@ class SQLiteRecorder(Recorder):
             raise
 
     def get(self, key: str) -> KeyRecord | None:
-        with self._lock:
-            row = self._conn.execute(
+        with self._read_lock:
+            row = self._read_conn.execute(
                 "SELECT record FROM ledger_keys WHERE key = ?", (key,)
             ).fetchone()
         return KeyRecord.from_json(row[0]) if row else None
@@ -316,19 +323,19 @@ class SQLiteRecorder(Recorder):
         self, key: str | None = None, *, after: int = 0, limit: int | None = None
     ) -> list[LedgerEvent]:
         sql, params = events_sql("?", key=key, after=after, limit=limit)
-        with self._lock:
-            rows = self._conn.execute(sql, params).fetchall()
+        with self._read_lock:
+            rows = self._read_conn.execute(sql, params).fetchall()
         return [event_from_row(row) for row in rows]
 
     def records(self) -> Iterator[KeyRecord]:
-        with self._lock:
-            rows = self._conn.execute("SELECT record FROM ledger_keys ORDER BY key").fetchall()
+        with self._read_lock:
+            rows = self._read_conn.execute("SELECT record FROM ledger_keys ORDER BY key").fetchall()
         for (text,) in rows:
             yield KeyRecord.from_json(text)
 
     def candidate_open_effects(self) -> list[KeyRecord]:
-        with self._lock:
-            rows = self._conn.execute(
+        with self._read_lock:
+            rows = self._read_conn.execute(
                 "SELECT record FROM ledger_keys WHERE effect = 'unknown' OR phase IN (?, ?)"
                 " ORDER BY key",
                 (Phase.CLAIMED, Phase.RUNNING),
@@ -336,8 +343,8 @@ class SQLiteRecorder(Recorder):
         return [KeyRecord.from_json(text) for (text,) in rows]
 
     def compactable(self, settled_before: str) -> list[str]:
-        with self._lock:
-            rows = self._conn.execute(
+        with self._read_lock:
+            rows = self._read_conn.execute(
                 "SELECT key FROM ledger_keys WHERE compacted = 0 AND phase = ? AND settled_at < ?"
                 " AND effect != 'unknown' ORDER BY key",
                 (Phase.SETTLED, settled_before),
@@ -349,5 +356,7 @@ class SQLiteRecorder(Recorder):
             self._queue.put(None)
             self._writer.join()
             self._writer = None
+        with self._read_lock:
+            self._read_conn.close()
         with self._lock:
             self._conn.close()

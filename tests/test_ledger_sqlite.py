@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from temporal_ledger.ledger import (
     ActionStatus,
+    Authority,
     EffectState,
+    IdempotencyConflictError,
     InvalidRequest,
     Ledger,
     LedgerUnavailable,
@@ -233,3 +235,41 @@ async def test_one_failing_transition_does_not_undo_its_batch(tmp_path: Path) ->
         assert all(r.ok for r in outcomes[1:])
         assert ledger.events("other") == [] and ledger.verify().ok
     assert max(recorder.batches) > 1
+
+
+async def test_a_batched_replay_answers_from_the_record_and_audits_atomically(
+    sqlite_url: str,
+) -> None:
+    far_side = Counter({"line": 1})
+    async with Ledger.open(sqlite_url, replay_audit="batched") as ledger:
+        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        replays = await asyncio.gather(
+            *(
+                ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+                for _ in range(20)
+            )
+        )
+        assert all(r.replayed and r.output == {"line": 1} for r in replays)
+        assert all(r.reused_from_action_id == first.action_id for r in replays)
+        # Denials and conflicts still answer only once they are durable.
+        denied = await ledger.execute(
+            request("k"), authority=Authority("agent-1", []), adapter=far_side
+        )
+        assert denied.status.value == "denied"
+        assert ledger.events("k")[-1].type == "action.completed"
+        with pytest.raises(IdempotencyConflictError):
+            await ledger.execute(
+                request("k", payload={"line": "other"}), authority=AUTHORITY, adapter=far_side
+            )
+        assert ledger.events("k")[-1].type == "action.replay_refused"
+    assert len(far_side.calls) == 1
+    with Ledger.open(sqlite_url) as reopened:
+        events = reopened.events("k")
+        audited = [e for e in events if e.type == "action.completed" and e.payload.get("replayed")]
+        assert len(audited) == 20  # every replay's audit record was written before closing
+        assert reopened.verify().ok
+
+
+def test_replay_audit_must_be_durable_or_batched(sqlite_url: str) -> None:
+    with pytest.raises(InvalidRequest, match="replay_audit"):
+        Ledger.open(sqlite_url, replay_audit="never")
