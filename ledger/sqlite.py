@@ -23,7 +23,6 @@ from typing import Any
 from ._errors import DuplicateActionId, InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
 from ._recorder import (
-    SCHEMA_VERSION,
     TOMBSTONE,
     KeyRecord,
     PendingEvent,
@@ -39,40 +38,53 @@ from ._recorder import (
     write_record_sql,
 )
 
+# The schema, as the ordered list of migrations that built it: a file records the
+# version it reached in ledger_meta, and opening applies whatever follows, in order, in
+# one BEGIN IMMEDIATE transaction (so two processes opening a new file agree).
 # seq is a plain INTEGER PRIMARY KEY (max + 1): events are never deleted, so it only
 # grows, and AUTOINCREMENT would cost a sqlite_sequence page write per commit.
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS ledger_meta (
-    name TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS ledger_events (
-    seq INTEGER PRIMARY KEY,
-    key TEXT NOT NULL,
-    action_id TEXT,
-    type TEXT NOT NULL,
-    payload TEXT NOT NULL,
-    recorded_at TEXT NOT NULL,
-    body_hash TEXT NOT NULL,
-    prev_hash TEXT NOT NULL,
-    hash TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS ledger_events_key ON ledger_events (key, seq);
-CREATE UNIQUE INDEX IF NOT EXISTS ledger_events_one_request
-    ON ledger_events (action_id) WHERE type = 'action.requested';
-CREATE TABLE IF NOT EXISTS ledger_keys (
-    key TEXT PRIMARY KEY,
-    phase TEXT NOT NULL,
-    effect TEXT,
-    settled_at TEXT,
-    compacted INTEGER NOT NULL DEFAULT 0,
-    token INTEGER NOT NULL,
-    lease_expires REAL,
-    record TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS ledger_keys_open ON ledger_keys (effect, phase);
-CREATE INDEX IF NOT EXISTS ledger_keys_settled ON ledger_keys (compacted, settled_at);
-"""
+MIGRATIONS: list[tuple[str, ...]] = [
+    (
+        """
+        CREATE TABLE IF NOT EXISTS ledger_events (
+            seq INTEGER PRIMARY KEY,
+            key TEXT NOT NULL,
+            action_id TEXT,
+            type TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            recorded_at TEXT NOT NULL,
+            body_hash TEXT NOT NULL,
+            prev_hash TEXT NOT NULL,
+            hash TEXT NOT NULL
+        )
+        """,
+        """
+        CREATE INDEX IF NOT EXISTS ledger_events_key ON ledger_events (key, seq)
+        """,
+        """
+        CREATE UNIQUE INDEX IF NOT EXISTS ledger_events_one_request
+            ON ledger_events (action_id) WHERE type = 'action.requested'
+        """,
+        """
+        CREATE TABLE IF NOT EXISTS ledger_keys (
+            key TEXT PRIMARY KEY,
+            phase TEXT NOT NULL,
+            effect TEXT,
+            settled_at TEXT,
+            compacted INTEGER NOT NULL DEFAULT 0,
+            token INTEGER NOT NULL,
+            lease_expires REAL,
+            record TEXT NOT NULL
+        )
+        """,
+        """
+        CREATE INDEX IF NOT EXISTS ledger_keys_open ON ledger_keys (effect, phase)
+        """,
+        """
+        CREATE INDEX IF NOT EXISTS ledger_keys_settled ON ledger_keys (compacted, settled_at)
+        """,
+    ),
+]
 
 
 def path_from_url(url: str) -> Path:
@@ -175,21 +187,28 @@ class SQLiteRecorder(Recorder):
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        self._conn.execute(statement)
+                self._conn.execute(
+                    "CREATE TABLE IF NOT EXISTS ledger_meta"
+                    " (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
+                )
                 row = self._conn.execute(
                     "SELECT value FROM ledger_meta WHERE name = 'schema_version'"
                 ).fetchone()
-                if row is None:
-                    self._conn.execute(
-                        "INSERT INTO ledger_meta (name, value) VALUES ('schema_version', ?)",
-                        (str(SCHEMA_VERSION),),
-                    )
-                elif int(row[0]) > SCHEMA_VERSION:
+                current = int(row[0]) if row else 0
+                target = len(MIGRATIONS)
+                if current > target:
                     raise InvalidRequest(
-                        f"ledger {self.path} has schema version {row[0]}, newer than this "
-                        f"release understands ({SCHEMA_VERSION}); upgrade the package"
+                        f"ledger {self.path} has schema version {current}, newer than this "
+                        f"release understands ({target}); upgrade the package"
+                    )
+                for statements in MIGRATIONS[current:]:
+                    for statement in statements:
+                        self._conn.execute(statement)
+                if current < target:
+                    self._conn.execute(
+                        "INSERT OR REPLACE INTO ledger_meta (name, value)"
+                        " VALUES ('schema_version', ?)",
+                        (str(target),),
                     )
                 self._conn.execute("COMMIT")
             except BaseException:

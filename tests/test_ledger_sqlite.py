@@ -273,3 +273,20 @@ async def test_a_batched_replay_answers_from_the_record_and_audits_atomically(
 def test_replay_audit_must_be_durable_or_batched(sqlite_url: str) -> None:
     with pytest.raises(InvalidRequest, match="replay_audit"):
         Ledger.open(sqlite_url, replay_audit="never")
+
+
+def test_migrations_are_applied_in_order_and_recorded(tmp_path: Path) -> None:
+    from temporal_ledger.ledger.sqlite import MIGRATIONS
+
+    path = tmp_path / "ledger.db"
+    SQLiteRecorder(path).close()
+    conn = sqlite3.connect(path)
+    version = conn.execute("SELECT value FROM ledger_meta WHERE name = 'schema_version'")
+    assert version.fetchone() == (str(len(MIGRATIONS)),)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"ledger_meta", "ledger_events", "ledger_keys"} <= tables
+    conn.execute("UPDATE ledger_meta SET value = '99' WHERE name = 'schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(InvalidRequest, match="schema version 99"):
+        SQLiteRecorder(path)
