@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 from temporal_ledger.ledger import IdempotencyConflictError, Ledger
+from temporal_ledger.ledger._testing_child import AUTHORITY, request
+from temporal_ledger.ledger.testing import Counter
 
-from tests.ledger_child import AUTHORITY, request
-from tests.ledger_contract import ROOT, Counter
+from tests.temporal_support import ROOT
 
 pytestmark = pytest.mark.postgres
 

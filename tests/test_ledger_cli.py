@@ -30,8 +30,7 @@ from temporal_ledger.ledger import (
     output_problems,
 )
 from temporal_ledger.ledger._cli import _parser
-
-from tests.ledger_child import AUTHORITY, request
+from temporal_ledger.ledger._testing_child import AUTHORITY, request
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENT_FIELDS = {

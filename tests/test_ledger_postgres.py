@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from tests.ledger_contract import LedgerContract
+from temporal_ledger.ledger.testing import LedgerContract
 
 
 @pytest.mark.postgres

@@ -17,10 +17,9 @@ from temporal_ledger.ledger import (
     LedgerUnavailable,
     NextOperation,
 )
+from temporal_ledger.ledger._testing_child import AUTHORITY, request
 from temporal_ledger.ledger.sqlite import SQLiteRecorder
-
-from tests.ledger_child import AUTHORITY, request
-from tests.ledger_contract import Counter, LedgerContract
+from temporal_ledger.ledger.testing import Counter, LedgerContract
 
 
 class TestSQLiteLedger(LedgerContract):

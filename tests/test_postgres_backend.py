@@ -1,7 +1,7 @@
 """What only the PostgreSQL backend has to prove: schema migration, per-key locking,
 surviving killed connections, and leases judged by the database clock.
 
-The behaviour every backend shares is in tests/ledger_contract.py.
+The behaviour every backend shares is in temporal_ledger.ledger.testing.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from temporal_ledger.ledger._recorder import SCHEMA_VERSION
 from temporal_ledger.ledger.postgres import MIGRATIONS, PostgresRecorder
 
 from tests import pg
-from tests.ledger_child import AUTHORITY, request
+from temporal_ledger.ledger._testing_child import AUTHORITY, request
 
 pytestmark = pytest.mark.postgres
 

@@ -32,11 +32,11 @@ from temporal_ledger.ledger import (
     ExecutionContext,
     Ledger,
 )
+from temporal_ledger.ledger._testing_child import AUTHORITY, request
 from temporal_ledger.ledger.postgres import PostgresRecorder
 from temporalio.worker import Worker
 
 from tests import pg
-from tests.ledger_child import AUTHORITY, request
 from tests.temporal_support import Setup, lines, open_effects
 from tests.temporal_tools import Call, Hold, Lines, StepsWorkflow
 from tests.test_postgres_backend import Effects, dbname_of

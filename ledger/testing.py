@@ -1,7 +1,16 @@
-"""The ledger's behaviour, once for every backend.
+"""The ledger's behaviour, once for every backend: the recorder contract's test suite.
 
 A backend's test module subclasses :class:`LedgerContract` and provides the
-``ledger_url`` fixture (an empty ledger of that backend).
+``ledger_url`` fixture (an empty ledger of that backend); a third backend is a
+:class:`~temporal_ledger.ledger._recorder.Recorder` subclass plus this suite::
+
+    from temporal_ledger.ledger.testing import LedgerContract
+
+    class TestMyLedger(LedgerContract):
+        @pytest.fixture
+        def ledger_url(self, tmp_path): ...
+
+Needs pytest and pytest-asyncio (``pip install 'temporal-ledger[test]'``).
 """
 
 from __future__ import annotations
@@ -33,9 +42,7 @@ from temporal_ledger.ledger import (
     Verdict,
 )
 
-from tests.ledger_child import AUTHORITY, count_effects, hammer_worker, request
-
-ROOT = Path(__file__).resolve().parent.parent
+from ._testing_child import AUTHORITY, count_effects, hammer_worker, request
 
 
 class Counter:
@@ -815,20 +822,19 @@ class LedgerContract:
 def _spawn_hanging_child(
     url: str, key: str, effects: Path, lease: float, *, forever: bool, hang_for: float = 0
 ) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ)
     env["HANG_FOREVER" if forever else "HANG_FOR"] = "1" if forever else str(hang_for)
     return subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "tests.ledger_child",
+            "temporal_ledger.ledger._testing_child",
             "act-then-hang",
             url,
             key,
             str(effects),
             str(lease),
         ],
-        cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
