@@ -34,10 +34,10 @@ from temporal_ledger.ledger import (
     LedgerUnavailable,
 )
 from temporal_ledger.ledger._recorder import SCHEMA_VERSION
+from temporal_ledger.ledger._testing_child import AUTHORITY, request
 from temporal_ledger.ledger.postgres import MIGRATIONS, PostgresRecorder
 
 from tests import pg
-from temporal_ledger.ledger._testing_child import AUTHORITY, request
 
 pytestmark = pytest.mark.postgres
 
