@@ -909,10 +909,26 @@ class GrowthFigure:
     large_ms: float
     fill_seconds: float
     samples: int
+    # Per replay, from process_time and /proc/self/io (this process, every thread):
+    # CPU, read syscalls, bytes read from storage, bytes written (small, large).
+    cpu_us: tuple[float, float] = (0.0, 0.0)
+    read_calls: tuple[float, float] = (0.0, 0.0)
+    disk_read_kb: tuple[float, float] = (0.0, 0.0)
+    written_kb: tuple[float, float] = (0.0, 0.0)
 
     @property
     def ratio(self) -> float:
         return self.large_ms / self.small_ms
+
+
+def process_io() -> dict[str, int]:
+    """This process's I/O counters (Linux): syscr, read_bytes, wchar, ...; {} elsewhere."""
+    counters: dict[str, int] = {}
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/io").read_text().splitlines():
+            name, _, value = line.partition(":")
+            counters[name.strip()] = int(value)
+    return counters
 
 
 async def measure_growth(
@@ -932,6 +948,7 @@ async def measure_growth(
     settle()
     rng = random.Random(5)
     times: dict[str, list[float]] = {"small": [], "large": []}
+    spent = {name: {"cpu": 0.0, "syscr": 0, "read_bytes": 0, "wchar": 0} for name in times}
     block = 25
     async with Ledger.open(small_url) as small_ledger, Ledger.open(large_url) as large_ledger:
         ledgers = {"small": (small_ledger, SMALL), "large": (large_ledger, large)}
@@ -941,12 +958,25 @@ async def measure_growth(
         for b in range(0, samples, block):
             for name in ("small", "large") if b % 2 == 0 else ("large", "small"):
                 ledger, size = ledgers[name]
+                io0, cpu0 = process_io(), time.process_time()
                 for _ in range(block):
                     started = time.perf_counter()
                     result = await call(ledger, fill_key(rng.randrange(size)))
                     times[name].append(time.perf_counter() - started)
                     if not result.replayed:
                         raise RuntimeError("a growth replay was not replayed")
+                io1 = process_io()
+                spent[name]["cpu"] += time.process_time() - cpu0
+                for counter in ("syscr", "read_bytes", "wchar"):
+                    spent[name][counter] += io1.get(counter, 0) - io0.get(counter, 0)
+
+    def per(counter: str, scale: float) -> tuple[float, float]:
+        small_n, large_n = len(times["small"]), len(times["large"])
+        return (
+            spent["small"][counter] / small_n * scale,
+            spent["large"][counter] / large_n * scale,
+        )
+
     return GrowthFigure(
         backend,
         SMALL,
@@ -955,6 +985,10 @@ async def measure_growth(
         statistics.median(times["large"]) * 1e3,
         seconds,
         len(times["small"]),
+        cpu_us=per("cpu", 1e6),
+        read_calls=per("syscr", 1.0),
+        disk_read_kb=per("read_bytes", 1 / 1024),
+        written_kb=per("wchar", 1 / 1024),
     )
 
 
@@ -1250,6 +1284,11 @@ class Report:
                     f"actions ({g.samples} replays each, alternating blocks)",
                     f"   median replay @{g.small:,}: {g.small_ms:.3f} ms; "
                     f"@{g.large:,}: {g.large_ms:.3f} ms; ratio {g.ratio:.2f}",
+                    f"   per replay @{g.small:,} / @{g.large:,}: CPU {g.cpu_us[0]:.0f} / "
+                    f"{g.cpu_us[1]:.0f} us, read syscalls {g.read_calls[0]:.1f} / "
+                    f"{g.read_calls[1]:.1f}, read from storage {g.disk_read_kb[0]:.1f} / "
+                    f"{g.disk_read_kb[1]:.1f} KB, written {g.written_kb[0]:.1f} / "
+                    f"{g.written_kb[1]:.1f} KB",
                     f"   fill of {g.large:,} through the API by {p.fill_processes} processes x "
                     f"{p.fill_concurrency} in flight: {g.fill_seconds:.0f} s "
                     f"({g.large / g.fill_seconds:,.0f}/s)",
