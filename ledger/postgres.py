@@ -8,20 +8,30 @@ who holds a key.
 
 The payload is stored as TEXT (not jsonb) so the stored bytes are exactly the ones
 hashed, as in the SQLite backend.
+
+A write transaction costs two client-server round trips, the fewest the rule allows:
+the rule needs the key's record and the database clock before it can decide, and its
+decision must be committed before it is acted on. The first round trip begins the
+transaction, takes the key's lock and reads both; the rule's writes wait in a buffer
+and go out with the COMMIT in the second. Each is one simple-protocol message of
+several statements, so the server runs them in order without the client waiting
+between them.
 """
 
 from __future__ import annotations
 
 import json
+import select
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import suppress
 from typing import Any
 
 try:
     import psycopg
     from psycopg.conninfo import conninfo_to_dict
-    from psycopg_pool import ConnectionPool
+    from psycopg.pq import ConnStatus, ExecStatus, TransactionStatus
+    from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
         f"the PostgreSQL ledger needs the 'postgres' extra ({exc.name} is missing): "
@@ -95,6 +105,20 @@ _MIGRATION_LOCK = (0x4C454447, 0x4D494752)  # "LEDG", "MIGR"
 
 _NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"
 
+# The first round trip of a write. The lock is a statement of its own so that the read
+# after it takes a new snapshot (READ COMMITTED: one per statement), which sees the
+# previous holder's commit; in one statement the snapshot would predate the wait.
+_START = (
+    "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended(%s, 0)); "
+    f"SELECT ({_NOW}), (SELECT record FROM ledger_keys WHERE key = %s)"
+)
+
+_INSERT_EVENT = insert_event_sql("%s")
+
+_COMPACT = "UPDATE ledger_events SET payload = %s WHERE key = %s AND seq <= %s AND payload != %s"
+
+_IN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+
 # Applied only where the URL does not say otherwise.
 _CONNECT_DEFAULTS: dict[str, str] = {
     "connect_timeout": "10",
@@ -122,25 +146,48 @@ def _describe(conninfo: str) -> str:
 
 
 class _PostgresTransaction(Transaction):
+    """Holds the rule's writes until it has decided, then sends them with the COMMIT.
+
+    The statements are bound on the client (``ClientCursor``) so that all of them and
+    the COMMIT travel in one simple-protocol message: one round trip, however many
+    events the rule appended.
+    """
+
     def __init__(
-        self, conn: psycopg.Connection[Any], key: str, record: KeyRecord | None, now: float
+        self, cursor: psycopg.ClientCursor[Any], key: str, record: KeyRecord | None, now: float
     ) -> None:
         super().__init__(key, record, now)
-        self._conn = conn
+        self._cursor = cursor
+        self._statements: list[str] = []
+        self._params: list[Any] = []
 
     def _insert_event(self, event: PendingEvent) -> None:
-        self._conn.execute(insert_event_sql("%s"), event_values(event))
+        self._statements.append(_INSERT_EVENT)
+        self._params.extend(event_values(event))
 
     def _write_record(self, record: KeyRecord, *, created: bool) -> None:
-        self._conn.execute(write_record_sql("%s", created=created), record_values(record))
+        self._statements.append(write_record_sql("%s", created=created))
+        self._params.extend(record_values(record))
 
     def compact_bodies(self, through_seq: int) -> int:
+        # The rule needs the count now; the writes held so far go first, in order.
         tombstone = json.dumps(TOMBSTONE)
-        cursor = self._conn.execute(
-            "UPDATE ledger_events SET payload = %s WHERE key = %s AND seq <= %s AND payload != %s",
-            (tombstone, self.key, through_seq, tombstone),
-        )
+        self._statements.append(_COMPACT)
+        self._params.extend((tombstone, self.key, through_seq, tombstone))
+        cursor = self._send()
+        while cursor.nextset():
+            pass
         return cursor.rowcount
+
+    def commit(self) -> None:
+        self._statements.append("COMMIT")
+        self._send()
+
+    def _send(self) -> psycopg.ClientCursor[Any]:
+        statements, params = self._statements, self._params
+        self._statements, self._params = [], []
+        self._cursor.execute("; ".join(statements), params)
+        return self._cursor
 
 
 class PostgresRecorder(Recorder):
@@ -151,7 +198,7 @@ class PostgresRecorder(Recorder):
     connection before raising :class:`LedgerUnavailable`.
     """
 
-    # A dead connection is discarded; the next transaction runs on a checked or new one.
+    # A dead connection is discarded; the next transaction runs on another or a new one.
     reconnects = True
 
     def __init__(self, url: str, *, pool_size: int = 10, timeout: float = 10.0) -> None:
@@ -189,9 +236,10 @@ class PostgresRecorder(Recorder):
             min_size=1,
             max_size=pool_size,
             open=False,
-            # A connection killed by a restart or pg_terminate_backend is found
-            # and replaced when taken from the pool, not on first use by the rule.
-            check=self._check,
+            # No check when a connection is taken (it would cost a round trip per
+            # call): a connection the server ended while it sat in the pool fails
+            # before anything of the call ran, and the call goes again on another
+            # (_begin, _read).
             timeout=self._timeout,
             name=f"ledger {self.where}",
         )
@@ -241,65 +289,72 @@ class PostgresRecorder(Recorder):
 
     # -- connections ---------------------------------------------------------------
 
-    @contextmanager
-    def _connection(self, doing: str) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection; connection failures become :class:`LedgerUnavailable`."""
-        try:
-            with self._pool.connection() as conn:
-                yield conn
-        except _CONNECTION_ERRORS as exc:
-            self._purge()
-            raise LedgerUnavailable(
-                f"the PostgreSQL ledger at {self.where} is unavailable while {doing}: "
-                f"{_reason(exc)}"
-            ) from exc
+    def _read(self, doing: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one read. A read changes nothing, so one whose connection fails
+        goes once more on another: a connection may have been ended while pooled."""
+        last_try = False
+        while True:
+            try:
+                with self._pool.connection() as conn:
+                    return conn.execute(sql, params).fetchall()
+            except PoolTimeout as exc:
+                raise self._unavailable(doing, exc) from exc
+            except _CONNECTION_ERRORS as exc:
+                self._purge()
+                if last_try:
+                    raise self._unavailable(doing, exc) from exc
+                last_try = True
 
-    def _check(self, conn: psycopg.Connection[Any]) -> None:
-        try:
-            ConnectionPool.check_connection(conn)
-        except Exception:
-            # One dead connection usually means a restart killed them all. Purging
-            # the rest now lets the pool hand out a fresh one at once, instead of
-            # backing off (1 s, 2 s, ...) through each dead one in turn.
-            self._purge()
-            raise
+    def _unavailable(self, doing: str, exc: BaseException) -> LedgerUnavailable:
+        return LedgerUnavailable(
+            f"the PostgreSQL ledger at {self.where} is unavailable while {doing}: {_reason(exc)}"
+        )
 
     def _purge(self) -> None:
+        # One dead connection usually means a restart killed them all. Checking the
+        # rest now lets the pool hand out a fresh one at once, instead of failing
+        # through each dead one in turn.
         with suppress(Exception):
             self._pool.check()
 
     def now(self) -> float:
-        with self._connection("reading the database clock") as conn:
-            row = conn.execute(_NOW).fetchone()
-        assert row is not None
-        return float(row[0])
+        ((now,),) = self._read("reading the database clock", _NOW)
+        return float(now)
 
     def transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
+        try:
+            return self._transact(key, fn, last_try=False)
+        except _DeadOnArrival:
+            return self._transact(key, fn, last_try=True)
+
+    def _transact(self, key: str, fn: Callable[[Transaction], T], *, last_try: bool) -> T:
         committing = False
         try:
-            with self._pool.connection() as conn, conn.transaction():
-                # Per-key serialisation: other keys are never blocked. The lock is
-                # taken in its own statement so the read below sees the previous
-                # holder's commit (READ COMMITTED snapshots per statement).
-                conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (key,))
-                row = conn.execute(
-                    f"SELECT ({_NOW}), (SELECT record FROM ledger_keys WHERE key = %s)", (key,)
-                ).fetchone()
-                assert row is not None
-                now, text = row
-                record = KeyRecord.from_json(text) if text is not None else None
-                result = fn(_PostgresTransaction(conn, key, record, float(now)))
-                committing = True
+            with self._pool.connection() as conn:
+                try:
+                    now, text = _begin(conn, key)
+                    record = KeyRecord.from_json(text) if text is not None else None
+                    tx = _PostgresTransaction(psycopg.ClientCursor(conn), key, record, now)
+                    result = fn(tx)
+                    committing = True
+                    tx.commit()
+                except BaseException:
+                    _roll_back(conn)
+                    raise
             return result
         except psycopg.IntegrityError as exc:
             raise integrity_error(exc) from exc
         except _CONNECTION_ERRORS as exc:
             self._purge()
+            if isinstance(exc, _DeadOnArrival) and not last_try:
+                raise  # nothing of this transaction ran: it goes again on another connection
             if committing:
                 # The COMMIT was sent and its answer lost: it may or may not have
                 # landed. The ledger releases a claim that did land as a no-effect
                 # failure (Ledger._release_unused_claim), and retries a completion,
-                # which finds its own record if the first try landed.
+                # which finds its own record if the first try landed. The rule's
+                # writes travel with the COMMIT, so a loss while sending them is
+                # counted here too: the message may have reached the server whole.
                 what = "while committing; the commit may or may not have been recorded"
             else:
                 what = "before commit; the transaction was rolled back, nothing was recorded"
@@ -317,34 +372,31 @@ class PostgresRecorder(Recorder):
             ) from exc
 
     def get(self, key: str) -> KeyRecord | None:
-        with self._connection("reading a key") as conn:
-            row = conn.execute("SELECT record FROM ledger_keys WHERE key = %s", (key,)).fetchone()
-        return KeyRecord.from_json(row[0]) if row else None
+        rows = self._read("reading a key", "SELECT record FROM ledger_keys WHERE key = %s", (key,))
+        return KeyRecord.from_json(rows[0][0]) if rows else None
 
     def events(
         self, key: str | None = None, *, after: int = 0, limit: int | None = None
     ) -> list[LedgerEvent]:
         sql, params = events_sql("%s", key=key, after=after, limit=limit)
-        with self._connection("reading events") as conn:
-            rows = conn.execute(sql, params).fetchall()
-        return [event_from_row(row) for row in rows]
+        return [event_from_row(row) for row in self._read("reading events", sql, params)]
 
     def records(self) -> Iterator[KeyRecord]:
         # Pages by key so a large ledger neither sits in memory nor pins a pooled
         # connection while the caller iterates.
         last: str | None = None
         while True:
-            with self._connection("reading key states") as conn:
-                if last is None:
-                    rows = conn.execute(
-                        "SELECT key, record FROM ledger_keys ORDER BY key LIMIT 1000"
-                    ).fetchall()
-                else:
-                    rows = conn.execute(
-                        "SELECT key, record FROM ledger_keys WHERE key > %s ORDER BY key"
-                        " LIMIT 1000",
-                        (last,),
-                    ).fetchall()
+            if last is None:
+                rows = self._read(
+                    "reading key states",
+                    "SELECT key, record FROM ledger_keys ORDER BY key LIMIT 1000",
+                )
+            else:
+                rows = self._read(
+                    "reading key states",
+                    "SELECT key, record FROM ledger_keys WHERE key > %s ORDER BY key LIMIT 1000",
+                    (last,),
+                )
             for _, text in rows:
                 yield KeyRecord.from_json(text)
             if len(rows) < 1000:
@@ -352,21 +404,21 @@ class PostgresRecorder(Recorder):
             last = rows[-1][0]
 
     def candidate_open_effects(self) -> list[KeyRecord]:
-        with self._connection("listing open effects") as conn:
-            rows = conn.execute(
-                "SELECT record FROM ledger_keys WHERE effect = 'unknown' OR phase IN (%s, %s)"
-                " ORDER BY key",
-                (Phase.CLAIMED, Phase.RUNNING),
-            ).fetchall()
+        rows = self._read(
+            "listing open effects",
+            "SELECT record FROM ledger_keys WHERE effect = 'unknown' OR phase IN (%s, %s)"
+            " ORDER BY key",
+            (Phase.CLAIMED, Phase.RUNNING),
+        )
         return [KeyRecord.from_json(text) for (text,) in rows]
 
     def compactable(self, settled_before: str) -> list[str]:
-        with self._connection("listing compactable keys") as conn:
-            rows = conn.execute(
-                "SELECT key FROM ledger_keys WHERE compacted = 0 AND phase = %s"
-                " AND settled_at < %s AND effect != 'unknown' ORDER BY key",
-                (Phase.SETTLED, settled_before),
-            ).fetchall()
+        rows = self._read(
+            "listing compactable keys",
+            "SELECT key FROM ledger_keys WHERE compacted = 0 AND phase = %s"
+            " AND settled_at < %s AND effect != 'unknown' ORDER BY key",
+            (Phase.SETTLED, settled_before),
+        )
         return [key for (key,) in rows]
 
     def close(self) -> None:
@@ -374,6 +426,75 @@ class PostgresRecorder(Recorder):
             return
         self._closed.set()
         self._pool.close()
+
+
+class _DeadOnArrival(psycopg.OperationalError):
+    """The connection failed before the server ran any statement of the transaction:
+    the server had ended it (pg_terminate_backend, a restart) while it sat in the pool."""
+
+
+def _begin(conn: psycopg.Connection[Any], key: str) -> tuple[float, str | None]:
+    """The first round trip of a write: BEGIN, the key's lock, the clock and the record.
+
+    Sent as one message, read one statement's result at a time, so that a connection
+    that fails before BEGIN was answered (the server ended it while it was pooled)
+    is told apart from one that fails inside the transaction, such as while waiting
+    for the lock: the first may go again on another connection, the second is the
+    caller's to hear of.
+    """
+    pgconn = conn.pgconn
+    encoding = conn.info.encoding
+    message = psycopg.ClientCursor(conn).mogrify(_START, (key, key))
+    results = []
+    failure: psycopg.Error | None = None
+    try:
+        pgconn.send_query(message.encode(encoding))
+        while pgconn.flush():
+            _wait(pgconn.socket, writable=True)
+        while True:
+            while pgconn.is_busy():
+                _wait(pgconn.socket)
+                pgconn.consume_input()
+            result = pgconn.get_result()
+            if result is None:
+                break
+            results.append(result)
+    except psycopg.OperationalError as exc:
+        failure = exc
+    errors = [r for r in results if r.status == ExecStatus.FATAL_ERROR]
+    if errors:
+        # The server's own words (say, "terminating connection due to administrator
+        # command") rather than libpq's report of the socket closing after them.
+        failure = psycopg.errors.error_from_result(errors[0], encoding=encoding)
+    if failure is not None:
+        ran = bool(results) and results[0].status != ExecStatus.FATAL_ERROR
+        if not ran and pgconn.status != ConnStatus.OK:
+            raise _DeadOnArrival(str(failure)) from failure
+        raise failure
+    read = results[-1]
+    now, text = read.get_value(0, 0), read.get_value(0, 1)
+    assert now is not None
+    return float(now), None if text is None else text.decode(encoding)
+
+
+def _wait(fd: int, *, writable: bool = False) -> None:
+    """Block until the socket is readable, or writable."""
+    if hasattr(select, "poll"):  # any descriptor number, unlike select()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT if writable else select.POLLIN)
+        poller.poll()
+    else:
+        select.select([] if writable else [fd], [fd] if writable else [], [])
+
+
+def _roll_back(conn: psycopg.Connection[Any]) -> None:
+    """End a failed write's transaction before the connection goes back to the pool.
+
+    A broken connection has no transaction left to end; the pool discards it.
+    """
+    if conn.pgconn.transaction_status in _IN_TRANSACTION:
+        with suppress(psycopg.Error):
+            conn.rollback()
 
 
 def _reason(exc: BaseException) -> str:

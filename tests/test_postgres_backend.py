@@ -33,11 +33,12 @@ from temporal_ledger.ledger import (
     Ledger,
     LedgerUnavailable,
 )
-from temporal_ledger.ledger._recorder import SCHEMA_VERSION
+from temporal_ledger.ledger._recorder import SCHEMA_VERSION, KeyRecord
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
 from temporal_ledger.ledger.postgres import MIGRATIONS, PostgresRecorder
 
 from tests import pg
+from tests.pg_turns import TurnCounter, measure
 
 pytestmark = pytest.mark.postgres
 
@@ -501,3 +502,44 @@ async def test_leases_are_judged_by_the_database_clock(
         assert "action.late_completion" in types
         assert other.verify().ok
     assert effects.per_key() == {"lease": 1}
+
+
+# -- (e) round trips ------------------------------------------------------------------
+#
+# Counted on the wire (tests/pg_turns.py), on warm pooled connections: a structure, not
+# a timing. A write transaction needs two: the rule must see the key's record and the
+# database clock before it decides, and its decision must be durable before anyone acts
+# on it. Its writes travel with the COMMIT, however many events the rule appended.
+
+
+async def test_a_call_costs_two_round_trips_per_durable_transaction(postgres_url: str) -> None:
+    turns = await measure(postgres_url, calls=3)
+    # Fresh: the claim with its started marker, then the completion. Replay: its audit record.
+    assert turns["fresh"] <= 4, turns
+    assert turns["replay"] <= 2, turns
+
+
+def test_a_pooled_connection_is_handed_out_without_a_round_trip(postgres_url: str) -> None:
+    counter = TurnCounter(postgres_url)
+    recorder = PostgresRecorder(counter.url, pool_size=1)
+    try:
+        recorder.get("warm-up")
+        with counter.counting() as read:
+            recorder.get("k")
+        with counter.counting() as empty:
+            recorder.transact("k", lambda tx: None)
+
+        def three_events(tx: Any) -> None:
+            for i in range(3):
+                tx.append("test.event", None, {"i": i})
+            tx.save(tx.record or KeyRecord(key=tx.key))
+
+        with counter.counting() as written:
+            recorder.transact("k", three_events)
+        assert (read[0], empty[0], written[0]) == (1, 2, 2)
+        assert [e.type for e in recorder.events("k")] == ["test.event"] * 3
+        record = recorder.get("k")
+        assert record is not None and record.events == 3
+    finally:
+        recorder.close()
+        counter.close()

@@ -183,7 +183,9 @@ class _Line:
             sock.close()
 
 
-COMMIT_QUERY = b"Q\x00\x00\x00\x0bCOMMIT\x00"  # a simple-protocol "COMMIT"
+# The end of a simple-protocol query that commits: "COMMIT" alone, or the last of the
+# statements that carry a transaction's writes with it.
+COMMIT_QUERY = b"COMMIT\x00"
 COMMIT_DONE = b"C\x00\x00\x00\x0bCOMMIT\x00"  # its CommandComplete: the server committed
 
 
