@@ -198,23 +198,17 @@ async def _has_open_effects_attribute(client: temporalio.client.Client) -> bool:
             ListSearchAttributesRequest(namespace=client.namespace)
         )
     except RPCError as exc:
-        logger.warning(
-            "could not list the search attributes of namespace %r (%s): parked steps will not "
-            "be listed by `temporal workflow list --query '%s > 0'`; register it with: %s",
-            client.namespace,
-            exc.message,
-            OPEN_EFFECTS_ATTRIBUTE,
-            REGISTER_COMMAND,
-        )
-        return False
-    kind = listed.custom_attributes.get(OPEN_EFFECTS_ATTRIBUTE)
-    if kind == IndexedValueType.INDEXED_VALUE_TYPE_INT:
-        return True
+        why = f"its search attributes could not be listed ({exc.message})"
+    else:
+        kind = listed.custom_attributes.get(OPEN_EFFECTS_ATTRIBUTE)
+        if kind == IndexedValueType.INDEXED_VALUE_TYPE_INT:
+            return True
+        why = f"it has no Int search attribute {OPEN_EFFECTS_ATTRIBUTE}"
     logger.warning(
-        "namespace %r has no Int search attribute %s: steps still park, but "
-        "`temporal workflow list --query '%s > 0'` will not list them; register it with: %s",
+        "namespace %r: %s; steps still park, but `temporal workflow list --query '%s > 0'` "
+        "will not list them; register it with: %s",
         client.namespace,
-        OPEN_EFFECTS_ATTRIBUTE,
+        why,
         OPEN_EFFECTS_ATTRIBUTE,
         REGISTER_COMMAND,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
@@ -45,9 +46,12 @@ class ToolSpec(Generic[ArgT, OutT]):
     retry_safe: bool
     arg_type: type[ArgT]
     output_type: type[BaseModel] | None
-    #: The output model's JSON schema, recorded with every execution so that an
-    #: operator's ``effect_confirmed`` output can be checked without the tool's code.
-    output_schema: dict[str, Any] | None = None
+
+    @functools.cached_property
+    def output_schema(self) -> dict[str, Any] | None:
+        """The output model's JSON schema, recorded with every execution so that an
+        operator's ``effect_confirmed`` output can be checked without the tool's code."""
+        return None if self.output_type is None else self.output_type.model_json_schema()
 
 
 class Tool(Generic[ArgT, OutT]):
@@ -86,7 +90,6 @@ def tool(
             retry_safe=retry_safe,
             arg_type=arg_type,
             output_type=output_type,
-            output_schema=None if output_type is None else output_type.model_json_schema(),
         )
         # Fail at decoration, not in the first workflow, if the name is not a capability.
         ActionRequest(key="k", capability=capability, instruction=spec.name, performer="p")

@@ -32,7 +32,7 @@ from ._models import (
     Verdict,
     may_act_again,
 )
-from ._schema import describe_schema, output_problems, output_template
+from ._schema import describe_schema, output_misfit, output_problems, output_template
 from ._verify import VerifyReport
 from ._version import __version__
 
@@ -64,6 +64,7 @@ __all__ = [
     "__version__",
     "describe_schema",
     "may_act_again",
+    "output_misfit",
     "output_problems",
     "output_template",
 ]

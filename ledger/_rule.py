@@ -30,7 +30,7 @@ from ._models import (
     may_act_again,
 )
 from ._recorder import KeyRecord, PendingEvent, Phase, Transaction, iso
-from ._schema import describe_schema, output_problems
+from ._schema import output_misfit
 
 
 class Sketch(Transaction):
@@ -579,7 +579,9 @@ def reconcile_key(
     body = {"verdict": verdict.value, "actor": actor, "basis": basis}
     if reason is None and verdict is Verdict.EFFECT_CONFIRMED:
         assert record is not None
-        misfit = output_misfit(record, output)
+        misfit = (
+            None if record.output_schema is None else output_misfit(record.output_schema, output)
+        )
         if misfit:
             # Bad input, not a refusal: raising rolls the transaction back, nothing kept.
             raise InvalidRequest(misfit)
@@ -607,19 +609,6 @@ def reconcile_key(
     )
     tx.save(record)
     return None
-
-
-def output_misfit(record: KeyRecord, output: Any) -> str | None:
-    schema = record.output_schema
-    if schema is None:
-        return None
-    problems = output_problems(schema, output)
-    if not problems:
-        return None
-    return (
-        f"effect_confirmed needs the output the effect produced, as the tool returns it "
-        f"({describe_schema(schema)}): {'; '.join(problems)}"
-    )
 
 
 def project(key: str, record: KeyRecord | None, now: float) -> ActionState:

@@ -27,6 +27,17 @@ def output_problems(schema: dict[str, Any], value: Any) -> list[str]:
     return _problems(schema, value, path="", root=schema)
 
 
+def output_misfit(schema: dict[str, Any], output: Any, *, producer: str = "the tool") -> str | None:
+    """Why ``output`` cannot stand as an ``effect_confirmed`` output, or ``None`` if it fits."""
+    problems = output_problems(schema, output)
+    if not problems:
+        return None
+    return (
+        f"effect_confirmed needs the output the effect produced, as {producer} returns it "
+        f"({describe_schema(schema)}): {'; '.join(problems)}"
+    )
+
+
 def describe_schema(schema: dict[str, Any], root: dict[str, Any] | None = None) -> str:
     """A short name for the type a schema asks for: ``integer``, ``string or null``, ``Item``."""
     root = schema if root is None else root

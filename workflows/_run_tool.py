@@ -30,7 +30,7 @@ from ..activities import (
     spec_of,
     step_key,
 )
-from ..ledger import Verdict, describe_schema, output_problems, output_template
+from ..ledger import Verdict, output_misfit, output_template
 from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError
 
 OutT = TypeVar("OutT")
@@ -98,7 +98,7 @@ class _Parking:
 
     def __init__(self) -> None:
         self.open: dict[str, OpenEffect] = {}
-        self.output_types: dict[str, type[BaseModel] | None] = {}
+        self.specs: dict[str, ToolSpec[Any, Any]] = {}
         self.inbox: dict[str, list[_Pending]] = {}
         self.rejections: list[Rejection] = []
         #: The namespace has the search attribute (as the tool's worker found).
@@ -180,11 +180,11 @@ class _Parking:
         if not any(_glob(verdict.actor, pattern) for pattern in effect.reconcilers):
             return None, f"actor {verdict.actor!r} may not reconcile under the worker's policy"
         if verdict.verdict is Verdict.EFFECT_CONFIRMED:
-            output_type = self.output_types.get(verdict.key)
-            if output_type is None and verdict.output is not None:
+            spec = self.specs[verdict.key]
+            if spec.output_type is None and verdict.output is not None:
                 return None, f"tool {effect.tool} returns nothing: output must be null"
-            if output_type is not None:
-                misfit = _output_misfit(effect.tool, output_type, verdict.output)
+            if spec.output_type is not None:
+                misfit = _output_misfit(spec, verdict.output)
                 if misfit:
                     return None, misfit
         elif verdict.output is not None:
@@ -226,13 +226,9 @@ class _Parking:
         the step should run again to pick up the recorded outcome."""
         info = workflow.info()
         key = unknown.key
-        self.output_types[key] = spec.output_type
+        self.specs[key] = spec
         self.inbox[key] = []
-        output = (
-            None
-            if spec.output_type is None
-            else output_template(spec.output_type.model_json_schema())
-        )
+        output = None if spec.output_schema is None else output_template(spec.output_schema)
         where = _Where(unknown.address, info.namespace, info.workflow_id)
         self.open[key] = OpenEffect(
             key=key,
@@ -299,24 +295,20 @@ class _Parking:
                 self.reject("ledger", leftover.verdict.model_dump(), leftover.error)
 
 
-def _output_misfit(tool: str, output_type: type[BaseModel], output: Any) -> str | None:
+def _output_misfit(spec: ToolSpec[Any, Any], output: Any) -> str | None:
     """Each missing or wrong field of an operator's output, with its expected type."""
-    schema = output_type.model_json_schema()
-    problems = output_problems(schema, output)
-    if not problems:
-        try:
-            output_type.model_validate(output)
-        except ValidationError as exc:  # what the schema cannot say (validators, bounds)
-            problems = [
-                f"{'.'.join(str(x) for x in e['loc']) or 'output'}: {e['msg']}"
-                for e in exc.errors()
-            ]
-    if not problems:
-        return None
-    return (
-        f"effect_confirmed needs the output the effect produced, as {tool} returns it "
-        f"({describe_schema(schema)}): {'; '.join(problems)}"
-    )
+    assert spec.output_type is not None and spec.output_schema is not None
+    misfit = output_misfit(spec.output_schema, output, producer=spec.name)
+    if misfit:
+        return misfit
+    try:
+        spec.output_type.model_validate(output)
+    except ValidationError as exc:  # what the schema cannot say (validators, bounds)
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in e['loc']) or 'output'}: {e['msg']}" for e in exc.errors()
+        )
+        return f"effect_confirmed: the output does not fit {spec.name}'s output model: {problems}"
+    return None
 
 
 def _glob(name: str, pattern: str) -> bool:
