@@ -25,12 +25,13 @@ from temporal_ledger.ledger import (
     may_act_again,
 )
 from temporal_ledger.ledger._canonical import combine, fingerprint_dimensions
-from temporal_ledger.ledger._recorder import KeyRecord, PendingEvent, Transaction
+from temporal_ledger.ledger._recorder import KeyRecord, PendingEvent
 from temporal_ledger.ledger._rule import (
     Answer,
     Busy,
     Claimed,
     Conflict,
+    Sketch,
     admit,
     complete,
     failure_fields,
@@ -52,28 +53,12 @@ class MemoryStore:
 
     def transact(self, key: str, now: float, fn: Any) -> Any:
         stored = self.records.get(key)
-        tx = _MemoryTransaction(key, KeyRecord.from_json(stored.to_json()) if stored else None, now)
+        tx = Sketch(key, KeyRecord.from_json(stored.to_json()) if stored else None, now)
         result = fn(tx)
         self.events += tx.appended
         if tx.saved is not None:
             self.records[key] = KeyRecord.from_json(tx.saved.to_json())
         return result
-
-
-class _MemoryTransaction(Transaction):
-    def __init__(self, key: str, record: KeyRecord | None, now: float) -> None:
-        super().__init__(key, record, now)
-        self.appended: list[PendingEvent] = []
-        self.saved: KeyRecord | None = None
-
-    def _insert_event(self, event: PendingEvent) -> None:
-        self.appended.append(event)
-
-    def _write_record(self, record: KeyRecord, *, created: bool) -> None:
-        self.saved = record
-
-    def compact_bodies(self, through_seq: int) -> int:  # pragma: no cover - not exercised
-        return 0
 
 
 @dataclasses.dataclass
