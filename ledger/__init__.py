@@ -9,6 +9,7 @@ This package never imports Temporal.
 from ._canonical import FINGERPRINT_VERSION
 from ._errors import (
     ActionInProgressError,
+    ApprovalRefused,
     IdempotencyConflictError,
     InvalidRequest,
     LedgerError,
@@ -18,11 +19,16 @@ from ._errors import (
 )
 from ._ledger import Adapter, Ledger, StateResolver
 from ._models import (
+    APPROVAL_REJECTED,
+    APPROVAL_REQUIRED,
     ActionRequest,
     ActionResult,
     ActionState,
     ActionStatus,
+    Approval,
+    ApprovalState,
     Authority,
+    Decision,
     EffectState,
     EventType,
     ExecutionContext,
@@ -37,6 +43,8 @@ from ._verify import VerifyReport
 from ._version import __version__
 
 __all__ = [
+    "APPROVAL_REJECTED",
+    "APPROVAL_REQUIRED",
     "FINGERPRINT_VERSION",
     "ActionInProgressError",
     "ActionRequest",
@@ -44,7 +52,11 @@ __all__ = [
     "ActionState",
     "ActionStatus",
     "Adapter",
+    "Approval",
+    "ApprovalRefused",
+    "ApprovalState",
     "Authority",
+    "Decision",
     "EffectState",
     "EventType",
     "ExecutionContext",

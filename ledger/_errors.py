@@ -128,6 +128,29 @@ def _rebuild_refused(key, reason, effect):
     return ReconciliationRefused(key, reason, effect=effect)
 
 
+class ApprovalRefused(LedgerError):
+    """An approval decision was refused: nothing awaits approval under the key, the
+    decision names another fingerprint, or the approver is the call's own performer.
+
+    The refusal itself was recorded as ``action.approval_refused``.
+    """
+
+    def __init__(self, key: str, reason: str, *, decided: str | None = None) -> None:
+        self.key = key
+        self.reason = reason
+        #: The call's approval state when somebody decided it first (``approved``,
+        #: ``rejected`` or ``consumed``): that decision stands.
+        self.decided = decided
+        super().__init__(f"cannot decide the approval of {key!r}: {reason}")
+
+    def __reduce__(self):
+        return (_rebuild_approval_refused, (self.key, self.reason, self.decided))
+
+
+def _rebuild_approval_refused(key, reason, decided):
+    return ApprovalRefused(key, reason, decided=decided)
+
+
 class LedgerUnavailable(LedgerError):
     """The ledger's storage could not be reached or lost its connection.
 

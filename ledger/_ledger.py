@@ -23,6 +23,7 @@ from ._canonical import (
 )
 from ._errors import (
     ActionInProgressError,
+    ApprovalRefused,
     DuplicateActionId,
     IdempotencyConflictError,
     InvalidRequest,
@@ -35,13 +36,16 @@ from ._models import (
     ActionResult,
     ActionState,
     ActionStatus,
+    Approval,
     Authority,
+    Decision,
     EffectState,
     EventType,
     ExecutionContext,
     LedgerEvent,
     NextOperation,
     Verdict,
+    new_action_id,
     validate_key,
 )
 from ._recorder import KeyRecord, Phase, Recorder, Transaction, iso
@@ -54,6 +58,7 @@ from ._rule import (
     admit,
     compact_key,
     complete,
+    decide_approval,
     extend_lease,
     failure_fields,
     mark_started,
@@ -247,6 +252,7 @@ class Ledger:
         state: StateResolver | None = None,
         retry_safe: bool = False,
         wait: float = 0.0,
+        requires_approval: bool = False,
     ) -> ActionResult:
         """Run ``adapter`` for ``request`` at most once for its key and identity.
 
@@ -254,6 +260,12 @@ class Ledger:
         :class:`InvalidRequest` (nothing recorded), :class:`IdempotencyConflictError`
         (refusal recorded) or :class:`ActionInProgressError` (deferral recorded; with
         ``wait`` seconds > 0 it first waits that long for the live execution to end).
+
+        ``requires_approval``: the adapter runs only under an approval of this exact
+        request (:meth:`approve`), and each approval lets one execution start. Without
+        one the answer is DENIED with ``error_type`` ``ApprovalRequired`` (or
+        ``ApprovalRejected``), no effect, and the key waits for the decision. A replay
+        of a recorded outcome needs no approval.
         """
         request = ActionRequest.parse(request)
         if not isinstance(authority, Authority):
@@ -274,7 +286,7 @@ class Ledger:
 
         if self.replay_audit == "batched":
             replay = await self._replay_from_the_record(
-                request, authority, dimensions, fingerprint, retry_safe
+                request, authority, dimensions, fingerprint, retry_safe, requires_approval
             )
             if replay is not None:
                 return replay
@@ -296,6 +308,7 @@ class Ledger:
                         first=first,
                         give_up=time.monotonic() >= deadline,
                         lease=self.lease,
+                        requires_approval=requires_approval,
                     ),
                 )
             except DuplicateActionId:
@@ -344,6 +357,7 @@ class Ledger:
         dimensions: dict[str, str],
         fingerprint: str,
         retry_safe: bool,
+        requires_approval: bool,
     ) -> ActionResult | None:
         """A replay answered from a read, its audit record queued; ``None`` if the rule
         would do anything but replay (that goes the durable way)."""
@@ -361,6 +375,7 @@ class Ledger:
             first=True,
             give_up=True,
             lease=self.lease,
+            requires_approval=requires_approval,
         )
         if not (isinstance(decision, Answer) and decision.result.replayed):
             return None
@@ -648,6 +663,50 @@ class Ledger:
             raise ReconciliationRefused(key, reason, effect=known_effect)
         return await self._run(self.state, key)
 
+    async def approve(
+        self,
+        key: str,
+        *,
+        fingerprint: str,
+        actor: str,
+        basis: str,
+        decision: Decision | str = Decision.APPROVE,
+    ) -> Approval:
+        """Record a person's decision on the call that awaits approval under ``key``.
+
+        The decision names the fingerprint of the request it was shown (see
+        ``ActionState.approval``); it holds for that exact request only, and an approval
+        lets exactly one execution start. Raises :class:`ApprovalRefused` (and records
+        the refusal) when no call awaits approval under the key, the fingerprint is
+        another request's, the actor is the call's own performer, or the call was
+        already decided. The same decision by the same actor again records nothing.
+        """
+        validate_key(key)
+        try:
+            decision = Decision(decision)
+        except ValueError:
+            raise InvalidRequest(
+                f"unknown decision {decision!r}: use one of {', '.join(d.value for d in Decision)}"
+            ) from None
+        for name, value in (("fingerprint", fingerprint), ("actor", actor), ("basis", basis)):
+            if not isinstance(value, str) or not value.strip():
+                raise InvalidRequest(f"{name} must be a non-empty string")
+        reason, approval = await self._transact(
+            key,
+            functools.partial(
+                decide_approval,
+                fingerprint=fingerprint,
+                decision=decision,
+                actor=actor,
+                basis=basis,
+                approval_id=new_action_id(),
+            ),
+        )
+        if reason is not None:
+            raise ApprovalRefused(key, reason, decided=approval.state if approval else None)
+        assert approval is not None
+        return approval
+
     # -- reading, integrity, retention ------------------------------------------
 
     def events(
@@ -658,9 +717,17 @@ class Ledger:
             validate_key(key)
         return self._recorder.events(key, after=after, limit=limit)
 
-    def verify(self) -> VerifyReport:
-        """Recompute the hash chains and the invariants; name every problem found."""
-        return verify_ledger(self._recorder)
+    def verify(self, *, gated: Sequence[str] = ()) -> VerifyReport:
+        """Recompute the hash chains and the invariants; name every problem found.
+
+        Every execution of a call that needed approval must hold exactly one approval of
+        its fingerprint, recorded before its started marker. ``gated`` (capability glob
+        patterns) holds every execution of those capabilities to that, whatever its
+        caller declared.
+        """
+        if isinstance(gated, str) or not all(isinstance(g, str) and g for g in gated):
+            raise InvalidRequest("gated must be a list of capability patterns")
+        return verify_ledger(self._recorder, gated=tuple(gated))
 
     async def compact(self, *, older_than: float) -> int:
         """Drop the bodies of final outcomes settled more than ``older_than`` seconds ago.

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ._canonical import check_json
+from ._canonical import check_json, combine, fingerprint_dimensions
 from ._errors import InvalidRequest
 
 
@@ -27,6 +27,11 @@ class EventType(StrEnum):
     RECONCILED = "action.reconciled"
     RECONCILE_REFUSED = "action.reconcile_refused"
     COMPACTED = "action.compacted"
+    #: A person's decision on a call that needs approval, bound to its fingerprint.
+    APPROVED = "action.approved"
+    APPROVAL_REJECTED = "action.approval_rejected"
+    #: A decision that was not taken (no call awaits it, another fingerprint, self-approval).
+    APPROVAL_REFUSED = "action.approval_refused"
 
 
 class ActionStatus(StrEnum):
@@ -52,6 +57,8 @@ class NextOperation(StrEnum):
     WAIT = "wait"
     RECONCILE_EFFECT = "reconcile_effect"
     FIX_INPUTS = "fix_inputs"
+    #: The call needs a person's approval of its exact request before it may act.
+    AWAIT_APPROVAL = "await_approval"
     NONE = "none"
 
 
@@ -61,6 +68,29 @@ class Verdict(StrEnum):
     EFFECT_CONFIRMED = "effect_confirmed"
     NO_EFFECT_CONFIRMED = "no_effect_confirmed"
     STILL_UNKNOWN = "still_unknown"
+
+
+class ApprovalState(StrEnum):
+    """Where the approval of a call that needs one stands."""
+
+    REQUESTED = "requested"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    #: An execution took it; the key's next execution needs an approval of its own.
+    CONSUMED = "consumed"
+
+
+#: ``ActionResult.error_type`` of a call that needs approval and has none (DENIED, no effect).
+APPROVAL_REQUIRED = "ApprovalRequired"
+#: ``ActionResult.error_type`` of a call whose approval was rejected (DENIED, no effect).
+APPROVAL_REJECTED = "ApprovalRejected"
+
+
+class Decision(StrEnum):
+    """An approver's answer to a call that needs approval."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
 
 
 _CAPABILITY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*$")
@@ -172,6 +202,10 @@ class ActionRequest(_Frozen):
             raise ValueError(f"{info.field_name} must be at most 255 characters")
         return value
 
+    def fingerprint(self) -> str:
+        """The ``action-fingerprint-v1`` of this request: what an approval names."""
+        return combine(fingerprint_dimensions(self.identity()))
+
     def identity(self) -> dict[str, Any]:
         """The fingerprinted fields."""
         return {
@@ -257,6 +291,24 @@ class Reconciliation(_Frozen):
     recorded_at: str
 
 
+class Approval(_Frozen):
+    """Where a call that needs approval stands, bound to the fingerprint of its request.
+
+    ``state`` is ``requested`` (waiting for a person), ``approved``, ``rejected``, or
+    ``consumed`` (an execution took it: the next execution needs a new approval).
+    """
+
+    state: ApprovalState
+    fingerprint: str
+    capability: str | None = None
+    performer: str | None = None
+    approval_id: str | None = None
+    actor: str | None = None
+    basis: str | None = None
+    decided_at: str | None = None
+    consumed_by: str | None = None
+
+
 class ActionState(_Frozen):
     """A key's history projected: what happened and what to do next."""
 
@@ -279,6 +331,8 @@ class ActionState(_Frozen):
     #: The JSON schema the execution's output must fit (see ``ActionRequest``).
     output_schema: dict[str, Any] | None = None
     reconciliations: list[Reconciliation] = Field(default_factory=list)
+    #: The approval of the key's call, when it needs one (see :class:`Approval`).
+    approval: Approval | None = None
     events: int = 0
 
 

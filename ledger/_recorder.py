@@ -31,6 +31,8 @@ class Phase:
 
     VACANT = "vacant"  # only denials so far: no identity bound, nothing claimed
     CLAIMED = "claimed"  # claimed under a fencing token; no started marker yet
+    #: Identity bound, nothing claimed: the call waits for a person's approval.
+    AWAITING_APPROVAL = "awaiting_approval"
     RUNNING = "running"  # the started marker is durable; the adapter may be acting
     SETTLED = "settled"  # an outcome is recorded
 
@@ -56,6 +58,8 @@ class KeyRecord:
     output_schema: dict[str, Any] | None = None
     outcome: dict[str, Any] | None = None
     reconciliations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: The approval of the key's call, for calls that need one (``Approval`` fields).
+    approval: dict[str, Any] | None = None
     updated_at: str = ""
 
     @property

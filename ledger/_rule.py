@@ -17,11 +17,16 @@ from pydantic import BaseModel
 from ._canonical import FINGERPRINT_VERSION, check_json, differing
 from ._errors import ActionInProgressError, IdempotencyConflictError, InvalidRequest, NoEffect
 from ._models import (
+    APPROVAL_REJECTED,
+    APPROVAL_REQUIRED,
     ActionRequest,
     ActionResult,
     ActionState,
     ActionStatus,
+    Approval,
+    ApprovalState,
     Authority,
+    Decision,
     EffectState,
     EventType,
     NextOperation,
@@ -136,6 +141,8 @@ def may_act_again_after(outcome: dict[str, Any], retry_safe: bool) -> bool:
 def next_operation(record: KeyRecord | None, now: float) -> NextOperation:
     if record is None or record.phase == Phase.VACANT:
         return NextOperation.START_ACTION
+    if record.phase == Phase.AWAITING_APPROVAL:
+        return NextOperation.AWAIT_APPROVAL
     if record.phase in (Phase.CLAIMED, Phase.RUNNING):
         if (record.lease_expires or 0) > now:
             return NextOperation.WAIT
@@ -339,6 +346,7 @@ def admit(
     first: bool,
     give_up: bool,
     lease: float,
+    requires_approval: bool = False,
 ) -> Answer | Conflict | Busy | Claimed:
     key, action_id = request.key, request.action_id
     record = tx.record or KeyRecord(key=key)
@@ -350,6 +358,7 @@ def admit(
                 **request.identity(),
                 "context": request.context,
                 **({"output_schema": request.output_schema} if request.output_schema else {}),
+                **({"requires_approval": True} if requires_approval else {}),
                 "principal": authority.principal,
                 "retry_safe": retry_safe,
                 "fingerprint": fingerprint,
@@ -421,10 +430,12 @@ def admit(
                 tx.save(record)
                 return Busy(holder, remaining, recorded=True)
             recover_expired(tx, record)
-        assert record.outcome is not None
         # Both this request and the attempt that left the outcome must be retry-safe:
         # a caller cannot declare an unknown effect of an unguarded attempt safe.
-        if not may_act_again_after(record.outcome, retry_safe and record.retry_safe):
+        if record.phase == Phase.SETTLED and not may_act_again_after(
+            record.outcome or {}, retry_safe and record.retry_safe
+        ):
+            assert record.outcome is not None
             replay = result_of(record.outcome, key=key, action_id=action_id, replayed=True)
             tx.append(
                 EventType.COMPLETED,
@@ -447,6 +458,20 @@ def admit(
         record.performer = request.performer
         record.original_action_id = action_id
 
+    approval_id: str | None = None
+    if requires_approval:
+        approval = record.approval
+        if (
+            approval is None
+            or approval["state"] != ApprovalState.APPROVED
+            or approval["fingerprint"] != fingerprint
+        ):
+            return await_approval(tx, record, request, fingerprint)
+        # Consumed by this execution alone: another one under the key needs a new approval.
+        approval_id = approval["approval_id"]
+        consumed = ApprovalState.CONSUMED.value
+        record.approval = {**approval, "state": consumed, "consumed_by": action_id}
+
     record.token += 1
     record.holder_action_id = action_id
     record.lease_expires = tx.now + lease
@@ -458,10 +483,119 @@ def admit(
         tx.append(
             EventType.STARTED,
             action_id,
-            {"token": record.token, "lease_expires_at": iso(record.lease_expires)},
+            {
+                "token": record.token,
+                "lease_expires_at": iso(record.lease_expires),
+                **({"approval_id": approval_id} if approval_id else {}),
+            },
         )
     tx.save(record)
     return Claimed(record.token, started)
+
+
+def await_approval(
+    tx: Transaction, record: KeyRecord, request: ActionRequest, fingerprint: str
+) -> Answer:
+    """Answer a call that needs an approval it does not hold: DENIED, no effect, and the
+    key bound to the request's fingerprint so that the approval names exactly this call."""
+    approval = record.approval
+    rejected = (
+        approval is not None
+        and approval["state"] == ApprovalState.REJECTED
+        and approval["fingerprint"] == fingerprint
+    )
+    if rejected:
+        assert approval is not None
+        error = f"the call was rejected by {approval.get('actor')!r}: {approval.get('basis')}"
+        error_type = APPROVAL_REJECTED
+    else:
+        record.approval = {
+            "state": ApprovalState.REQUESTED.value,
+            "fingerprint": fingerprint,
+            "capability": request.capability,
+            "performer": request.performer,
+        }
+        error = f"the call needs an approval of fingerprint {fingerprint} before it may act"
+        error_type = APPROVAL_REQUIRED
+    if record.phase == Phase.VACANT:
+        record.phase = Phase.AWAITING_APPROVAL
+    outcome = outcome_body(
+        action_id=request.action_id,
+        status=ActionStatus.DENIED,
+        effect=EffectState.NONE,
+        recorded_at=tx.recorded_at,
+        error=error,
+        error_type=error_type,
+        fingerprint=fingerprint,
+    )
+    tx.append(EventType.COMPLETED, request.action_id, outcome)
+    tx.save(record)
+    return Answer(result_of(outcome, key=request.key, action_id=request.action_id, replayed=False))
+
+
+def decide_approval(
+    tx: Transaction,
+    *,
+    fingerprint: str,
+    decision: Decision,
+    actor: str,
+    basis: str,
+    approval_id: str,
+) -> tuple[str | None, Approval | None]:
+    """Record a person's decision on the call awaiting approval under the key.
+
+    Returns ``(None, approval)``, or for a refusal (recorded as
+    ``action.approval_refused``) the reason and the approval if somebody decided it
+    already. The same decision by the same actor again (a retried activity) is
+    answered with what was recorded, and records nothing.
+    """
+    record = tx.record
+    approval = record.approval if record is not None else None
+    decided = ApprovalState.APPROVED if decision is Decision.APPROVE else ApprovalState.REJECTED
+    reason: str | None = None
+    if record is None or approval is None:
+        reason = "no call under this key awaits approval"
+    elif approval["fingerprint"] != fingerprint:
+        reason = (
+            f"the decision names fingerprint {fingerprint}, but the call under this key has "
+            f"fingerprint {approval['fingerprint']}: a decision holds only for the exact request "
+            "it was shown"
+        )
+    elif actor == approval.get("performer"):
+        reason = f"{actor!r} is the call's performer, and a performer never approves its own call"
+    elif approval["state"] == decided and approval.get("actor") == actor:
+        return None, Approval(**approval)
+    elif approval["state"] != ApprovalState.REQUESTED:
+        by = f" by {approval['actor']!r}" if approval.get("actor") else ""
+        reason = f"the call's approval is already {approval['state']}{by}"
+    body = {"fingerprint": fingerprint, "decision": decision.value, "actor": actor, "basis": basis}
+    if reason is not None:
+        tx.append(EventType.APPROVAL_REFUSED, None, {**body, "reason": reason})
+        tx.save(record or KeyRecord(key=tx.key))
+        decided = approval is not None and approval["state"] != ApprovalState.REQUESTED
+        return reason, Approval(**approval) if decided and approval else None
+    assert record is not None and approval is not None
+    approval = {
+        **approval,
+        "state": decided.value,
+        "approval_id": approval_id,
+        "actor": actor,
+        "basis": basis,
+        "decided_at": tx.recorded_at,
+    }
+    tx.append(
+        EventType.APPROVED if decision is Decision.APPROVE else EventType.APPROVAL_REJECTED,
+        None,
+        {
+            **body,
+            "approval_id": approval_id,
+            "capability": approval.get("capability"),
+            "performer": approval.get("performer"),
+        },
+    )
+    record.approval = approval
+    tx.save(record)
+    return None, Approval(**approval)
 
 
 def mark_started(
@@ -494,6 +628,8 @@ def mark_started(
         return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
     record.phase = Phase.RUNNING
     record.lease_expires = tx.now + lease
+    approval = record.approval
+    consumed = approval is not None and approval.get("consumed_by") == action_id
     tx.append(
         EventType.STARTED,
         action_id,
@@ -501,6 +637,7 @@ def mark_started(
             "token": token,
             "lease_expires_at": iso(record.lease_expires),
             "precondition_checked": True,
+            **({"approval_id": approval["approval_id"]} if consumed and approval else {}),
         },
     )
     tx.save(record)
@@ -565,7 +702,7 @@ def reconcile_key(
     record = tx.record
     reason: str | None = None
     known_effect: str | None = None
-    if record is None or record.phase == Phase.VACANT:
+    if record is None or record.phase in (Phase.VACANT, Phase.AWAITING_APPROVAL):
         reason = "no execution is recorded for this key"
     elif record.phase in (Phase.CLAIMED, Phase.RUNNING):
         if not is_expired(record, tx.now):
@@ -624,7 +761,7 @@ def project(key: str, record: KeyRecord | None, now: float) -> ActionState:
         effect = EffectState.UNKNOWN.value
         if (record.lease_expires or 0) <= now:
             error = "the execution started and its lease expired without a report"
-    elif record.phase == Phase.CLAIMED:
+    elif record.phase in (Phase.CLAIMED, Phase.AWAITING_APPROVAL):
         status, effect, error = None, EffectState.NONE.value, None
     return ActionState(
         key=key,
@@ -645,5 +782,6 @@ def project(key: str, record: KeyRecord | None, now: float) -> ActionState:
         retry_safe=record.retry_safe,
         output_schema=record.output_schema,
         reconciliations=[Reconciliation(**r) for r in record.reconciliations],
+        approval=None if record.approval is None else Approval(**record.approval),
         events=record.events,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,7 @@ class VerifyReport(BaseModel):
     problems: list[str]
 
 
-def verify_ledger(recorder: Recorder) -> VerifyReport:
+def verify_ledger(recorder: Recorder, *, gated: tuple[str, ...] = ()) -> VerifyReport:
     events = recorder.events()
     records = {r.key: r for r in recorder.records()}
     problems: list[str] = []
@@ -33,6 +34,7 @@ def verify_ledger(recorder: Recorder) -> VerifyReport:
     problems += _check_resolutions(events, records)
     problems += _check_replays(events)
     problems += _check_fencing(events)
+    problems += _check_approvals(events, gated)
     return VerifyReport(ok=not problems, events=len(events), keys=len(records), problems=problems)
 
 
@@ -201,4 +203,54 @@ def _check_fencing(events: list[LedgerEvent]) -> list[str]:
             )
         else:
             seen[mark] = event.seq
+    return problems
+
+
+def _check_approvals(events: list[LedgerEvent], gated: tuple[str, ...]) -> list[str]:
+    """Every execution of a call that needed approval holds exactly one approval of its
+    fingerprint, recorded under its key before its started marker, and no approval lets
+    two executions start."""
+    problems = []
+    requests = {e.action_id: e for e in events if e.type == EventType.REQUESTED and not e.compacted}
+    approvals: dict[str, LedgerEvent] = {}
+    used: dict[str, int] = {}
+    for event in events:
+        if event.type == EventType.APPROVED and not event.compacted:
+            approvals[event.payload.get("approval_id") or ""] = event
+            continue
+        if event.type != EventType.STARTED or event.compacted:
+            continue
+        request = requests.get(event.action_id or "")
+        if request is None:
+            continue  # a compacted request: nothing left to hold it to
+        capability = request.payload.get("capability") or ""
+        needed = request.payload.get("requires_approval") is True or any(
+            fnmatch.fnmatchcase(capability, pattern) for pattern in gated
+        )
+        approval_id = event.payload.get("approval_id")
+        if not needed and approval_id is None:
+            continue
+        approval = approvals.get(approval_id or "")
+        if approval is None:
+            problems.append(
+                f"{_where(event)}: execution {event.action_id} of gated capability "
+                f"{capability!r} started without an approval recorded before it"
+            )
+            continue
+        if approval.key != event.key:
+            problems.append(
+                f"{_where(event)}: its approval (seq {approval.seq}) was given under another key"
+            )
+        if approval.payload.get("fingerprint") != request.payload.get("fingerprint"):
+            problems.append(
+                f"{_where(event)}: its approval (seq {approval.seq}) names another fingerprint "
+                "than the request that started"
+            )
+        if approval_id in used:
+            problems.append(
+                f"{_where(event)}: approval {approval_id} (seq {approval.seq}) already let the "
+                f"execution at seq {used[approval_id]} start; an approval is consumed once"
+            )
+        else:
+            used[approval_id or ""] = event.seq
     return problems

@@ -28,9 +28,13 @@ from typing import Any
 
 import pytest
 from temporal_ledger.ledger import (
+    APPROVAL_REJECTED,
+    APPROVAL_REQUIRED,
     ActionInProgressError,
     ActionRequest,
     ActionStatus,
+    ApprovalRefused,
+    ApprovalState,
     Authority,
     EffectState,
     IdempotencyConflictError,
@@ -817,6 +821,120 @@ class LedgerContract:
         assert len(far_side.calls) == 1
         assert ledger.verify().ok
         assert await ledger.compact(older_than=0) == 0
+
+    # 14 ------------------------------------------------------------------------------
+    async def test_an_approved_call_acts_once_and_replays_without_a_new_approval(
+        self, ledger: Ledger
+    ) -> None:
+        far_side = Counter()
+        gated = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
+        waiting = await ledger.execute(request("k"), **gated)
+        assert (waiting.status, waiting.effect) == (ActionStatus.DENIED, EffectState.NONE)
+        assert waiting.error_type == APPROVAL_REQUIRED and far_side.calls == []
+        state = ledger.state("k")
+        assert state.next_operation is NextOperation.AWAIT_APPROVAL
+        assert state.approval is not None and state.approval.state is ApprovalState.REQUESTED
+        assert state.approval.fingerprint == request("k").fingerprint()
+        approval = await ledger.approve(
+            "k", fingerprint=request("k").fingerprint(), actor="alice", basis="looked right"
+        )
+        assert approval.state is ApprovalState.APPROVED and approval.actor == "alice"
+        first = await ledger.execute(request("k"), **gated)
+        assert first.ok and not first.replayed and len(far_side.calls) == 1
+        replay = await ledger.execute(request("k"), **gated)
+        assert replay.replayed and len(far_side.calls) == 1
+        started = [e for e in ledger.events("k") if e.type == "action.execution_started"]
+        assert [e.payload["approval_id"] for e in started] == [approval.approval_id]
+        assert ledger.state("k").approval.state is ApprovalState.CONSUMED  # type: ignore[union-attr]
+
+    async def test_an_approval_holds_only_for_the_exact_request(self, ledger: Ledger) -> None:
+        far_side = Counter()
+        gated = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
+        await ledger.execute(request("k"), **gated)
+        approved = request("k").fingerprint()
+        changed = request("k", payload={"line": "refund 2000"})
+        with pytest.raises(ApprovalRefused, match="fingerprint"):
+            await ledger.approve("k", fingerprint=changed.fingerprint(), actor="alice", basis="ok")
+        await ledger.approve("k", fingerprint=approved, actor="alice", basis="ok")
+        with pytest.raises(IdempotencyConflictError) as conflict:
+            await ledger.execute(changed, **gated)
+        assert conflict.value.dimensions == ("payload",)
+        assert far_side.calls == []
+        assert ledger.state("k").approval.state is ApprovalState.APPROVED  # type: ignore[union-attr]
+        assert "action.approval_refused" in types(ledger, "k")
+
+    async def test_a_consumed_approval_does_not_start_a_second_execution(
+        self, ledger: Ledger
+    ) -> None:
+        far_side = Counter(raise_after=NoEffect("429 busy", retryable=True))
+        gated = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
+        await ledger.execute(request("k"), **gated)
+        fingerprint = request("k").fingerprint()
+        await ledger.approve("k", fingerprint=fingerprint, actor="alice", basis="ok")
+        first = await ledger.execute(request("k"), **gated)
+        assert first.retryable and len(far_side.calls) == 1  # the key may act again...
+        again = await ledger.execute(request("k"), **gated)
+        assert again.error_type == APPROVAL_REQUIRED  # ...under an approval of its own
+        assert len(far_side.calls) == 1
+        with pytest.raises(ApprovalRefused):
+            await ledger.approve("k", fingerprint=fingerprint, actor="agent-1", basis="mine")
+        await ledger.approve("k", fingerprint=fingerprint, actor="bob", basis="once more")
+        far_side.raise_after = None
+        assert (await ledger.execute(request("k"), **gated)).ok
+        assert len(far_side.calls) == 2
+
+    async def test_a_performer_never_approves_its_own_call(self, ledger: Ledger) -> None:
+        gated = dict(authority=AUTHORITY, adapter=Counter(), requires_approval=True)
+        await ledger.execute(request("k"), **gated)
+        with pytest.raises(ApprovalRefused, match="performer"):
+            await ledger.approve(
+                "k", fingerprint=request("k").fingerprint(), actor="agent-1", basis="trust me"
+            )
+        refused = [e for e in ledger.events("k") if e.type == "action.approval_refused"]
+        assert refused[0].payload["actor"] == "agent-1"
+        assert ledger.state("k").approval.state is ApprovalState.REQUESTED  # type: ignore[union-attr]
+
+    async def test_a_rejection_ends_the_call_with_no_effect(self, ledger: Ledger) -> None:
+        far_side = Counter()
+        gated = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
+        await ledger.execute(request("k"), **gated)
+        fingerprint = request("k").fingerprint()
+        rejection = await ledger.approve(
+            "k", fingerprint=fingerprint, actor="alice", basis="too much", decision="reject"
+        )
+        assert rejection.state is ApprovalState.REJECTED
+        again = await ledger.execute(request("k"), **gated)
+        assert again.status is ActionStatus.DENIED and again.error_type == APPROVAL_REJECTED
+        assert "too much" in (again.error or "")
+        with pytest.raises(ApprovalRefused, match="already rejected"):
+            await ledger.approve("k", fingerprint=fingerprint, actor="bob", basis="fine by me")
+        assert far_side.calls == []
+
+    async def test_bad_approval_input_records_nothing(self, ledger: Ledger) -> None:
+        await ledger.execute(
+            request("k"), authority=AUTHORITY, adapter=Counter(), requires_approval=True
+        )
+        before = ledger.events("k")
+        fingerprint = request("k").fingerprint()
+        for bad in (
+            dict(fingerprint=fingerprint, actor="", basis="b"),
+            dict(fingerprint=fingerprint, actor="a", basis=" "),
+            dict(fingerprint="", actor="a", basis="b"),
+            dict(fingerprint=fingerprint, actor="a", basis="b", decision="maybe"),
+        ):
+            with pytest.raises(InvalidRequest):
+                await ledger.approve("k", **bad)
+        assert ledger.events("k") == before
+
+    async def test_verify_names_an_execution_that_bypassed_its_gate(self, ledger: Ledger) -> None:
+        await ledger.execute(
+            request("gated"), authority=AUTHORITY, adapter=Counter(), requires_approval=False
+        )
+        assert ledger.verify().ok
+        report = ledger.verify(gated=["files.*"])
+        assert not report.ok
+        assert any("without an approval" in p and "'gated'" in p for p in report.problems)
+        assert ledger.verify(gated=["tickets.*"]).ok
 
 
 def _spawn_hanging_child(
