@@ -23,7 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporal_ledger.activities import OPEN_EFFECTS_ATTRIBUTE, LedgerPlugin, Policy
+from temporal_ledger.activities import (
+    AWAITING_APPROVAL_ATTRIBUTE,
+    OPEN_EFFECTS_ATTRIBUTE,
+    LedgerPlugin,
+    Policy,
+)
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -101,9 +106,12 @@ async def dev_server(
         "frontend.enableServerVersionCheck=false",
         "--dynamic-config-value",
         "frontend.enableUpdateWorkflowExecution=true",
-        # Lists the runs that wait for an operator: LedgerOpenEffects > 0.
+        # List the runs that wait for a person: LedgerOpenEffects > 0 (an unknown effect),
+        # LedgerAwaitingApproval > 0 (a call to approve).
         "--search-attribute",
         f"{OPEN_EFFECTS_ATTRIBUTE}=Int",
+        "--search-attribute",
+        f"{AWAITING_APPROVAL_ATTRIBUTE}=Int",
     ]
     if ui_port is None:
         args.append("--headless")

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..ledger import EffectState, NextOperation, Verdict
+from ..ledger import ApprovalState, Decision, EffectState, NextOperation, Verdict
 
 
 class ErrorType(StrEnum):
@@ -40,6 +40,18 @@ class ErrorType(StrEnum):
     RECONCILE_ALREADY_RESOLVED = "ReconcileAlreadyResolved"
     #: The workflow's update ``reconcile`` refused the operator's input.
     RECONCILE_REJECTED = "ReconcileRejected"
+    #: The call needs a person's approval of its exact request: the workflow waits for it.
+    AWAITING_APPROVAL = "ToolAwaitingApproval"
+    #: A person rejected the call: the step ends with no effect.
+    REJECTED = "ToolRejected"
+    #: The approve activity's refusals, and the workflow's update ``approve`` rejecting input.
+    APPROVE_REFUSED = "ApproveRefused"
+    APPROVE_NOT_ALLOWED = "ApproveNotAllowed"
+    #: The call was decided elsewhere first (e.g. ``temporal-ledger approve``).
+    APPROVE_ALREADY_DECIDED = "ApproveAlreadyDecided"
+    APPROVE_REJECTED = "ApproveRejected"
+    #: No probe is registered for the tool on the worker that ran the probe activity.
+    PROBE_UNAVAILABLE = "ProbeUnavailable"
 
 
 #: Outcomes after which the ledger allows no other attempt of a tool step.
@@ -50,6 +62,7 @@ FINAL_ERROR_TYPES: tuple[ErrorType, ...] = (
     ErrorType.INVALID_REQUEST,
     ErrorType.EFFECT_UNKNOWN,
     ErrorType.OUTPUT_COMPACTED,
+    ErrorType.REJECTED,
 )
 
 
@@ -93,6 +106,8 @@ class UnknownEffect(_Payload):
     #: Whether the namespace has the ``LedgerOpenEffects`` search attribute; the
     #: workflow upserts it only then (an unregistered one would fail its task).
     open_effects_attribute: bool = False
+    #: The tool has a probe: the workflow asks the far side before parking.
+    probe: bool = False
 
 
 class ConflictDetails(_Payload):
@@ -124,3 +139,61 @@ class ReconcileResult(_Payload):
     verdict: Verdict
     effect: EffectState
     next_operation: NextOperation
+
+
+class ApprovalNeeded(_Payload):
+    """Details of a ToolAwaitingApproval failure: what the workflow shows the approver."""
+
+    key: str
+    fingerprint: str
+    capability: str
+    performer: str
+    #: Actor patterns the worker's policy allows to approve (checked again by the activity).
+    approvers: list[str] = Field(default_factory=list)
+    address: str | None = None
+    #: Whether the namespace has the ``LedgerAwaitingApproval`` search attribute.
+    awaiting_approval_attribute: bool = False
+
+
+class ApproveInput(_Payload):
+    """A person's decision on one call awaiting approval, as sent by update ``approve``."""
+
+    key: str
+    #: The fingerprint of the request that was shown: the decision holds for it alone.
+    fingerprint: str
+    decision: Decision
+    actor: str
+    basis: str
+
+
+class ApproveResult(_Payload):
+    """What the ledger recorded for a decision: the update ``approve`` answers with it."""
+
+    key: str
+    fingerprint: str
+    decision: Decision
+    state: ApprovalState
+    actor: str
+    approval_id: str | None = None
+
+
+class ProbeInput(_Payload):
+    """The unknown effect a probe is asked about."""
+
+    key: str
+    tool: str
+    action_id: str
+    arg: dict[str, Any] | None = None
+
+
+class ProbeResult(_Payload):
+    """What the probe found and the ledger recorded for it.
+
+    ``finding`` is ``present`` (the output is the tool's), ``absent`` (recorded as no
+    effect: the step acts again), ``inconclusive`` (the step parks) or ``resolved`` (the
+    key was reconciled meanwhile: the step runs again to read the outcome).
+    """
+
+    finding: str
+    verdict: Verdict | None = None
+    output: Any = None

@@ -34,7 +34,7 @@ from ..ledger import Ledger
 from ..ledger.sqlite import path_from_url
 from ._generic import LedgeredActivity, RunAnchorInterceptor, execute_through_ledger
 from ._policy import Policy
-from ._reconcile import reconcile_effect
+from ._reconcile import approve_call, probe_effect, reconcile_effect
 from ._runtime import Runtime, _runtime
 
 logger = logging.getLogger(__name__)
@@ -110,10 +110,13 @@ class LedgerPlugin(SimplePlugin):
         self._workers = 0
         self._address: str | None = None
         self._open_effects_attribute = False
+        self._awaiting_approval_attribute = False
+        #: Every @tool on this plugin's workers, by name: the probe activity finds them here.
+        self._tools: dict[str, Any] = {}
         super().__init__(
             "temporal_ledger.LedgerPlugin",
             data_converter=_pydantic_converter,
-            activities=_add_once(reconcile_effect),
+            activities=_add_once(reconcile_effect, approve_call, probe_effect),
             workflow_runner=_sandbox,
             # The anchor header gives ledger_activities keys that survive a reset.
             interceptors=[_ActivityInterceptor(self), RunAnchorInterceptor()],
@@ -122,6 +125,10 @@ class LedgerPlugin(SimplePlugin):
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         config = super().configure_worker(config)
+        for fn in config.get("activities") or ():
+            spec = getattr(fn, "__ledger_tool__", None)
+            if spec is not None:
+                self._tools[spec.name] = fn
         client = config.get("client")
         if client is not None and not _uses_pydantic(client.data_converter):
             # A worker encodes with its client's converter, and the plugin does not
@@ -138,7 +145,9 @@ class LedgerPlugin(SimplePlugin):
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         client = worker.client
         self._address = client.service_client.config.target_host
-        self._open_effects_attribute = await _has_open_effects_attribute(client)
+        listed = await _listed_attributes(client)
+        self._open_effects_attribute = OPEN_EFFECTS_ATTRIBUTE in listed
+        self._awaiting_approval_attribute = AWAITING_APPROVAL_ATTRIBUTE in listed
         await super().run_worker(worker, next)
 
     @asynccontextmanager
@@ -172,6 +181,8 @@ class LedgerPlugin(SimplePlugin):
                     policy=policy,
                     address=self._address,
                     open_effects_attribute=self._open_effects_attribute,
+                    awaiting_approval_attribute=self._awaiting_approval_attribute,
+                    tools=self._tools,
                 )
         return self._runtime
 
@@ -184,35 +195,44 @@ class LedgerPlugin(SimplePlugin):
         return Policy.load(source)
 
 
-#: The search attribute that lists runs waiting for an operator.
+#: The search attribute that lists runs with steps parked on an unknown effect.
 OPEN_EFFECTS_ATTRIBUTE = "LedgerOpenEffects"
-REGISTER_COMMAND = (
-    f"temporal operator search-attribute create --name {OPEN_EFFECTS_ATTRIBUTE} --type Int"
-)
+#: The search attribute that lists runs with calls waiting for a person's approval.
+AWAITING_APPROVAL_ATTRIBUTE = "LedgerAwaitingApproval"
+_ATTRIBUTES = (OPEN_EFFECTS_ATTRIBUTE, AWAITING_APPROVAL_ATTRIBUTE)
 
 
-async def _has_open_effects_attribute(client: temporalio.client.Client) -> bool:
-    """Whether the namespace lists ``LedgerOpenEffects`` as an Int; warns once if not."""
+def register_command(name: str) -> str:
+    return f"temporal operator search-attribute create --name {name} --type Int"
+
+
+async def _listed_attributes(client: temporalio.client.Client) -> set[str]:
+    """The ledger's search attributes the namespace lists as Int; warns once for each not."""
     try:
         listed = await client.operator_service.list_search_attributes(
             ListSearchAttributesRequest(namespace=client.namespace)
         )
     except RPCError as exc:
+        found: set[str] = set()
         why = f"its search attributes could not be listed ({exc.message})"
     else:
-        kind = listed.custom_attributes.get(OPEN_EFFECTS_ATTRIBUTE)
-        if kind == IndexedValueType.INDEXED_VALUE_TYPE_INT:
-            return True
-        why = f"it has no Int search attribute {OPEN_EFFECTS_ATTRIBUTE}"
-    logger.warning(
-        "namespace %r: %s; steps still park, but `temporal workflow list --query '%s > 0'` "
-        "will not list them; register it with: %s",
-        client.namespace,
-        why,
-        OPEN_EFFECTS_ATTRIBUTE,
-        REGISTER_COMMAND,
-    )
-    return False
+        found = {
+            name
+            for name in _ATTRIBUTES
+            if listed.custom_attributes.get(name) == IndexedValueType.INDEXED_VALUE_TYPE_INT
+        }
+        why = ""
+    for name in _ATTRIBUTES:
+        if name not in found:
+            logger.warning(
+                "namespace %r: %s; steps still wait, but `temporal workflow list --query "
+                "'%s > 0'` will not list them; register it with: %s",
+                client.namespace,
+                why or f"it has no Int search attribute {name}",
+                name,
+                register_command(name),
+            )
+    return found
 
 
 def _open_logged(url: str, lease: float) -> Ledger:
@@ -239,10 +259,10 @@ def _without_password(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
-def _add_once(fn: Callable[..., Any]) -> Callable[[Sequence[Any] | None], Sequence[Any]]:
+def _add_once(*fns: Callable[..., Any]) -> Callable[[Sequence[Any] | None], Sequence[Any]]:
     def add(existing: Sequence[Any] | None) -> Sequence[Any]:
         existing = list(existing or [])
-        return existing if fn in existing else [*existing, fn]
+        return existing + [fn for fn in fns if fn not in existing]
 
     return add
 
@@ -283,4 +303,4 @@ class _ActivityInbound(ActivityInboundInterceptor):
 
 
 def _is_ledgered(fn: Callable[..., Any]) -> bool:
-    return hasattr(fn, "__ledger_tool__") or fn is reconcile_effect
+    return hasattr(fn, "__ledger_tool__") or fn in (reconcile_effect, approve_call, probe_effect)

@@ -1,4 +1,5 @@
-"""Who may do what: performers' capabilities and the actors who may reconcile."""
+"""Who may do what: performers' capabilities, the actors who may reconcile, and the
+capabilities whose calls need a person's approval (and who may give it)."""
 
 from __future__ import annotations
 
@@ -23,13 +24,22 @@ class Policy(BaseModel):
         [reconcile]
         actors = ["ops-*", "alice@example.com"]
 
-    Performer and actor names, and capabilities, are glob patterns.
+        [approve]
+        capabilities = ["payments.*"]   # every call of these needs an approval
+        actors = ["lead-*"]             # who may approve or reject
+
+    Performer and actor names, and capabilities, are glob patterns. A performer never
+    approves its own call, whatever the patterns say.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     performers: dict[str, list[str]] = Field(default_factory=dict)
     reconcilers: list[str] = Field(default_factory=list)
+    #: Capability patterns whose every call needs an approval, as with
+    #: ``@tool(requires_approval=True)``.
+    gated: list[str] = Field(default_factory=list)
+    approvers: list[str] = Field(default_factory=list)
     allow_all: bool = False
 
     @field_validator("performers")
@@ -47,10 +57,10 @@ class Policy(BaseModel):
         """Everyone may do everything: for the embedded dev setup only. Logged loudly."""
         logger.warning(
             "ledger policy: ALLOW-ALL (every performer may use every capability and anyone may "
-            "reconcile); outside local development pass LedgerPlugin(policy='policy.toml') "
-            "(worker.py: --policy FILE)"
+            "reconcile or approve); outside local development pass "
+            "LedgerPlugin(policy='policy.toml') (worker.py: --policy FILE)"
         )
-        return cls(performers={"*": ["*"]}, reconcilers=["*"], allow_all=True)
+        return cls(performers={"*": ["*"]}, reconcilers=["*"], approvers=["*"], allow_all=True)
 
     @classmethod
     def load(cls, path: str | Path) -> Policy:
@@ -62,18 +72,26 @@ class Policy(BaseModel):
             raise InvalidRequest(f"policy file not found: {path}") from None
         except tomllib.TOMLDecodeError as exc:
             raise InvalidRequest(f"policy file {path} is not valid TOML: {exc}") from None
-        unknown = set(data) - {"performers", "reconcile"}
+        unknown = set(data) - {"performers", "reconcile", "approve"}
         if unknown:
             raise InvalidRequest(
                 f"policy file {path}: unknown section(s) {sorted(unknown)}; "
-                "expected [performers] and [reconcile]"
+                "expected [performers], [reconcile] and [approve]"
             )
         reconcile = data.get("reconcile", {})
         if not isinstance(reconcile, dict) or set(reconcile) - {"actors"}:
             raise InvalidRequest(f"policy file {path}: [reconcile] takes only actors = [...]")
+        approve = data.get("approve", {})
+        if not isinstance(approve, dict) or set(approve) - {"actors", "capabilities"}:
+            raise InvalidRequest(
+                f"policy file {path}: [approve] takes only capabilities = [...] and actors = [...]"
+            )
         try:
             return cls(
-                performers=data.get("performers", {}), reconcilers=reconcile.get("actors", [])
+                performers=data.get("performers", {}),
+                reconcilers=reconcile.get("actors", []),
+                gated=approve.get("capabilities", []),
+                approvers=approve.get("actors", []),
             )
         except ValidationError as exc:
             raise InvalidRequest(f"policy file {path}: {exc}") from None
@@ -88,3 +106,9 @@ class Policy(BaseModel):
 
     def may_reconcile(self, actor: str) -> bool:
         return bool(actor) and any(fnmatch.fnmatchcase(actor, p) for p in self.reconcilers)
+
+    def requires_approval(self, capability: str) -> bool:
+        return any(fnmatch.fnmatchcase(capability, p) for p in self.gated)
+
+    def may_approve(self, actor: str) -> bool:
+        return bool(actor) and any(fnmatch.fnmatchcase(actor, p) for p in self.approvers)

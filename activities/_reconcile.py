@@ -1,15 +1,31 @@
-"""The activity that records an operator's verdict in the ledger."""
+"""The activities that record a person's answer in the ledger: an operator's verdict on
+an unknown effect, a probe's finding, an approver's decision."""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from ..ledger import InvalidRequest, LedgerUnavailable, ReconciliationRefused
+from ..ledger import (
+    ApprovalRefused,
+    InvalidRequest,
+    LedgerUnavailable,
+    ReconciliationRefused,
+    Verdict,
+)
 from . import _payloads as p
-from ._runtime import current_runtime
+from ._probe import Finding, ProbeAnswer
+from ._runtime import Runtime, current_runtime
+
+logger = logging.getLogger(__name__)
 
 RECONCILE_ACTIVITY = "ledger.reconcile"
+APPROVE_ACTIVITY = "ledger.approve"
+PROBE_ACTIVITY = "ledger.probe"
 
 
 @activity.defn(name=RECONCILE_ACTIVITY)
@@ -47,12 +63,147 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
         ) from None
     except LedgerUnavailable as exc:
         raise ApplicationError(str(exc), type=p.ErrorType.LEDGER_UNAVAILABLE) from None
-    activity.metric_meter().create_counter(
-        "ledger_reconciliations", "operators' verdicts recorded in the ledger"
-    ).add(1, {"verdict": verdict.verdict.value})
+    count_reconciliation(verdict.verdict, actor="operator")
     return p.ReconcileResult(
         key=state.key,
         verdict=verdict.verdict,
         effect=state.effect,
         next_operation=state.next_operation,
     )
+
+
+def count_reconciliation(verdict: Verdict, *, actor: str) -> None:
+    """One verdict recorded, by verdict and by who gave it (``operator`` or ``probe:<tool>``)."""
+    activity.metric_meter().create_counter(
+        "ledger_reconciliations", "verdicts on unknown effects recorded in the ledger"
+    ).add(1, {"verdict": verdict.value, "actor": actor})
+
+
+@activity.defn(name=APPROVE_ACTIVITY)
+async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
+    """Check the approver against the policy, then record the decision under the key."""
+    activity.heartbeat()
+    runtime = current_runtime()
+    if not runtime.policy.may_approve(decision.actor):
+        raise ApplicationError(
+            f"actor {decision.actor!r} may not approve calls under this worker's policy",
+            type=p.ErrorType.APPROVE_NOT_ALLOWED,
+            non_retryable=True,
+        )
+    try:
+        approval = await runtime.ledger.approve(
+            decision.key,
+            fingerprint=decision.fingerprint,
+            actor=decision.actor,
+            basis=decision.basis,
+            decision=decision.decision,
+        )
+    except ApprovalRefused as exc:
+        kind = (
+            p.ErrorType.APPROVE_ALREADY_DECIDED
+            if exc.decided is not None
+            else p.ErrorType.APPROVE_REFUSED
+        )
+        raise ApplicationError(str(exc), type=kind, non_retryable=True) from None
+    except InvalidRequest as exc:
+        raise ApplicationError(
+            str(exc), type=p.ErrorType.APPROVE_REFUSED, non_retryable=True
+        ) from None
+    except LedgerUnavailable as exc:
+        raise ApplicationError(str(exc), type=p.ErrorType.LEDGER_UNAVAILABLE) from None
+    activity.metric_meter().create_counter(
+        "ledger_approvals", "approvers' decisions recorded in the ledger"
+    ).add(1, {"decision": decision.decision.value})
+    return p.ApproveResult(
+        key=decision.key,
+        fingerprint=approval.fingerprint,
+        decision=decision.decision,
+        state=approval.state,
+        actor=decision.actor,
+        approval_id=approval.approval_id,
+    )
+
+
+@activity.defn(name=PROBE_ACTIVITY)
+async def probe_effect(probe: p.ProbeInput) -> p.ProbeResult:
+    """Run the tool's probe on an unknown effect and record what it found as a verdict.
+
+    ``present`` confirms the effect with the probe's output; ``absent`` confirms no
+    effect where the tool declares the far side's answer conclusive; anything else is
+    recorded as ``still_unknown``, and the step parks. A probe that raises is retried by
+    Temporal, and the step parks once the retries are spent.
+    """
+    activity.heartbeat()
+    runtime = current_runtime()
+    tool = runtime.tools.get(probe.tool)
+    run = getattr(tool, "__ledger_probe__", None)
+    if tool is None or run is None:
+        raise ApplicationError(
+            f"no probe for tool {probe.tool!r} on this worker: register the @tool with probe= "
+            "on the workers of its task queue",
+            type=p.ErrorType.PROBE_UNAVAILABLE,
+            non_retryable=True,
+        )
+    spec = tool.__ledger_tool__
+    try:
+        arg = spec.arg_type.model_validate(probe.arg or {})
+    except ValidationError as exc:
+        raise ApplicationError(
+            f"{spec.name}: argument does not fit {spec.arg_type.__name__}: {exc}",
+            type=p.ErrorType.PROBE_UNAVAILABLE,
+            non_retryable=True,
+        ) from None
+    answer = await run(probe.key, arg)
+    if not isinstance(answer, ProbeAnswer):
+        raise ApplicationError(
+            f"{spec.name}'s probe returned {type(answer).__name__}; it must return "
+            "present(...), absent(...) or inconclusive(...)",
+            type=p.ErrorType.PROBE_UNAVAILABLE,
+            non_retryable=True,
+        )
+    verdict = {
+        Finding.PRESENT: Verdict.EFFECT_CONFIRMED,
+        Finding.ABSENT: (
+            Verdict.NO_EFFECT_CONFIRMED if spec.probe_absence_conclusive else Verdict.STILL_UNKNOWN
+        ),
+        Finding.INCONCLUSIVE: Verdict.STILL_UNKNOWN,
+    }[answer.finding]
+    basis = answer.basis
+    if answer.finding is Finding.ABSENT and verdict is Verdict.STILL_UNKNOWN:
+        basis += " (not conclusive for this tool: declare probe_absence_conclusive=True)"
+    output: Any = answer.output if verdict is Verdict.EFFECT_CONFIRMED else None
+    if isinstance(output, BaseModel):
+        output = output.model_dump(mode="json")
+    actor = f"probe:{spec.name}"
+    try:
+        await _record(runtime, probe.key, verdict, actor, basis, answer.evidence, output)
+    except InvalidRequest as exc:
+        # An output that does not fit the tool's: the finding cannot settle the step.
+        logger.warning("%s: the probe's finding for %r was not usable: %s", actor, probe.key, exc)
+        verdict, output = Verdict.STILL_UNKNOWN, None
+        basis = f"the probe found the operation, but its output was unusable: {exc}"
+        await _record(runtime, probe.key, verdict, actor, basis, answer.evidence, None)
+    except ReconciliationRefused as exc:
+        if exc.effect is None:
+            raise ApplicationError(
+                str(exc), type=p.ErrorType.RECONCILE_REFUSED, non_retryable=True
+            ) from None
+        return p.ProbeResult(finding="resolved")  # settled meanwhile: that outcome stands
+    count_reconciliation(verdict, actor=actor)
+    finding = answer.finding.value if verdict is not Verdict.STILL_UNKNOWN else "inconclusive"
+    return p.ProbeResult(finding=finding, verdict=verdict, output=output)
+
+
+async def _record(
+    runtime: Runtime,
+    key: str,
+    verdict: Verdict,
+    actor: str,
+    basis: str,
+    evidence: list[Any],
+    output: Any,
+) -> None:
+    try:
+        await runtime.ledger.reconcile(key, verdict, actor, basis, evidence=evidence, output=output)
+    except LedgerUnavailable as exc:
+        raise ApplicationError(str(exc), type=p.ErrorType.LEDGER_UNAVAILABLE) from None

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from temporalio.exceptions import ApplicationError
 
@@ -23,6 +24,10 @@ class Runtime:
     address: str | None = None
     #: Whether the namespace has the ``LedgerOpenEffects`` search attribute registered.
     open_effects_attribute: bool = False
+    #: Whether the namespace has the ``LedgerAwaitingApproval`` search attribute registered.
+    awaiting_approval_attribute: bool = False
+    #: The ``@tool`` activities of the plugin's workers, by activity name (for probes).
+    tools: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 _runtime: contextvars.ContextVar[Runtime] = contextvars.ContextVar("ledger_runtime")

@@ -18,6 +18,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ..ledger import (
+    APPROVAL_REJECTED,
+    APPROVAL_REQUIRED,
     ActionInProgressError,
     ActionRequest,
     ActionResult,
@@ -31,6 +33,7 @@ from ..ledger import (
     may_act_again,
 )
 from . import _payloads as p
+from ._probe import Probe
 from ._runtime import Runtime, _execution, current_runtime
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
@@ -46,6 +49,12 @@ class ToolSpec(Generic[ArgT, OutT]):
     retry_safe: bool
     arg_type: type[ArgT]
     output_type: type[BaseModel] | None
+    #: Every call needs a person's approval of its exact request before it may act.
+    requires_approval: bool = False
+    #: The tool has a probe (kept on the activity, see ``tool(probe=...)``).
+    has_probe: bool = False
+    #: The probe's ``absent`` is conclusive: the far side would show any operation.
+    probe_absence_conclusive: bool = False
 
     @functools.cached_property
     def output_schema(self) -> dict[str, Any] | None:
@@ -68,6 +77,9 @@ def tool(
     retry_safe: bool = False,
     state: Callable[[Any], Any] | None = None,
     name: str | None = None,
+    requires_approval: bool = False,
+    probe: Probe | None = None,
+    probe_absence_conclusive: bool = False,
 ) -> Callable[[Callable[[ArgT], Awaitable[OutT]]], Tool[ArgT, OutT]]:
     """Make a ledgered activity of ``async def fn(arg: Model) -> Output | None``.
 
@@ -76,9 +88,19 @@ def tool(
     ``retry_safe`` declares that the far side deduplicates by the idempotency key
     (see :func:`tool_context`), so an unknown effect may be retried under that key.
     ``state`` reads the current state that a call's precondition is compared with.
+
+    ``requires_approval``: each execution waits for a person's approval of its exact
+    request (update ``approve``). ``probe``: ``async def probe(key, arg)`` that looks the
+    key up on the far side without acting, and answers ``present(output, evidence)``,
+    ``absent(evidence)`` or ``inconclusive()``; it runs before an unknown effect parks.
+    ``absent`` frees the key to act again only with ``probe_absence_conclusive=True``.
     """
     if not isinstance(capability, str) or not capability:
         raise TypeError("tool(capability=...) needs a dotted capability name")
+    if probe is not None and not inspect.iscoroutinefunction(probe):
+        raise TypeError("tool(probe=...) needs an async function probe(key, arg)")
+    if probe_absence_conclusive and probe is None:
+        raise TypeError("tool(probe_absence_conclusive=True) needs a probe=")
 
     def decorate(fn: Callable[[ArgT], Awaitable[OutT]]) -> Tool[ArgT, OutT]:
         if not inspect.iscoroutinefunction(fn):
@@ -90,6 +112,9 @@ def tool(
             retry_safe=retry_safe,
             arg_type=arg_type,
             output_type=output_type,
+            requires_approval=requires_approval,
+            has_probe=probe is not None,
+            probe_absence_conclusive=probe_absence_conclusive,
         )
         # Fail at decoration, not in the first workflow, if the name is not a capability.
         ActionRequest(key="k", capability=capability, instruction=spec.name, performer="p")
@@ -103,6 +128,7 @@ def tool(
         run.__doc__ = fn.__doc__
         ledgered = activity.defn(name=spec.name)(run)
         ledgered.__ledger_tool__ = spec  # type: ignore[attr-defined]
+        ledgered.__ledger_probe__ = probe  # type: ignore[attr-defined]
         return typing.cast(Tool[ArgT, OutT], ledgered)
 
     return decorate
@@ -203,7 +229,7 @@ async def _run_ledgered(
         adapter=adapter,
         state=read_state if state is not None else None,
     )
-    return _outcome_or_raise(spec, result, runtime)
+    return _outcome_or_raise(spec, result, runtime, request=request)
 
 
 async def execute_ledgered(
@@ -228,6 +254,8 @@ async def execute_ledgered(
             adapter=adapter,
             state=state,
             retry_safe=spec.retry_safe,
+            requires_approval=spec.requires_approval
+            or runtime.policy.requires_approval(spec.capability),
         )
     except IdempotencyConflictError as exc:
         count_call(spec.name, CallOutcome.REFUSED)
@@ -261,9 +289,36 @@ async def execute_ledgered(
 
 
 def _outcome_or_raise(
-    spec: ToolSpec[Any, Any], result: ActionResult, runtime: Runtime
+    spec: ToolSpec[Any, Any],
+    result: ActionResult,
+    runtime: Runtime,
+    *,
+    request: dict[str, Any] | None = None,
 ) -> p.ToolOutcome:
     count_call(spec.name, _call_outcome(result))
+    if result.status is ActionStatus.DENIED and result.error_type == APPROVAL_REQUIRED:
+        assert request is not None  # only @tool calls ask for approval
+        needed = p.ApprovalNeeded(
+            key=result.key,
+            fingerprint=ActionRequest.parse(request).fingerprint(),
+            capability=spec.capability,
+            performer=request["performer"],
+            approvers=runtime.policy.approvers,
+            address=runtime.address,
+            awaiting_approval_attribute=runtime.awaiting_approval_attribute,
+        )
+        # The workflow waits for the decision and says so once: the expected hand-over.
+        raise ApplicationError(
+            f"{spec.name}: {result.error}",
+            needed.model_dump(),
+            type=p.ErrorType.AWAITING_APPROVAL,
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
+        )
+    if result.status is ActionStatus.DENIED and result.error_type == APPROVAL_REJECTED:
+        raise ApplicationError(
+            f"{spec.name}: {result.error}", type=p.ErrorType.REJECTED, non_retryable=True
+        )
     outcome = p.ToolOutcome(
         key=result.key,
         action_id=result.action_id,
@@ -322,6 +377,7 @@ def _outcome_or_raise(
             reconcilers=runtime.policy.reconcilers,
             address=runtime.address,
             open_effects_attribute=runtime.open_effects_attribute,
+            probe=spec.has_probe,
         )
         # The workflow parks the step and says so once; the activity's failure is the
         # expected hand-over, not an error to log with a traceback.
@@ -346,11 +402,14 @@ class CallOutcome(StrEnum):
     DENIED = "denied"
     FAILED = "failed"
     UNKNOWN = "unknown"
+    AWAITING_APPROVAL = "awaiting_approval"
 
 
 def _call_outcome(result: ActionResult) -> CallOutcome:
     if result.replayed:
         return CallOutcome.REPLAYED
+    if result.status is ActionStatus.DENIED and result.error_type == APPROVAL_REQUIRED:
+        return CallOutcome.AWAITING_APPROVAL
     if result.status is ActionStatus.DENIED:
         return CallOutcome.DENIED
     if result.effect is EffectState.UNKNOWN:

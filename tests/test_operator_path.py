@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_ledger.activities import OPEN_EFFECTS_ATTRIBUTE
+from temporal_ledger.activities import AWAITING_APPROVAL_ATTRIBUTE, OPEN_EFFECTS_ATTRIBUTE
 from temporal_ledger.ledger import Ledger
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
@@ -192,7 +192,7 @@ async def dev_server_without_the_attribute() -> AsyncIterator[WorkflowEnvironmen
         await env.shutdown()
 
 
-async def test_without_the_search_attribute_a_step_parks_and_resumes_with_one_warning(
+async def test_without_the_search_attributes_a_step_parks_and_resumes_with_one_warning_each(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
@@ -211,9 +211,11 @@ async def test_without_the_search_attribute_a_step_parks_and_resumes_with_one_wa
             await handle.execute_update("reconcile", confirmed(key, {"message_id": "m-2"}))
             report = await handle.result()
         assert report.steps[0].outcome == "done"
-    warnings = [r for r in caplog.records if "search-attribute create" in r.getMessage()]
-    assert len(warnings) == 1, [r.getMessage() for r in warnings]
-    assert f"--name {OPEN_EFFECTS_ATTRIBUTE} --type Int" in warnings[0].getMessage()
+    messages = [r.getMessage() for r in caplog.records]
+    warnings = [m for m in messages if "search-attribute create" in m]
+    assert len(warnings) == 2, warnings
+    assert f"--name {OPEN_EFFECTS_ATTRIBUTE} --type Int" in warnings[0]
+    assert f"--name {AWAITING_APPROVAL_ATTRIBUTE} --type Int" in warnings[1]
 
 
 async def test_metrics_reach_the_worker_runtimes_prometheus_endpoint(setup: Setup) -> None:

@@ -1,0 +1,69 @@
+"""Probes: ask the far side whether an unknown effect happened, before asking a person.
+
+A tool declares ``probe=``: a read-only async function ``probe(key, arg)`` that looks the
+idempotency key up on the far side and answers with :func:`present`, :func:`absent` or
+:func:`inconclusive`. When an effect is unknown, the workflow runs it (an activity with
+its own retries) before parking the step, and records what it found as a
+reconciliation by the actor ``probe:<tool>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from enum import StrEnum
+from typing import Any, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Finding(StrEnum):
+    PRESENT = "present"
+    ABSENT = "absent"
+    INCONCLUSIVE = "inconclusive"
+
+
+class ProbeAnswer(BaseModel):
+    """What a probe found; build it with :func:`present`, :func:`absent` or :func:`inconclusive`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    finding: Finding
+    #: The tool's output as the far side shows it (``present`` only).
+    output: Any = None
+    #: What the finding rests on (responses, ids, URLs): recorded with the verdict.
+    evidence: list[Any] = Field(default_factory=list)
+    basis: str = ""
+
+
+#: ``async def probe(key: str, arg: ArgModel) -> ProbeAnswer``; it must not act.
+Probe: TypeAlias = Callable[[str, Any], Awaitable[ProbeAnswer]]
+
+
+def present(output: Any = None, evidence: Sequence[Any] = (), *, basis: str = "") -> ProbeAnswer:
+    """The far side holds the operation: ``output`` is what the tool would have returned."""
+    if isinstance(output, BaseModel):
+        output = output.model_dump(mode="json")
+    return ProbeAnswer(
+        finding=Finding.PRESENT,
+        output=output,
+        evidence=list(evidence),
+        basis=basis or "the probe found the operation on the far side",
+    )
+
+
+def absent(evidence: Sequence[Any] = (), *, basis: str = "") -> ProbeAnswer:
+    """The far side has no operation under the key (conclusive only where the tool says so)."""
+    return ProbeAnswer(
+        finding=Finding.ABSENT,
+        evidence=list(evidence),
+        basis=basis or "the probe found no operation under the key on the far side",
+    )
+
+
+def inconclusive(reason: str = "", evidence: Sequence[Any] = ()) -> ProbeAnswer:
+    """The probe cannot tell: the step parks for a person, as without a probe."""
+    return ProbeAnswer(
+        finding=Finding.INCONCLUSIVE,
+        evidence=list(evidence),
+        basis=reason or "the probe could not tell whether the operation happened",
+    )
