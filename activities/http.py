@@ -28,6 +28,7 @@ import math
 import ssl
 import string
 import urllib.parse
+from collections.abc import Callable, Collection
 from typing import Any
 
 from pydantic import BaseModel
@@ -41,12 +42,14 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from ..ledger import NoEffect
+from ._probe import Probe, ProbeAnswer, absent, inconclusive, present
 from ._runtime import tool_context
 
 __all__ = [
     "IDEMPOTENCY_HEADER",
     "HttpEffectUnknown",
     "HttpResult",
+    "lookup_probe",
     "parse_retry_after",
     "request_json",
 ]
@@ -237,3 +240,41 @@ def _excerpt(response: httpx.Response) -> str:
     if not text:
         return "(empty body)"
     return text if len(text) <= _EXCERPT else text[: _EXCERPT - 1] + "…"
+
+
+def lookup_probe(
+    url: str,
+    *,
+    output: Callable[[HttpResult], Any] | None = None,
+    absent_statuses: Collection[int] = (404,),
+    headers: dict[str, str] | None = None,
+    timeout: float = 10.0,
+) -> Probe:
+    """A probe for ``@tool(probe=...)`` that GETs the operation by its idempotency key.
+
+    ``url`` is a template: ``{key}`` is the key, percent-encoded like the
+    ``Idempotency-Key`` header, and ``{field}`` any field of the tool's argument, e.g.
+    ``"{base_url}/tickets/by-key/{key}"``. A 2xx answer is ``present``, with
+    ``output(result)`` as the tool's output (the :class:`HttpResult` itself without
+    ``output``); a status in ``absent_statuses`` is ``absent``; anything else, or no
+    answer, is ``inconclusive``. Every answer is recorded as evidence.
+    """
+
+    async def probe(key: str, arg: BaseModel) -> ProbeAnswer:
+        fields = arg.model_dump() if isinstance(arg, BaseModel) else {}
+        where = url.format(**{**fields, "key": urllib.parse.quote(key, safe=_HEADER_SAFE)})
+        try:
+            async with httpx.AsyncClient(timeout=timeout, verify=_tls()) as client:
+                response = await client.get(where, headers=headers, follow_redirects=False)
+        except httpx.HTTPError as exc:
+            return inconclusive(f"GET {where}: {type(exc).__name__}: {exc}")
+        seen = {"GET": where, "status": response.status_code, "body": _excerpt(response)}
+        if 200 <= response.status_code < 300:
+            result = HttpResult(status=response.status_code, body=_body(response))
+            found = output(result) if output is not None else result
+            return present(found, [seen], basis=f"GET {where} found the operation")
+        if response.status_code in absent_statuses:
+            return absent([seen], basis=f"GET {where} answered {response.status_code}")
+        return inconclusive(f"GET {where} answered {response.status_code}", [seen])
+
+    return probe

@@ -46,6 +46,13 @@ class ToolDeniedError(ToolError):
         super().__init__(message, type=ErrorType.DENIED, key=key, step=step)
 
 
+class ToolRejectedError(ToolError):
+    """A person rejected the call (``action.approval_rejected`` recorded); it had no effect."""
+
+    def __init__(self, message: str, *, key: str, step: str) -> None:
+        super().__init__(message, type=ErrorType.REJECTED, key=key, step=step)
+
+
 class ToolFailedError(ToolError):
     """The tool failed with no effect, finally (a rejected request, precondition drift...)."""
 

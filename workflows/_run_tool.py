@@ -15,11 +15,19 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from ..activities import (
+    APPROVE_ACTIVITY,
+    AWAITING_APPROVAL_ATTRIBUTE,
     FINAL_ERROR_TYPES,
     OPEN_EFFECTS_ATTRIBUTE,
+    PROBE_ACTIVITY,
     RECONCILE_ACTIVITY,
+    ApprovalNeeded,
+    ApproveInput,
+    ApproveResult,
     ConflictDetails,
     ErrorType,
+    ProbeInput,
+    ProbeResult,
     ReconcileInput,
     ReconcileResult,
     Tool,
@@ -30,8 +38,8 @@ from ..activities import (
     spec_of,
     step_key,
 )
-from ..ledger import Verdict, output_misfit, output_template
-from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError
+from ..ledger import Decision, Verdict, output_misfit, output_template
+from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError, ToolRejectedError
 
 OutT = TypeVar("OutT")
 
@@ -39,6 +47,8 @@ SIGNAL = "reconcile"
 UPDATE = "reconcile"
 QUERY_OPEN = "open_effects"
 QUERY_REJECTED = "reconcile_rejections"
+APPROVE_UPDATE = "approve"
+QUERY_APPROVALS = "pending_approvals"
 
 #: Temporal retries only what the ledger marks retryable; everything else is final.
 TOOL_RETRY_POLICY = RetryPolicy(
@@ -55,6 +65,24 @@ RECONCILE_RETRY_POLICY = RetryPolicy(
     maximum_interval=timedelta(seconds=5),
     maximum_attempts=0,
     non_retryable_error_types=[ErrorType.RECONCILE_REFUSED, ErrorType.RECONCILE_NOT_ALLOWED],
+)
+APPROVE_RETRY_POLICY = RetryPolicy(
+    initial_interval=timedelta(seconds=0.5),
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=0,
+    non_retryable_error_types=[
+        ErrorType.APPROVE_REFUSED,
+        ErrorType.APPROVE_NOT_ALLOWED,
+        ErrorType.APPROVE_ALREADY_DECIDED,
+    ],
+)
+#: A probe only reads; a few tries, then the step parks for a person as it would without one.
+PROBE_TIMEOUT = timedelta(seconds=30)
+PROBE_RETRY_POLICY = RetryPolicy(
+    initial_interval=timedelta(seconds=1),
+    backoff_coefficient=2.0,
+    maximum_attempts=3,
+    non_retryable_error_types=[ErrorType.PROBE_UNAVAILABLE, ErrorType.RECONCILE_REFUSED],
 )
 
 
@@ -76,6 +104,26 @@ class OpenEffect(BaseModel):
     update_command: str
 
 
+class PendingApproval(BaseModel):
+    """A call waiting for a person's approval, as query ``pending_approvals`` shows it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    step: str
+    tool: str
+    capability: str
+    performer: str
+    #: The call's arguments exactly as the tool will receive them.
+    arguments: dict[str, Any] | None
+    #: The fingerprint of the request: the decision names it, and holds for it alone.
+    fingerprint: str
+    since: str
+    approvers: list[str] = Field(default_factory=list)
+    approve_command: str
+    reject_command: str
+
+
 class Rejection(BaseModel):
     """Operator input that was refused, as query ``reconcile_rejections`` shows it."""
 
@@ -93,6 +141,14 @@ class _Pending:
         self.result: ReconcileResult | None = None
 
 
+class _PendingDecision:
+    def __init__(self, decision: ApproveInput) -> None:
+        self.decision = decision
+        self.done = False
+        self.error: str | None = None
+        self.result: ApproveResult | None = None
+
+
 class _Parking:
     """Per-workflow-run state of parked steps, kept on the workflow instance."""
 
@@ -103,6 +159,9 @@ class _Parking:
         self.rejections: list[Rejection] = []
         #: The namespace has the search attribute (as the tool's worker found).
         self.listed = False
+        self.approvals: dict[str, PendingApproval] = {}
+        self.decisions: dict[str, list[_PendingDecision]] = {}
+        self.approvals_listed = False
 
     # -- handlers (registered dynamically, so any workflow can use run_tool) --------
 
@@ -139,6 +198,65 @@ class _Parking:
     def query_open(self) -> list[OpenEffect]:
         return list(self.open.values())
 
+    def query_approvals(self) -> list[PendingApproval]:
+        return list(self.approvals.values())
+
+    def validate_approve(self, raw: Any = None) -> None:
+        decision, reason = self.check_decision(raw)
+        if decision is None:
+            raise ApplicationError(reason, type=ErrorType.APPROVE_REJECTED, non_retryable=True)
+
+    async def on_approve(self, raw: Any = None) -> ApproveResult:
+        decision, reason = self.check_decision(raw)
+        if decision is None:
+            raise ApplicationError(
+                reason or "invalid", type=ErrorType.APPROVE_REJECTED, non_retryable=True
+            )
+        pending = _PendingDecision(decision)
+        self.decisions[decision.key].append(pending)
+        await workflow.wait_condition(lambda: pending.done)
+        if pending.error is not None:
+            raise ApplicationError(
+                pending.error, type=ErrorType.APPROVE_REJECTED, non_retryable=True
+            )
+        assert pending.result is not None
+        return pending.result
+
+    def check_decision(self, raw: Any) -> tuple[ApproveInput | None, str | None]:
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw)
+            except ValueError:
+                return None, "the input is not valid JSON"
+        if not isinstance(raw, dict):
+            return None, (
+                'the input must be a JSON object {"key", "fingerprint", "decision", "actor", '
+                '"basis"}'
+            )
+        try:
+            decision = ApproveInput.model_validate(raw)
+        except ValidationError as exc:
+            return None, f"malformed approve input: {_problems(exc)}"
+        waiting = self.approvals.get(decision.key)
+        if waiting is None:
+            known = ", ".join(sorted(self.approvals)) or "none"
+            return None, f"no call awaits approval under key {decision.key!r} (waiting: {known})"
+        if decision.fingerprint != waiting.fingerprint:
+            return None, (
+                f"fingerprint mismatch: the call awaiting approval under {decision.key!r} has "
+                f"fingerprint {waiting.fingerprint}, the decision names {decision.fingerprint}; "
+                "a decision holds only for the exact request it was shown"
+            )
+        if not decision.actor.strip():
+            return None, "actor must name who decides"
+        if not decision.basis.strip():
+            return None, "basis must say what the decision rests on"
+        if decision.actor == waiting.performer:
+            return None, f"{decision.actor!r} is the call's performer and may not approve it"
+        if not any(_glob(decision.actor, pattern) for pattern in waiting.approvers):
+            return None, f"actor {decision.actor!r} may not approve under the worker's policy"
+        return decision, None
+
     def query_rejected(self) -> list[Rejection]:
         return list(self.rejections)
 
@@ -158,12 +276,7 @@ class _Parking:
         try:
             verdict = ReconcileInput.model_validate(raw)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(x) for x in e['loc']) or 'input'}: "
-                + ("missing" if e["type"] == "missing" else f"{e['msg']}, got {e['input']!r}")
-                for e in exc.errors()
-            )
-            return None, f"malformed reconcile input: {problems}"
+            return None, f"malformed reconcile input: {_problems(exc)}"
         effect = self.open.get(verdict.key)
         if effect is None:
             known = ", ".join(sorted(self.open)) or "none"
@@ -191,30 +304,111 @@ class _Parking:
             return None, "output is only taken with effect_confirmed"
         return verdict, None
 
-    def changed(self, *, parked: int) -> None:
+    def changed(self, *, parked: int = 0) -> None:
         """Tell the cluster, the UI and the metrics how many steps of this run wait."""
         if self.listed:
             workflow.upsert_search_attributes([OPEN_EFFECTS.value_set(len(self.open))])
+        if self.approvals_listed:
+            workflow.upsert_search_attributes([AWAITING_APPROVAL.value_set(len(self.approvals))])
         workflow.set_current_details(self.details())
-        _PARKED.move(parked)
+        if parked:
+            _PARKED.move(parked)
 
     def details(self) -> str:
-        if not self.open:
-            return ""
-        lines = [f"**{len(self.open)} step(s) parked: the effect is unknown**", ""]
-        for effect in self.open.values():
-            lines += [
-                f"- step `{effect.step}` (tool `{effect.tool}`), key `{effect.key}`, "
-                f"since {effect.since}: {effect.why}",
-                "  inspect the world, then answer:",
-                f"  `{effect.update_command}`",
-            ]
+        lines: list[str] = []
+        if self.approvals:
+            lines += [f"**{len(self.approvals)} call(s) awaiting approval**", ""]
+            for waiting in self.approvals.values():
+                lines += [
+                    f"- step `{waiting.step}` (tool `{waiting.tool}`, performer "
+                    f"`{waiting.performer}`), key `{waiting.key}`, since {waiting.since}",
+                    f"  arguments: `{json.dumps(waiting.arguments, sort_keys=True)}`",
+                    f"  fingerprint: `{waiting.fingerprint}`",
+                    "  approve (or reject) exactly this call:",
+                    f"  `{waiting.approve_command}`",
+                ]
+        if self.open:
+            if lines:
+                lines.append("")
+            lines += [f"**{len(self.open)} step(s) parked: the effect is unknown**", ""]
+            for effect in self.open.values():
+                lines += [
+                    f"- step `{effect.step}` (tool `{effect.tool}`), key `{effect.key}`, "
+                    f"since {effect.since}: {effect.why}",
+                    "  inspect the world, then answer:",
+                    f"  `{effect.update_command}`",
+                ]
         return "\n".join(lines)
 
     def reject(self, via: str, raw: Any, reason: str) -> None:
         self.rejections.append(
             Rejection(at=workflow.now().isoformat(), via=via, input=_jsonable(raw), reason=reason)
         )
+
+    # -- approvals --------------------------------------------------------------------
+
+    async def await_approval(
+        self, spec: ToolSpec[Any, Any], step: str, call: ToolCall, needed: ApprovalNeeded
+    ) -> Decision | None:
+        """Wait for a decision that the ledger recorded and return it; ``None`` when the
+        call was decided elsewhere (the ledger answers the next attempt with it)."""
+        info = workflow.info()
+        key = needed.key
+        self.decisions[key] = []
+        where = _Where(needed.address, info.namespace, info.workflow_id)
+        self.approvals[key] = PendingApproval(
+            key=key,
+            step=step,
+            tool=spec.name,
+            capability=needed.capability,
+            performer=needed.performer,
+            arguments=call.arg,
+            fingerprint=needed.fingerprint,
+            since=workflow.now().isoformat(),
+            approvers=needed.approvers,
+            approve_command=_approve_command(where, key, needed.fingerprint, Decision.APPROVE),
+            reject_command=_approve_command(where, key, needed.fingerprint, Decision.REJECT),
+        )
+        self.approvals_listed = self.approvals_listed or needed.awaiting_approval_attribute
+        self.changed()
+        workflow.logger.info(
+            "step %r awaits approval of key %r (fingerprint %s); decide with: %s",
+            step,
+            key,
+            needed.fingerprint,
+            self.approvals[key].approve_command,
+        )
+        try:
+            while True:
+                await workflow.wait_condition(lambda: bool(self.decisions[key]))
+                pending = self.decisions[key].pop(0)
+                try:
+                    pending.result = await workflow.execute_activity(
+                        APPROVE_ACTIVITY,
+                        pending.decision,
+                        result_type=ApproveResult,
+                        start_to_close_timeout=RECONCILE_TIMEOUT,
+                        heartbeat_timeout=RECONCILE_HEARTBEAT_TIMEOUT,
+                        retry_policy=APPROVE_RETRY_POLICY,
+                    )
+                except ActivityError as err:
+                    pending.error = _cause_message(err)
+                    self.reject("ledger", pending.decision.model_dump(), pending.error)
+                    cause = err.cause
+                    if isinstance(cause, ApplicationError) and (
+                        cause.type == ErrorType.APPROVE_ALREADY_DECIDED
+                    ):
+                        return None
+                    continue
+                finally:
+                    pending.done = True
+                return pending.decision.decision
+        finally:
+            self.approvals.pop(key, None)
+            self.changed()
+            for leftover in self.decisions.pop(key, []):
+                leftover.error = "the call no longer awaits approval; the decision was not applied"
+                leftover.done = True
 
     # -- parking ----------------------------------------------------------------------
 
@@ -295,6 +489,14 @@ class _Parking:
                 self.reject("ledger", leftover.verdict.model_dump(), leftover.error)
 
 
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(x) for x in e['loc']) or 'input'}: "
+        + ("missing" if e["type"] == "missing" else f"{e['msg']}, got {e['input']!r}")
+        for e in exc.errors()
+    )
+
+
 def _output_misfit(spec: ToolSpec[Any, Any], output: Any) -> str | None:
     """Each missing or wrong field of an operator's output, with its expected type."""
     assert spec.output_type is not None and spec.output_schema is not None
@@ -328,6 +530,24 @@ class _Where:
     address: str | None
     namespace: str
     workflow_id: str
+
+
+def _approve_command(where: _Where, key: str, fingerprint: str, decision: Decision) -> str:
+    template = json.dumps(
+        {
+            "key": key,
+            "fingerprint": fingerprint,
+            "decision": decision.value,
+            "actor": "YOUR-NAME",
+            "basis": "WHY",
+        }
+    )
+    address = f"--address {shlex.quote(where.address)} " if where.address else ""
+    return (
+        f"temporal workflow update execute {address}--namespace {shlex.quote(where.namespace)} "
+        f"--workflow-id {shlex.quote(where.workflow_id)} --name {APPROVE_UPDATE} "
+        f"--input {shlex.quote(template)}"
+    )
 
 
 def _command(kind: str, where: _Where, key: str, action_id: str, output: Any) -> str:
@@ -373,6 +593,7 @@ class _ParkedGauge:
 
 _PARKED = _ParkedGauge()
 OPEN_EFFECTS = SearchAttributeKey.for_int(OPEN_EFFECTS_ATTRIBUTE)
+AWAITING_APPROVAL = SearchAttributeKey.for_int(AWAITING_APPROVAL_ATTRIBUTE)
 
 
 def _cause_message(err: ActivityError) -> str:
@@ -384,7 +605,8 @@ _ATTRIBUTE = "__ledger_parking__"
 
 
 def install_reconciliation() -> None:
-    """Register query ``open_effects``/``reconcile_rejections``, signal and update ``reconcile``.
+    """Register query ``open_effects``/``reconcile_rejections``/``pending_approvals``, signal
+    and update ``reconcile``, and update ``approve``.
 
     ``run_tool`` does this on its first call; call it at the top of ``run`` to answer
     the queries before any tool runs.
@@ -402,6 +624,10 @@ def _parking() -> _Parking:
         workflow.set_query_handler(QUERY_REJECTED, parking.query_rejected)
         workflow.set_signal_handler(SIGNAL, parking.on_signal)
         workflow.set_update_handler(UPDATE, parking.on_update, validator=parking.validate_update)
+        workflow.set_query_handler(QUERY_APPROVALS, parking.query_approvals)
+        workflow.set_update_handler(
+            APPROVE_UPDATE, parking.on_approve, validator=parking.validate_approve
+        )
     return parking
 
 
@@ -429,8 +655,10 @@ async def run_tool(
 ) -> OutT:
     """Run a ledgered tool as one step of this workflow; return its output.
 
-    Raises :class:`ToolConflictError`, :class:`ToolDeniedError` or
-    :class:`ToolFailedError` for final outcomes. An unknown effect parks the step
+    Raises :class:`ToolConflictError`, :class:`ToolDeniedError`,
+    :class:`ToolRejectedError` or :class:`ToolFailedError` for final outcomes. A call
+    that needs approval waits for update ``approve`` of its exact request. An unknown
+    effect is first put to the tool's probe, if it has one, and otherwise parks the step
     until an operator reconciles it (signal or update ``reconcile``).
     """
     spec = spec_of(tool)
@@ -477,8 +705,24 @@ async def run_tool(
             cause = err.cause
             if not isinstance(cause, ApplicationError):
                 raise
+            if cause.type == ErrorType.AWAITING_APPROVAL:
+                needed = ApprovalNeeded.model_validate(cause.details[0])
+                decision = await parking.await_approval(spec, step, call, needed)
+                if decision is Decision.REJECT:
+                    raise ToolRejectedError(
+                        f"{spec.name}: the call under {key!r} was rejected", key=key, step=step
+                    ) from None
+                # Approved (or decided elsewhere): the next attempt takes the approval,
+                # or is answered with the rejection.
+                continue
             if cause.type == ErrorType.EFFECT_UNKNOWN:
                 unknown = UnknownEffect.model_validate(cause.details[0])
+                if unknown.probe:
+                    found = await _probe(spec, call, unknown, task_queue=task_queue)
+                    if found is not None and found.finding == "present":
+                        return _typed_output(spec, found.output, key=key, step=step)
+                    if found is not None and found.finding in ("absent", "resolved"):
+                        continue  # absent: act again under the key; resolved: read it
                 verdict = await parking.park(spec, step, unknown)
                 if verdict is not None and verdict.verdict is Verdict.EFFECT_CONFIRMED:
                     return _typed_output(spec, verdict.output, key=key, step=step)
@@ -487,6 +731,29 @@ async def run_tool(
                 continue
             raise _final_error(cause, key=key, step=step) from err
         return _typed_output(spec, outcome.output, key=key, step=step)
+
+
+async def _probe(
+    spec: ToolSpec[Any, Any], call: ToolCall, unknown: UnknownEffect, *, task_queue: str | None
+) -> ProbeResult | None:
+    """Ask the tool's probe about the unknown effect; ``None`` if it could not answer."""
+    try:
+        return await workflow.execute_activity(
+            PROBE_ACTIVITY,
+            ProbeInput(key=unknown.key, tool=spec.name, action_id=unknown.action_id, arg=call.arg),
+            result_type=ProbeResult,
+            start_to_close_timeout=PROBE_TIMEOUT,
+            retry_policy=PROBE_RETRY_POLICY,
+            task_queue=task_queue,
+        )
+    except ActivityError as err:
+        workflow.logger.warning(
+            "the probe of %s for key %r failed (%s); the step parks for an operator",
+            spec.name,
+            unknown.key,
+            _cause_message(err),
+        )
+        return None
 
 
 def _typed_output(spec: ToolSpec[Any, Any], output: Any, *, key: str, step: str) -> Any:
@@ -516,6 +783,8 @@ def _final_error(cause: ApplicationError, *, key: str, step: str) -> Exception:
         )
     if cause.type == ErrorType.DENIED:
         return ToolDeniedError(cause.message, key=key, step=step)
+    if cause.type == ErrorType.REJECTED:
+        return ToolRejectedError(cause.message, key=key, step=step)
     return ToolFailedError(
         cause.message, key=key, step=step, error_type=cause.type or ErrorType.FAILED
     )
