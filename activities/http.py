@@ -252,8 +252,8 @@ def lookup_probe(
 ) -> Probe:
     """A probe for ``@tool(probe=...)`` that GETs the operation by its idempotency key.
 
-    ``url`` is a template: ``{key}`` is the key, percent-encoded like the
-    ``Idempotency-Key`` header, and ``{field}`` any field of the tool's argument, e.g.
+    ``url`` is a template: ``{key}`` is the key, percent-encoded as one path segment
+    (a ``/`` in the key too), and ``{field}`` any field of the tool's argument, e.g.
     ``"{base_url}/tickets/by-key/{key}"``. A 2xx answer is ``present``, with
     ``output(result)`` as the tool's output (the :class:`HttpResult` itself without
     ``output``); a status in ``absent_statuses`` is ``absent``; anything else, or no
@@ -262,7 +262,7 @@ def lookup_probe(
 
     async def probe(key: str, arg: BaseModel) -> ProbeAnswer:
         fields = arg.model_dump() if isinstance(arg, BaseModel) else {}
-        where = url.format(**{**fields, "key": urllib.parse.quote(key, safe=_HEADER_SAFE)})
+        where = url.format(**{**fields, "key": urllib.parse.quote(key, safe="")})
         try:
             async with httpx.AsyncClient(timeout=timeout, verify=_tls()) as client:
                 response = await client.get(where, headers=headers, follow_redirects=False)

@@ -15,7 +15,15 @@ from typing import Any
 
 from ._errors import InvalidRequest, LedgerError
 from ._ledger import Ledger
-from ._models import ActionState, LedgerEvent, NextOperation, Verdict, validate_key
+from ._models import (
+    ActionState,
+    Decision,
+    EventType,
+    LedgerEvent,
+    NextOperation,
+    Verdict,
+    validate_key,
+)
 from ._schema import describe_schema, output_template
 from .sqlite import path_from_url
 
@@ -101,7 +109,36 @@ def _parser() -> argparse.ArgumentParser:
         "schema when one was recorded)",
     )
 
-    commands.add_parser("verify", parents=common, help="recompute hash chains and invariants")
+    approve = commands.add_parser(
+        "approve",
+        parents=common,
+        help="record a person's decision on the call awaiting approval under a key",
+    )
+    approve.add_argument("key", type=_key)
+    approve.add_argument(
+        "--fingerprint",
+        required=True,
+        type=_non_empty,
+        help="the fingerprint of the request you were shown (`show KEY` prints it)",
+    )
+    approve.add_argument("--actor", required=True, type=_non_empty, help="who decides")
+    approve.add_argument(
+        "--basis", required=True, type=_non_empty, help="what the decision rests on"
+    )
+    approve.add_argument(
+        "--reject", action="store_true", help="reject the call instead: it ends with no effect"
+    )
+
+    verify = commands.add_parser(
+        "verify", parents=common, help="recompute hash chains and invariants"
+    )
+    verify.add_argument(
+        "--gated",
+        action="append",
+        default=[],
+        metavar="CAPABILITY",
+        help="a capability pattern whose every execution must hold an approval (repeatable)",
+    )
 
     compact = commands.add_parser(
         "compact", parents=common, help="drop old completion bodies, keep tombstones"
@@ -187,9 +224,20 @@ def _event_rows(events: list[LedgerEvent]) -> list[list[Any]]:
             return "(compacted)"
         parts = [
             f"{k}={p[k]}"
-            for k in ("capability", "performer", "status", "effect", "verdict", "token")
+            for k in (
+                "capability",
+                "performer",
+                "status",
+                "effect",
+                "verdict",
+                "decision",
+                "actor",
+                "token",
+            )
             if p.get(k) is not None
         ]
+        if event.type in (EventType.APPROVED, EventType.APPROVAL_REJECTED):
+            parts.append(f"fingerprint={str(p.get('fingerprint'))[:16]}…")
         if isinstance(p.get("dimensions"), list):
             parts.append("differs=" + ",".join(p["dimensions"]))
         if p.get("reused_from_action_id"):
@@ -245,6 +293,16 @@ def _show(state: ActionState) -> str:
         lines.append(("output_schema", _schema_fields(state.output_schema)))
     for r in state.reconciliations:
         lines.append(("reconciled", f"{r.verdict} by {r.actor} ({r.basis}) at {r.recorded_at}"))
+    if state.approval is not None:
+        a = state.approval
+        lines.append(("fingerprint", a.fingerprint))
+        if a.actor:
+            decided = f"{'approved' if a.state != 'rejected' else 'rejected'} by {a.actor}"
+            lines.append(("approval", f"{a.state}: {decided} ({a.basis}) at {a.decided_at}"))
+        else:
+            lines.append(("approval", f"{a.state}: waiting for a person's decision"))
+        if a.consumed_by:
+            lines.append(("approval", f"consumed by execution {a.consumed_by}"))
     lines.append(("events", str(state.events)))
     width = max(len(name) for name, _ in lines)
     shown: list[str] = []
@@ -279,6 +337,13 @@ def _todo(state: ActionState) -> list[str]:
         ]
     if op is NextOperation.WAIT:
         return [f"an execution ({state.holder_action_id}) holds the key and is live: wait"]
+    if op is NextOperation.AWAIT_APPROVAL and state.approval is not None:
+        return [
+            "the call needs a person's approval of exactly this request; the workflow waits "
+            "for update `approve` (see its pending_approvals query), or record it here:",
+            f"  temporal-ledger approve {shlex.quote(state.key)} --fingerprint "
+            f"{state.approval.fingerprint} --actor YOU --basis 'WHY' [--reject]",
+        ]
     if op is NextOperation.FIX_INPUTS:
         return [
             "failed without effect, final for this key: fix the inputs, send them under a new key"
@@ -452,8 +517,23 @@ def _dispatch(ledger: Ledger, args: argparse.Namespace) -> int:
                 f"next {state.next_operation}"
             )
         return OK
+    if args.command == "approve":
+        approval = asyncio.run(
+            ledger.approve(
+                args.key,
+                fingerprint=args.fingerprint,
+                actor=args.actor,
+                basis=args.basis,
+                decision=Decision.REJECT if args.reject else Decision.APPROVE,
+            )
+        )
+        if args.json:
+            _print_json(approval.model_dump(mode="json"))
+        else:
+            print(f"{args.key}: {approval.state} by {approval.actor} ({approval.fingerprint})")
+        return OK
     if args.command == "verify":
-        report = ledger.verify()
+        report = ledger.verify(gated=args.gated)
         if args.json:
             _print_json(report.model_dump(mode="json"))
         else:
