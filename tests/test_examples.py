@@ -8,8 +8,10 @@ import contextlib
 import importlib
 import json
 import os
+import shlex
 import signal
 import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,7 +21,7 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from tests.temporal_support import ROOT, lines
+from tests.temporal_support import ROOT, lines, temporal_cli
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -31,7 +33,7 @@ EXAMPLES = sorted(
 
 
 def test_every_example_follows_the_samples_layout() -> None:
-    assert {"agent", "plan", "tickets"} <= set(EXAMPLES)
+    assert {"agent", "approval", "plan", "probe", "tickets"} <= set(EXAMPLES)
     for name in EXAMPLES:
         missing = [m for m in LAYOUT if not (ROOT / "examples" / name / f"{m}.py").is_file()]
         assert not missing, f"examples/{name} lacks {missing}"
@@ -50,14 +52,16 @@ def test_example_module_imports(module: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def worker_process(*args: str) -> AsyncIterator[asyncio.subprocess.Process]:
-    """``python -m examples.plan.worker ARGS`` until it says it is ready; SIGTERM on exit
+async def worker_process(
+    *args: str, example: str = "plan"
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``python -m examples.EXAMPLE.worker ARGS`` until it says it is ready; SIGTERM on exit
     (what Ctrl-C does), SIGKILL to its process group if it does not stop."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-u",
         "-m",
-        "examples.plan.worker",
+        f"examples.{example}.worker",
         *args,
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
@@ -90,12 +94,12 @@ async def worker_process(*args: str) -> AsyncIterator[asyncio.subprocess.Process
                 await process.wait()
 
 
-async def run_starter(*args: str) -> tuple[str, Any]:
-    """``python -m examples.plan.starter ARGS``: its workflow id and its result (JSON)."""
+async def run_starter(*args: str, example: str = "plan") -> tuple[str, Any]:
+    """``python -m examples.EXAMPLE.starter ARGS``: its workflow id and its result (JSON)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "examples.plan.starter",
+        f"examples.{example}.starter",
         *args,
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
@@ -154,3 +158,71 @@ async def test_plan_worker_and_starter_append_each_line_once(
         described = await temporal_env.client.get_workflow_handle(workflow_id).describe()
         assert described.status == WorkflowExecutionStatus.COMPLETED
         assert described.task_queue == task_queue
+
+
+async def test_approval_example_acts_once_after_the_operator_approves_with_the_cli(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    task_queue = f"examples-approval-{uuid.uuid4().hex[:8]}"
+    common = ["--address", temporal_address, "--task-queue", task_queue]
+    book = tmp_path / "refunds.log"
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    async with worker_process(*common, "--ledger", ledger, example="approval"):
+        starter = await asyncio.create_subprocess_exec(
+            sys.executable, "-u", "-m", "examples.approval.starter", *common,
+            "--order", "A-7", "--amount-cents", "2000", "--book", str(book),
+            cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            assert starter.stdout is not None
+            said: dict[str, str] = {}
+            while "approve with" not in said:
+                line = (await asyncio.wait_for(starter.stdout.readline(), 60)).decode()
+                assert line, f"the starter stopped early: {said}"
+                name, _, value = line.strip().partition(": ")
+                said[name] = value
+            pending = json.loads(said["awaiting approval"])
+            assert pending["arguments"]["amount_cents"] == 2000 and not book.exists()
+            # The printed command, as an operator fills it in.
+            command = said["approve with"].replace("YOUR-NAME", "lead-ann").replace("WHY", "ok")
+            words = shlex.split(command)
+            assert words[:4] == ["temporal", "workflow", "update", "execute"]
+            await temporal_cli(temporal_address, *[w for w in words[1:]])
+            out = (await asyncio.wait_for(starter.stdout.read(), 60)).decode()
+            await starter.wait()
+        finally:
+            if starter.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(starter.pid, signal.SIGKILL)
+                await starter.wait()
+    result = json.loads(out.split("result: ", 1)[1])
+    assert lines(book) == [f"{result['refund_id']} A-7 2000 key={pending['key']}"]
+
+
+async def test_probe_example_settles_a_lost_reply_without_parking(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    from examples.probe.far_side import OrderService
+
+    service = OrderService(0, lose_replies=1)
+    threading.Thread(target=service.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{service.server_address[1]}"
+    task_queue = f"examples-probe-{uuid.uuid4().hex[:8]}"
+    common = ["--address", temporal_address, "--task-queue", task_queue]
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    try:
+        async with worker_process(*common, "--ledger", ledger, example="probe"):
+            _, order = await run_starter(*common, "--url", url, example="probe")
+    finally:
+        service.shutdown()
+        service.server_close()
+    assert order == {"order_id": "O-1", "item": "book", "quantity": 1}
+    assert len(service.orders) == 1
+    key = next(iter(service.orders))
+    show = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "temporal_ledger.ledger", "--db", ledger, "show", key,
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    shown, _ = await show.communicate()
+    assert show.returncode == 0 and b"effect_confirmed by probe:place_order" in shown
