@@ -743,3 +743,43 @@ def test_effect_confirmed_must_fit_the_output_schema(schema_ledger: tuple[str, P
     assert (state["effect"], state["next_operation"]) == ("observed", "none")
     assert state["output"] == {"message_id": "m-9", "count": 2}
     assert len(snapshot(path)[0]) == len(before[0]) + 1
+
+
+async def test_approve_records_a_decision_for_the_exact_request_only(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    gated = request("refund", capability="files.refund")
+    async with Ledger.open(url) as ledger:
+        waiting = await ledger.execute(
+            gated, authority=AUTHORITY, adapter=FarSide(), requires_approval=True
+        )
+        assert waiting.error_type == "ApprovalRequired"
+    fingerprint = gated.fingerprint()
+    shown = cli(url, "show", "refund")
+    assert shown.returncode == 0 and "await_approval" in shown.stdout
+    assert f"temporal-ledger approve refund --fingerprint {fingerprint}" in shown.stdout
+
+    other = request("refund", capability="files.refund", payload={"line": "2000"})
+    for args, reason in (
+        (["--fingerprint", other.fingerprint(), "--actor", "lead-ann"], "fingerprint"),
+        (["--fingerprint", fingerprint, "--actor", gated.performer], "its own call"),
+    ):
+        refused = cli(url, "approve", "refund", *args, "--basis", "checked")
+        assert refused.returncode == 1 and reason in refused.stderr, refused.stderr
+    assert cli(url, "approve", "refund", "--fingerprint", fingerprint).returncode == 2
+    approved = cli_json(
+        url, "approve", "refund", "--fingerprint", fingerprint, "--actor", "lead-ann",
+        "--basis", "the amount is right",
+    )  # fmt: skip
+    assert (approved["state"], approved["actor"]) == ("approved", "lead-ann")
+    events = cli(url, "events", "--key", "refund").stdout
+    assert "action.approved" in events and "actor=lead-ann" in events
+    assert events.count("action.approval_refused") == 2
+    assert cli(url, "verify").returncode == 0
+    assert cli(url, "verify", "--gated", "files.*").returncode == 0  # nothing executed yet
+
+
+async def test_verify_gated_names_executions_without_an_approval(populated: Populated) -> None:
+    assert cli(populated.url, "verify").returncode == 0
+    done = cli(populated.url, "verify", "--gated", "files.*")
+    assert done.returncode == 1
+    assert "started without an approval" in done.stdout and "'sent'" in done.stdout

@@ -46,6 +46,7 @@ actors = ["ops-*"]
         ("[perfomers]\nx = ['a']\n", "unknown section"),
         ("[reconcile]\nactor = ['x']\n", "[reconcile] takes only actors"),
         ('[performers]\n"agent" = [""]\n', "capabilities must be non-empty"),
+        ("[approve]\napprovers = ['x']\n", "[approve] takes only capabilities"),
     ],
 )
 def test_a_bad_policy_file_is_named(tmp_path: Path, text: str, message: str) -> None:
@@ -64,3 +65,15 @@ def test_the_allow_all_default_says_so(caplog: pytest.LogCaptureFixture) -> None
         policy = Policy.permissive()
     assert policy.allow_all and policy.authority_for("anyone").allows("any.thing")
     assert "ALLOW-ALL" in caplog.text
+
+
+def test_approve_names_the_gated_capabilities_and_who_may_decide(tmp_path: Path) -> None:
+    policy = Policy.load(
+        write(tmp_path, '[approve]\ncapabilities = ["payments.*"]\nactors = ["lead-*"]\n')
+    )
+    assert policy.requires_approval("payments.refund")
+    assert not policy.requires_approval("files.append")
+    assert policy.may_approve("lead-ann") and not policy.may_approve("ops-bo")
+    assert not policy.may_approve("")
+    nobody = Policy.load(write(tmp_path, "[performers]\n"))
+    assert not nobody.requires_approval("payments.refund") and not nobody.may_approve("lead-ann")

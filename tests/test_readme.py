@@ -40,6 +40,8 @@ def test_the_policy_snippet_is_a_valid_policy(tmp_path: Path) -> None:
     checkout = policy.authority_for("checkout")
     assert isinstance(checkout, Authority) and checkout.allows("payments.charge")
     assert not policy.authority_for("agent-7").allows("payments.charge")
+    assert policy.requires_approval("payments.refund") and not policy.requires_approval("mail.x")
+    assert policy.may_approve("lead-ann") and not policy.may_approve("ops-alice")
 
 
 def test_the_readme_links_nothing_outside_the_repository() -> None:
