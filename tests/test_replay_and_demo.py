@@ -12,12 +12,14 @@ import pytest
 from temporal_ledger.workflows import replay_histories
 
 from examples.agent.workflows import AGENT_WORKFLOWS
+from examples.approval.workflows import APPROVAL_WORKFLOWS
 from examples.plan.workflows import EXAMPLE_WORKFLOWS, AppendLinesWorkflow
+from examples.probe.workflows import PROBE_WORKFLOWS
 from tests.changed_workflows import ChangedAppendLinesWorkflow
 from tests.temporal_support import ROOT, Setup, temporal_cli
 
 HISTORIES = sorted((ROOT / "tests" / "histories").glob("*.json"))
-ALL_WORKFLOWS = [*EXAMPLE_WORKFLOWS, *AGENT_WORKFLOWS]
+ALL_WORKFLOWS = [*EXAMPLE_WORKFLOWS, *AGENT_WORKFLOWS, *APPROVAL_WORKFLOWS, *PROBE_WORKFLOWS]
 CLI = Path(sys.executable).with_name("temporal-ledger")
 
 pytestmark = pytest.mark.timeout(300)
@@ -30,10 +32,15 @@ def test_checked_in_histories_include_a_reconciled_park() -> None:
         "scripted-agent-reset.json",
         "agent-reconciled.json",
         "agent-reset.json",
+        "approval-approved.json",
+        "approval-rejected.json",
+        "probe-present.json",
     } <= names
     text = (ROOT / "tests" / "histories" / "scripted-agent-reconciled.json").read_text()
     assert "WORKFLOW_EXECUTION_SIGNALED" in text.upper().replace("EVENT_TYPE_", "")
     assert "ledger.reconcile" in text
+    assert "ledger.approve" in (ROOT / "tests" / "histories" / "approval-approved.json").read_text()
+    assert "ledger.probe" in (ROOT / "tests" / "histories" / "probe-present.json").read_text()
 
 
 async def test_checked_in_histories_replay_with_the_plugin() -> None:
