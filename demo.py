@@ -1,4 +1,5 @@
-"""The main job: an agent-style plan of tool calls, a parked effect, an operator, a reset.
+"""The main job: an agent-style plan of tool calls, a parked effect, an operator, a reset,
+an approval bound to the exact call, and a probe.
 
     python demo.py [--workdir .demo] [--export-histories DIR]
 
@@ -7,8 +8,10 @@ SQLite ledger, runs a scripted plan that replays a call, has a conflicting call
 refused and loses the acknowledgement of a posted message, so that step parks. It
 then shows the parked effect with the real ``temporal`` CLI, inspects the outbox
 the way an operator would, reconciles with ``temporal workflow signal``, resets the
-finished workflow and checks that nothing happened twice. Exit status 0 only when
-every effect happened exactly once.
+finished workflow and checks that nothing happened twice. Then a refund waits for a
+person's approval (given with ``temporal workflow update execute --name approve``), and
+an order whose reply is lost is found by the tool's probe instead of parking. Exit
+status 0 only when every effect happened exactly once.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -32,7 +36,12 @@ from temporal_ledger.ledger import EventType, Ledger
 from temporalio.client import Client
 
 from examples.agent.workflows import AgentInput, AgentResult, AgentWorkflow
+from examples.approval.activities import Refund
+from examples.approval.workflows import RefundWorkflow
 from examples.plan.workflows import Plan, PlannedCall, PlanReport, ScriptedAgentWorkflow
+from examples.probe.activities import PlaceOrder
+from examples.probe.far_side import OrderService
+from examples.probe.workflows import OrderWorkflow
 from worker import dev_server, free_port, temporal_binary
 
 ROOT = Path(__file__).resolve().parent
@@ -257,6 +266,40 @@ async def reconcile_parked(address: str, ledger_url: str, workflow_id: str, chan
     )
 
 
+async def approve_refund(address: str, ledger_url: str, workflow_id: str) -> None:
+    """The approver's path: see the exact call, approve it, by its fingerprint."""
+    for _ in range(300):
+        process = await asyncio.create_subprocess_exec(
+            temporal_binary(), "workflow", "query", "--address", address,
+            "--workflow-id", workflow_id, "--name", "pending_approvals", "-o", "json",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        out, _ = await process.communicate()
+        pending = json.loads(out).get("queryResult", [[]])[0] if process.returncode == 0 else []
+        if pending:
+            break
+        await asyncio.sleep(0.2)
+    else:
+        raise SystemExit(f"{workflow_id} never asked for an approval")
+    await cli(
+        temporal_binary(), "workflow", "query", "--address", address,
+        "--workflow-id", workflow_id, "--name", "pending_approvals",
+    )  # fmt: skip
+    call = pending[0]
+    decision = {
+        "key": call["key"],
+        "fingerprint": call["fingerprint"],
+        "decision": "approve",
+        "actor": "lead-demo",
+        "basis": f"order {call['arguments']['order']}: a refund of "
+        f"{call['arguments']['amount_cents']} cents was agreed with the customer",
+    }
+    await cli(
+        temporal_binary(), "workflow", "update", "execute", "--address", address,
+        "--workflow-id", workflow_id, "--name", "approve", "--input", json.dumps(decision),
+    )  # fmt: skip
+
+
 async def reset_and_rerun(
     client: Client, address: str, workflow_id: str, old_run: str | None, result_type: type[Any]
 ) -> tuple[str, Any]:
@@ -289,8 +332,7 @@ async def reset_and_rerun(
 def model_executions(ledger_url: str) -> int:
     with Ledger.open(ledger_url) as ledger:
         return sum(
-            e.type == EventType.STARTED and e.key.endswith("/model")
-            for e in ledger.events()
+            e.type == EventType.STARTED and e.key.endswith("/model") for e in ledger.events()
         )
 
 
@@ -394,6 +436,49 @@ async def demo(work: Path, export: Path | None) -> int:
                     },
                 )
 
+            # -- 4. an approval bound to the exact call, and a probe ----------------
+            banner("4. a refund waits for a person's approval; a lost reply is found by a probe")
+            refunds = work / "world" / "refunds.log"
+            refund_handle = await client.start_workflow(
+                RefundWorkflow.run,
+                Refund(order="A-42", amount_cents=2000, book=str(refunds)),
+                id=f"refund-A-42-{suffix}",
+                task_queue=TASK_QUEUE,
+            )
+            await approve_refund(address, ledger_url, refund_handle.id)
+            refunded = await refund_handle.result()
+            refund_lines = refunds.read_text().splitlines() if refunds.exists() else []
+            await cli(
+                sys.executable, "-m", "temporal_ledger.ledger", "--db", ledger_url,
+                "show", refund_lines[-1].rsplit("key=", 1)[-1] if refund_lines else "-",
+            )  # fmt: skip
+            orders = OrderService(0, lose_replies=1)
+            threading.Thread(target=orders.serve_forever, daemon=True).start()
+            try:
+                say("-- the order service files the order and loses its reply")
+                order = await client.execute_workflow(
+                    OrderWorkflow.run,
+                    PlaceOrder(
+                        base_url=f"http://127.0.0.1:{orders.server_address[1]}", item="runbook"
+                    ),
+                    id=f"order-{suffix}",
+                    task_queue=TASK_QUEUE,
+                )
+            finally:
+                orders.shutdown()
+                orders.server_close()
+            say(f"  order: {order.model_dump_json()}")
+            await cli(
+                sys.executable, "-m", "temporal_ledger.ledger", "--db", ledger_url,
+                "show", next(iter(orders.orders)),
+            )  # fmt: skip
+            checks["refund acted once, after its approval"] = len(refund_lines) == 1 and (
+                refund_lines[0].startswith(refunded.refund_id)
+            )
+            checks["the probe found the order"] = (
+                len(orders.orders) == 1 and order.order_id == "O-1"
+            )
+
     effects = count_effects(work)
     with Ledger.open(ledger_url) as ledger:
         events = ledger.events()
@@ -401,12 +486,16 @@ async def demo(work: Path, export: Path | None) -> int:
     requests = sum(e.type == EventType.REQUESTED for e in events)
     replays = sum(e.type == EventType.COMPLETED and bool(e.payload.get("replayed")) for e in events)
     refusals = sum(e.type == EventType.REPLAY_REFUSED for e in events)
-    verdicts = [e.payload["verdict"] for e in events if e.type == EventType.RECONCILED]
+    reconciled = [e.payload for e in events if e.type == EventType.RECONCILED]
+    verdicts = [r["verdict"] for r in reconciled if not r["actor"].startswith("probe:")]
+    probed = [r["verdict"] for r in reconciled if r["actor"].startswith("probe:")]
+    approvals = sum(e.type == EventType.APPROVED for e in events)
     model_calls = model_executions(ledger_url)
     expected = {"lines appended": 3, "messages posted": 2}
     checks["each effect once"] = effects_before_resets == effects == expected
     checks["no new model call on reset"] = model_calls == model_calls_before == 2
     checks["two reconciliations"] = verdicts == ["effect_confirmed", "effect_confirmed"]
+    checks["one approval, one probe verdict"] = approvals == 1 and probed == ["effect_confirmed"]
     checks["ledger verifies"] = verified.ok
 
     banner("summary")
@@ -416,6 +505,8 @@ async def demo(work: Path, export: Path | None) -> int:
     say(f"  replayed from the ledger     {replays}")
     say(f"  refused as conflicts         {refusals}")
     say(f"  reconciled by an operator    {len(verdicts)} {verdicts}")
+    say(f"  approved by a person         {approvals}")
+    say(f"  settled by a probe           {len(probed)} {probed}")
     say(f"  ledger verify                {'OK' if verified.ok else verified.problems}")
     for name, ok in checks.items():
         say(f"  [{'ok' if ok else 'FAILED'}] {name}")

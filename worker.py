@@ -34,9 +34,14 @@ from temporalio.worker import Worker
 
 from examples.agent.models import ModelClient, OpenAIChatClient, ScriptedModel, model_tool
 from examples.agent.workflows import AGENT_WORKFLOWS
+from examples.approval.activities import APPROVAL_TOOLS
+from examples.approval.workflows import APPROVAL_WORKFLOWS
 from examples.plan.activities import EXAMPLE_TOOLS
 from examples.plan.workflows import EXAMPLE_WORKFLOWS
+from examples.probe.activities import PROBE_TOOLS
+from examples.probe.workflows import PROBE_WORKFLOWS
 from examples.tickets.activities import HTTP_TOOLS
+from examples.tickets.workflows import TICKET_WORKFLOWS
 
 DEFAULT_TASK_QUEUE = "ledger-tools"
 DEFAULT_LEDGER = "sqlite:///ledger.db"
@@ -254,10 +259,18 @@ async def run(args: argparse.Namespace, *, ready: asyncio.Event | None = None) -
         worker = Worker(
             client,
             task_queue=args.task_queue,
-            workflows=[*EXAMPLE_WORKFLOWS, *AGENT_WORKFLOWS],
+            workflows=[
+                *EXAMPLE_WORKFLOWS,
+                *AGENT_WORKFLOWS,
+                *TICKET_WORKFLOWS,
+                *APPROVAL_WORKFLOWS,
+                *PROBE_WORKFLOWS,
+            ],
             activities=[
                 *EXAMPLE_TOOLS.values(),
                 *HTTP_TOOLS.values(),
+                *APPROVAL_TOOLS.values(),
+                *PROBE_TOOLS.values(),
                 model_tool(model_client(args)),
             ],
         )

@@ -238,6 +238,8 @@ def _event_rows(events: list[LedgerEvent]) -> list[list[Any]]:
         ]
         if event.type in (EventType.APPROVED, EventType.APPROVAL_REJECTED):
             parts.append(f"fingerprint={str(p.get('fingerprint'))[:16]}…")
+        if p.get("approval_id"):
+            parts.append(f"approval={p['approval_id']}")
         if isinstance(p.get("dimensions"), list):
             parts.append("differs=" + ",".join(p["dimensions"]))
         if p.get("reused_from_action_id"):

@@ -19,15 +19,20 @@ from typing import Any
 
 
 class OrderService(ThreadingHTTPServer):
-    def __init__(self, port: int, *, lose_replies: int = 0) -> None:
+    def __init__(self, port: int, *, lose_replies: int = 0, log: bool = False) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.orders: dict[str, dict[str, Any]] = {}
         self.lose_replies = lose_replies
+        self.log = log
         self.lock = threading.Lock()
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: OrderService
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.server.log:
+            super().log_message(format, *args)
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
@@ -63,7 +68,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--lose-replies", type=int, default=0)
     args = parser.parse_args()
-    service = OrderService(args.port, lose_replies=args.lose_replies)
+    service = OrderService(args.port, lose_replies=args.lose_replies, log=True)
     print(f"order service on http://127.0.0.1:{service.server_address[1]}", flush=True)
     service.serve_forever()
 
