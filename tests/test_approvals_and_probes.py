@@ -115,8 +115,13 @@ def payments() -> Iterator[Payments]:
 
 
 @pytest.fixture
-async def world(setup: Setup) -> AsyncIterator[tuple[Setup, Client]]:
-    setup.policy.write_text(POLICY)
+def policy() -> str:
+    return POLICY
+
+
+@pytest.fixture
+async def world(setup: Setup, policy: str) -> AsyncIterator[tuple[Setup, Client]]:
+    setup.policy.write_text(policy)
     client = await setup.client()
     async with Worker(
         client,
@@ -256,6 +261,22 @@ async def test_a_rejection_ends_the_step_with_no_effect(
     assert payments.posts == 0 and payments.effects == 0
     with Ledger.open(setup.ledger_url) as ledger:
         assert ledger.state(pending["key"]).approval.state is ApprovalState.REJECTED  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("policy", [POLICY + 'capabilities = ["payments.charge"]\n'])
+async def test_the_policy_gates_a_capability_whose_tool_does_not_ask(
+    world: tuple[Setup, Client], payments: Payments
+) -> None:
+    setup, client = world
+    handle = await start(setup, client, "charge", payments, 12)
+    pending = (await wait_for(lambda: pending_approvals(setup, handle), what="approval"))[0]
+    assert pending["tool"] == "charge" and payments.posts == 0
+    result = await handle.execute_update("approve", decision(pending, actor="lead-bo"))
+    assert (result["state"], result["actor"]) == ("approved", "lead-bo")
+    assert await handle.result() == {"payment_id": "P-1", "amount": 12}
+    assert payments.effects == 1
+    with Ledger.open(setup.ledger_url) as ledger:
+        assert ledger.verify(gated=["payments.charge"]).ok
 
 
 async def test_a_probe_that_finds_the_effect_settles_it_without_parking(
