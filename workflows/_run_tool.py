@@ -7,7 +7,7 @@ import fnmatch
 import json
 import shlex
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from temporalio import workflow
@@ -133,20 +133,18 @@ class Rejection(BaseModel):
     reason: str
 
 
-class _Pending:
-    def __init__(self, verdict: ReconcileInput) -> None:
-        self.verdict = verdict
-        self.done = False
-        self.error: str | None = None
-        self.result: ReconcileResult | None = None
+InT = TypeVar("InT", ReconcileInput, ApproveInput)
+ResultT = TypeVar("ResultT", ReconcileResult, ApproveResult)
 
 
-class _PendingDecision:
-    def __init__(self, decision: ApproveInput) -> None:
-        self.decision = decision
+class _Pending(Generic[InT, ResultT]):
+    """An operator's input waiting to be recorded, and what the ledger answered."""
+
+    def __init__(self, given: InT) -> None:
+        self.given = given
         self.done = False
         self.error: str | None = None
-        self.result: ApproveResult | None = None
+        self.result: ResultT | None = None
 
 
 class _Parking:
@@ -155,12 +153,12 @@ class _Parking:
     def __init__(self) -> None:
         self.open: dict[str, OpenEffect] = {}
         self.specs: dict[str, ToolSpec[Any, Any]] = {}
-        self.inbox: dict[str, list[_Pending]] = {}
+        self.inbox: dict[str, list[_Pending[ReconcileInput, ReconcileResult]]] = {}
         self.rejections: list[Rejection] = []
         #: The namespace has the search attribute (as the tool's worker found).
         self.listed = False
         self.approvals: dict[str, PendingApproval] = {}
-        self.decisions: dict[str, list[_PendingDecision]] = {}
+        self.decisions: dict[str, list[_Pending[ApproveInput, ApproveResult]]] = {}
         self.approvals_listed = False
 
     # -- handlers (registered dynamically, so any workflow can use run_tool) --------
@@ -181,19 +179,7 @@ class _Parking:
 
     async def on_update(self, raw: Any = None) -> ReconcileResult:
         verdict, reason = self.check(raw)
-        if verdict is None:  # the state changed between validation and handling
-            raise ApplicationError(
-                reason or "invalid", type=ErrorType.RECONCILE_REJECTED, non_retryable=True
-            )
-        pending = _Pending(verdict)
-        self.inbox[verdict.key].append(pending)
-        await workflow.wait_condition(lambda: pending.done)
-        if pending.error is not None:
-            raise ApplicationError(
-                pending.error, type=ErrorType.RECONCILE_REJECTED, non_retryable=True
-            )
-        assert pending.result is not None
-        return pending.result
+        return await _answer(self.inbox, verdict, reason, ErrorType.RECONCILE_REJECTED)
 
     def query_open(self) -> list[OpenEffect]:
         return list(self.open.values())
@@ -208,19 +194,7 @@ class _Parking:
 
     async def on_approve(self, raw: Any = None) -> ApproveResult:
         decision, reason = self.check_decision(raw)
-        if decision is None:
-            raise ApplicationError(
-                reason or "invalid", type=ErrorType.APPROVE_REJECTED, non_retryable=True
-            )
-        pending = _PendingDecision(decision)
-        self.decisions[decision.key].append(pending)
-        await workflow.wait_condition(lambda: pending.done)
-        if pending.error is not None:
-            raise ApplicationError(
-                pending.error, type=ErrorType.APPROVE_REJECTED, non_retryable=True
-            )
-        assert pending.result is not None
-        return pending.result
+        return await _answer(self.decisions, decision, reason, ErrorType.APPROVE_REJECTED)
 
     def check_decision(self, raw: Any) -> tuple[ApproveInput | None, str | None]:
         if isinstance(raw, str):
@@ -379,36 +353,63 @@ class _Parking:
             self.approvals[key].approve_command,
         )
         try:
-            while True:
-                await workflow.wait_condition(lambda: bool(self.decisions[key]))
-                pending = self.decisions[key].pop(0)
-                try:
-                    pending.result = await workflow.execute_activity(
-                        APPROVE_ACTIVITY,
-                        pending.decision,
-                        result_type=ApproveResult,
-                        start_to_close_timeout=RECONCILE_TIMEOUT,
-                        heartbeat_timeout=RECONCILE_HEARTBEAT_TIMEOUT,
-                        retry_policy=APPROVE_RETRY_POLICY,
-                    )
-                except ActivityError as err:
-                    pending.error = _cause_message(err)
-                    self.reject("ledger", pending.decision.model_dump(), pending.error)
-                    cause = err.cause
-                    if isinstance(cause, ApplicationError) and (
-                        cause.type == ErrorType.APPROVE_ALREADY_DECIDED
-                    ):
-                        return None
-                    continue
-                finally:
-                    pending.done = True
-                return pending.decision.decision
+            pending = await self.record_next(
+                self.decisions[key],
+                APPROVE_ACTIVITY,
+                ApproveResult,
+                APPROVE_RETRY_POLICY,
+                decided_elsewhere=ErrorType.APPROVE_ALREADY_DECIDED,
+            )
+            return None if pending is None else pending.given.decision
         finally:
             self.approvals.pop(key, None)
             self.changed()
-            for leftover in self.decisions.pop(key, []):
-                leftover.error = "the call no longer awaits approval; the decision was not applied"
-                leftover.done = True
+            self.drop_leftovers(self.decisions.pop(key, []), "the call no longer awaits approval")
+
+    async def record_next(
+        self,
+        queue: list[_Pending[InT, ResultT]],
+        activity: str,
+        result_type: type[ResultT],
+        retry_policy: RetryPolicy,
+        *,
+        decided_elsewhere: ErrorType,
+    ) -> _Pending[InT, ResultT] | None:
+        """Record the next queued input through ``activity``; answer refused ones and go
+        on. Returns the accepted input, or ``None`` when the ledger says somebody settled
+        it elsewhere first (the step then runs again to read that)."""
+        while True:
+            await workflow.wait_condition(lambda: bool(queue))
+            pending = queue.pop(0)
+            try:
+                pending.result = await workflow.execute_activity(
+                    activity,
+                    pending.given,
+                    result_type=result_type,
+                    # A worker that dies during it is noticed within seconds; the
+                    # input is then retried on another worker, never dropped.
+                    start_to_close_timeout=RECONCILE_TIMEOUT,
+                    heartbeat_timeout=RECONCILE_HEARTBEAT_TIMEOUT,
+                    retry_policy=retry_policy,
+                )
+            except ActivityError as err:
+                pending.error = _cause_message(err)
+                self.reject("ledger", pending.given.model_dump(), pending.error)
+                cause = err.cause
+                if isinstance(cause, ApplicationError) and cause.type == decided_elsewhere:
+                    return None
+                continue
+            finally:
+                pending.done = True
+            return pending
+
+    def drop_leftovers(self, leftovers: list[_Pending[Any, Any]], why: str) -> None:
+        # Inputs still queued were given for this wait; a later wait of the same key is
+        # a different call or action that nobody has looked at yet: never apply them to it.
+        for leftover in leftovers:
+            leftover.error = f"{why}; the input was not applied"
+            leftover.done = True
+            self.reject("ledger", leftover.given.model_dump(), leftover.error)
 
     # -- parking ----------------------------------------------------------------------
 
@@ -447,46 +448,43 @@ class _Parking:
         )
         try:
             while True:
-                await workflow.wait_condition(lambda: bool(self.inbox[key]))
-                pending = self.inbox[key].pop(0)
-                try:
-                    pending.result = await workflow.execute_activity(
-                        RECONCILE_ACTIVITY,
-                        pending.verdict,
-                        result_type=ReconcileResult,
-                        # A worker that dies during it is noticed within seconds; the
-                        # verdict is then retried on another worker, never dropped.
-                        start_to_close_timeout=RECONCILE_TIMEOUT,
-                        heartbeat_timeout=RECONCILE_HEARTBEAT_TIMEOUT,
-                        retry_policy=RECONCILE_RETRY_POLICY,
-                    )
-                except ActivityError as err:
-                    pending.error = _cause_message(err)
-                    self.reject("ledger", pending.verdict.model_dump(), pending.error)
-                    cause = err.cause
-                    if isinstance(cause, ApplicationError) and (
-                        cause.type == ErrorType.RECONCILE_ALREADY_RESOLVED
-                    ):
-                        return None
-                    continue
-                finally:
-                    pending.done = True
-                if pending.verdict.verdict is Verdict.STILL_UNKNOWN:
+                pending = await self.record_next(
+                    self.inbox[key],
+                    RECONCILE_ACTIVITY,
+                    ReconcileResult,
+                    RECONCILE_RETRY_POLICY,
+                    decided_elsewhere=ErrorType.RECONCILE_ALREADY_RESOLVED,
+                )
+                if pending is None:
+                    return None
+                if pending.given.verdict is Verdict.STILL_UNKNOWN:
                     self.open[key] = self.open[key].model_copy(
                         update={"last_verdict": Verdict.STILL_UNKNOWN}
                     )
                     continue
-                return pending.verdict
+                return pending.given
         finally:
             self.open.pop(key, None)
             self.changed(parked=-1)
-            # Verdicts still queued were given for this parked action; the step moves
-            # on, and a later park of the same key is a different action that nobody
-            # has inspected yet, so they must not be applied to it.
-            for leftover in self.inbox.pop(key, []):
-                leftover.error = "the step is no longer parked; the verdict was not applied"
-                leftover.done = True
-                self.reject("ledger", leftover.verdict.model_dump(), leftover.error)
+            self.drop_leftovers(self.inbox.pop(key, []), "the step is no longer parked")
+
+
+async def _answer(
+    queues: dict[str, list[_Pending[InT, ResultT]]],
+    given: InT | None,
+    reason: str | None,
+    rejected: ErrorType,
+) -> ResultT:
+    """An update's answer: what the ledger recorded for ``given``, or why it was refused."""
+    if given is None:  # the state changed between validation and handling
+        raise ApplicationError(reason or "invalid", type=rejected, non_retryable=True)
+    pending: _Pending[InT, ResultT] = _Pending(given)
+    queues[given.key].append(pending)
+    await workflow.wait_condition(lambda: pending.done)
+    if pending.error is not None:
+        raise ApplicationError(pending.error, type=rejected, non_retryable=True)
+    assert pending.result is not None
+    return pending.result
 
 
 def _problems(exc: ValidationError) -> str:
