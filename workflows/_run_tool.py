@@ -197,20 +197,9 @@ class _Parking:
         return await _answer(self.decisions, decision, reason, ErrorType.APPROVE_REJECTED)
 
     def check_decision(self, raw: Any) -> tuple[ApproveInput | None, str | None]:
-        if isinstance(raw, str):
-            try:
-                raw = json.loads(raw)
-            except ValueError:
-                return None, "the input is not valid JSON"
-        if not isinstance(raw, dict):
-            return None, (
-                'the input must be a JSON object {"key", "fingerprint", "decision", "actor", '
-                '"basis"}'
-            )
-        try:
-            decision = ApproveInput.model_validate(raw)
-        except ValidationError as exc:
-            return None, f"malformed approve input: {_problems(exc)}"
+        decision, reason = _parse(raw, ApproveInput, "approve")
+        if decision is None:
+            return None, reason
         waiting = self.approvals.get(decision.key)
         if waiting is None:
             known = ", ".join(sorted(self.approvals)) or "none"
@@ -237,20 +226,9 @@ class _Parking:
     # -- validation -------------------------------------------------------------------
 
     def check(self, raw: Any) -> tuple[ReconcileInput | None, str | None]:
-        if isinstance(raw, str):
-            try:
-                raw = json.loads(raw)
-            except ValueError:
-                return None, "the input is not valid JSON"
-        if not isinstance(raw, dict):
-            return None, (
-                'the input must be a JSON object {"key", "verdict", "actor", "basis", '
-                '"evidence", "output"}'
-            )
-        try:
-            verdict = ReconcileInput.model_validate(raw)
-        except ValidationError as exc:
-            return None, f"malformed reconcile input: {_problems(exc)}"
+        verdict, reason = _parse(raw, ReconcileInput, "reconcile")
+        if verdict is None:
+            return None, reason
         effect = self.open.get(verdict.key)
         if effect is None:
             known = ", ".join(sorted(self.open)) or "none"
@@ -487,12 +465,25 @@ async def _answer(
     return pending.result
 
 
-def _problems(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(x) for x in e['loc']) or 'input'}: "
-        + ("missing" if e["type"] == "missing" else f"{e['msg']}, got {e['input']!r}")
-        for e in exc.errors()
-    )
+def _parse(raw: Any, model: type[InT], what: str) -> tuple[InT | None, str | None]:
+    """An operator's JSON input (an object, or its text) as ``model``, or why not."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None, "the input is not valid JSON"
+    if not isinstance(raw, dict):
+        fields = ", ".join(f'"{name}"' for name in model.model_fields if name != "action_id")
+        return None, f"the input must be a JSON object {{{fields}}}"
+    try:
+        return model.model_validate(raw), None
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in e['loc']) or 'input'}: "
+            + ("missing" if e["type"] == "missing" else f"{e['msg']}, got {e['input']!r}")
+            for e in exc.errors()
+        )
+        return None, f"malformed {what} input: {problems}"
 
 
 def _output_misfit(spec: ToolSpec[Any, Any], output: Any) -> str | None:
