@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import sqlite3
 import sys
 import threading
 import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,10 +28,12 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from tests.approval_tools import PAYMENT_TOOLS, PaymentJob, PaymentWorkflow
 from tests.temporal_support import Setup, open_effects, query_json, temporal_cli, wait_for
+from worker import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -349,3 +353,38 @@ async def test_a_probe_that_raises_leaves_the_step_parked_as_before(
     await handle.execute_update("reconcile", verdict)
     assert await handle.result() == {"payment_id": "P-1", "amount": 5}
     assert payments.effects == 1 and payments.posts == 1
+
+
+async def test_metrics_count_approvals_and_probe_verdicts_by_actor(
+    setup: Setup, payments: Payments
+) -> None:
+    setup.policy.write_text(POLICY)
+    port = free_port()
+    runtime = Runtime(
+        telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"127.0.0.1:{port}"))
+    )
+    client = await Client.connect(setup.address, plugins=[setup.plugin()], runtime=runtime)
+    async with Worker(
+        client,
+        task_queue=setup.task_queue,
+        workflows=[PaymentWorkflow],
+        activities=list(PAYMENT_TOOLS.values()),
+    ):
+        refund = await start(setup, client, "refund", payments, 20)
+        pending = (await wait_for(lambda: pending_approvals(setup, refund), what="approval"))[0]
+        await refund.execute_update("approve", decision(pending))
+        await refund.result()
+        payments.script = ["commit-then-drop"]
+        await (await start(setup, client, "charge", payments, 7)).result()
+
+        def scrape() -> str:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as got:
+                return got.read().decode()
+
+        text = await asyncio.to_thread(scrape)
+    assert re.search(r'ledger_approvals(_total)?\{[^}]*decision="approve"[^}]*\} 1', text), text
+    assert re.search(
+        r'ledger_reconciliations(_total)?\{[^}]*actor="probe:charge"[^}]*\} 1', text
+    ), text
+    assert re.search(r'ledger_tool_calls(_total)?\{[^}]*outcome="awaiting_approval"', text)
+    assert payments.effects == 2

@@ -251,6 +251,7 @@ async def test_metrics_reach_the_worker_runtimes_prometheus_endpoint(setup: Setu
     for outcome in ("acted", "replayed", "unknown"):
         assert re.search(rf'ledger_tool_calls(_total)?\{{[^}}]*outcome="{outcome}"', text), outcome
     assert re.search(r'ledger_reconciliations(_total)?\{[^}]*verdict="effect_confirmed"', text)
+    assert re.search(r'ledger_reconciliations(_total)?\{[^}]*actor="operator"', text)
     assert re.search(r'ledger_parked_steps\{[^}]*\} 0', text)
 
 
