@@ -388,3 +388,26 @@ async def test_metrics_count_approvals_and_probe_verdicts_by_actor(
     ), text
     assert re.search(r'ledger_tool_calls(_total)?\{[^}]*outcome="awaiting_approval"', text)
     assert payments.effects == 2
+
+
+async def test_lookup_probe_reads_the_far_sides_answer(payments: Payments) -> None:
+    from temporal_ledger.activities import Finding
+    from temporal_ledger.activities.http import lookup_probe
+
+    from tests.approval_tools import Payment, Receipt, by_key
+
+    key = "wf/run/pay?x=1"  # slashes and query characters stay inside one path segment
+    payments.by_key[key] = {"payment_id": "P-9", "amount": 4}
+    arg = Payment(base_url=payments.url, amount=4)
+    found = await by_key(key, arg)
+    assert found.finding is Finding.PRESENT and found.output == {"payment_id": "P-9", "amount": 4}
+    assert (
+        found.evidence[0]["status"] == 200 and "wf%2Frun%2Fpay%3Fx%3D1" in found.evidence[0]["GET"]
+    )
+    assert Receipt.model_validate(found.output).payment_id == "P-9"
+    missing = await by_key("other", arg)
+    assert missing.finding is Finding.ABSENT and missing.evidence[0]["status"] == 404
+    broken = await lookup_probe("{base_url}/payments/{key}", absent_statuses=())("other", arg)
+    assert broken.finding is Finding.INCONCLUSIVE and "404" in broken.basis
+    refused = await by_key(key, Payment(base_url="http://127.0.0.1:9", amount=4))
+    assert refused.finding is Finding.INCONCLUSIVE and "ConnectError" in refused.basis
