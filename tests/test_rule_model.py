@@ -17,9 +17,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from temporal_ledger.ledger import (
+    APPROVAL_REJECTED,
+    APPROVAL_REQUIRED,
     ActionRequest,
     ActionStatus,
     Authority,
+    Decision,
     EffectState,
     Verdict,
     may_act_again,
@@ -34,6 +37,7 @@ from temporal_ledger.ledger._rule import (
     Sketch,
     admit,
     complete,
+    decide_approval,
     failure_fields,
     reconcile_key,
     success_fields,
@@ -259,3 +263,155 @@ def test_the_rule_agrees_with_the_model_and_never_acts_twice_unfreed(ops: list[t
     assert len(started) == sum(model.executions.values())
     tokens = [(e.key, e.payload["token"]) for e in started]
     assert len(tokens) == len(set(tokens))  # at most one execution per fencing token
+
+
+@dataclasses.dataclass
+class GatedKey:
+    """What the design says a key that needs approval holds."""
+
+    fingerprint: str  # bound by the first authorised request
+    approval: str = "requested"  # requested, approved, rejected, consumed
+    approved_fingerprint: str = ""
+    decided_by: str = ""
+    final: bool = False  # a final outcome: replays from now on
+
+
+gated_operations = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("submit"),
+            st.sampled_from(KEYS),
+            st.sampled_from(("x", "y")),
+            st.booleans(),  # authorised
+            st.sampled_from(("success", "no_effect_retryable")),
+        ),
+        st.tuples(
+            st.just("decide"),
+            st.sampled_from(KEYS),
+            st.sampled_from(("x", "y")),  # the request the decision names
+            st.sampled_from(("lead", "other-lead", "agent")),  # "agent" is the performer
+            st.sampled_from(list(Decision)),
+        ),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(gated_operations)
+def test_a_gated_key_acts_only_under_a_fresh_approval_of_its_exact_request(
+    ops: list[tuple],
+) -> None:
+    store, now = MemoryStore(), 1_000.0
+    model: dict[str, GatedKey] = {}
+    approvals: dict[str, int] = {}
+    executions: dict[str, int] = {}
+    for op in ops:
+        now += 1.0
+        if op[0] == "decide":
+            _, key, variant, actor, decision = op
+            fingerprint = request(key, variant).fingerprint()
+            held = model.get(key)
+            decided = "approved" if decision is Decision.APPROVE else "rejected"
+            if held is None or held.fingerprint != fingerprint or actor == "agent":
+                expected = "refused"
+            elif held.approval == decided and held.decided_by == actor:
+                expected = "recorded"  # the same decision again: answered, nothing new
+            elif held.approval != "requested":
+                expected = "refused"
+            else:
+                expected = "recorded"
+                held.approval, held.decided_by = decided, actor
+                held.approved_fingerprint = fingerprint
+                approvals[key] = approvals.get(key, 0) + (decision is Decision.APPROVE)
+            reason, _ = store.transact(
+                key,
+                now,
+                functools.partial(
+                    decide_approval, fingerprint=fingerprint, decision=decision, actor=actor,
+                    basis="looked", approval_id=f"ap-{now}",
+                ),
+            )  # fmt: skip
+            assert ("refused" if reason else "recorded") == expected, (op, reason)
+            continue
+        _, key, variant, allowed, kind = op
+        req = request(key, variant)
+        dimensions = fingerprint_dimensions(req.identity())
+        fingerprint = combine(dimensions)
+        held = model.get(key)
+        if not allowed:
+            expected = "denied"
+        elif held is not None and held.fingerprint != fingerprint:
+            expected = "conflict"
+        elif held is not None and held.final:
+            expected = "replay"
+        elif held is not None and held.approval == "approved":
+            expected = "act"
+        elif held is not None and held.approval == "rejected":
+            expected = "rejected"
+        else:
+            expected = "awaiting"
+            model.setdefault(key, GatedKey(fingerprint=fingerprint)).approval = "requested"
+        authority = Authority("agent", ["files.*"] if allowed else [])
+        decision = store.transact(
+            key,
+            now,
+            functools.partial(
+                admit, request=req, authority=authority, dimensions=dimensions,
+                fingerprint=fingerprint, retry_safe=False, first=True, give_up=True,
+                lease=LEASE, requires_approval=True,
+            ),
+        )  # fmt: skip
+        if isinstance(decision, Answer):
+            got = {
+                APPROVAL_REQUIRED: "awaiting",
+                APPROVAL_REJECTED: "rejected",
+                "Denied": "denied",
+            }.get(decision.result.error_type or "", "replay")
+        elif isinstance(decision, Conflict):
+            got = "conflict"
+        else:
+            assert isinstance(decision, Claimed)
+            got = "act"
+        assert got == expected, (op, expected, got)
+        if got != "act":
+            continue
+        held = model[key]
+        held.approval = "consumed"
+        held.final = kind == "success"
+        executions[key] = executions.get(key, 0) + 1
+        fields = (
+            success_fields({"ok": True})
+            if kind == "success"
+            else {
+                "status": ActionStatus.FAILED,
+                "effect": EffectState.NONE,
+                "error": "busy",
+                "error_type": "NoEffect",
+                "retryable": True,
+                "retry_after": None,
+            }
+        )
+        assert isinstance(decision, Claimed)
+        store.transact(
+            key,
+            now,
+            functools.partial(
+                complete, action_id=req.action_id, token=decision.token, fields=fields
+            ),
+        )  # fmt: skip
+    for key, count in executions.items():
+        assert count <= approvals.get(key, 0)  # every execution took an approval of its own
+    started = [e for e in store.events if e.type == "action.execution_started"]
+    used = [e.payload["approval_id"] for e in started]
+    assert len(used) == len(set(used)) == sum(executions.values())
+    approved = {
+        e.payload["approval_id"]: e.payload["fingerprint"]
+        for e in store.events
+        if e.type == "action.approved"
+    }
+    requested = {
+        e.action_id: e.payload["fingerprint"] for e in store.events if e.type == "action.requested"
+    }
+    for event in started:
+        assert approved[event.payload["approval_id"]] == requested[event.action_id]
