@@ -153,6 +153,10 @@ def next_operation(record: KeyRecord | None, now: float) -> NextOperation:
         )
     outcome = record.outcome or {}
     if outcome.get("retryable"):
+        # Free to act again, unless its next execution waits for a person's approval.
+        approval = record.approval
+        if approval is not None and approval["state"] == ApprovalState.REQUESTED:
+            return NextOperation.AWAIT_APPROVAL
         return NextOperation.START_ACTION
     if outcome["effect"] == EffectState.UNKNOWN.value:
         return NextOperation.RECONCILE_EFFECT
@@ -572,8 +576,8 @@ def decide_approval(
     if reason is not None:
         tx.append(EventType.APPROVAL_REFUSED, None, {**body, "reason": reason})
         tx.save(record or KeyRecord(key=tx.key))
-        decided = approval is not None and approval["state"] != ApprovalState.REQUESTED
-        return reason, Approval(**approval) if decided and approval else None
+        settled = approval is not None and approval["state"] != ApprovalState.REQUESTED
+        return reason, Approval(**approval) if settled and approval else None
     assert record is not None and approval is not None
     approval = {
         **approval,

@@ -875,6 +875,7 @@ class LedgerContract:
         assert first.retryable and len(far_side.calls) == 1  # the key may act again...
         again = await ledger.execute(request("k"), **gated)
         assert again.error_type == APPROVAL_REQUIRED  # ...under an approval of its own
+        assert ledger.state("k").next_operation is NextOperation.AWAIT_APPROVAL
         assert len(far_side.calls) == 1
         with pytest.raises(ApprovalRefused):
             await ledger.approve("k", fingerprint=fingerprint, actor="agent-1", basis="mine")
