@@ -277,7 +277,7 @@ async def execute_through_ledger(
         # The ledger lets this key act again: hand Temporal (and pydantic-ai's own error
         # mapping on the workflow side) the original exception, as if we were not here.
         raise ran["error"]
-    outcome = _outcome_or_raise(spec, result, runtime)
+    outcome = _outcome_or_raise(spec, result, runtime, request=request)
     try:
         return converter.from_payload(_from_json(outcome.output), _return_type(input.fn))
     except Exception as exc:

@@ -297,7 +297,7 @@ def _outcome_or_raise(
 ) -> p.ToolOutcome:
     count_call(spec.name, _call_outcome(result))
     if result.status is ActionStatus.DENIED and result.error_type == APPROVAL_REQUIRED:
-        assert request is not None  # only @tool calls ask for approval
+        assert request is not None
         needed = p.ApprovalNeeded(
             key=result.key,
             fingerprint=ActionRequest.parse(request).fingerprint(),
@@ -307,7 +307,8 @@ def _outcome_or_raise(
             address=runtime.address,
             awaiting_approval_attribute=runtime.awaiting_approval_attribute,
         )
-        # The workflow waits for the decision and says so once: the expected hand-over.
+        # run_tool waits for the decision and says so once: the expected hand-over. A
+        # workflow that is not waiting (a ledger_activities call) fails with this error.
         raise ApplicationError(
             f"{spec.name}: {result.error}",
             needed.model_dump(),
