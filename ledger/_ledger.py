@@ -178,10 +178,10 @@ class Ledger:
         disk or the network. A recorder that groups commits takes it in its queue."""
         if self._closed:
             raise LedgerError("the ledger is closed")
-        queued = self._recorder.submit(key, fn)
+        queued = self._recorder.submit_on_loop(key, fn, asyncio.get_running_loop())
         if queued is None:
             return await self._run(self._recorder.transact, key, fn)
-        return await asyncio.wrap_future(queued)
+        return await queued
 
     async def _transact_durably(self, key: str, fn: Callable[[Transaction], T], *, what: str) -> T:
         """A write that must not be lost to a dropped connection: tried until it commits.
@@ -373,9 +373,9 @@ class Ledger:
             assert tx.record is not None  # settled keys are never removed
             tx.save(tx.record)
 
-        queued = self._recorder.submit(request.key, audit)
+        queued = self._recorder.submit_on_loop(request.key, audit, asyncio.get_running_loop())
         pending = (
-            asyncio.wrap_future(queued)
+            queued
             if queued is not None
             else asyncio.ensure_future(self._run(self._recorder.transact, request.key, audit))
         )

@@ -7,7 +7,9 @@ chaining is done here, so every backend chains the same way.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -131,6 +133,10 @@ class Transaction(ABC):
         self.recorded_at = iso(now)
         self._head = record.head_hash if record else ""
         self._count = record.events if record else 0
+        # The indexed columns as stored: a save that leaves them as they were (a replay,
+        # a lease renewal) rewrites only the row, not the indexes (SQLite skips an index
+        # whose columns an UPDATE does not set; PostgreSQL can update the row in place).
+        self._stored_index = indexed_values(record) if record else None
 
     def append(self, type: str, action_id: str | None, payload: dict[str, Any]) -> PendingEvent:
         text = payload_text(payload)
@@ -165,6 +171,12 @@ class Transaction(ABC):
         record.updated_at = self.recorded_at
         self._write_record(record, created=self.record is None)
         self.record = record
+        self._stored_index = indexed_values(record)
+
+    def index_unchanged(self, record: KeyRecord) -> bool:
+        """Whether saving ``record`` leaves the indexed columns of the stored row as they
+        are, so that :func:`update_row_sql` suffices (backends call it from ``_write_record``)."""
+        return self._stored_index is not None and self._stored_index == indexed_values(record)
 
     @abstractmethod
     def _insert_event(self, event: PendingEvent) -> None: ...
@@ -203,6 +215,14 @@ class Recorder(ABC):
         callers) returns a future; ``None`` means: call :meth:`transact` on a thread.
         """
         return None
+
+    def submit_on_loop(
+        self, key: str, fn: Callable[[Transaction], T], loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[T] | None:
+        """:meth:`submit`, answered as a future of the running event ``loop`` (a recorder
+        may then wake the loop once for a whole batch of answers), or ``None``."""
+        queued = self.submit(key, fn)
+        return None if queued is None else asyncio.wrap_future(queued, loop=loop)
 
     @abstractmethod
     def get(self, key: str) -> KeyRecord | None: ...
@@ -282,10 +302,13 @@ def events_sql(
     return sql, params
 
 
-def insert_event_sql(placeholder: str) -> str:
-    """The INSERT of one event, in the backend's parameter style (``?`` or ``%s``)."""
-    marks = ", ".join([placeholder] * len(_EVENT_INSERT_COLUMNS))
-    return f"INSERT INTO ledger_events ({', '.join(_EVENT_INSERT_COLUMNS)}) VALUES ({marks})"
+@functools.cache
+def insert_event_sql(placeholder: str, rows: int = 1) -> str:
+    """The INSERT of ``rows`` events in one statement, in the backend's parameter style
+    (``?`` or ``%s``); parameters are the :func:`event_values` of each, in order."""
+    marks = "(" + ", ".join([placeholder] * len(_EVENT_INSERT_COLUMNS)) + ")"
+    values = ", ".join([marks] * rows)
+    return f"INSERT INTO ledger_events ({', '.join(_EVENT_INSERT_COLUMNS)}) VALUES {values}"
 
 
 def event_values(event: PendingEvent) -> tuple[Any, ...]:
@@ -301,6 +324,7 @@ def event_values(event: PendingEvent) -> tuple[Any, ...]:
     )
 
 
+@functools.cache
 def write_record_sql(placeholder: str, *, created: bool) -> str:
     """The INSERT or UPDATE of a key's state; parameters are :func:`record_values`."""
     if created:
@@ -311,15 +335,35 @@ def write_record_sql(placeholder: str, *, created: bool) -> str:
     return f"UPDATE ledger_keys SET {sets} WHERE key = {placeholder}"
 
 
-def record_values(record: KeyRecord) -> tuple[Any, ...]:
-    """The indexed columns of ``ledger_keys`` beside the full record, key last."""
+_ROW_COLUMNS = ("token", "lease_expires", "record")
+
+
+def indexed_values(record: KeyRecord) -> tuple[Any, ...]:
+    """The values of the indexed columns of ``ledger_keys`` (the first four of
+    :func:`record_values`)."""
+    outcome = record.outcome
+    if outcome is None:
+        return (record.phase, None, None, 0)
     return (
         record.phase,
-        record.effect,
-        record.settled_at,
-        int(bool(record.outcome and record.outcome.get("compacted"))),
-        record.token,
-        record.lease_expires,
-        record.to_json(),
-        record.key,
+        outcome["effect"],
+        outcome.get("recorded_at"),
+        int(bool(outcome.get("compacted"))),
     )
+
+
+@functools.cache
+def update_row_sql(placeholder: str) -> str:
+    """The UPDATE of a key's state that leaves its indexed columns alone; parameters are
+    :func:`row_values`."""
+    sets = ", ".join(f"{column} = {placeholder}" for column in _ROW_COLUMNS)
+    return f"UPDATE ledger_keys SET {sets} WHERE key = {placeholder}"
+
+
+def row_values(record: KeyRecord) -> tuple[Any, ...]:
+    return (record.token, record.lease_expires, record.to_json(), record.key)
+
+
+def record_values(record: KeyRecord) -> tuple[Any, ...]:
+    """The indexed columns of ``ledger_keys`` beside the full record, key last."""
+    return (*indexed_values(record), *row_values(record))
