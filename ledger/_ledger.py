@@ -44,13 +44,12 @@ from ._models import (
     Verdict,
     validate_key,
 )
-from ._recorder import KeyRecord, Phase, Recorder, Transaction, iso
+from ._recorder import KeyRecord, PendingEvent, Phase, Recorder, Transaction, iso
 from ._rule import (
     Answer,
     Busy,
     Claimed,
     Conflict,
-    Sketch,
     admit,
     compact_key,
     complete,
@@ -347,12 +346,13 @@ class Ledger:
     ) -> ActionResult | None:
         """A replay answered from a read, its audit record queued; ``None`` if the rule
         would do anything but replay (that goes the durable way)."""
-        record, now = await self._run(self._read_key, request.key)
+        read = self._recorder.read_now(request.key)
+        record, now = read if read is not None else await self._run(self._read_key, request.key)
         if record is None or record.phase != Phase.SETTLED:
             return None
-        sketch = Sketch(request.key, record, now)
+        draft = _Draft(request.key, record, now)
         decision = admit(
-            sketch,
+            draft,
             request=request,
             authority=authority,
             dimensions=dimensions,
@@ -364,12 +364,13 @@ class Ledger:
         )
         if not (isinstance(decision, Answer) and decision.result.replayed):
             return None
-        appended = sketch.appended
+        appended = draft.appended
 
         def audit(tx: Transaction) -> None:
             # Both records or neither: verify still holds after a crash drops the batch.
-            for event in appended:
-                tx.append(event.type, event.action_id, event.payload)
+            # Hashed here, against the chain head as it is when the batch commits.
+            for type_, action_id, payload in appended:
+                tx.append(type_, action_id, payload)
             assert tx.record is not None  # settled keys are never removed
             tx.save(tx.record)
 
@@ -677,6 +678,30 @@ class Ledger:
         for key in keys:
             done += await self._transact(key, functools.partial(compact_key, cutoff=cutoff))
         return done
+
+
+class _Draft(Transaction):
+    """What the rule would append for a batched replay, neither hashed nor stored: the
+    audit transaction hashes it against the chain head it finds when it commits."""
+
+    def __init__(self, key: str, record: KeyRecord | None, now: float) -> None:
+        super().__init__(key, record, now)
+        self.appended: list[tuple[str, str | None, dict[str, Any]]] = []
+
+    def append(self, type: str, action_id: str | None, payload: dict[str, Any]) -> None:  # type: ignore[override]
+        self.appended.append((type, action_id, payload))
+
+    def save(self, record: KeyRecord) -> None:
+        pass
+
+    def _insert_event(self, event: PendingEvent) -> None:  # pragma: no cover - append is lazy
+        raise NotImplementedError
+
+    def _write_record(self, record: KeyRecord, *, created: bool) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def compact_bodies(self, through_seq: int) -> int:  # pragma: no cover - never compacts
+        raise NotImplementedError
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:

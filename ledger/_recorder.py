@@ -224,6 +224,12 @@ class Recorder(ABC):
         queued = self.submit(key, fn)
         return None if queued is None else asyncio.wrap_future(queued, loop=loop)
 
+    def read_now(self, key: str) -> tuple[KeyRecord | None, float] | None:
+        """The key's state and the storage's clock, read on the calling thread if that is
+        cheap and cannot block (a local file), else ``None``: the caller then reads on a
+        thread. A batched replay answers from this read without leaving the event loop."""
+        return None
+
     @abstractmethod
     def get(self, key: str) -> KeyRecord | None: ...
 

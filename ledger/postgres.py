@@ -53,6 +53,8 @@ from ._recorder import (
     events_sql,
     insert_event_sql,
     record_values,
+    row_values,
+    update_row_sql,
     write_record_sql,
 )
 from .sqlite import integrity_error
@@ -166,8 +168,14 @@ class _PostgresTransaction(Transaction):
         self._params.extend(event_values(event))
 
     def _write_record(self, record: KeyRecord, *, created: bool) -> None:
-        self._statements.append(write_record_sql("%s", created=created))
-        self._params.extend(record_values(record))
+        if not created and self.index_unchanged(record):
+            # No indexed column changes: PostgreSQL can update the row in place (HOT),
+            # without new index entries.
+            self._statements.append(update_row_sql("%s"))
+            self._params.extend(row_values(record))
+        else:
+            self._statements.append(write_record_sql("%s", created=created))
+            self._params.extend(record_values(record))
 
     def compact_bodies(self, through_seq: int) -> int:
         # The rule needs the count now; the writes held so far go first, in order.

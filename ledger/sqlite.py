@@ -231,6 +231,13 @@ class SQLiteRecorder(Recorder):
                 self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
             )
             self._read_conn.execute("PRAGMA cache_size=-65536")
+            # The event loop's own reads (read_now): a connection no other thread waits
+            # on, so a long read elsewhere (verify, events) never blocks the loop.
+            self._loop_read_lock = threading.Lock()
+            self._loop_read_conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
+            )
+            self._loop_read_conn.execute("PRAGMA cache_size=-16384")
         except sqlite3.DatabaseError as exc:
             raise LedgerUnavailable(f"cannot open SQLite ledger {self.path}: {exc}") from exc
 
@@ -430,6 +437,21 @@ class SQLiteRecorder(Recorder):
                 conn.execute("ROLLBACK")
             raise
 
+    def read_now(self, key: str) -> tuple[KeyRecord | None, float] | None:
+        # A read of one row by its primary key in WAL mode never waits for a writer; a
+        # second event loop reading at this instant is sent to a thread instead.
+        if not self._loop_read_lock.acquire(blocking=False):
+            return None
+        try:
+            row = self._loop_read_conn.execute(
+                "SELECT record FROM ledger_keys WHERE key = ?", (key,)
+            ).fetchone()
+        except sqlite3.OperationalError:
+            return None  # the thread's read reports it
+        finally:
+            self._loop_read_lock.release()
+        return (KeyRecord.from_json(row[0]) if row else None), self.now()
+
     def get(self, key: str) -> KeyRecord | None:
         with self._read_lock:
             row = self._read_conn.execute(
@@ -476,5 +498,7 @@ class SQLiteRecorder(Recorder):
             self._writer = None
         with self._read_lock:
             self._read_conn.close()
+        with self._loop_read_lock:
+            self._loop_read_conn.close()
         with self._lock:
             self._conn.close()
