@@ -70,7 +70,7 @@ class KeyRecord:
 
     def to_json(self) -> str:
         # Every field is already a JSON value; vars() avoids asdict's deep copy.
-        return json.dumps(vars(self), separators=(",", ":"))
+        return _RECORD_ENCODER.encode(vars(self))
 
     @classmethod
     def from_json(cls, text: str) -> KeyRecord:
@@ -81,11 +81,16 @@ def iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
 
 
+# Built once: json.dumps with options builds a new encoder on every call.
+_RECORD_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_PAYLOAD_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def payload_text(payload: dict[str, Any]) -> str:
     """The stored JSON text of a payload: sorted keys, so it re-serialises identically."""
-    return json.dumps(
-        payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _PAYLOAD_ENCODER.encode(payload)
 
 
 def body_hash(payload: dict[str, Any]) -> str:
