@@ -505,7 +505,15 @@ class Ledger:
         # Renewed until the completion is durable, not merely until the adapter returns:
         # a completion retried across a lost connection must not let the key be taken
         # over meanwhile, or an observed effect would be settled as an interruption.
-        renewal = asyncio.create_task(self._keep_lease(key, token))
+        # The renewal task starts from a timer a third into the lease: an adapter that
+        # returns sooner (most) costs a timer, not a task to create and cancel.
+        renewal: asyncio.Task[None] | None = None
+
+        def start_renewal() -> None:
+            nonlocal renewal
+            renewal = asyncio.ensure_future(self._keep_lease(key, token))
+
+        timer = asyncio.get_running_loop().call_later(self.lease / 3, start_renewal)
         try:
             try:
                 output = await _call(adapter, request, ctx)
@@ -519,9 +527,11 @@ class Ledger:
                 fields = success_fields(output)
             return await self._complete_now(key, action_id, token, fields)
         finally:
-            renewal.cancel()
-            with contextlib.suppress(BaseException):
-                await renewal
+            timer.cancel()
+            if renewal is not None:
+                renewal.cancel()
+                with contextlib.suppress(BaseException):
+                    await renewal
 
     async def _release_unused_claim(self, key: str, action_id: str) -> None:
         """After a lost connection, settle a claim this request may hold as no effect.
@@ -567,11 +577,13 @@ class Ledger:
         return result
 
     async def _keep_lease(self, key: str, token: int) -> None:
+        """Renew the lease now, then every third of it (started a third into the lease)."""
         interval = self.lease / 3
-        delay = interval
+        delay = 0.0
         backoff = _RETRY_FIRST_DELAY
         while True:
-            await asyncio.sleep(delay)
+            if delay:
+                await asyncio.sleep(delay)
             try:
                 renewed = await self._transact(
                     key, functools.partial(extend_lease, token=token, lease=self.lease)
