@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
-import uuid
+import time
 from enum import StrEnum
 from typing import Any
 
@@ -67,7 +68,16 @@ _CAPABILITY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*$
 
 
 def new_action_id() -> str:
-    return uuid.uuid4().hex
+    """A UUIDv7 in hex: 48 bits of Unix milliseconds, then 74 random bits.
+
+    Time-ordered, so the unique index of requests (``ledger_events_one_request``) grows
+    at its end, where its pages are already cached, instead of at a random leaf of a
+    large ledger.
+    """
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    value = value & ~(0xF << 76) | 0x7 << 76  # version 7
+    value = value & ~(0x3 << 62) | 0x2 << 62  # RFC 4122 variant
+    return f"{value:032x}"
 
 
 def validate_key(key: Any) -> str:
