@@ -20,9 +20,11 @@ between them.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import math
+import queue
 import select
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -286,6 +288,11 @@ class PostgresRecorder(Recorder):
         self._kwargs["autocommit"] = True
         self._timeout = float(timeout)
         self._closed = threading.Event()
+        # Transactions submitted from an event loop run on these threads, one per pooled
+        # connection, started on first use (see submit_on_loop).
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
+        self._workers_lock = threading.Lock()
 
         # One direct connection first: it gives libpq's own error ("connection
         # refused", "database does not exist") instead of a pool timeout.
@@ -438,6 +445,44 @@ class PostgresRecorder(Recorder):
                 f"transaction was rolled back: {_reason(exc)}"
             ) from exc
 
+    def submit_on_loop(
+        self, key: str, fn: Callable[[Transaction], T], loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[T] | None:
+        """:meth:`transact` on one of this recorder's threads, answered on ``loop``: a
+        queue and one ``call_soon_threadsafe``, lighter than an executor's future chain."""
+        if self._closed.is_set() or type(self).transact is not PostgresRecorder.transact:
+            return None  # closed, or a subclass's own transact: the ledger's executor
+        if len(self._workers) < self.max_concurrency:
+            self._start_workers()
+        future: asyncio.Future[T] = loop.create_future()
+        self._jobs.put(_Job(key, fn, future, loop))
+        return future
+
+    def _start_workers(self) -> None:
+        with self._workers_lock:
+            while len(self._workers) < self.max_concurrency:
+                worker = threading.Thread(
+                    target=self._work, name=f"ledger-postgres-{len(self._workers)}", daemon=True
+                )
+                worker.start()
+                self._workers.append(worker)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            if job.future.cancelled():  # the caller stopped waiting before its turn
+                continue
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                result = self.transact(job.key, job.fn)
+            except BaseException as exc:
+                error = exc
+            with suppress(RuntimeError):  # a loop closed meanwhile hears nothing
+                job.loop.call_soon_threadsafe(_resolve, job.future, result, error)
+
     def get(self, key: str) -> KeyRecord | None:
         rows = self._read("reading a key", "SELECT record FROM ledger_keys WHERE key = %s", (key,))
         return KeyRecord.from_json(rows[0][0]) if rows else None
@@ -492,7 +537,35 @@ class PostgresRecorder(Recorder):
         if self._closed.is_set():
             return
         self._closed.set()
+        with self._workers_lock:
+            workers, self._workers = self._workers, []
+        for _ in workers:
+            self._jobs.put(None)
+        for worker in workers:
+            worker.join()
         self._pool.close()
+
+
+class _Job:
+    __slots__ = ("fn", "future", "key", "loop")
+
+    def __init__(
+        self,
+        key: str,
+        fn: Callable[[Transaction], Any],
+        future: asyncio.Future[Any],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.key, self.fn, self.future, self.loop = key, fn, future, loop
+
+
+def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
 
 
 class _DeadOnArrival(psycopg.OperationalError):
