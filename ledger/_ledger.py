@@ -108,6 +108,8 @@ class Ledger:
             )
         self.replay_audit = replay_audit
         self._audits: set[asyncio.Future[Any]] = set()
+        # Batched replays' audit transactions not yet handed to the recorder.
+        self._audit_batch: list[tuple[str, Callable[[Transaction], None]]] = []
         self.lease = float(lease)
         self.url = url
         self._recorder = recorder
@@ -126,9 +128,11 @@ class Ledger:
         server. ``lease`` is how long a live execution holds its key without renewal.
         ``replay_audit``: ``"durable"`` answers a replay once its audit record (the
         request and the relabelled completion) is durable; ``"batched"`` answers from
-        what is recorded and appends that audit record, atomically, with the next group
-        commit. A replay's answer is decided by the record either way; denials,
-        conflicts and everything that acts stay durable before they answer.
+        what is recorded and appends that audit record, atomically, with a later group
+        commit (handed to the writer at the event loop's next turn, with every other
+        replay's of that turn; written before the ledger closes). A replay's answer is
+        decided by the record either way; denials, conflicts and everything that acts
+        stay durable before they answer.
         """
         if not isinstance(url, str):
             raise InvalidRequest(f"ledger URL must be a string, not {type(url).__name__}")
@@ -152,10 +156,20 @@ class Ledger:
         if self._closed:
             return
         self._closed = True
+        # Audit records still waiting for their loop's turn are written before closing.
+        batch, self._audit_batch = self._audit_batch, []
+        for key, audit in batch:
+            try:
+                queued = self._recorder.submit(key, audit)
+                if queued is None:
+                    self._recorder.transact(key, audit)
+            except Exception as exc:
+                logger.error("a batched replay's audit record was not written: %s", exc)
         self._executor.shutdown(wait=True)
         self._recorder.close()
 
     async def aclose(self) -> None:
+        self._submit_audits()
         if self._audits:  # the batched replays' audit records are written before closing
             await asyncio.gather(*self._audits, return_exceptions=True)
         await asyncio.get_running_loop().run_in_executor(None, self.close)
@@ -374,15 +388,28 @@ class Ledger:
             assert tx.record is not None  # settled keys are never removed
             tx.save(tx.record)
 
-        queued = self._recorder.submit_on_loop(request.key, audit, asyncio.get_running_loop())
-        pending = (
-            queued
-            if queued is not None
-            else asyncio.ensure_future(self._run(self._recorder.transact, request.key, audit))
-        )
-        self._audits.add(pending)
-        pending.add_done_callback(self._audit_done)
+        # Handed to the writer once per turn of the event loop, all together: a caller
+        # replaying in a loop that never yields would otherwise wake the writer thread
+        # for every replay, and the two would contend for the GIL on each record.
+        if not self._audit_batch:
+            asyncio.get_running_loop().call_soon(self._submit_audits)
+        self._audit_batch.append((request.key, audit))
         return decision.result
+
+    def _submit_audits(self) -> None:
+        batch, self._audit_batch = self._audit_batch, []
+        if not batch or self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        for key, audit in batch:
+            queued = self._recorder.submit_on_loop(key, audit, loop)
+            pending = (
+                queued
+                if queued is not None
+                else asyncio.ensure_future(self._run(self._recorder.transact, key, audit))
+            )
+            self._audits.add(pending)
+            pending.add_done_callback(self._audit_done)
 
     def _audit_done(self, pending: asyncio.Future[Any]) -> None:
         self._audits.discard(pending)
