@@ -219,7 +219,7 @@ def _literal(escaping: Escaping, encoding: str, value: Any) -> bytes:
     if isinstance(value, bool):
         return b"true" if value else b"false"
     if isinstance(value, int):
-        return str(value).encode()
+        return str(int(value)).encode()  # int(): an IntEnum too prints as its number
     if isinstance(value, float) and math.isfinite(value):
         return repr(value).encode()
     raise InvalidRequest(f"cannot record a {type(value).__name__} ({value!r}) as a literal")
