@@ -48,13 +48,12 @@ from ._models import (
     new_action_id,
     validate_key,
 )
-from ._recorder import KeyRecord, Phase, Recorder, Transaction, iso
+from ._recorder import KeyRecord, PendingEvent, Phase, Recorder, Transaction, iso
 from ._rule import (
     Answer,
     Busy,
     Claimed,
     Conflict,
-    Sketch,
     admit,
     compact_key,
     complete,
@@ -114,6 +113,8 @@ class Ledger:
             )
         self.replay_audit = replay_audit
         self._audits: set[asyncio.Future[Any]] = set()
+        # Batched replays' audit transactions not yet handed to the recorder.
+        self._audit_batch: list[tuple[str, Callable[[Transaction], None]]] = []
         self.lease = float(lease)
         self.url = url
         self._recorder = recorder
@@ -132,9 +133,11 @@ class Ledger:
         server. ``lease`` is how long a live execution holds its key without renewal.
         ``replay_audit``: ``"durable"`` answers a replay once its audit record (the
         request and the relabelled completion) is durable; ``"batched"`` answers from
-        what is recorded and appends that audit record, atomically, with the next group
-        commit. A replay's answer is decided by the record either way; denials,
-        conflicts and everything that acts stay durable before they answer.
+        what is recorded and appends that audit record, atomically, with a later group
+        commit (handed to the writer at the event loop's next turn, with every other
+        replay's of that turn; written before the ledger closes). A replay's answer is
+        decided by the record either way; denials, conflicts and everything that acts
+        stay durable before they answer.
         """
         if not isinstance(url, str):
             raise InvalidRequest(f"ledger URL must be a string, not {type(url).__name__}")
@@ -158,10 +161,20 @@ class Ledger:
         if self._closed:
             return
         self._closed = True
+        # Audit records still waiting for their loop's turn are written before closing.
+        batch, self._audit_batch = self._audit_batch, []
+        for key, audit in batch:
+            try:
+                queued = self._recorder.submit(key, audit)
+                if queued is None:
+                    self._recorder.transact(key, audit)
+            except Exception as exc:
+                logger.error("a batched replay's audit record was not written: %s", exc)
         self._executor.shutdown(wait=True)
         self._recorder.close()
 
     async def aclose(self) -> None:
+        self._submit_audits()
         if self._audits:  # the batched replays' audit records are written before closing
             await asyncio.gather(*self._audits, return_exceptions=True)
         await asyncio.get_running_loop().run_in_executor(None, self.close)
@@ -183,10 +196,10 @@ class Ledger:
         disk or the network. A recorder that groups commits takes it in its queue."""
         if self._closed:
             raise LedgerError("the ledger is closed")
-        queued = self._recorder.submit(key, fn)
+        queued = self._recorder.submit_on_loop(key, fn, asyncio.get_running_loop())
         if queued is None:
             return await self._run(self._recorder.transact, key, fn)
-        return await asyncio.wrap_future(queued)
+        return await queued
 
     async def _transact_durably(self, key: str, fn: Callable[[Transaction], T], *, what: str) -> T:
         """A write that must not be lost to a dropped connection: tried until it commits.
@@ -361,12 +374,13 @@ class Ledger:
     ) -> ActionResult | None:
         """A replay answered from a read, its audit record queued; ``None`` if the rule
         would do anything but replay (that goes the durable way)."""
-        record, now = await self._run(self._read_key, request.key)
+        read = self._recorder.read_now(request.key)
+        record, now = read if read is not None else await self._run(self._read_key, request.key)
         if record is None or record.phase != Phase.SETTLED:
             return None
-        sketch = Sketch(request.key, record, now)
+        draft = _Draft(request.key, record, now)
         decision = admit(
-            sketch,
+            draft,
             request=request,
             authority=authority,
             dimensions=dimensions,
@@ -379,24 +393,38 @@ class Ledger:
         )
         if not (isinstance(decision, Answer) and decision.result.replayed):
             return None
-        appended = sketch.appended
+        appended = draft.appended
 
         def audit(tx: Transaction) -> None:
             # Both records or neither: verify still holds after a crash drops the batch.
-            for event in appended:
-                tx.append(event.type, event.action_id, event.payload)
+            # Hashed here, against the chain head as it is when the batch commits.
+            for type_, action_id, payload in appended:
+                tx.append(type_, action_id, payload)
             assert tx.record is not None  # settled keys are never removed
             tx.save(tx.record)
 
-        queued = self._recorder.submit(request.key, audit)
-        pending = (
-            asyncio.wrap_future(queued)
-            if queued is not None
-            else asyncio.ensure_future(self._run(self._recorder.transact, request.key, audit))
-        )
-        self._audits.add(pending)
-        pending.add_done_callback(self._audit_done)
+        # Handed to the writer once per turn of the event loop, all together: a caller
+        # replaying in a loop that never yields would otherwise wake the writer thread
+        # for every replay, and the two would contend for the GIL on each record.
+        if not self._audit_batch:
+            asyncio.get_running_loop().call_soon(self._submit_audits)
+        self._audit_batch.append((request.key, audit))
         return decision.result
+
+    def _submit_audits(self) -> None:
+        batch, self._audit_batch = self._audit_batch, []
+        if not batch or self._closed:
+            return
+        loop = asyncio.get_running_loop()
+        for key, audit in batch:
+            queued = self._recorder.submit_on_loop(key, audit, loop)
+            pending = (
+                queued
+                if queued is not None
+                else asyncio.ensure_future(self._run(self._recorder.transact, key, audit))
+            )
+            self._audits.add(pending)
+            pending.add_done_callback(self._audit_done)
 
     def _audit_done(self, pending: asyncio.Future[Any]) -> None:
         self._audits.discard(pending)
@@ -519,7 +547,15 @@ class Ledger:
         # Renewed until the completion is durable, not merely until the adapter returns:
         # a completion retried across a lost connection must not let the key be taken
         # over meanwhile, or an observed effect would be settled as an interruption.
-        renewal = asyncio.create_task(self._keep_lease(key, token))
+        # The renewal task starts from a timer a third into the lease: an adapter that
+        # returns sooner (most) costs a timer, not a task to create and cancel.
+        renewal: asyncio.Task[None] | None = None
+
+        def start_renewal() -> None:
+            nonlocal renewal
+            renewal = asyncio.ensure_future(self._keep_lease(key, token))
+
+        timer = asyncio.get_running_loop().call_later(self.lease / 3, start_renewal)
         try:
             try:
                 output = await _call(adapter, request, ctx)
@@ -533,9 +569,11 @@ class Ledger:
                 fields = success_fields(output)
             return await self._complete_now(key, action_id, token, fields)
         finally:
-            renewal.cancel()
-            with contextlib.suppress(BaseException):
-                await renewal
+            timer.cancel()
+            if renewal is not None:
+                renewal.cancel()
+                with contextlib.suppress(BaseException):
+                    await renewal
 
     async def _release_unused_claim(self, key: str, action_id: str) -> None:
         """After a lost connection, settle a claim this request may hold as no effect.
@@ -581,11 +619,13 @@ class Ledger:
         return result
 
     async def _keep_lease(self, key: str, token: int) -> None:
+        """Renew the lease now, then every third of it (started a third into the lease)."""
         interval = self.lease / 3
-        delay = interval
+        delay = 0.0
         backoff = _RETRY_FIRST_DELAY
         while True:
-            await asyncio.sleep(delay)
+            if delay:
+                await asyncio.sleep(delay)
             try:
                 renewed = await self._transact(
                     key, functools.partial(extend_lease, token=token, lease=self.lease)
@@ -744,6 +784,30 @@ class Ledger:
         for key in keys:
             done += await self._transact(key, functools.partial(compact_key, cutoff=cutoff))
         return done
+
+
+class _Draft(Transaction):
+    """What the rule would append for a batched replay, neither hashed nor stored: the
+    audit transaction hashes it against the chain head it finds when it commits."""
+
+    def __init__(self, key: str, record: KeyRecord | None, now: float) -> None:
+        super().__init__(key, record, now)
+        self.appended: list[tuple[str, str | None, dict[str, Any]]] = []
+
+    def append(self, type: str, action_id: str | None, payload: dict[str, Any]) -> None:  # type: ignore[override]
+        self.appended.append((type, action_id, payload))
+
+    def save(self, record: KeyRecord) -> None:
+        pass
+
+    def _insert_event(self, event: PendingEvent) -> None:  # pragma: no cover - append is lazy
+        raise NotImplementedError
+
+    def _write_record(self, record: KeyRecord, *, created: bool) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def compact_bodies(self, through_seq: int) -> int:  # pragma: no cover - never compacts
+        raise NotImplementedError
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:

@@ -7,7 +7,9 @@ chaining is done here, so every backend chains the same way.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -72,7 +74,7 @@ class KeyRecord:
 
     def to_json(self) -> str:
         # Every field is already a JSON value; vars() avoids asdict's deep copy.
-        return json.dumps(vars(self), separators=(",", ":"))
+        return _RECORD_ENCODER.encode(vars(self))
 
     @classmethod
     def from_json(cls, text: str) -> KeyRecord:
@@ -83,11 +85,16 @@ def iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
 
 
+# Built once: json.dumps with options builds a new encoder on every call.
+_RECORD_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_PAYLOAD_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def payload_text(payload: dict[str, Any]) -> str:
     """The stored JSON text of a payload: sorted keys, so it re-serialises identically."""
-    return json.dumps(
-        payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _PAYLOAD_ENCODER.encode(payload)
 
 
 def body_hash(payload: dict[str, Any]) -> str:
@@ -135,6 +142,10 @@ class Transaction(ABC):
         self.recorded_at = iso(now)
         self._head = record.head_hash if record else ""
         self._count = record.events if record else 0
+        # The indexed columns as stored: a save that leaves them as they were (a replay,
+        # a lease renewal) rewrites only the row, not the indexes (SQLite skips an index
+        # whose columns an UPDATE does not set; PostgreSQL can update the row in place).
+        self._stored_index = indexed_values(record) if record else None
 
     def append(self, type: str, action_id: str | None, payload: dict[str, Any]) -> PendingEvent:
         text = payload_text(payload)
@@ -169,6 +180,12 @@ class Transaction(ABC):
         record.updated_at = self.recorded_at
         self._write_record(record, created=self.record is None)
         self.record = record
+        self._stored_index = indexed_values(record)
+
+    def index_unchanged(self, record: KeyRecord) -> bool:
+        """Whether saving ``record`` leaves the indexed columns of the stored row as they
+        are, so that :func:`update_row_sql` suffices (backends call it from ``_write_record``)."""
+        return self._stored_index is not None and self._stored_index == indexed_values(record)
 
     @abstractmethod
     def _insert_event(self, event: PendingEvent) -> None: ...
@@ -206,6 +223,20 @@ class Recorder(ABC):
         A recorder that commits queued transactions together (one sync for many
         callers) returns a future; ``None`` means: call :meth:`transact` on a thread.
         """
+        return None
+
+    def submit_on_loop(
+        self, key: str, fn: Callable[[Transaction], T], loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[T] | None:
+        """:meth:`submit`, answered as a future of the running event ``loop`` (a recorder
+        may then wake the loop once for a whole batch of answers), or ``None``."""
+        queued = self.submit(key, fn)
+        return None if queued is None else asyncio.wrap_future(queued, loop=loop)
+
+    def read_now(self, key: str) -> tuple[KeyRecord | None, float] | None:
+        """The key's state and the storage's clock, read on the calling thread if that is
+        cheap and cannot block (a local file), else ``None``: the caller then reads on a
+        thread. A batched replay answers from this read without leaving the event loop."""
         return None
 
     @abstractmethod
@@ -286,10 +317,13 @@ def events_sql(
     return sql, params
 
 
-def insert_event_sql(placeholder: str) -> str:
-    """The INSERT of one event, in the backend's parameter style (``?`` or ``%s``)."""
-    marks = ", ".join([placeholder] * len(_EVENT_INSERT_COLUMNS))
-    return f"INSERT INTO ledger_events ({', '.join(_EVENT_INSERT_COLUMNS)}) VALUES ({marks})"
+@functools.cache
+def insert_event_sql(placeholder: str, rows: int = 1) -> str:
+    """The INSERT of ``rows`` events in one statement, in the backend's parameter style
+    (``?`` or ``%s``); parameters are the :func:`event_values` of each, in order."""
+    marks = "(" + ", ".join([placeholder] * len(_EVENT_INSERT_COLUMNS)) + ")"
+    values = ", ".join([marks] * rows)
+    return f"INSERT INTO ledger_events ({', '.join(_EVENT_INSERT_COLUMNS)}) VALUES {values}"
 
 
 def event_values(event: PendingEvent) -> tuple[Any, ...]:
@@ -305,6 +339,7 @@ def event_values(event: PendingEvent) -> tuple[Any, ...]:
     )
 
 
+@functools.cache
 def write_record_sql(placeholder: str, *, created: bool) -> str:
     """The INSERT or UPDATE of a key's state; parameters are :func:`record_values`."""
     if created:
@@ -315,15 +350,35 @@ def write_record_sql(placeholder: str, *, created: bool) -> str:
     return f"UPDATE ledger_keys SET {sets} WHERE key = {placeholder}"
 
 
-def record_values(record: KeyRecord) -> tuple[Any, ...]:
-    """The indexed columns of ``ledger_keys`` beside the full record, key last."""
+_ROW_COLUMNS = ("token", "lease_expires", "record")
+
+
+def indexed_values(record: KeyRecord) -> tuple[Any, ...]:
+    """The values of the indexed columns of ``ledger_keys`` (the first four of
+    :func:`record_values`)."""
+    outcome = record.outcome
+    if outcome is None:
+        return (record.phase, None, None, 0)
     return (
         record.phase,
-        record.effect,
-        record.settled_at,
-        int(bool(record.outcome and record.outcome.get("compacted"))),
-        record.token,
-        record.lease_expires,
-        record.to_json(),
-        record.key,
+        outcome["effect"],
+        outcome.get("recorded_at"),
+        int(bool(outcome.get("compacted"))),
     )
+
+
+@functools.cache
+def update_row_sql(placeholder: str) -> str:
+    """The UPDATE of a key's state that leaves its indexed columns alone; parameters are
+    :func:`row_values`."""
+    sets = ", ".join(f"{column} = {placeholder}" for column in _ROW_COLUMNS)
+    return f"UPDATE ledger_keys SET {sets} WHERE key = {placeholder}"
+
+
+def row_values(record: KeyRecord) -> tuple[Any, ...]:
+    return (record.token, record.lease_expires, record.to_json(), record.key)
+
+
+def record_values(record: KeyRecord) -> tuple[Any, ...]:
+    """The indexed columns of ``ledger_keys`` beside the full record, key last."""
+    return (*indexed_values(record), *row_values(record))

@@ -20,7 +20,11 @@ between them.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
+import math
+import queue
 import select
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -30,7 +34,7 @@ from typing import Any
 try:
     import psycopg
     from psycopg.conninfo import conninfo_to_dict
-    from psycopg.pq import ConnStatus, ExecStatus, TransactionStatus
+    from psycopg.pq import ConnStatus, Escaping, ExecStatus, TransactionStatus
     from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
@@ -53,6 +57,8 @@ from ._recorder import (
     events_sql,
     insert_event_sql,
     record_values,
+    row_values,
+    update_row_sql,
     write_record_sql,
 )
 from .sqlite import integrity_error
@@ -148,46 +154,109 @@ def _describe(conninfo: str) -> str:
 class _PostgresTransaction(Transaction):
     """Holds the rule's writes until it has decided, then sends them with the COMMIT.
 
-    The statements are bound on the client (``ClientCursor``) so that all of them and
-    the COMMIT travel in one simple-protocol message: one round trip, however many
-    events the rule appended.
+    The statements are bound on the client (:func:`_literal`, libpq's own quoting) so
+    that all of them and the COMMIT travel in one simple-protocol message: one round
+    trip, however many events the rule appended.
     """
 
     def __init__(
-        self, cursor: psycopg.ClientCursor[Any], key: str, record: KeyRecord | None, now: float
+        self, conn: psycopg.Connection[Any], key: str, record: KeyRecord | None, now: float
     ) -> None:
         super().__init__(key, record, now)
-        self._cursor = cursor
-        self._statements: list[str] = []
-        self._params: list[Any] = []
+        self._conn = conn
+        self._statements: list[bytes] = []
+
+    def _add(self, sql: str, params: Sequence[Any]) -> None:
+        self._statements.append(_bind(self._conn, sql, params))
 
     def _insert_event(self, event: PendingEvent) -> None:
-        self._statements.append(_INSERT_EVENT)
-        self._params.extend(event_values(event))
+        self._add(_INSERT_EVENT, event_values(event))
 
     def _write_record(self, record: KeyRecord, *, created: bool) -> None:
-        self._statements.append(write_record_sql("%s", created=created))
-        self._params.extend(record_values(record))
+        if not created and self.index_unchanged(record):
+            # No indexed column changes: PostgreSQL can update the row in place (HOT),
+            # without new index entries.
+            self._add(update_row_sql("%s"), row_values(record))
+        else:
+            self._add(write_record_sql("%s", created=created), record_values(record))
 
     def compact_bodies(self, through_seq: int) -> int:
         # The rule needs the count now; the writes held so far go first, in order.
         tombstone = json.dumps(TOMBSTONE)
-        self._statements.append(_COMPACT)
-        self._params.extend((tombstone, self.key, through_seq, tombstone))
-        cursor = self._send()
-        while cursor.nextset():
-            pass
-        return cursor.rowcount
+        self._add(_COMPACT, (tombstone, self.key, through_seq, tombstone))
+        results = self._send()
+        return int(results[-1].command_tuples or 0)
 
     def commit(self) -> None:
-        self._statements.append("COMMIT")
+        self._statements.append(b"COMMIT")
         self._send()
 
-    def _send(self) -> psycopg.ClientCursor[Any]:
-        statements, params = self._statements, self._params
-        self._statements, self._params = [], []
-        self._cursor.execute("; ".join(statements), params)
-        return self._cursor
+    def _send(self) -> list[psycopg.pq.abc.PGresult]:
+        message = b"; ".join(self._statements)
+        self._statements = []
+        results, failure = _exchange(self._conn.pgconn, message)
+        if failure is not None:
+            raise failure
+        errors = [r for r in results if r.status == ExecStatus.FATAL_ERROR]
+        if errors:
+            raise psycopg.errors.error_from_result(errors[0], encoding=self._conn.info.encoding)
+        if self._conn.pgconn.status != ConnStatus.OK:
+            raise psycopg.OperationalError("the connection was lost before its answer came")
+        return results
+
+
+def _literal(escaping: Escaping, encoding: str, value: Any) -> bytes:
+    """``value`` as an SQL literal: text quoted by libpq for the connection, numbers as
+    their exact decimal form (``repr`` of a float round-trips), ``None`` as NULL."""
+    if isinstance(value, str):
+        data = value.encode(encoding)
+        if b"\x00" in data:
+            # libpq sends a query as a C string; PostgreSQL text cannot hold NUL anyway.
+            raise InvalidRequest(f"PostgreSQL text cannot contain NUL (0x00) characters: {value!r}")
+        return escaping.escape_literal(data)
+    if value is None:
+        return b"NULL"
+    if isinstance(value, bool):
+        return b"true" if value else b"false"
+    if isinstance(value, int):
+        return str(int(value)).encode()  # int(): an IntEnum too prints as its number
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value).encode()
+    raise InvalidRequest(f"cannot record a {type(value).__name__} ({value!r}) as a literal")
+
+
+def _bind(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> bytes:
+    """``sql`` (``%s`` placeholders, no other ``%``) with ``params`` bound as literals."""
+    escaping, encoding = Escaping(conn.pgconn), conn.info.encoding
+    return _template(sql) % tuple(_literal(escaping, encoding, value) for value in params)
+
+
+@functools.cache
+def _template(sql: str) -> bytes:
+    return sql.encode()
+
+
+def _exchange(
+    pgconn: psycopg.pq.abc.PGconn, message: bytes
+) -> tuple[list[psycopg.pq.abc.PGresult], psycopg.OperationalError | None]:
+    """Send one simple-protocol message and read every result, without raising: the
+    results that came and the connection failure that ended them, if any."""
+    results = []
+    try:
+        pgconn.send_query(message)
+        while pgconn.flush():
+            _wait(pgconn.socket, writable=True)
+        while True:
+            while pgconn.is_busy():
+                _wait(pgconn.socket)
+                pgconn.consume_input()
+            result = pgconn.get_result()
+            if result is None:
+                break
+            results.append(result)
+    except psycopg.OperationalError as exc:
+        return results, exc
+    return results, None
 
 
 class PostgresRecorder(Recorder):
@@ -219,6 +288,11 @@ class PostgresRecorder(Recorder):
         self._kwargs["autocommit"] = True
         self._timeout = float(timeout)
         self._closed = threading.Event()
+        # Transactions submitted from an event loop run on these threads, one per pooled
+        # connection, started on first use (see submit_on_loop).
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._workers: list[threading.Thread] = []
+        self._workers_lock = threading.Lock()
 
         # One direct connection first: it gives libpq's own error ("connection
         # refused", "database does not exist") instead of a pool timeout.
@@ -334,7 +408,7 @@ class PostgresRecorder(Recorder):
                 try:
                     now, text = _begin(conn, key)
                     record = KeyRecord.from_json(text) if text is not None else None
-                    tx = _PostgresTransaction(psycopg.ClientCursor(conn), key, record, now)
+                    tx = _PostgresTransaction(conn, key, record, now)
                     result = fn(tx)
                     committing = True
                     tx.commit()
@@ -370,6 +444,44 @@ class PostgresRecorder(Recorder):
                 f"the PostgreSQL ledger at {self.where} failed a write for key {key!r}; the "
                 f"transaction was rolled back: {_reason(exc)}"
             ) from exc
+
+    def submit_on_loop(
+        self, key: str, fn: Callable[[Transaction], T], loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[T] | None:
+        """:meth:`transact` on one of this recorder's threads, answered on ``loop``: a
+        queue and one ``call_soon_threadsafe``, lighter than an executor's future chain."""
+        if self._closed.is_set() or type(self).transact is not PostgresRecorder.transact:
+            return None  # closed, or a subclass's own transact: the ledger's executor
+        if len(self._workers) < self.max_concurrency:
+            self._start_workers()
+        future: asyncio.Future[T] = loop.create_future()
+        self._jobs.put(_Job(key, fn, future, loop))
+        return future
+
+    def _start_workers(self) -> None:
+        with self._workers_lock:
+            while len(self._workers) < self.max_concurrency:
+                worker = threading.Thread(
+                    target=self._work, name=f"ledger-postgres-{len(self._workers)}", daemon=True
+                )
+                worker.start()
+                self._workers.append(worker)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            if job.future.cancelled():  # the caller stopped waiting before its turn
+                continue
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                result = self.transact(job.key, job.fn)
+            except BaseException as exc:
+                error = exc
+            with suppress(RuntimeError):  # a loop closed meanwhile hears nothing
+                job.loop.call_soon_threadsafe(_resolve, job.future, result, error)
 
     def get(self, key: str) -> KeyRecord | None:
         rows = self._read("reading a key", "SELECT record FROM ledger_keys WHERE key = %s", (key,))
@@ -425,7 +537,35 @@ class PostgresRecorder(Recorder):
         if self._closed.is_set():
             return
         self._closed.set()
+        with self._workers_lock:
+            workers, self._workers = self._workers, []
+        for _ in workers:
+            self._jobs.put(None)
+        for worker in workers:
+            worker.join()
         self._pool.close()
+
+
+class _Job:
+    __slots__ = ("fn", "future", "key", "loop")
+
+    def __init__(
+        self,
+        key: str,
+        fn: Callable[[Transaction], Any],
+        future: asyncio.Future[Any],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.key, self.fn, self.future, self.loop = key, fn, future, loop
+
+
+def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
 
 
 class _DeadOnArrival(psycopg.OperationalError):
@@ -444,33 +584,18 @@ def _begin(conn: psycopg.Connection[Any], key: str) -> tuple[float, str | None]:
     """
     pgconn = conn.pgconn
     encoding = conn.info.encoding
-    message = psycopg.ClientCursor(conn).mogrify(_START, (key, key))
-    results = []
-    failure: psycopg.Error | None = None
-    try:
-        pgconn.send_query(message.encode(encoding))
-        while pgconn.flush():
-            _wait(pgconn.socket, writable=True)
-        while True:
-            while pgconn.is_busy():
-                _wait(pgconn.socket)
-                pgconn.consume_input()
-            result = pgconn.get_result()
-            if result is None:
-                break
-            results.append(result)
-    except psycopg.OperationalError as exc:
-        failure = exc
+    results, failure = _exchange(pgconn, _bind(conn, _START, (key, key)))
+    error: psycopg.Error | None = failure
     errors = [r for r in results if r.status == ExecStatus.FATAL_ERROR]
     if errors:
         # The server's own words (say, "terminating connection due to administrator
         # command") rather than libpq's report of the socket closing after them.
-        failure = psycopg.errors.error_from_result(errors[0], encoding=encoding)
-    if failure is not None:
+        error = psycopg.errors.error_from_result(errors[0], encoding=encoding)
+    if error is not None:
         ran = bool(results) and results[0].status != ExecStatus.FATAL_ERROR
         if not ran and pgconn.status != ConnStatus.OK:
-            raise _DeadOnArrival(str(failure)) from failure
-        raise failure
+            raise _DeadOnArrival(str(error)) from error
+        raise error
     read = results[-1]
     now, text = read.get_value(0, 0), read.get_value(0, 1)
     assert now is not None

@@ -150,6 +150,35 @@ async def test_duplicate_action_id_is_refused_like_sqlite(postgres_url: str) -> 
     assert effects.per_key() == {"a": 1}
 
 
+async def test_values_bound_on_the_client_are_stored_exactly(postgres_url: str) -> None:
+    # The writes are bound with libpq's literal quoting: quotes, backslashes, dollar
+    # quotes, statement separators and non-ASCII text must come back byte for byte.
+    awkward = "it's \\ a $$; DROP TABLE ledger_events; -- \u00e9\u2028\U0001f600 \\'"
+    key = "k'\\;--$$ \u00e9"
+    async with Ledger.open(postgres_url) as ledger:
+        first = await ledger.execute(
+            request(key, instruction=awkward, payload={awkward: [awkward, 1.5, -2]}),
+            authority=AUTHORITY,
+            adapter=lambda req, ctx: {"echo": req.instruction},
+        )
+        again = await ledger.execute(
+            request(key, instruction=awkward, payload={awkward: [awkward, 1.5, -2]}),
+            authority=AUTHORITY,
+            adapter=lambda req, ctx: {"echo": "never"},
+        )
+        assert first.output == {"echo": awkward} and not first.replayed
+        assert again.replayed and again.output == {"echo": awkward}
+        requested = ledger.events(key)[0]
+        assert requested.payload["instruction"] == awkward
+        assert requested.payload["payload"] == {awkward: [awkward, 1.5, -2]}
+        assert ledger.verify().ok
+        with pytest.raises(InvalidRequest, match="NUL"):
+            await ledger.execute(
+                request("nul", action_id="a\x00b"), authority=AUTHORITY, adapter=Effects()
+            )
+        assert ledger.events("nul") == []
+
+
 def _open_and_act(url: str, key: str, barrier: Any, results: Any) -> None:
     async def run() -> str:
         barrier.wait()
