@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import inspect
 import logging
@@ -604,7 +603,7 @@ class Ledger:
             done = await self._run(
                 self._recorder.transact_unchanged,
                 key,
-                dataclasses.replace(claim.committed),
+                claim.committed,  # the claim's own copy: used once, here
                 now,
                 completion,
             )
