@@ -361,6 +361,7 @@ class Ledger:
                 delay = min(delay * 2, 0.5)
                 continue
             assert isinstance(decision, Claimed)
+            decision.decided = time.monotonic()
             return await self._perform(request, decision, adapter, state)
 
     async def _replay_from_the_record(
@@ -567,7 +568,7 @@ class Ledger:
                     raise
             else:
                 fields = success_fields(output)
-            return await self._complete_now(key, action_id, token, fields)
+            return await self._complete_now(key, action_id, token, fields, claim=claim)
         finally:
             timer.cancel()
             if renewal is not None:
@@ -607,16 +608,52 @@ class Ledger:
             await self._transact_durably(key, release, what="the release of an unused claim")
 
     async def _complete_now(
-        self, key: str, action_id: str, token: int, fields: dict[str, Any]
+        self,
+        key: str,
+        action_id: str,
+        token: int,
+        fields: dict[str, Any],
+        *,
+        claim: Claimed | None = None,
     ) -> ActionResult:
-        result = await self._transact_durably(
-            key,
-            functools.partial(complete, action_id=action_id, token=token, fields=fields),
-            what="the completion",
-        )
+        completion = functools.partial(complete, action_id=action_id, token=token, fields=fields)
+        result: ActionResult | ActionInProgressError | None = None
+        if claim is not None and claim.committed is not None:
+            result = await self._complete_unchanged(key, claim, completion)
+        if result is None:
+            result = await self._transact_durably(key, completion, what="the completion")
         if isinstance(result, ActionInProgressError):
             raise result
         return result
+
+    async def _complete_unchanged(
+        self,
+        key: str,
+        claim: Claimed,
+        completion: Callable[[Transaction], ActionResult | ActionInProgressError],
+    ) -> ActionResult | ActionInProgressError | None:
+        """The completion in one exchange, when nothing was appended to the key since the
+        claim committed (the usual case); ``None`` to complete the usual way.
+
+        The rule's completion reads the key's record but not the clock, except for the
+        record's timestamp; that is the storage's clock at the claim plus the time
+        elapsed here since, so it never runs ahead of the storage's.
+        """
+        assert claim.committed is not None
+        now = claim.now + (time.monotonic() - claim.decided)
+        try:
+            done = await self._run(
+                self._recorder.transact_unchanged,
+                key,
+                claim.committed,  # the claim's own copy: used once, here
+                now,
+                completion,
+            )
+        except LedgerUnavailable:
+            return None  # retried the usual way, which finds this try's record if it landed
+        if done is None or not done[0]:
+            return None
+        return done[1]
 
     async def _keep_lease(self, key: str, token: int) -> None:
         """Renew the lease now, then every third of it (started a third into the lease)."""

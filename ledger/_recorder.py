@@ -239,6 +239,20 @@ class Recorder(ABC):
         thread. A batched replay answers from this read without leaving the event loop."""
         return None
 
+    def transact_unchanged(
+        self, key: str, expected: KeyRecord, now: float, fn: Callable[[Transaction], T]
+    ) -> tuple[bool, T | None] | None:
+        """Run ``fn`` on ``expected`` as the key's record, at ``now``, and commit what it
+        wrote in one exchange with the storage, provided the key's log still ends where
+        ``expected`` says (nothing was appended since). Answers ``(True, result)``, or
+        ``(False, None)`` with nothing written when the key moved on; ``None`` means this
+        recorder has no such shortcut: use :meth:`transact`.
+
+        A server backend saves a round trip with it (the completion of an execution that
+        nobody else touched); ``fn`` must be safe to run again through :meth:`transact`.
+        """
+        return None
+
     @abstractmethod
     def get(self, key: str) -> KeyRecord | None: ...
 

@@ -79,6 +79,12 @@ class Busy:
 class Claimed:
     token: int
     started: bool
+    #: The key's record as this claim committed it (with its started marker), and the
+    #: storage's clock then: what a completion may expect to find if nothing intervenes.
+    committed: KeyRecord | None = None
+    now: float = 0.0
+    #: When the caller heard of the claim, on its monotonic clock (set by the shell).
+    decided: float = 0.0
 
 
 def outcome_body(
@@ -494,7 +500,10 @@ def admit(
             },
         )
     tx.save(record)
-    return Claimed(record.token, started)
+    return Claimed(
+        record.token, started, committed=dataclasses.replace(record) if started else None,
+        now=tx.now,
+    )
 
 
 def await_approval(

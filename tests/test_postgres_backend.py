@@ -484,9 +484,39 @@ async def test_leases_are_judged_by_the_database_clock(
 
 async def test_a_call_costs_two_round_trips_per_durable_transaction(postgres_url: str) -> None:
     turns = await measure(postgres_url, calls=3)
-    # Fresh: the claim with its started marker, then the completion. Replay: its audit record.
-    assert turns["fresh"] <= 4, turns
+    # Fresh: the claim with its started marker (two), then the completion, which expects
+    # the record the claim committed and is sent whole (one). Replay: its audit record.
+    assert turns["fresh"] <= 3, turns
     assert turns["replay"] <= 2, turns
+
+
+async def test_a_completion_whose_key_moved_on_is_recorded_the_usual_way(
+    postgres_url: str,
+) -> None:
+    """A request deferred while the adapter runs appends to the key: the one-message
+    completion finds another chain head, writes nothing, and the usual one records it."""
+    counter = TurnCounter(postgres_url)
+    try:
+        async with Ledger.open(counter.url, lease=5.0) as ledger:
+            deferred: list[BaseException] = []
+
+            async def adapter(req: ActionRequest, ctx: Any) -> dict[str, bool]:
+                try:
+                    await ledger.execute(request("k"), authority=AUTHORITY, adapter=adapter)
+                except ActionInProgressError as exc:
+                    deferred.append(exc)
+                return {"done": True}
+
+            with counter.counting() as turns:
+                result = await ledger.execute(request("k"), authority=AUTHORITY, adapter=adapter)
+            assert result.ok and len(deferred) == 1
+            types = [e.type for e in ledger.events("k")]
+            assert types.count("action.completed") == 1 and "action.deferred" in types
+            assert ledger.verify().ok
+            # claim 2 + the deferred request's 2 + the refused shortcut 1 + completion 2
+            assert turns[0] == 7, turns
+    finally:
+        counter.close()
 
 
 def test_a_pooled_connection_is_handed_out_without_a_round_trip(postgres_url: str) -> None:
