@@ -618,7 +618,7 @@ class Ledger:
     ) -> ActionResult:
         completion = functools.partial(complete, action_id=action_id, token=token, fields=fields)
         result: ActionResult | ActionInProgressError | None = None
-        if claim is not None and claim.committed is not None:
+        if claim is not None and claim.committed is not None and self._recorder.completes_unchanged:
             result = await self._complete_unchanged(key, claim, completion)
         if result is None:
             result = await self._transact_durably(key, completion, what="the completion")

@@ -210,6 +210,9 @@ class Recorder(ABC):
     #: is final, and retrying it would only delay the error.
     reconnects: bool = False
 
+    #: Whether :meth:`transact_unchanged` saves a round trip here (a server backend).
+    completes_unchanged: bool = False
+
     @abstractmethod
     def transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
         """Run ``fn`` in one atomic write transaction holding ``key``, then commit durably.

@@ -500,10 +500,8 @@ def admit(
             },
         )
     tx.save(record)
-    return Claimed(
-        record.token, started, committed=dataclasses.replace(record) if started else None,
-        now=tx.now,
-    )
+    # The transaction's record is the caller's once it commits: no copy needed.
+    return Claimed(record.token, started, committed=record if started else None, now=tx.now)
 
 
 def await_approval(

@@ -131,9 +131,7 @@ _INSERT_EVENT = insert_event_sql("%s")
 _LOCK = "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 # Guarded by the chain head: every transition that changes what a completion decides
 # appends an event; a lease renewal, which appends none, changes nothing it reads.
-_GUARDED_UPDATE = (
-    write_record_sql("%s", created=False) + " AND (record::json ->> 'head_hash') = %s"
-)
+_GUARDED_UPDATE = write_record_sql("%s", created=False) + " AND (record::json ->> 'head_hash') = %s"
 _GUARDED_INSERT = (
     insert_event_sql("%s").replace(" VALUES (", " SELECT ", 1).removesuffix(")")
     + " WHERE (SELECT record::json ->> 'head_hash' FROM ledger_keys WHERE key = %s) = %s"
@@ -325,6 +323,7 @@ class PostgresRecorder(Recorder):
 
     # A dead connection is discarded; the next transaction runs on another or a new one.
     reconnects = True
+    completes_unchanged = True
 
     def __init__(self, url: str, *, pool_size: int = 10, timeout: float = 10.0) -> None:
         if pool_size < 1:
