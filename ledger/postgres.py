@@ -244,11 +244,12 @@ class _UnchangedTransaction(_PostgresTransaction):
     def compact_bodies(self, through_seq: int) -> int:
         raise NotImplementedError("compaction reads what it changes: use transact")
 
-    def commit_unchanged(self) -> bool:
-        """Send it all; whether the key was as expected (else nothing was written)."""
+    def commit(self) -> None:
+        """Send it all; raises :class:`_KeyMovedOn` if the key was not as expected (then
+        nothing was written)."""
         saved = self._saved
         if saved is None:
-            return False  # nothing to write is not worth a shortcut
+            raise _KeyMovedOn  # nothing to write is not worth a shortcut
         self._add(_LOCK, (self.key,))
         self._add(_GUARDED_UPDATE, (*record_values(saved), self._expected_head))
         for event in self._events:
@@ -256,7 +257,12 @@ class _UnchangedTransaction(_PostgresTransaction):
         self._statements.append(b"COMMIT")
         results = self._send()
         # BEGIN, the lock, the guarded update, ...: the update says whether it matched.
-        return int(results[2].command_tuples or 0) == 1
+        if int(results[2].command_tuples or 0) != 1:
+            raise _KeyMovedOn
+
+
+class _KeyMovedOn(Exception):
+    """The key's log moved past what an :class:`_UnchangedTransaction` expected."""
 
 
 def _literal(escaping: Escaping, encoding: str, value: Any) -> bytes:
@@ -456,14 +462,28 @@ class PostgresRecorder(Recorder):
         except _DeadOnArrival:
             return self._transact(key, fn, last_try=True)
 
-    def _transact(self, key: str, fn: Callable[[Transaction], T], *, last_try: bool) -> T:
+    def _transact(
+        self,
+        key: str,
+        fn: Callable[[Transaction], T],
+        *,
+        last_try: bool,
+        expected: KeyRecord | None = None,
+        now: float = 0.0,
+    ) -> T:
+        """One write transaction; with ``expected``, the one-message kind of
+        :meth:`transact_unchanged` (raising :class:`_KeyMovedOn`) at ``now``."""
         committing = False
         try:
             with self._pool.connection() as conn:
                 try:
-                    now, text = _begin(conn, key)
-                    record = KeyRecord.from_json(text) if text is not None else None
-                    tx = _PostgresTransaction(conn, key, record, now)
+                    tx: _PostgresTransaction
+                    if expected is None:
+                        now, text = _begin(conn, key)
+                        record = KeyRecord.from_json(text) if text is not None else None
+                        tx = _PostgresTransaction(conn, key, record, now)
+                    else:
+                        tx = _UnchangedTransaction(conn, key, expected, now)
                     result = fn(tx)
                     committing = True
                     tx.commit()
@@ -541,28 +561,10 @@ class PostgresRecorder(Recorder):
     def transact_unchanged(
         self, key: str, expected: KeyRecord, now: float, fn: Callable[[Transaction], T]
     ) -> tuple[bool, T | None] | None:
-        committing = False
         try:
-            with self._pool.connection() as conn:
-                try:
-                    tx = _UnchangedTransaction(conn, key, expected, now)
-                    result = fn(tx)
-                    committing = True
-                    matched = tx.commit_unchanged()
-                except BaseException:
-                    _roll_back(conn)
-                    raise
-        except psycopg.IntegrityError as exc:
-            raise integrity_error(exc) from exc
-        except (*_CONNECTION_ERRORS, psycopg.Error) as exc:
-            if isinstance(exc, _CONNECTION_ERRORS):
-                self._purge()
-            raise LedgerUnavailable(
-                f"the PostgreSQL ledger at {self.where} failed a write for key {key!r}: "
-                f"{_reason(exc)}",
-                maybe_committed=committing,
-            ) from exc
-        return (True, result) if matched else (False, None)
+            return True, self._transact(key, fn, last_try=True, expected=expected, now=now)
+        except _KeyMovedOn:
+            return False, None
 
     def get(self, key: str) -> KeyRecord | None:
         rows = self._read("reading a key", "SELECT record FROM ledger_keys WHERE key = %s", (key,))
