@@ -708,15 +708,8 @@ class Ledger:
         has no execution or its effect is not unknown.
         """
         validate_key(key)
-        try:
-            verdict = Verdict(verdict)
-        except ValueError:
-            raise InvalidRequest(
-                f"unknown verdict {verdict!r}: use one of {', '.join(v.value for v in Verdict)}"
-            ) from None
-        for name, value in (("actor", actor), ("basis", basis)):
-            if not isinstance(value, str) or not value.strip():
-                raise InvalidRequest(f"{name} must be a non-empty string")
+        verdict = _one_of(Verdict, verdict, "verdict")
+        _non_empty(actor=actor, basis=basis)
         evidence = list(evidence) if isinstance(evidence, (list, tuple)) else evidence
         if not isinstance(evidence, list):
             raise InvalidRequest("evidence must be a list")
@@ -759,15 +752,8 @@ class Ledger:
         already decided. The same decision by the same actor again records nothing.
         """
         validate_key(key)
-        try:
-            decision = Decision(decision)
-        except ValueError:
-            raise InvalidRequest(
-                f"unknown decision {decision!r}: use one of {', '.join(d.value for d in Decision)}"
-            ) from None
-        for name, value in (("fingerprint", fingerprint), ("actor", actor), ("basis", basis)):
-            if not isinstance(value, str) or not value.strip():
-                raise InvalidRequest(f"{name} must be a non-empty string")
+        decision = _one_of(Decision, decision, "decision")
+        _non_empty(fingerprint=fingerprint, actor=actor, basis=basis)
         reason, approval = await self._transact(
             key,
             functools.partial(
@@ -821,6 +807,25 @@ class Ledger:
         for key in keys:
             done += await self._transact(key, functools.partial(compact_key, cutoff=cutoff))
         return done
+
+
+E = TypeVar("E", Verdict, Decision)
+
+
+def _one_of(kind: type[E], value: Any, name: str) -> E:
+    """``value`` as a member of ``kind``, or bad input naming the choices."""
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(member.value for member in kind)
+        raise InvalidRequest(f"unknown {name} {value!r}: use one of {choices}") from None
+
+
+def _non_empty(**values: Any) -> None:
+    """Bad input naming the first of ``values`` that is not a non-empty string."""
+    for name, value in values.items():
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidRequest(f"{name} must be a non-empty string")
 
 
 class _Draft(Transaction):
