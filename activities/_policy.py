@@ -105,10 +105,14 @@ class Policy(BaseModel):
         return Authority(performer, capabilities)
 
     def may_reconcile(self, actor: str) -> bool:
-        return bool(actor) and any(fnmatch.fnmatchcase(actor, p) for p in self.reconcilers)
+        return bool(actor) and _matches(actor, self.reconcilers)
 
     def requires_approval(self, capability: str) -> bool:
-        return any(fnmatch.fnmatchcase(capability, p) for p in self.gated)
+        return _matches(capability, self.gated)
 
     def may_approve(self, actor: str) -> bool:
-        return bool(actor) and any(fnmatch.fnmatchcase(actor, p) for p in self.approvers)
+        return bool(actor) and _matches(actor, self.approvers)
+
+
+def _matches(name: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
