@@ -3,7 +3,9 @@ an unknown effect, a probe's finding, an approver's decision."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -41,7 +43,9 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
             type=p.ErrorType.RECONCILE_NOT_ALLOWED,
             non_retryable=True,
         )
-    try:
+    with _ledger_answers(
+        refused=p.ErrorType.RECONCILE_REFUSED, first=p.ErrorType.RECONCILE_ALREADY_RESOLVED
+    ):
         state = await runtime.ledger.reconcile(
             verdict.key,
             verdict.verdict,
@@ -50,19 +54,6 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
             evidence=verdict.evidence,
             output=verdict.output,
         )
-    except ReconciliationRefused as exc:
-        kind = (
-            p.ErrorType.RECONCILE_ALREADY_RESOLVED
-            if exc.effect is not None
-            else p.ErrorType.RECONCILE_REFUSED
-        )
-        raise ApplicationError(str(exc), type=kind, non_retryable=True) from None
-    except InvalidRequest as exc:
-        raise ApplicationError(
-            str(exc), type=p.ErrorType.RECONCILE_REFUSED, non_retryable=True
-        ) from None
-    except LedgerUnavailable as exc:
-        raise ApplicationError(str(exc), type=p.ErrorType.LEDGER_UNAVAILABLE) from None
     count_reconciliation(verdict.verdict, actor="operator")
     return p.ReconcileResult(
         key=state.key,
@@ -70,6 +61,23 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
         effect=state.effect,
         next_operation=state.next_operation,
     )
+
+
+@contextlib.contextmanager
+def _ledger_answers(*, refused: p.ErrorType, first: p.ErrorType) -> Iterator[None]:
+    """The ledger's refusals as non-retryable errors: ``first`` when somebody else
+    answered first (that answer stands), ``refused`` for the rest and for bad input; an
+    unreachable ledger is retried."""
+    try:
+        yield
+    except (ReconciliationRefused, ApprovalRefused) as exc:
+        settled = exc.effect if isinstance(exc, ReconciliationRefused) else exc.decided
+        kind = first if settled is not None else refused
+        raise ApplicationError(str(exc), type=kind, non_retryable=True) from None
+    except InvalidRequest as exc:
+        raise ApplicationError(str(exc), type=refused, non_retryable=True) from None
+    except LedgerUnavailable as exc:
+        raise ApplicationError(str(exc), type=p.ErrorType.LEDGER_UNAVAILABLE) from None
 
 
 def count_reconciliation(verdict: Verdict, *, actor: str) -> None:
@@ -90,7 +98,9 @@ async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
             type=p.ErrorType.APPROVE_NOT_ALLOWED,
             non_retryable=True,
         )
-    try:
+    with _ledger_answers(
+        refused=p.ErrorType.APPROVE_REFUSED, first=p.ErrorType.APPROVE_ALREADY_DECIDED
+    ):
         approval = await runtime.ledger.approve(
             decision.key,
             fingerprint=decision.fingerprint,
@@ -98,19 +108,6 @@ async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
             basis=decision.basis,
             decision=decision.decision,
         )
-    except ApprovalRefused as exc:
-        kind = (
-            p.ErrorType.APPROVE_ALREADY_DECIDED
-            if exc.decided is not None
-            else p.ErrorType.APPROVE_REFUSED
-        )
-        raise ApplicationError(str(exc), type=kind, non_retryable=True) from None
-    except InvalidRequest as exc:
-        raise ApplicationError(
-            str(exc), type=p.ErrorType.APPROVE_REFUSED, non_retryable=True
-        ) from None
-    except LedgerUnavailable as exc:
-        raise ApplicationError(str(exc), type=p.ErrorType.LEDGER_UNAVAILABLE) from None
     activity.metric_meter().create_counter(
         "ledger_approvals", "approvers' decisions recorded in the ledger"
     ).add(1, {"decision": decision.decision.value})
