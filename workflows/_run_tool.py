@@ -520,43 +520,38 @@ class _Where:
     namespace: str
     workflow_id: str
 
+    def command(self, kind: str, name: str, template: dict[str, Any]) -> str:
+        """The ``temporal workflow KIND`` command that sends ``template`` to this run."""
+        address = f"--address {shlex.quote(self.address)} " if self.address else ""
+        return (
+            f"temporal workflow {kind} {address}--namespace {shlex.quote(self.namespace)} "
+            f"--workflow-id {shlex.quote(self.workflow_id)} --name {name} "
+            f"--input {shlex.quote(json.dumps(template))}"
+        )
+
 
 def _approve_command(where: _Where, key: str, fingerprint: str, decision: Decision) -> str:
-    template = json.dumps(
-        {
-            "key": key,
-            "fingerprint": fingerprint,
-            "decision": decision.value,
-            "actor": "YOUR-NAME",
-            "basis": "WHY",
-        }
-    )
-    address = f"--address {shlex.quote(where.address)} " if where.address else ""
-    return (
-        f"temporal workflow update execute {address}--namespace {shlex.quote(where.namespace)} "
-        f"--workflow-id {shlex.quote(where.workflow_id)} --name {APPROVE_UPDATE} "
-        f"--input {shlex.quote(template)}"
-    )
+    template = {
+        "key": key,
+        "fingerprint": fingerprint,
+        "decision": decision.value,
+        "actor": "YOUR-NAME",
+        "basis": "WHY",
+    }
+    return where.command("update execute", APPROVE_UPDATE, template)
 
 
 def _command(kind: str, where: _Where, key: str, action_id: str, output: Any) -> str:
-    template = json.dumps(
-        {
-            "key": key,
-            "action_id": action_id,
-            "verdict": Verdict.EFFECT_CONFIRMED.value,
-            "actor": "YOUR-NAME",
-            "basis": "WHAT-YOU-SAW",
-            "evidence": [],
-            "output": output,
-        }
-    )
-    address = f"--address {shlex.quote(where.address)} " if where.address else ""
-    return (
-        f"temporal workflow {kind} {address}--namespace {shlex.quote(where.namespace)} "
-        f"--workflow-id {shlex.quote(where.workflow_id)} --name reconcile "
-        f"--input {shlex.quote(template)}"
-    )
+    template = {
+        "key": key,
+        "action_id": action_id,
+        "verdict": Verdict.EFFECT_CONFIRMED.value,
+        "actor": "YOUR-NAME",
+        "basis": "WHAT-YOU-SAW",
+        "evidence": [],
+        "output": output,
+    }
+    return where.command(kind, SIGNAL if kind == "signal" else UPDATE, template)
 
 
 class _ParkedGauge:
