@@ -37,6 +37,9 @@ from ._policy import Policy
 from ._reconcile import approve_call, probe_effect, reconcile_effect
 from ._runtime import Runtime, _runtime
 
+#: The plugin's own activities, added to every worker; they record answers in the ledger.
+_LEDGER_ACTIVITIES = (reconcile_effect, approve_call, probe_effect)
+
 logger = logging.getLogger(__name__)
 
 #: Modules whose code is safe inside workflows and whose state must not be re-imported
@@ -116,7 +119,7 @@ class LedgerPlugin(SimplePlugin):
         super().__init__(
             "temporal_ledger.LedgerPlugin",
             data_converter=_pydantic_converter,
-            activities=_add_once(reconcile_effect, approve_call, probe_effect),
+            activities=_add_once(*_LEDGER_ACTIVITIES),
             workflow_runner=_sandbox,
             # The anchor header gives ledger_activities keys that survive a reset.
             interceptors=[_ActivityInterceptor(self), RunAnchorInterceptor()],
@@ -303,4 +306,4 @@ class _ActivityInbound(ActivityInboundInterceptor):
 
 
 def _is_ledgered(fn: Callable[..., Any]) -> bool:
-    return hasattr(fn, "__ledger_tool__") or fn in (reconcile_effect, approve_call, probe_effect)
+    return hasattr(fn, "__ledger_tool__") or fn in _LEDGER_ACTIVITIES
