@@ -81,6 +81,16 @@ class KeyRecord:
         return cls(**json.loads(text))
 
 
+def resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    """Answer a caller's future on its event loop, unless it stopped waiting."""
+    if future.cancelled():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
+
+
 def iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
 

@@ -64,6 +64,7 @@ from ._recorder import (
     events_sql,
     insert_event_sql,
     record_values,
+    resolve,
     row_values,
     update_row_sql,
     write_record_sql,
@@ -556,7 +557,7 @@ class PostgresRecorder(Recorder):
             except BaseException as exc:
                 error = exc
             with suppress(RuntimeError):  # a loop closed meanwhile hears nothing
-                job.loop.call_soon_threadsafe(_resolve, job.future, result, error)
+                job.loop.call_soon_threadsafe(resolve, job.future, result, error)
 
     def transact_unchanged(
         self, key: str, expected: KeyRecord, now: float, fn: Callable[[Transaction], T]
@@ -640,15 +641,6 @@ class _Job:
         loop: asyncio.AbstractEventLoop,
     ) -> None:
         self.key, self.fn, self.future, self.loop = key, fn, future, loop
-
-
-def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.cancelled():
-        return
-    if error is None:
-        future.set_result(result)
-    else:
-        future.set_exception(error)
 
 
 class _DeadOnArrival(psycopg.OperationalError):

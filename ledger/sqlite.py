@@ -37,6 +37,7 @@ from ._recorder import (
     events_sql,
     insert_event_sql,
     record_values,
+    resolve,
     row_values,
     update_row_sql,
     write_record_sql,
@@ -145,12 +146,7 @@ class _Queued:
 def _answer(answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
     """Resolve a batch's asyncio futures, on their loop."""
     for future, result, error in answers:
-        if future.cancelled():
-            continue
-        if error is None:
-            future.set_result(result)
-        else:
-            future.set_exception(error)
+        resolve(future, result, error)
 
 
 class _SQLiteTransaction(Transaction):
