@@ -34,27 +34,8 @@ from ._models import (
     Verdict,
     may_act_again,
 )
-from ._recorder import KeyRecord, PendingEvent, Phase, Transaction, iso
+from ._recorder import KeyRecord, Phase, Transaction, iso
 from ._schema import output_misfit
-
-
-class Sketch(Transaction):
-    """A transaction that only collects what the rule would write (``appended``, ``saved``):
-    the rule's answer for a key without touching storage (a replay answered from a read)."""
-
-    def __init__(self, key: str, record: KeyRecord | None, now: float) -> None:
-        super().__init__(key, record, now)
-        self.appended: list[PendingEvent] = []
-        self.saved: KeyRecord | None = None
-
-    def _insert_event(self, event: PendingEvent) -> None:
-        self.appended.append(event)
-
-    def _write_record(self, record: KeyRecord, *, created: bool) -> None:
-        self.saved = record
-
-    def compact_bodies(self, through_seq: int) -> int:
-        raise NotImplementedError("a sketch compacts nothing")
 
 
 # What the admission transaction decided; raised or acted on after it committed.

@@ -28,13 +28,12 @@ from temporal_ledger.ledger import (
     may_act_again,
 )
 from temporal_ledger.ledger._canonical import combine, fingerprint_dimensions
-from temporal_ledger.ledger._recorder import KeyRecord, PendingEvent
+from temporal_ledger.ledger._recorder import KeyRecord, PendingEvent, Transaction
 from temporal_ledger.ledger._rule import (
     Answer,
     Busy,
     Claimed,
     Conflict,
-    Sketch,
     admit,
     complete,
     decide_approval,
@@ -46,6 +45,24 @@ from temporal_ledger.ledger._rule import (
 LEASE = 10.0
 KEYS = ("a", "b")
 KINDS = ("success", "no_effect_retryable", "no_effect_final", "raised", "crash")
+
+
+class Sketch(Transaction):
+    """A transaction that only collects what the rule writes (``appended``, ``saved``)."""
+
+    def __init__(self, key: str, record: KeyRecord | None, now: float) -> None:
+        super().__init__(key, record, now)
+        self.appended: list[PendingEvent] = []
+        self.saved: KeyRecord | None = None
+
+    def _insert_event(self, event: PendingEvent) -> None:
+        self.appended.append(event)
+
+    def _write_record(self, record: KeyRecord, *, created: bool) -> None:
+        self.saved = record
+
+    def compact_bodies(self, through_seq: int) -> int:
+        raise NotImplementedError("a sketch compacts nothing")
 
 
 class MemoryStore:
