@@ -50,6 +50,7 @@ from ._models import (
 )
 from ._recorder import KeyRecord, PendingEvent, Phase, Recorder, Transaction, iso
 from ._rule import (
+    Admission,
     Answer,
     Busy,
     Claimed,
@@ -308,22 +309,22 @@ class Ledger:
         first = True
         delay = 0.02
         while True:
+            admission = functools.partial(
+                admit,
+                request=request,
+                authority=authority,
+                dimensions=dimensions,
+                fingerprint=fingerprint,
+                retry_safe=retry_safe,
+                first=first,
+                give_up=time.monotonic() >= deadline,
+                lease=self.lease,
+                requires_approval=requires_approval,
+            )
             try:
-                decision = await self._transact(
-                    request.key,
-                    functools.partial(
-                        admit,
-                        request=request,
-                        authority=authority,
-                        dimensions=dimensions,
-                        fingerprint=fingerprint,
-                        retry_safe=retry_safe,
-                        first=first,
-                        give_up=time.monotonic() >= deadline,
-                        lease=self.lease,
-                        requires_approval=requires_approval,
-                    ),
-                )
+                decision = await self._admit_unchanged(request.key, admission) if first else None
+                if decision is None:
+                    decision = await self._transact(request.key, admission)
             except DuplicateActionId:
                 if not first:
                     raise
@@ -363,6 +364,33 @@ class Ledger:
             assert isinstance(decision, Claimed)
             decision.decided = time.monotonic()
             return await self._perform(request, decision, adapter, state)
+
+    async def _admit_unchanged(
+        self, key: str, admission: Callable[[Transaction], Admission]
+    ) -> Admission | None:
+        """The admission in one exchange with the storage, against the record this
+        process expects the key to have (none, for a key it has not met): ``None`` when
+        the recorder offers no such shortcut or the key was not as expected twice (the
+        guess, then what the failed try read back); the usual transaction decides then.
+
+        A claimed or running key is left to the usual transaction: its lease moves
+        without an event, so no expectation of it can be checked.
+        """
+        for _ in range(2):
+            expected = self._recorder.expect(key)
+            if expected is None:
+                return None
+            record, now = expected
+            if record is not None and record.phase in (Phase.CLAIMED, Phase.RUNNING):
+                return None
+            done = await self._recorder.transact_unchanged(key, record, now, admission)
+            if done is None:
+                return None
+            if done[0]:
+                decision = done[1]
+                assert decision is not None
+                return decision
+        return None
 
     async def _replay_from_the_record(
         self,
@@ -618,7 +646,7 @@ class Ledger:
     ) -> ActionResult:
         completion = functools.partial(complete, action_id=action_id, token=token, fields=fields)
         result: ActionResult | ActionInProgressError | None = None
-        if claim is not None and claim.committed is not None and self._recorder.completes_unchanged:
+        if claim is not None and claim.committed is not None:
             result = await self._complete_unchanged(key, claim, completion)
         if result is None:
             result = await self._transact_durably(key, completion, what="the completion")
@@ -642,8 +670,7 @@ class Ledger:
         assert claim.committed is not None
         now = claim.now + (time.monotonic() - claim.decided)
         try:
-            done = await self._run(
-                self._recorder.transact_unchanged,
+            done = await self._recorder.transact_unchanged(
                 key,
                 claim.committed,  # the claim's own copy: used once, here
                 now,

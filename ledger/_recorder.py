@@ -220,9 +220,6 @@ class Recorder(ABC):
     #: is final, and retrying it would only delay the error.
     reconnects: bool = False
 
-    #: Whether :meth:`transact_unchanged` saves a round trip here (a server backend).
-    completes_unchanged: bool = False
-
     @abstractmethod
     def transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
         """Run ``fn`` in one atomic write transaction holding ``key``, then commit durably.
@@ -252,17 +249,28 @@ class Recorder(ABC):
         thread. A batched replay answers from this read without leaving the event loop."""
         return None
 
-    def transact_unchanged(
-        self, key: str, expected: KeyRecord, now: float, fn: Callable[[Transaction], T]
-    ) -> tuple[bool, T | None] | None:
-        """Run ``fn`` on ``expected`` as the key's record, at ``now``, and commit what it
-        wrote in one exchange with the storage, provided the key's log still ends where
-        ``expected`` says (nothing was appended since). Answers ``(True, result)``, or
-        ``(False, None)`` with nothing written when the key moved on; ``None`` means this
-        recorder has no such shortcut: use :meth:`transact`.
+    def expect(self, key: str) -> tuple[KeyRecord | None, float] | None:
+        """What this process expects the key's record to be (the last it wrote or read
+        of it; ``None`` for a key it has not met) and the storage's clock estimated now,
+        never ahead of the storage's own; or ``None`` when this recorder keeps no such
+        memory. A guess that :meth:`transact_unchanged` checks, never trusted alone."""
+        return None
 
-        A server backend saves a round trip with it (the completion of an execution that
-        nobody else touched); ``fn`` must be safe to run again through :meth:`transact`.
+    async def transact_unchanged(
+        self, key: str, expected: KeyRecord | None, now: float, fn: Callable[[Transaction], T]
+    ) -> tuple[bool, T | None] | None:
+        """Run ``fn`` on ``expected`` as the key's record (``None``: the key has none), at
+        ``now``, and commit what it wrote in one exchange with the storage, provided the
+        key's log still ends where ``expected`` says (nothing was appended since; for
+        ``None``, the key has no record yet). Answers ``(True, result)``, or ``(False,
+        None)`` with nothing written when the key was not as expected; ``None`` means no
+        shortcut was taken: use :meth:`transact`.
+
+        A server backend saves round trips with it: the completion of an execution that
+        nobody else touched, the claim of a new key, the replay of a recent call. ``fn``
+        must be safe to run again through :meth:`transact`, and must not depend on what a
+        write without an event changes (a lease): the caller does not offer a claimed or
+        running key's record, except to the completion, which reads no lease.
         """
         return None
 
@@ -400,6 +408,10 @@ def update_row_sql(placeholder: str) -> str:
     :func:`row_values`."""
     sets = ", ".join(f"{column} = {placeholder}" for column in _ROW_COLUMNS)
     return f"UPDATE ledger_keys SET {sets} WHERE key = {placeholder}"
+
+
+#: Where :func:`row_values` and :func:`record_values` hold the record's JSON.
+RECORD_TEXT = -2
 
 
 def row_values(record: KeyRecord) -> tuple[Any, ...]:

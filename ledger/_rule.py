@@ -68,6 +68,10 @@ class Claimed:
     decided: float = 0.0
 
 
+#: What :func:`admit` decides.
+Admission = Answer | Conflict | Busy | Claimed
+
+
 def outcome_body(
     *,
     action_id: str,
@@ -338,7 +342,7 @@ def admit(
     give_up: bool,
     lease: float,
     requires_approval: bool = False,
-) -> Answer | Conflict | Busy | Claimed:
+) -> Admission:
     key, action_id = request.key, request.action_id
     record = tx.record or KeyRecord(key=key)
     if first:

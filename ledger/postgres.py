@@ -9,20 +9,26 @@ who holds a key.
 The payload is stored as TEXT (not jsonb) so the stored bytes are exactly the ones
 hashed, as in the SQLite backend.
 
-A write transaction costs two client-server round trips, the fewest the rule allows:
-the rule needs the key's record and the database clock before it can decide, and its
-decision must be committed before it is acted on. The first round trip begins the
-transaction, takes the key's lock and reads both; the rule's writes wait in a buffer
-and go out with the COMMIT in the second. Each is one simple-protocol message of
-several statements, so the server runs them in order without the client waiting
-between them.
+A write transaction that reads first costs two client-server round trips: the rule
+needs the key's record and the database clock before it can decide, and its decision
+must be committed before it is acted on. The first round trip begins the transaction,
+takes the key's lock and reads both; the rule's writes wait in a buffer and go out
+with the COMMIT in the second. Each is one simple-protocol message of several
+statements, so the server runs them in order without the client waiting between them.
 
-A completion whose key nobody touched since its claim needs only one: the rule's
-completion reads the record, not the clock, and the caller knows the record it
-committed. It goes out whole, the key's lock, the record's write guarded by the chain
-head the claim left and the events guarded by the new head, with the COMMIT; if
-anything was appended meanwhile, nothing is written and the usual transaction follows.
-A fresh call costs three round trips, a replay two.
+Most transactions need only one, because the process can expect what it would read:
+the record it last wrote or read of the key (none, for a key it never met), and the
+database clock estimated from its last reading plus the time elapsed since (never
+ahead of the database's). The rule decides on that expectation, and its writes go out
+whole, on the event loop: the key's lock, the record's write guarded by the chain head
+expected (for a new key, an insert that yields to an existing row), the events guarded
+by the new head, COMMIT, then a read of the clock and the record as committed. If the
+key was not as expected, nothing is written, and the read-back is what the next try
+expects. A claimed or running key is never expected (its lease moves without an
+event), except by the completion of the claim this process holds, which reads no
+lease. A fresh call costs two round trips, the limit (its claim, its completion); a
+replay of a call this process made or saw recently one, and another two.
+"""
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import math
 import queue
 import select
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import suppress
 from typing import Any
@@ -52,6 +59,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 from ._errors import InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
 from ._recorder import (
+    RECORD_TEXT,
     TOMBSTONE,
     KeyRecord,
     PendingEvent,
@@ -62,6 +70,7 @@ from ._recorder import (
     event_from_row,
     event_values,
     events_sql,
+    indexed_values,
     insert_event_sql,
     record_values,
     resolve,
@@ -132,13 +141,30 @@ _INSERT_EVENT = insert_event_sql("%s")
 _LOCK = "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 # Guarded by the chain head: every transition that changes what a completion decides
 # appends an event; a lease renewal, which appends none, changes nothing it reads.
-_GUARDED_UPDATE = write_record_sql("%s", created=False) + " AND (record::json ->> 'head_hash') = %s"
+_HEAD_IS = " AND (record::json ->> 'head_hash') = %s"
+_GUARDED_UPDATE = write_record_sql("%s", created=False) + _HEAD_IS
+_GUARDED_ROW_UPDATE = update_row_sql("%s") + _HEAD_IS
+_INSERT_IF_ABSENT = write_record_sql("%s", created=True) + " ON CONFLICT (key) DO NOTHING"
 _GUARDED_INSERT = (
     insert_event_sql("%s").replace(" VALUES (", " SELECT ", 1).removesuffix(")")
     + " WHERE (SELECT record::json ->> 'head_hash' FROM ledger_keys WHERE key = %s) = %s"
 )
 
+# After the COMMIT of a one-message transaction, in a snapshot of its own: the clock
+# for the next call's expectation, and the record that call should expect.
+_READ_BACK = f"SELECT ({_NOW}), (SELECT record FROM ledger_keys WHERE key = %s)"
+
 _COMPACT = "UPDATE ledger_events SET payload = %s WHERE key = %s AND seq <= %s AND payload != %s"
+
+# How long a reading of the database clock is trusted to estimate it from this
+# machine's monotonic clock; older, a write reads the clock again.
+_CLOCK_TRUSTED_FOR = 5.0
+# Records of the keys this process wrote or read last, kept to expect them again (a
+# replay of a recent call; each about 1 KB).
+_REMEMBERED_KEYS = 4096
+# How long the event loop may wait for a connection the pool said was idle, should
+# another thread take it first (then the usual queue serves the call).
+_IDLE_ONLY = 0.001
 
 _IN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
@@ -182,6 +208,8 @@ class _PostgresTransaction(Transaction):
         super().__init__(key, record, now)
         self._conn = conn
         self._statements: list[bytes] = []
+        #: The record's JSON as this transaction wrote it, if it did.
+        self.written: str | None = None
 
     def _add(self, sql: str, params: Sequence[Any]) -> None:
         self._statements.append(_bind(self._conn, sql, params))
@@ -193,9 +221,12 @@ class _PostgresTransaction(Transaction):
         if not created and self.index_unchanged(record):
             # No indexed column changes: PostgreSQL can update the row in place (HOT),
             # without new index entries.
-            self._add(update_row_sql("%s"), row_values(record))
+            values = row_values(record)
+            self._add(update_row_sql("%s"), values)
         else:
-            self._add(write_record_sql("%s", created=created), record_values(record))
+            values = record_values(record)
+            self._add(write_record_sql("%s", created=created), values)
+        self.written = values[RECORD_TEXT]
 
     def compact_bodies(self, through_seq: int) -> int:
         # The rule needs the count now; the writes held so far go first, in order.
@@ -211,27 +242,23 @@ class _PostgresTransaction(Transaction):
     def _send(self) -> list[psycopg.pq.abc.PGresult]:
         message = b"; ".join(self._statements)
         self._statements = []
-        results, failure = _exchange(self._conn.pgconn, message)
-        if failure is not None:
-            raise failure
-        errors = [r for r in results if r.status == ExecStatus.FATAL_ERROR]
-        if errors:
-            raise psycopg.errors.error_from_result(errors[0], encoding=self._conn.info.encoding)
-        if self._conn.pgconn.status != ConnStatus.OK:
-            raise psycopg.OperationalError("the connection was lost before its answer came")
-        return results
+        return _answered(self._conn, *_exchange(self._conn.pgconn, message))
 
 
 class _UnchangedTransaction(_PostgresTransaction):
-    """A transaction against the record the caller expects, sent in one message: the
-    key's lock, the record's write guarded by the chain head it expects, the events
-    guarded by the new head (so they are written only with the record), COMMIT."""
+    """A transaction against the record the caller expects (``None``: no record), sent
+    in one message: the key's lock, the record's write guarded by the chain head it
+    expects (or, for a key expected new, an insert that yields to an existing row), the
+    events guarded by the new head (so they are written only with the record), COMMIT,
+    and then a read of the clock and of the record as committed, which tells a caller
+    whose expectation was wrong what to expect next."""
 
     def __init__(
-        self, conn: psycopg.Connection[Any], key: str, record: KeyRecord, now: float
+        self, conn: psycopg.Connection[Any], key: str, record: KeyRecord | None, now: float
     ) -> None:
         super().__init__(conn, key, record, now)
-        self._expected_head = record.head_hash
+        self._expected_head = None if record is None else record.head_hash
+        self._expected_index = None if record is None else indexed_values(record)
         self._events: list[PendingEvent] = []
         self._saved: KeyRecord | None = None
 
@@ -239,27 +266,37 @@ class _UnchangedTransaction(_PostgresTransaction):
         self._events.append(event)
 
     def _write_record(self, record: KeyRecord, *, created: bool) -> None:
-        assert not created
-        self._saved = record
+        self._saved = record  # written by message(), guarded
 
     def compact_bodies(self, through_seq: int) -> int:
         raise NotImplementedError("compaction reads what it changes: use transact")
 
-    def commit(self) -> None:
-        """Send it all; raises :class:`_KeyMovedOn` if the key was not as expected (then
-        nothing was written)."""
+    def message(self) -> bytes:
+        """The whole transaction; raises :class:`_KeyMovedOn` if it would write nothing
+        (not worth a shortcut: the caller's usual transaction decides again)."""
         saved = self._saved
         if saved is None:
-            raise _KeyMovedOn  # nothing to write is not worth a shortcut
+            raise _KeyMovedOn
         self._add(_LOCK, (self.key,))
-        self._add(_GUARDED_UPDATE, (*record_values(saved), self._expected_head))
+        if self._expected_head is None:
+            values = record_values(saved)
+            self._add(_INSERT_IF_ABSENT, values)
+        elif self._expected_index == indexed_values(saved):
+            values = row_values(saved)
+            self._add(_GUARDED_ROW_UPDATE, (*values, self._expected_head))
+        else:
+            values = record_values(saved)
+            self._add(_GUARDED_UPDATE, (*values, self._expected_head))
+        self.written = values[RECORD_TEXT]
         for event in self._events:
             self._add(_GUARDED_INSERT, (*event_values(event), self.key, saved.head_hash))
         self._statements.append(b"COMMIT")
-        results = self._send()
-        # BEGIN, the lock, the guarded update, ...: the update says whether it matched.
-        if int(results[2].command_tuples or 0) != 1:
-            raise _KeyMovedOn
+        self._add(_READ_BACK, (self.key,))
+        return b"; ".join(self._statements)
+
+    def wrote(self, results: list[psycopg.pq.abc.PGresult]) -> bool:
+        """Whether the record's write matched (BEGIN, the lock, the write, ...)."""
+        return int(results[2].command_tuples or 0) == 1
 
 
 class _KeyMovedOn(Exception):
@@ -297,27 +334,81 @@ def _template(sql: str) -> bytes:
     return sql.encode()
 
 
+_Results = list[psycopg.pq.abc.PGresult]
+
+
 def _exchange(
     pgconn: psycopg.pq.abc.PGconn, message: bytes
-) -> tuple[list[psycopg.pq.abc.PGresult], psycopg.OperationalError | None]:
+) -> tuple[_Results, psycopg.OperationalError | None]:
     """Send one simple-protocol message and read every result, without raising: the
     results that came and the connection failure that ended them, if any."""
-    results = []
+    results: _Results = []
     try:
-        pgconn.send_query(message)
-        while pgconn.flush():
-            _wait(pgconn.socket, writable=True)
-        while True:
-            while pgconn.is_busy():
-                _wait(pgconn.socket)
-                pgconn.consume_input()
-            result = pgconn.get_result()
-            if result is None:
-                break
-            results.append(result)
+        for fd, writable in _steps(pgconn, message, results):
+            _wait(fd, writable=writable)
     except psycopg.OperationalError as exc:
         return results, exc
     return results, None
+
+
+async def _exchange_on_loop(
+    pgconn: psycopg.pq.abc.PGconn, message: bytes, loop: asyncio.AbstractEventLoop
+) -> tuple[_Results, psycopg.OperationalError | None]:
+    """:func:`_exchange` on the event loop: it waits for the socket, not a thread."""
+    results: _Results = []
+    try:
+        for fd, writable in _steps(pgconn, message, results):
+            ready = loop.create_future()
+            watch, unwatch = (
+                (loop.add_writer, loop.remove_writer)
+                if writable
+                else (loop.add_reader, loop.remove_reader)
+            )
+            watch(fd, _set_ready, ready)
+            try:
+                await ready
+            finally:
+                unwatch(fd)
+    except psycopg.OperationalError as exc:
+        return results, exc
+    return results, None
+
+
+def _set_ready(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
+
+
+def _steps(
+    pgconn: psycopg.pq.abc.PGconn, message: bytes, results: _Results
+) -> Iterator[tuple[int, bool]]:
+    """Drive libpq (non-blocking) through one exchange, collecting into ``results``;
+    yields ``(socket, writable)`` whenever it must wait for the socket."""
+    pgconn.send_query(message)
+    while pgconn.flush():
+        yield pgconn.socket, True
+    while True:
+        while pgconn.is_busy():
+            yield pgconn.socket, False
+            pgconn.consume_input()
+        result = pgconn.get_result()
+        if result is None:
+            return
+        results.append(result)
+
+
+def _answered(
+    conn: psycopg.Connection[Any], results: _Results, failure: psycopg.OperationalError | None
+) -> _Results:
+    """The results of an exchange, or the error it ended in (the server's first)."""
+    if failure is not None:
+        raise failure
+    errors = [r for r in results if r.status == ExecStatus.FATAL_ERROR]
+    if errors:
+        raise psycopg.errors.error_from_result(errors[0], encoding=conn.info.encoding)
+    if conn.pgconn.status != ConnStatus.OK:
+        raise psycopg.OperationalError("the connection was lost before its answer came")
+    return results
 
 
 class PostgresRecorder(Recorder):
@@ -330,7 +421,6 @@ class PostgresRecorder(Recorder):
 
     # A dead connection is discarded; the next transaction runs on another or a new one.
     reconnects = True
-    completes_unchanged = True
 
     def __init__(self, url: str, *, pool_size: int = 10, timeout: float = 10.0) -> None:
         if pool_size < 1:
@@ -350,6 +440,12 @@ class PostgresRecorder(Recorder):
         self._kwargs["autocommit"] = True
         self._timeout = float(timeout)
         self._closed = threading.Event()
+        # The database clock as last read (its reading, and this machine's monotonic
+        # clock when it arrived), and the records last written or read, by key: what a
+        # one-message transaction expects (see expect).
+        self._clock: tuple[float, float] | None = None
+        self._seen: dict[str, str] = {}
+        self._seen_lock = threading.Lock()
         # Transactions submitted from an event loop run on these threads, one per pooled
         # connection, started on first use (see submit_on_loop).
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -463,41 +559,37 @@ class PostgresRecorder(Recorder):
         except _DeadOnArrival:
             return self._transact(key, fn, last_try=True)
 
-    def _transact(
-        self,
-        key: str,
-        fn: Callable[[Transaction], T],
-        *,
-        last_try: bool,
-        expected: KeyRecord | None = None,
-        now: float = 0.0,
-    ) -> T:
-        """One write transaction; with ``expected``, the one-message kind of
-        :meth:`transact_unchanged` (raising :class:`_KeyMovedOn`) at ``now``."""
+    def _transact(self, key: str, fn: Callable[[Transaction], T], *, last_try: bool) -> T:
         committing = False
         try:
             with self._pool.connection() as conn:
                 try:
-                    tx: _PostgresTransaction
-                    if expected is None:
-                        now, text = _begin(conn, key)
-                        record = KeyRecord.from_json(text) if text is not None else None
-                        tx = _PostgresTransaction(conn, key, record, now)
-                    else:
-                        tx = _UnchangedTransaction(conn, key, expected, now)
+                    now, text = _begin(conn, key)
+                    self._clock = (now, time.monotonic())
+                    record = KeyRecord.from_json(text) if text is not None else None
+                    tx = _PostgresTransaction(conn, key, record, now)
                     result = fn(tx)
                     committing = True
                     tx.commit()
                 except BaseException:
                     _roll_back(conn)
                     raise
+            self._remember(key, tx.written or text)
             return result
-        except psycopg.IntegrityError as exc:
-            raise integrity_error(exc) from exc
-        except _CONNECTION_ERRORS as exc:
+        except _DeadOnArrival as exc:
             self._purge()
-            if isinstance(exc, _DeadOnArrival) and not last_try:
+            if not last_try:
                 raise  # nothing of this transaction ran: it goes again on another connection
+            raise self._write_failed(key, exc, committing=False) from exc
+        except psycopg.Error as exc:
+            raise self._write_failed(key, exc, committing=committing) from exc
+
+    def _write_failed(self, key: str, exc: psycopg.Error, *, committing: bool) -> Exception:
+        """What a write's caller hears of ``exc``."""
+        if isinstance(exc, psycopg.IntegrityError):
+            return integrity_error(exc)
+        if isinstance(exc, _CONNECTION_ERRORS):
+            self._purge()
             if committing:
                 # The COMMIT was sent and its answer lost: it may or may not have
                 # landed. The ledger releases a claim that did land as a no-effect
@@ -508,18 +600,17 @@ class PostgresRecorder(Recorder):
                 what = "while committing; the commit may or may not have been recorded"
             else:
                 what = "before commit; the transaction was rolled back, nothing was recorded"
-            raise LedgerUnavailable(
+            return LedgerUnavailable(
                 f"the PostgreSQL ledger at {self.where} became unavailable for key {key!r} "
                 f"{what}: {_reason(exc)}",
                 maybe_committed=committing,
-            ) from exc
-        except psycopg.DataError as exc:
-            raise InvalidRequest(f"the ledger refused the write: {exc}") from exc
-        except psycopg.Error as exc:
-            raise LedgerUnavailable(
-                f"the PostgreSQL ledger at {self.where} failed a write for key {key!r}; the "
-                f"transaction was rolled back: {_reason(exc)}"
-            ) from exc
+            )
+        if isinstance(exc, psycopg.DataError):
+            return InvalidRequest(f"the ledger refused the write: {exc}")
+        return LedgerUnavailable(
+            f"the PostgreSQL ledger at {self.where} failed a write for key {key!r}; the "
+            f"transaction was rolled back: {_reason(exc)}"
+        )
 
     def submit_on_loop(
         self, key: str, fn: Callable[[Transaction], T], loop: asyncio.AbstractEventLoop
@@ -559,13 +650,76 @@ class PostgresRecorder(Recorder):
             with suppress(RuntimeError):  # a loop closed meanwhile hears nothing
                 job.loop.call_soon_threadsafe(resolve, job.future, result, error)
 
-    def transact_unchanged(
-        self, key: str, expected: KeyRecord, now: float, fn: Callable[[Transaction], T]
+    # -- one-message transactions ----------------------------------------------------
+
+    def expect(self, key: str) -> tuple[KeyRecord | None, float] | None:
+        clock = self._clock
+        if clock is None:
+            return None
+        read_at, received = clock
+        elapsed = time.monotonic() - received
+        if elapsed > _CLOCK_TRUSTED_FOR:
+            return None
+        with self._seen_lock:
+            text = self._seen.get(key)
+        # Estimated from a reading taken before it arrived, so never ahead of the
+        # database's own clock: a lease it starts ends no later than the database says.
+        return (None if text is None else KeyRecord.from_json(text)), read_at + elapsed
+
+    def _remember(self, key: str, text: str | None) -> None:
+        with self._seen_lock:
+            self._seen.pop(key, None)
+            if text is None:
+                return
+            self._seen[key] = text
+            if len(self._seen) > _REMEMBERED_KEYS:
+                del self._seen[next(iter(self._seen))]
+
+    async def transact_unchanged(
+        self, key: str, expected: KeyRecord | None, now: float, fn: Callable[[Transaction], T]
     ) -> tuple[bool, T | None] | None:
+        """One message on the event loop itself, on a connection that is idle now (when
+        none is, ``None``: the usual queue waits for one)."""
+        if self._closed.is_set() or not self._pool.get_stats().get("pool_available"):
+            return None
         try:
-            return True, self._transact(key, fn, last_try=True, expected=expected, now=now)
+            conn = self._pool.getconn(timeout=_IDLE_ONLY)
+        except psycopg.Error:  # taken meanwhile, or the pool closed
+            return None
+        loop = asyncio.get_running_loop()
+        committing = False
+        try:
+            try:
+                tx = _UnchangedTransaction(conn, key, expected, now)
+                result = fn(tx)
+                message = tx.message()
+                committing = True
+                results, failure = await _exchange_on_loop(conn.pgconn, message, loop)
+                if (failure is not None or conn.pgconn.status != ConnStatus.OK) and (
+                    not results or results[0].status == ExecStatus.FATAL_ERROR
+                ):
+                    # The server had ended the connection while it was pooled: nothing
+                    # ran, and the usual way goes again on another connection.
+                    self._purge()
+                    return None
+                _answered(conn, results, failure)
+            except BaseException:
+                await _roll_back_on_loop(conn, loop)
+                raise
+            finally:
+                self._pool.putconn(conn)
         except _KeyMovedOn:
             return False, None
+        except psycopg.Error as exc:
+            raise self._write_failed(key, exc, committing=committing) from exc
+        clock, seen = results[-1].get_value(0, 0), results[-1].get_value(0, 1)
+        assert clock is not None
+        self._clock = (float(clock), time.monotonic())
+        if tx.wrote(results):
+            self._remember(key, tx.written)
+            return True, result
+        self._remember(key, None if seen is None else seen.decode(conn.info.encoding))
+        return False, None
 
     def get(self, key: str) -> KeyRecord | None:
         rows = self._read("reading a key", "SELECT record FROM ledger_keys WHERE key = %s", (key,))
@@ -685,6 +839,14 @@ def _wait(fd: int, *, writable: bool = False) -> None:
         poller.poll()
     else:
         select.select([] if writable else [fd], [fd] if writable else [], [])
+
+
+async def _roll_back_on_loop(
+    conn: psycopg.Connection[Any], loop: asyncio.AbstractEventLoop
+) -> None:
+    """:func:`_roll_back` on the event loop."""
+    if conn.pgconn.transaction_status in _IN_TRANSACTION:
+        await _exchange_on_loop(conn.pgconn, b"ROLLBACK", loop)
 
 
 def _roll_back(conn: psycopg.Connection[Any]) -> None:

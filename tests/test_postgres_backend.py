@@ -26,6 +26,7 @@ from temporal_ledger.ledger import (
     InvalidRequest,
     Ledger,
     LedgerUnavailable,
+    NoEffect,
 )
 from temporal_ledger.ledger._recorder import SCHEMA_VERSION, KeyRecord
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
@@ -477,17 +478,68 @@ async def test_leases_are_judged_by_the_database_clock(
 # -- (e) round trips ------------------------------------------------------------------
 #
 # Counted on the wire (tests/pg_turns.py), on warm pooled connections: a structure, not
-# a timing. A write transaction needs two: the rule must see the key's record and the
-# database clock before it decides, and its decision must be durable before anyone acts
-# on it. Its writes travel with the COMMIT, however many events the rule appended.
+# a timing. A transaction whose record the process can expect (one it wrote or read
+# last, or none for a key it never met) is one message: the lock, the writes guarded by
+# the chain head it expects, COMMIT, and a read-back of the clock and the record. One
+# that meets another record writes nothing and learns it from the read-back.
 
 
-async def test_a_call_costs_two_round_trips_per_durable_transaction(postgres_url: str) -> None:
+async def test_a_fresh_call_costs_two_round_trips_and_a_recent_replay_one(
+    postgres_url: str,
+) -> None:
     turns = await measure(postgres_url, calls=3)
-    # Fresh: the claim with its started marker (two), then the completion, which expects
-    # the record the claim committed and is sent whole (one). Replay: its audit record.
-    assert turns["fresh"] <= 3, turns
-    assert turns["replay"] <= 2, turns
+    # Fresh: the claim with its started marker, then the completion, each one message.
+    # Replay: its audit record, against the record the completion left.
+    assert turns == {"fresh": 2, "replay": 1}, turns
+
+
+async def test_an_expectation_is_checked_not_trusted(postgres_url: str) -> None:
+    """Another process's writes are seen: a stale record costs one round trip that
+    writes nothing, and the call then goes against what that round trip read back."""
+    counter = TurnCounter(postgres_url)
+    calls: list[str] = []
+
+    def acting(name: str, *, fails: bool = False) -> Callable[..., dict[str, str]]:
+        def adapter(req: ActionRequest, ctx: ExecutionContext) -> dict[str, str]:
+            calls.append(name)
+            if fails:
+                raise NoEffect("refused before acting", retryable=True)
+            return {"by": name}
+
+        return adapter
+
+    try:
+        async with (
+            Ledger.open(counter.url) as here,
+            Ledger.open(postgres_url) as elsewhere,
+        ):
+            await here.execute(request("warm-up"), authority=AUTHORITY, adapter=acting("here"))
+            # Here remembers a failure that may act again; elsewhere then acts and succeeds.
+            failed = await here.execute(
+                request("k"), authority=AUTHORITY, adapter=acting("here", fails=True)
+            )
+            assert failed.effect is EffectState.NONE
+            done = await elsewhere.execute(
+                request("k"), authority=AUTHORITY, adapter=acting("elsewhere")
+            )
+            assert done.ok and done.output == {"by": "elsewhere"}
+            # Settled elsewhere, a key here never met.
+            await elsewhere.execute(
+                request("new-here"), authority=AUTHORITY, adapter=acting("elsewhere")
+            )
+            assert calls == ["here", "here", "elsewhere", "elsewhere"]
+
+            for key in ("k", "new-here"):
+                with counter.counting() as turns:
+                    replay = await here.execute(
+                        request(key), authority=AUTHORITY, adapter=acting("here")
+                    )
+                assert replay.replayed and replay.output == {"by": "elsewhere"}, key
+                assert turns[0] == 2, (key, turns)
+            assert calls == ["here", "here", "elsewhere", "elsewhere"]
+            assert here.verify().ok
+    finally:
+        counter.close()
 
 
 async def test_a_completion_whose_key_moved_on_is_recorded_the_usual_way(

@@ -183,9 +183,9 @@ class _Line:
             sock.close()
 
 
-# The end of a simple-protocol query that commits: "COMMIT" alone, or the last of the
-# statements that carry a transaction's writes with it.
-COMMIT_QUERY = b"COMMIT\x00"
+# A simple-protocol query that commits: "COMMIT" alone or last of the statements that
+# carry a transaction's writes, or followed by the read-back of a one-message one.
+COMMIT_QUERIES = (b"COMMIT\x00", b"; COMMIT; SELECT")
 COMMIT_DONE = b"C\x00\x00\x00\x0bCOMMIT\x00"  # its CommandComplete: the server committed
 
 
@@ -257,7 +257,7 @@ class Relay:
     def _upstream(self, line: _Line) -> None:
         with contextlib.suppress(OSError):
             while data := line.client.recv(65536):
-                if COMMIT_QUERY in data and self._armed.is_set():
+                if any(q in data for q in COMMIT_QUERIES) and self._armed.is_set():
                     with self._lock:
                         if self._armed.is_set():
                             self._armed.clear()
