@@ -29,7 +29,6 @@ event), except by the completion of the claim this process holds, which reads no
 lease. A fresh call costs two round trips, the limit (its claim, its completion); a
 replay of a call this process made or saw recently one, and another two.
 """
-"""
 
 from __future__ import annotations
 
