@@ -33,7 +33,6 @@ replay of a call this process made or saw recently one, and another two.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import math
 import queue
@@ -196,9 +195,9 @@ def _describe(conninfo: str) -> str:
 class _PostgresTransaction(Transaction):
     """Holds the rule's writes until it has decided, then sends them with the COMMIT.
 
-    The statements are bound on the client (:func:`_literal`, libpq's own quoting) so
-    that all of them and the COMMIT travel in one simple-protocol message: one round
-    trip, however many events the rule appended.
+    The statements are bound on the client (:func:`_quoter`) so that all of them and the
+    COMMIT travel in one simple-protocol message: one round trip, however many events
+    the rule appended.
     """
 
     def __init__(
@@ -206,12 +205,14 @@ class _PostgresTransaction(Transaction):
     ) -> None:
         super().__init__(key, record, now)
         self._conn = conn
-        self._statements: list[bytes] = []
+        self._encoding = conn.info.encoding
+        self._quote = _quoter(conn.pgconn, self._encoding)
+        self._statements: list[str] = []
         #: The record's JSON as this transaction wrote it, if it did.
         self.written: str | None = None
 
     def _add(self, sql: str, params: Sequence[Any]) -> None:
-        self._statements.append(_bind(self._conn, sql, params))
+        self._statements.append(sql % tuple(map(self._quote, params)))
 
     def _insert_event(self, event: PendingEvent) -> None:
         self._add(_INSERT_EVENT, event_values(event))
@@ -235,12 +236,16 @@ class _PostgresTransaction(Transaction):
         return int(results[-1].command_tuples or 0)
 
     def commit(self) -> None:
-        self._statements.append(b"COMMIT")
+        self._statements.append("COMMIT")
         self._send()
 
-    def _send(self) -> list[psycopg.pq.abc.PGresult]:
-        message = b"; ".join(self._statements)
+    def _message(self) -> bytes:
+        message = "; ".join(self._statements).encode(self._encoding)
         self._statements = []
+        return message
+
+    def _send(self) -> list[psycopg.pq.abc.PGresult]:
+        message = self._message()
         return _answered(self._conn, *_exchange(self._conn.pgconn, message))
 
 
@@ -289,9 +294,9 @@ class _UnchangedTransaction(_PostgresTransaction):
         self.written = values[RECORD_TEXT]
         for event in self._events:
             self._add(_GUARDED_INSERT, (*event_values(event), self.key, saved.head_hash))
-        self._statements.append(b"COMMIT")
+        self._statements.append("COMMIT")
         self._add(_READ_BACK, (self.key,))
-        return b"; ".join(self._statements)
+        return self._message()
 
     def wrote(self, results: list[psycopg.pq.abc.PGresult]) -> bool:
         """Whether the record's write matched (BEGIN, the lock, the write, ...)."""
@@ -302,35 +307,55 @@ class _KeyMovedOn(Exception):
     """The key's log moved past what an :class:`_UnchangedTransaction` expected."""
 
 
-def _literal(escaping: Escaping, encoding: str, value: Any) -> bytes:
-    """``value`` as an SQL literal: text quoted by libpq for the connection, numbers as
-    their exact decimal form (``repr`` of a float round-trips), ``None`` as NULL."""
-    if isinstance(value, str):
-        data = value.encode(encoding)
-        if b"\x00" in data:
-            # libpq sends a query as a C string; PostgreSQL text cannot hold NUL anyway.
-            raise InvalidRequest(f"PostgreSQL text cannot contain NUL (0x00) characters: {value!r}")
-        return escaping.escape_literal(data)
+def _quoter(pgconn: psycopg.pq.abc.PGconn, encoding: str) -> Callable[[Any], str]:
+    """How values become SQL literals on this connection: text quoted for its encoding,
+    numbers as their exact decimal form (``repr`` of a float round-trips), ``None`` as
+    NULL. In UTF-8, where no byte of a multi-byte character is a quote or a backslash,
+    Python quotes text as libpq's ``PQescapeLiteral`` would, without a call per value."""
+    if encoding == "utf-8":
+        return _quote_utf8
+    escaping = Escaping(pgconn)
+
+    def quote(value: Any) -> str:
+        if type(value) is not str:
+            return _quote_utf8(value)
+        _no_nul(value)
+        return escaping.escape_literal(value.encode(encoding)).decode(encoding)
+
+    return quote
+
+
+def _quote_utf8(value: Any) -> str:
+    if type(value) is str:
+        _no_nul(value)
+        if "\\" in value:
+            # An E'' string reads a backslash the same whatever standard_conforming_strings.
+            return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+        return "'" + value.replace("'", "''") + "'"
     if value is None:
-        return b"NULL"
+        return "NULL"
     if isinstance(value, bool):
-        return b"true" if value else b"false"
+        return "true" if value else "false"
     if isinstance(value, int):
-        return str(int(value)).encode()  # int(): an IntEnum too prints as its number
+        return str(int(value))  # int(): an IntEnum too prints as its number
     if isinstance(value, float) and math.isfinite(value):
-        return repr(value).encode()
+        return repr(value)
+    if isinstance(value, str):  # a str subclass
+        return _quote_utf8(str(value))
     raise InvalidRequest(f"cannot record a {type(value).__name__} ({value!r}) as a literal")
+
+
+def _no_nul(value: str) -> None:
+    if "\x00" in value:
+        # libpq sends a query as a C string; PostgreSQL text cannot hold NUL anyway.
+        raise InvalidRequest(f"PostgreSQL text cannot contain NUL (0x00) characters: {value!r}")
 
 
 def _bind(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> bytes:
     """``sql`` (``%s`` placeholders, no other ``%``) with ``params`` bound as literals."""
-    escaping, encoding = Escaping(conn.pgconn), conn.info.encoding
-    return _template(sql) % tuple(_literal(escaping, encoding, value) for value in params)
-
-
-@functools.cache
-def _template(sql: str) -> bytes:
-    return sql.encode()
+    encoding = conn.info.encoding
+    quote = _quoter(conn.pgconn, encoding)
+    return (sql % tuple(map(quote, params))).encode(encoding)
 
 
 _Results = list[psycopg.pq.abc.PGresult]

@@ -152,7 +152,7 @@ async def test_duplicate_action_id_is_refused_like_sqlite(postgres_url: str) -> 
 
 
 async def test_values_bound_on_the_client_are_stored_exactly(postgres_url: str) -> None:
-    # The writes are bound with libpq's literal quoting: quotes, backslashes, dollar
+    # The writes are bound on the client (quoted as libpq would): quotes, backslashes, dollar
     # quotes, statement separators and non-ASCII text must come back byte for byte.
     awkward = "it's \\ a $$; DROP TABLE ledger_events; -- \u00e9\u2028\U0001f600 \\'"
     key = "k'\\;--$$ \u00e9"
