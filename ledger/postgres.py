@@ -143,9 +143,11 @@ _HEAD_IS = " AND (record::json ->> 'head_hash') = %s"
 _GUARDED_UPDATE = write_record_sql("%s", created=False) + _HEAD_IS
 _GUARDED_ROW_UPDATE = update_row_sql("%s") + _HEAD_IS
 _INSERT_IF_ABSENT = write_record_sql("%s", created=True) + " ON CONFLICT (key) DO NOTHING"
-_GUARDED_INSERT = (
-    insert_event_sql("%s").replace(" VALUES (", " SELECT ", 1).removesuffix(")")
-    + " WHERE (SELECT record::json ->> 'head_hash' FROM ledger_keys WHERE key = %s) = %s"
+# The events of a one-message transaction, inserted only if its record's write (the
+# statement's WITH) matched.
+_INSERT_EVENTS_IF_WRITTEN = (
+    insert_event_sql("%s").split(" VALUES ", 1)[0]
+    + " SELECT * FROM (VALUES %s) AS events WHERE EXISTS (SELECT 1 FROM written)"
 )
 
 # After the COMMIT of a one-message transaction, in a snapshot of its own: the clock
@@ -279,28 +281,33 @@ class _UnchangedTransaction(_PostgresTransaction):
         """The whole transaction; raises :class:`_KeyMovedOn` if it would write nothing
         (not worth a shortcut: the caller's usual transaction decides again)."""
         saved = self._saved
-        if saved is None:
+        if saved is None or not self._events:
             raise _KeyMovedOn
         self._add(_LOCK, (self.key,))
+        row = row_values(saved)
+        self.written = row[RECORD_TEXT]
         if self._expected_head is None:
-            values = record_values(saved)
-            self._add(_INSERT_IF_ABSENT, values)
+            write, values = _INSERT_IF_ABSENT, (*indexed_values(saved), *row)
         elif self._expected_index == indexed_values(saved):
-            values = row_values(saved)
-            self._add(_GUARDED_ROW_UPDATE, (*values, self._expected_head))
+            write, values = _GUARDED_ROW_UPDATE, (*row, self._expected_head)
         else:
-            values = record_values(saved)
-            self._add(_GUARDED_UPDATE, (*values, self._expected_head))
-        self.written = values[RECORD_TEXT]
-        for event in self._events:
-            self._add(_GUARDED_INSERT, (*event_values(event), self.key, saved.head_hash))
+            write, values = _GUARDED_UPDATE, (*indexed_values(saved), *row, self._expected_head)
+        quote = self._quote
+        rows = ", ".join(
+            "(" + ", ".join(map(quote, event_values(event))) + ")" for event in self._events
+        )
+        self._statements.append(
+            f"WITH written AS ({write % tuple(map(quote, values))} RETURNING 1) "
+            f"{_INSERT_EVENTS_IF_WRITTEN % rows}"
+        )
         self._statements.append("COMMIT")
         self._add(_READ_BACK, (self.key,))
         return self._message()
 
     def wrote(self, results: list[psycopg.pq.abc.PGresult]) -> bool:
-        """Whether the record's write matched (BEGIN, the lock, the write, ...)."""
-        return int(results[2].command_tuples or 0) == 1
+        """Whether the record's write matched, and with it every event was inserted
+        (BEGIN, the lock, the write, ...)."""
+        return int(results[2].command_tuples or 0) == len(self._events)
 
 
 class _KeyMovedOn(Exception):
