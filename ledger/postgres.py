@@ -293,8 +293,13 @@ class _UnchangedTransaction(_PostgresTransaction):
         else:
             write, values = _GUARDED_UPDATE, (*indexed_values(saved), *row, self._expected_head)
         quote = self._quote
+        key = quote(self.key)
+        # In event_values' order. The hashes and the timestamp are Transaction.append's own
+        # hex and ISO text: nothing in them needs quoting.
         rows = ", ".join(
-            "(" + ", ".join(map(quote, event_values(event))) + ")" for event in self._events
+            f"({key}, {quote(e.action_id)}, {quote(e.type)}, {quote(e.payload_json)}, "
+            f"'{e.recorded_at}', '{e.body_hash}', '{e.prev_hash}', '{e.hash}')"
+            for e in self._events
         )
         self._statements.append(
             f"WITH written AS ({write % tuple(map(quote, values))} RETURNING 1) "
@@ -334,7 +339,8 @@ def _quoter(pgconn: psycopg.pq.abc.PGconn, encoding: str) -> Callable[[Any], str
 
 def _quote_utf8(value: Any) -> str:
     if type(value) is str:
-        _no_nul(value)
+        if "\x00" in value:
+            _no_nul(value)
         if "\\" in value:
             # An E'' string reads a backslash the same whatever standard_conforming_strings.
             return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
