@@ -749,12 +749,14 @@ class PostgresRecorder(Recorder):
             return False, None
         except psycopg.Error as exc:
             raise self._write_failed(key, exc, committing=committing) from exc
-        clock, seen = results[-1].get_value(0, 0), results[-1].get_value(0, 1)
+        read_back = results[-1]
+        clock = read_back.get_value(0, 0)
         assert clock is not None
         self._clock = (float(clock), time.monotonic())
         if tx.wrote(results):
             self._remember(key, tx.written)
             return True, result
+        seen = read_back.get_value(0, 1)
         self._remember(key, None if seen is None else seen.decode(conn.info.encoding))
         return False, None
 

@@ -12,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -491,6 +492,27 @@ async def test_a_fresh_call_costs_two_round_trips_and_a_recent_replay_one(
     # Fresh: the claim with its started marker, then the completion, each one message.
     # Replay: its audit record, against the record the completion left.
     assert turns == {"fresh": 2, "replay": 1}, turns
+
+
+async def test_a_one_message_claim_keeps_time_by_the_database_clock(postgres_url: str) -> None:
+    """The clock of a claim sent without a read is estimated from the last reading plus
+    the time elapsed since: never ahead of the database's, and not far behind."""
+    async with Ledger.open(postgres_url, lease=30.0) as ledger:
+
+        async def adapter(req: ActionRequest, ctx: ExecutionContext) -> dict[str, bool]:
+            return {"ok": True}
+
+        await ledger.execute(request("warm-up"), authority=AUTHORITY, adapter=adapter)
+        for i in range(3):
+            await asyncio.sleep(0.2)
+            before = db_clock(postgres_url)
+            await ledger.execute(request(f"clock-{i}"), authority=AUTHORITY, adapter=adapter)
+            after = db_clock(postgres_url)
+            started = next(e for e in ledger.events(f"clock-{i}") if e.type == "action.started")
+            at = datetime.fromisoformat(started.recorded_at).timestamp()
+            assert before - 0.1 <= at <= after, (before, at, after)
+            lease_end = datetime.fromisoformat(started.payload["lease_expires_at"]).timestamp()
+            assert lease_end == pytest.approx(at + 30.0, abs=1e-3)
 
 
 async def test_an_expectation_is_checked_not_trusted(postgres_url: str) -> None:
