@@ -163,8 +163,10 @@ _CLOCK_TRUSTED_FOR = 5.0
 # replay of a recent call; each about 1 KB).
 _REMEMBERED_KEYS = 4096
 # How long the event loop may wait for a connection the pool said was idle, should
-# another thread take it first (then the usual queue serves the call).
-_IDLE_ONLY = 0.001
+# another thread take it first (then the usual queue serves the call). Not less: the
+# pool measures its deadline from before its own bookkeeping, and a loaded machine
+# can pause a thread for a millisecond between the two.
+_IDLE_ONLY = 0.01
 
 _IN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
