@@ -16,6 +16,7 @@ Needs pytest and pytest-asyncio (``pip install 'temporal-ledger[test]'``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import multiprocessing
 import os
 import signal
@@ -46,6 +47,8 @@ from temporal_ledger.ledger import (
     Verdict,
 )
 
+from ._canonical import combine, fingerprint_dimensions
+from ._rule import Answer, admit
 from ._testing_child import AUTHORITY, count_effects, hammer_worker, request
 
 
@@ -936,6 +939,46 @@ class LedgerContract:
         assert not report.ok
         assert any("without an approval" in p and "'gated'" in p for p in report.problems)
         assert ledger.verify(gated=["tickets.*"]).ok
+
+    async def test_a_one_message_transaction_writes_only_against_the_record_expected(
+        self, ledger: Ledger
+    ) -> None:
+        """``Recorder.transact_unchanged`` is optional. Where a backend offers it, a
+        transaction against a record the key no longer has, or against no record where
+        the key has one, writes nothing; against the record the key has, it commits."""
+        recorder = ledger._recorder  # the recorder's own contract
+        await ledger.execute(request("k"), authority=AUTHORITY, adapter=Counter())
+        stale = recorder.get("k")
+        await ledger.execute(request("k"), authority=AUTHORITY, adapter=Counter())  # a replay
+        current = recorder.get("k")
+        assert stale is not None and current is not None
+        replayed = request("k")
+        dimensions = fingerprint_dimensions(replayed.identity())
+        replay = functools.partial(
+            admit,
+            request=replayed,
+            authority=AUTHORITY,
+            dimensions=dimensions,
+            fingerprint=combine(dimensions),
+            retry_safe=False,
+            first=True,
+            give_up=True,
+            lease=2.0,
+        )
+        before = ledger.events("k")
+        for wrong in (None, stale):
+            done = await recorder.transact_unchanged("k", wrong, recorder.now(), replay)
+            assert done in (None, (False, None))  # None: no shortcut was taken
+            assert ledger.events("k") == before
+        done = await recorder.transact_unchanged("k", current, recorder.now(), replay)
+        if done is None:  # this recorder offers no one-message transactions
+            assert ledger.events("k") == before
+            return
+        assert done[0]
+        decision = done[1]
+        assert isinstance(decision, Answer) and decision.result.replayed
+        assert types(ledger, "k")[len(before) :] == ["action.requested", "action.completed"]
+        assert ledger.verify().ok
 
 
 def _spawn_hanging_child(
