@@ -168,6 +168,12 @@ _REMEMBERED_KEYS = 4096
 # can pause a thread for a millisecond between the two.
 _IDLE_ONLY = 0.01
 
+# Event loops that cannot watch a socket (Windows' default): their calls take the
+# usual way, on the recorder's threads.
+_LOOPS_WITHOUT_READERS: tuple[type, ...] = tuple(
+    kind for kind in (getattr(asyncio, "ProactorEventLoop", None),) if kind is not None
+)
+
 _IN_TRANSACTION = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
 
 # Applied only where the URL does not say otherwise.
@@ -719,13 +725,17 @@ class PostgresRecorder(Recorder):
     ) -> tuple[bool, T | None] | None:
         """One message on the event loop itself, on a connection that is idle now (when
         none is, ``None``: the usual queue waits for one)."""
-        if self._closed.is_set() or not self._pool.get_stats().get("pool_available"):
+        loop = asyncio.get_running_loop()
+        if (
+            self._closed.is_set()
+            or isinstance(loop, _LOOPS_WITHOUT_READERS)
+            or not self._pool.get_stats().get("pool_available")
+        ):
             return None
         try:
             conn = self._pool.getconn(timeout=_IDLE_ONLY)
         except psycopg.Error:  # taken meanwhile, or the pool closed
             return None
-        loop = asyncio.get_running_loop()
         committing = False
         try:
             try:
