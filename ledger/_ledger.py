@@ -298,10 +298,18 @@ class Ledger:
         dimensions = fingerprint_dimensions(request.identity())
         fingerprint = combine(dimensions)
 
+        admission = functools.partial(
+            admit,
+            request=request,
+            authority=authority,
+            dimensions=dimensions,
+            fingerprint=fingerprint,
+            retry_safe=retry_safe,
+            lease=self.lease,
+            requires_approval=requires_approval,
+        )
         if self.replay_audit == "batched":
-            replay = await self._replay_from_the_record(
-                request, authority, dimensions, fingerprint, retry_safe, requires_approval
-            )
+            replay = await self._replay_from_the_record(request.key, admission)
             if replay is not None:
                 return replay
 
@@ -309,22 +317,11 @@ class Ledger:
         first = True
         delay = 0.02
         while True:
-            admission = functools.partial(
-                admit,
-                request=request,
-                authority=authority,
-                dimensions=dimensions,
-                fingerprint=fingerprint,
-                retry_safe=retry_safe,
-                first=first,
-                give_up=time.monotonic() >= deadline,
-                lease=self.lease,
-                requires_approval=requires_approval,
-            )
+            decide = functools.partial(admission, first=first, give_up=time.monotonic() >= deadline)
             try:
-                decision = await self._admit_unchanged(request.key, admission) if first else None
+                decision = await self._admit_unchanged(request.key, decide) if first else None
                 if decision is None:
-                    decision = await self._transact(request.key, admission)
+                    decision = await self._transact(request.key, decide)
             except DuplicateActionId:
                 if not first:
                     raise
@@ -393,33 +390,16 @@ class Ledger:
         return None
 
     async def _replay_from_the_record(
-        self,
-        request: ActionRequest,
-        authority: Authority,
-        dimensions: dict[str, str],
-        fingerprint: str,
-        retry_safe: bool,
-        requires_approval: bool,
+        self, key: str, admission: Callable[..., Admission]
     ) -> ActionResult | None:
         """A replay answered from a read, its audit record queued; ``None`` if the rule
         would do anything but replay (that goes the durable way)."""
-        read = self._recorder.read_now(request.key)
-        record, now = read if read is not None else await self._run(self._read_key, request.key)
+        read = self._recorder.read_now(key)
+        record, now = read if read is not None else await self._run(self._read_key, key)
         if record is None or record.phase != Phase.SETTLED:
             return None
-        draft = _Draft(request.key, record, now)
-        decision = admit(
-            draft,
-            request=request,
-            authority=authority,
-            dimensions=dimensions,
-            fingerprint=fingerprint,
-            retry_safe=retry_safe,
-            first=True,
-            give_up=True,
-            lease=self.lease,
-            requires_approval=requires_approval,
-        )
+        draft = _Draft(key, record, now)
+        decision = admission(draft, first=True, give_up=True)
         if not (isinstance(decision, Answer) and decision.result.replayed):
             return None
         appended = draft.appended
@@ -437,7 +417,7 @@ class Ledger:
         # for every replay, and the two would contend for the GIL on each record.
         if not self._audit_batch:
             asyncio.get_running_loop().call_soon(self._submit_audits)
-        self._audit_batch.append((request.key, audit))
+        self._audit_batch.append((key, audit))
         return decision.result
 
     def _submit_audits(self) -> None:
