@@ -21,8 +21,8 @@ the record it last wrote or read of the key (none, for a key it never met), and 
 database clock estimated from its last reading plus the time elapsed since (never
 ahead of the database's). The rule decides on that expectation, and its writes go out
 whole, on the event loop: the key's lock, the record's write guarded by the chain head
-expected (for a new key, an insert that yields to an existing row), the events guarded
-by the new head, COMMIT, then a read of the clock and the record as committed. If the
+expected (for a new key, an insert that yields to an existing row) with the events
+inserted only if it matched, COMMIT, then a read of the clock and the record. If the
 key was not as expected, nothing is written, and the read-back is what the next try
 expects. A claimed or running key is never expected (its lease moves without an
 event), except by the completion of the claim this process holds, which reads no
@@ -261,11 +261,11 @@ class _PostgresTransaction(Transaction):
 
 class _UnchangedTransaction(_PostgresTransaction):
     """A transaction against the record the caller expects (``None``: no record), sent
-    in one message: the key's lock, the record's write guarded by the chain head it
-    expects (or, for a key expected new, an insert that yields to an existing row), the
-    events guarded by the new head (so they are written only with the record), COMMIT,
-    and then a read of the clock and of the record as committed, which tells a caller
-    whose expectation was wrong what to expect next."""
+    in one message: the key's lock; one statement that writes the record guarded by the
+    chain head expected (or, for a key expected new, an insert that yields to an
+    existing row) and inserts the events only if that write matched; COMMIT; and a read
+    of the clock and of the record as committed, which tells a caller whose expectation
+    was wrong what to expect next."""
 
     def __init__(
         self, conn: psycopg.Connection[Any], key: str, record: KeyRecord | None, now: float
@@ -339,7 +339,8 @@ def _quoter(pgconn: psycopg.pq.abc.PGconn, encoding: str) -> Callable[[Any], str
     def quote(value: Any) -> str:
         if type(value) is not str:
             return _quote_utf8(value)
-        _no_nul(value)
+        if "\x00" in value:
+            raise _nul(value)
         return escaping.escape_literal(value.encode(encoding)).decode(encoding)
 
     return quote
@@ -348,7 +349,7 @@ def _quoter(pgconn: psycopg.pq.abc.PGconn, encoding: str) -> Callable[[Any], str
 def _quote_utf8(value: Any) -> str:
     if type(value) is str:
         if "\x00" in value:
-            _no_nul(value)
+            raise _nul(value)
         if "\\" in value:
             # An E'' string reads a backslash the same whatever standard_conforming_strings.
             return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
@@ -366,10 +367,9 @@ def _quote_utf8(value: Any) -> str:
     raise InvalidRequest(f"cannot record a {type(value).__name__} ({value!r}) as a literal")
 
 
-def _no_nul(value: str) -> None:
-    if "\x00" in value:
-        # libpq sends a query as a C string; PostgreSQL text cannot hold NUL anyway.
-        raise InvalidRequest(f"PostgreSQL text cannot contain NUL (0x00) characters: {value!r}")
+def _nul(value: str) -> InvalidRequest:
+    # libpq sends a query as a C string; PostgreSQL text cannot hold NUL anyway.
+    return InvalidRequest(f"PostgreSQL text cannot contain NUL (0x00) characters: {value!r}")
 
 
 def _bind(conn: psycopg.Connection[Any], sql: str, params: Sequence[Any]) -> bytes:
