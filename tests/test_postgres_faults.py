@@ -485,3 +485,50 @@ async def test_killed_ledger_connections_under_temporal_park_no_step(
         assert ledger.open_effects() == []
         assert ledger.verify().ok
     print(f"\nunder Temporal: {killer.hits} completions hit, {killer.killed} sessions killed")
+
+
+# -- a caller that stops waiting mid-exchange ------------------------------------------
+
+
+async def test_a_caller_cancelled_during_a_one_message_write_leaves_the_pool_whole(
+    postgres_url: str,
+) -> None:
+    """A call cancelled while its one-message completion waits on the server (for the
+    key's lock, held here) gives its connection back: on a pool of one, the next call
+    still gets a connection, and the cancelled completion lands once the lock is free."""
+    effects = Effects()
+    holder = psycopg.connect(postgres_url)
+    waiting = threading.Event()
+
+    def act_then_hold_the_key(req: ActionRequest, ctx: ExecutionContext) -> dict[str, Any]:
+        output = effects(req, ctx)
+        if req.key == "cancelled":
+            holder.execute(KEY_LOCK, (req.key,))
+            waiting.set()
+        return output
+
+    async with Ledger(PostgresRecorder(postgres_url, pool_size=1, timeout=2.0)) as ledger:
+        await ledger.execute(request("warm-up"), authority=AUTHORITY, adapter=effects)
+        call = asyncio.create_task(
+            ledger.execute(request("cancelled"), authority=AUTHORITY, adapter=act_then_hold_the_key)
+        )
+        await asyncio.to_thread(waiting.wait, 10)
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            assert await asyncio.to_thread(
+                wait_for_the_write, admin, dbname_of(postgres_url), "cancelled"
+            )
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        holder.rollback()  # the lock goes; the server finishes the message it was sent
+        holder.close()
+
+        after = await ledger.execute(request("after"), authority=AUTHORITY, adapter=effects)
+        assert after.ok
+        deadline = time.monotonic() + 10
+        while completions(ledger, "cancelled") != ["action.completed"]:
+            assert time.monotonic() < deadline, ledger.events("cancelled")
+            await asyncio.sleep(0.05)
+        assert effects.per_key() == {"warm-up": 1, "cancelled": 1, "after": 1}
+        assert ledger.open_effects() == []
+        assert ledger.verify().ok
