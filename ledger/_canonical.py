@@ -112,18 +112,23 @@ def canonical_json(value: Any) -> bytes:
     """RFC 8785 canonical bytes of a JSON value (already checked by :func:`check_json`)."""
     if type(value) is str:
         # A string alone: its canonical form is the standard encoder's (same escapes).
-        return json.dumps(value, ensure_ascii=False).encode()
+        return _TEXT_ENCODER.encode(value).encode()
     if value is None:
         return b"null"
     if _same_as_sorted_json(value):
         # For these values the standard encoder's sorted, compact output is byte-for-byte
         # RFC 8785 (same string escapes, same integer digits, same key order), and it
         # runs in C instead of rfc8785's per-character Python.
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        return _SORTED_ENCODER.encode(value).encode()
     try:
         return rfc8785.dumps(value)
     except Exception as exc:  # rfc8785 raises its own domain errors
         raise InvalidRequest(f"not canonicalisable as JSON: {exc}") from exc
+
+
+# Built once: json.dumps with options builds a new encoder on every call.
+_TEXT_ENCODER = json.JSONEncoder(ensure_ascii=False)
+_SORTED_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _same_as_sorted_json(value: Any) -> bool:

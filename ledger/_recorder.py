@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import functools
 import json
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -78,7 +79,18 @@ class KeyRecord:
 
     @classmethod
     def from_json(cls, text: str) -> KeyRecord:
-        return cls(**json.loads(text))
+        fields = json.loads(text)
+        if fields.keys() != _RECORD_FIELDS:
+            # A record of another release (a field it lacks, or one it adds): the
+            # constructor fills defaults in, or refuses what it does not know.
+            return cls(**fields)
+        # Every field present: the constructor would only copy them, one by one.
+        record = cls.__new__(cls)
+        record.__dict__.update(fields)
+        return record
+
+
+_RECORD_FIELDS = frozenset(field.name for field in dataclasses.fields(KeyRecord))
 
 
 def resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -92,11 +104,31 @@ def resolve(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 
 
 def iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
+    """``datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")``, with the
+    date and time of day formatted once per second: every transaction stamps its events."""
+    if epoch < 0:
+        return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
+    fraction, whole = math.modf(epoch)
+    # Rounded as datetime rounds (half to even), carrying into the next second.
+    micros = round(fraction * 1e6)
+    if micros >= 1_000_000:
+        whole += 1.0
+        micros -= 1_000_000
+    second = int(whole)
+    global _iso_second
+    cached = _iso_second  # read once: another thread may replace it meanwhile
+    if cached[0] != second:
+        cached = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+        _iso_second = cached
+    return f"{cached[1]}.{micros:06d}+00:00"
+
+
+_iso_second: tuple[int, str] = (-1, "")
 
 
 # Built once: json.dumps with options builds a new encoder on every call.
-_RECORD_ENCODER = json.JSONEncoder(separators=(",", ":"))
+# A record is built from JSON values and never refers to itself: no cycle check.
+_RECORD_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 _PAYLOAD_ENCODER = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )

@@ -143,6 +143,10 @@ class _Queued:
         return not self.future.cancelled()
 
 
+#: A transition's answer: its item, and its result or its error.
+_Answer = tuple[_Queued, Any, BaseException | None]
+
+
 def _answer(answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
     """Resolve a batch's asyncio futures, on their loop."""
     for future, result, error in answers:
@@ -159,6 +163,10 @@ class _SQLiteTransaction(Transaction):
         super().__init__(key, record, now)
         self._conn = conn
         self._pending: list[PendingEvent] = []
+        #: Whether a statement of this transition has changed the file. A failed
+        #: statement undoes itself, so a transition that fails before its first change
+        #: leaves nothing to undo, and a batch needs no savepoint for it.
+        self.wrote = False
 
     def _insert_event(self, event: PendingEvent) -> None:
         self._pending.append(event)
@@ -171,11 +179,12 @@ class _SQLiteTransaction(Transaction):
         self._pending = []
         if len(pending) == 1:
             self._conn.execute(insert_event_sql("?"), event_values(pending[0]))
-            return
-        values: list[Any] = []
-        for event in pending:
-            values.extend(event_values(event))
-        self._conn.execute(insert_event_sql("?", len(pending)), values)
+        else:
+            values: list[Any] = []
+            for event in pending:
+                values.extend(event_values(event))
+            self._conn.execute(insert_event_sql("?", len(pending)), values)
+        self.wrote = True
 
     def _write_record(self, record: KeyRecord, *, created: bool) -> None:
         self.flush()
@@ -183,6 +192,7 @@ class _SQLiteTransaction(Transaction):
             self._conn.execute(update_row_sql("?"), row_values(record))
         else:
             self._conn.execute(write_record_sql("?", created=created), record_values(record))
+        self.wrote = True
 
     def compact_bodies(self, through_seq: int) -> int:
         self.flush()
@@ -190,6 +200,7 @@ class _SQLiteTransaction(Transaction):
             "UPDATE ledger_events SET payload = ? WHERE key = ? AND seq <= ? AND payload != ?",
             (json.dumps(TOMBSTONE), self.key, through_seq, json.dumps(TOMBSTONE)),
         )
+        self.wrote = True
         return cursor.rowcount
 
 
@@ -321,7 +332,7 @@ class SQLiteRecorder(Recorder):
 
     def _commit_batch(self, batch: list[_Queued]) -> None:
         conn = self._conn
-        answers: list[tuple[_Queued, Any, BaseException | None]] = []
+        answers: list[_Answer] = []
         with self._lock:
             try:
                 batch = [item for item in batch if item.start()]
@@ -333,8 +344,15 @@ class SQLiteRecorder(Recorder):
                     # itself, so the savepoint's two statements are not needed.
                     answers.append(self._alone(batch[0]))
                 else:
-                    for item in batch:
-                        answers.append(self._in_savepoint(item))
+                    together = self._together(batch)
+                    if together is None:
+                        # A transition failed after it had changed the file: only a
+                        # savepoint undoes it alone, so the batch starts over, each
+                        # transition in its own (rare: the rule fails before it writes).
+                        conn.execute("ROLLBACK")
+                        conn.execute("BEGIN IMMEDIATE")
+                        together = [self._in_savepoint(item) for item in batch]
+                    answers.extend(together)
                 if conn.in_transaction:
                     conn.execute("COMMIT")
             except sqlite3.OperationalError as exc:
@@ -362,17 +380,41 @@ class SQLiteRecorder(Recorder):
             with contextlib.suppress(RuntimeError):  # a loop closed meanwhile hears nothing
                 loop.call_soon_threadsafe(_answer, answered)
 
-    def _run_item(self, item: _Queued) -> Any:
+    def _item_transaction(self, item: _Queued) -> _SQLiteTransaction:
         row = self._conn.execute(
             "SELECT record FROM ledger_keys WHERE key = ?", (item.key,)
         ).fetchone()
         record = KeyRecord.from_json(row[0]) if row else None
-        tx = _SQLiteTransaction(self._conn, item.key, record, self.now())
+        return _SQLiteTransaction(self._conn, item.key, record, self.now())
+
+    def _run_item(self, item: _Queued) -> Any:
+        tx = self._item_transaction(item)
         result = item.fn(tx)
         tx.flush()
         return result
 
-    def _alone(self, item: _Queued) -> tuple[_Queued, Any, BaseException | None]:
+    def _together(self, batch: list[_Queued]) -> list[_Answer] | None:
+        """Run the batch's transitions one after another with no savepoint (two statements
+        each saved); ``None`` if one failed after it had changed the file."""
+        answers: list[_Answer] = []
+        for item in batch:
+            tx: _SQLiteTransaction | None = None
+            try:
+                tx = self._item_transaction(item)
+                result = item.fn(tx)
+                tx.flush()
+            except sqlite3.OperationalError:
+                raise  # the whole transaction is in doubt: fail the batch
+            except Exception as exc:
+                if tx is not None and tx.wrote:
+                    return None
+                error = integrity_error(exc) if isinstance(exc, sqlite3.IntegrityError) else exc
+                answers.append((item, None, error))
+                continue
+            answers.append((item, result, None))
+        return answers
+
+    def _alone(self, item: _Queued) -> _Answer:
         try:
             result = self._run_item(item)
         except sqlite3.OperationalError:
@@ -383,7 +425,7 @@ class SQLiteRecorder(Recorder):
             return item, None, error
         return item, result, None
 
-    def _in_savepoint(self, item: _Queued) -> tuple[_Queued, Any, BaseException | None]:
+    def _in_savepoint(self, item: _Queued) -> _Answer:
         conn = self._conn
         conn.execute("SAVEPOINT item")
         try:

@@ -236,6 +236,50 @@ async def test_one_failing_transition_does_not_undo_its_batch(tmp_path: Path) ->
     assert max(recorder.batches) > 1
 
 
+def test_a_transition_failing_after_it_wrote_is_undone_alone(tmp_path: Path) -> None:
+    """A batch runs its transitions without savepoints; one that fails after writing
+    sends the batch round again with a savepoint each, so only its writes are undone."""
+    import threading
+
+    from temporal_ledger.ledger._recorder import KeyRecord
+
+    recorder = SQLiteRecorder(tmp_path / "ledger.db")
+    gate = threading.Event()
+    runs: dict[str, int] = {}
+
+    def write(key: str, *, fail: bool = False):
+        def fn(tx):
+            runs[key] = runs.get(key, 0) + 1
+            tx.append("test.event", None, {"n": runs[key]})
+            tx.save(tx.record or KeyRecord(key=key))
+            if fail:
+                raise ValueError("after writing")
+            return key
+
+        return fn
+
+    try:
+        held = recorder.submit("gate", lambda tx: gate.wait(10))
+        futures = [
+            recorder.submit("a", write("a")),
+            recorder.submit("bad", write("bad", fail=True)),
+            recorder.submit("b", write("b")),
+        ]
+        gate.set()  # the three queued meanwhile: one batch
+        held.result(10)
+        assert [f.result(10) for f in (futures[0], futures[2])] == ["a", "b"]
+        with pytest.raises(ValueError, match="after writing"):
+            futures[1].result(10)
+        assert runs["bad"] == 2  # once without savepoints, once in its own
+        assert recorder.get("bad") is None and recorder.events("bad") == []
+        for key in ("a", "b"):
+            assert [e.payload for e in recorder.events(key)] == [{"n": runs[key]}]
+            record = recorder.get(key)
+            assert record is not None and record.events == 1
+    finally:
+        recorder.close()
+
+
 async def test_a_batched_replay_answers_from_the_record_and_audits_atomically(
     sqlite_url: str,
 ) -> None:

@@ -1,0 +1,61 @@
+"""The shared record code's shortcuts give what the plain library calls give."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from temporal_ledger.ledger._recorder import KeyRecord, iso
+
+
+def _plain_iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.floats(min_value=-1e9, max_value=4e9, allow_nan=False)
+    | st.integers(min_value=0, max_value=4 * 10**15).map(lambda us: us / 1e6 + 5e-7)
+)
+def test_iso_is_datetimes_isoformat(epoch: float) -> None:
+    # The second value family sits on half microseconds, where rounding decides.
+    assert iso(epoch) == _plain_iso(epoch)
+
+
+def test_iso_carries_a_rounded_up_second() -> None:
+    for epoch in (1_700_000_000.9999996, 1_700_000_059.9999999, 0.9999995, 1e-7):
+        assert iso(epoch) == _plain_iso(epoch)
+
+
+def _record() -> KeyRecord:
+    return KeyRecord(
+        key="k",
+        phase="settled",
+        dimensions={"payload": "ab" * 32},
+        outcome={"action_id": "a", "effect": "observed", "output": {"ok": True}},
+        reconciliations=[{"verdict": "still_unknown"}],
+    )
+
+
+def test_a_record_reads_back_as_written() -> None:
+    record = _record()
+    again = KeyRecord.from_json(record.to_json())
+    assert again == record and vars(again) == vars(record)
+
+
+def test_a_record_of_an_older_release_gets_the_defaults_of_its_missing_fields() -> None:
+    fields = json.loads(_record().to_json())
+    del fields["approval"], fields["reconciliations"]
+    record = KeyRecord.from_json(json.dumps(fields))
+    assert record.approval is None and record.reconciliations == []
+    assert {f.name for f in dataclasses.fields(KeyRecord)} == set(vars(record))
+
+
+def test_a_record_with_a_field_this_release_does_not_know_is_refused() -> None:
+    fields = {**json.loads(_record().to_json()), "from_the_future": 1}
+    with pytest.raises(TypeError):
+        KeyRecord.from_json(json.dumps(fields))
