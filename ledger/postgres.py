@@ -66,7 +66,6 @@ from ._recorder import (
     T,
     Transaction,
     event_from_row,
-    event_values,
     events_sql,
     indexed_values,
     insert_event_sql,
@@ -126,17 +125,17 @@ _MIGRATION_LOCK = (0x4C454447, 0x4D494752)  # "LEDG", "MIGR"
 
 _NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"
 
+_LOCK = "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+# The clock and the key's record.
+_READ = f"SELECT ({_NOW}), (SELECT record FROM ledger_keys WHERE key = %s)"
+
 # The first round trip of a write. The lock is a statement of its own so that the read
 # after it takes a new snapshot (READ COMMITTED: one per statement), which sees the
 # previous holder's commit; in one statement the snapshot would predate the wait.
-_START = (
-    "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended(%s, 0)); "
-    f"SELECT ({_NOW}), (SELECT record FROM ledger_keys WHERE key = %s)"
-)
+_START = f"{_LOCK}; {_READ}"
 
-_INSERT_EVENT = insert_event_sql("%s")
-
-_LOCK = "BEGIN; SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+# The INSERT of events up to its VALUES, which :func:`_event_row` renders.
+_INSERT_EVENTS = insert_event_sql("%s").split(" VALUES ", 1)[0]
 # Guarded by the chain head: every transition that changes what a completion decides
 # appends an event; a lease renewal, which appends none, changes nothing it reads.
 _HEAD_IS = " AND (record::json ->> 'head_hash') = %s"
@@ -146,13 +145,8 @@ _INSERT_IF_ABSENT = write_record_sql("%s", created=True) + " ON CONFLICT (key) D
 # The events of a one-message transaction, inserted only if its record's write (the
 # statement's WITH) matched.
 _INSERT_EVENTS_IF_WRITTEN = (
-    insert_event_sql("%s").split(" VALUES ", 1)[0]
-    + " SELECT * FROM (VALUES %s) AS events WHERE EXISTS (SELECT 1 FROM written)"
+    _INSERT_EVENTS + " SELECT * FROM (VALUES %s) AS events WHERE EXISTS (SELECT 1 FROM written)"
 )
-
-# After the COMMIT of a one-message transaction, in a snapshot of its own: the clock
-# for the next call's expectation, and the record that call should expect.
-_READ_BACK = f"SELECT ({_NOW}), (SELECT record FROM ledger_keys WHERE key = %s)"
 
 _COMPACT = "UPDATE ledger_events SET payload = %s WHERE key = %s AND seq <= %s AND payload != %s"
 
@@ -225,7 +219,8 @@ class _PostgresTransaction(Transaction):
         self._statements.append(sql % tuple(map(self._quote, params)))
 
     def _insert_event(self, event: PendingEvent) -> None:
-        self._add(_INSERT_EVENT, event_values(event))
+        row = _event_row(self._quote, self._quote(self.key), event)
+        self._statements.append(f"{_INSERT_EVENTS} VALUES {row}")
 
     def _write_record(self, record: KeyRecord, *, created: bool) -> None:
         if not created and self.index_unchanged(record):
@@ -302,25 +297,31 @@ class _UnchangedTransaction(_PostgresTransaction):
             write, values = _GUARDED_UPDATE, (*indexed_values(saved), *row, self._expected_head)
         quote = self._quote
         key = quote(self.key)
-        # In event_values' order. The hashes and the timestamp are Transaction.append's own
-        # hex and ISO text: nothing in them needs quoting.
-        rows = ", ".join(
-            f"({key}, {quote(e.action_id)}, {quote(e.type)}, {quote(e.payload_json)}, "
-            f"'{e.recorded_at}', '{e.body_hash}', '{e.prev_hash}', '{e.hash}')"
-            for e in self._events
-        )
+        rows = ", ".join(_event_row(quote, key, event) for event in self._events)
         self._statements.append(
             f"WITH written AS ({write % tuple(map(quote, values))} RETURNING 1) "
             f"{_INSERT_EVENTS_IF_WRITTEN % rows}"
         )
         self._statements.append("COMMIT")
-        self._add(_READ_BACK, (self.key,))
+        # In a snapshot of its own, after the COMMIT: the clock for the next call's
+        # expectation, and the record that call should expect.
+        self._add(_READ, (self.key,))
         return self._message()
 
     def wrote(self, results: list[psycopg.pq.abc.PGresult]) -> bool:
         """Whether the record's write matched, and with it every event was inserted
         (BEGIN, the lock, the write, ...)."""
         return int(results[2].command_tuples or 0) == len(self._events)
+
+
+def _event_row(quote: Callable[[Any], str], key: str, event: PendingEvent) -> str:
+    """An event's parenthesised VALUES row, in ``event_values`` order; ``key`` is the
+    key already quoted. The hashes and the timestamp are ``Transaction.append``'s own
+    hex and ISO text: nothing in them needs quoting."""
+    return (
+        f"({key}, {quote(event.action_id)}, {quote(event.type)}, {quote(event.payload_json)}, "
+        f"'{event.recorded_at}', '{event.body_hash}', '{event.prev_hash}', '{event.hash}')"
+    )
 
 
 class _KeyMovedOn(Exception):
@@ -744,8 +745,8 @@ class PostgresRecorder(Recorder):
                 message = tx.message()
                 committing = True
                 results, failure = await _exchange_on_loop(conn.pgconn, message, loop)
-                if (failure is not None or conn.pgconn.status != ConnStatus.OK) and (
-                    not results or results[0].status == ExecStatus.FATAL_ERROR
+                if (failure is not None or conn.pgconn.status != ConnStatus.OK) and not _began(
+                    results
                 ):
                     # The server had ended the connection while it was pooled: nothing
                     # ran, and the usual way goes again on another connection.
@@ -872,14 +873,19 @@ def _begin(conn: psycopg.Connection[Any], key: str) -> tuple[float, str | None]:
         # command") rather than libpq's report of the socket closing after them.
         error = psycopg.errors.error_from_result(errors[0], encoding=encoding)
     if error is not None:
-        ran = bool(results) and results[0].status != ExecStatus.FATAL_ERROR
-        if not ran and pgconn.status != ConnStatus.OK:
+        if not _began(results) and pgconn.status != ConnStatus.OK:
             raise _DeadOnArrival(str(error)) from error
         raise error
     read = results[-1]
     now, text = read.get_value(0, 0), read.get_value(0, 1)
     assert now is not None
     return float(now), None if text is None else text.decode(encoding)
+
+
+def _began(results: _Results) -> bool:
+    """Whether the server ran a message's first statement (its BEGIN): a connection it
+    had ended while pooled answers nothing, or only the error that ended it."""
+    return bool(results) and results[0].status != ExecStatus.FATAL_ERROR
 
 
 def _wait(fd: int, *, writable: bool = False) -> None:
