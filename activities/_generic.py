@@ -6,15 +6,17 @@ the request, its return value (as JSON, through the worker's payload converter) 
 recorded outcome, and a later attempt under the same key gets the recorded value back,
 decoded to the activity's return type, instead of running the activity again.
 
-The key is ``{workflow_id}/{first_execution_run_id}/{activity_id}`` (with the previous
-run of a continue-as-new or cron chain inserted when there is one). ``activity.info()``
-does not carry the first execution's run id, so :class:`RunAnchorInterceptor` (a
-workflow outbound interceptor) puts it in a header of every activity the workflow
-schedules. Why these parts:
+The key is ``{workflow_id}/{first_execution_run_id}/{call}`` (with the previous run of
+a continue-as-new or cron chain inserted when there is one). ``activity.info()`` does
+not carry the first execution's run id, so the plugin's workflow interceptor puts it in
+a header of every activity the workflow schedules, with ``call``. Why these parts:
 
-* ``activity_id`` is assigned in order by the workflow ("1", "2", ...), so the same
-  step of a deterministic workflow has the same id after a worker crash, on every
-  retry of the activity, and in the new run a ``temporal workflow reset`` creates.
+* ``call`` numbers the activities the workflow schedules in order ("1", "2", ...), as
+  Temporal's activity id does, but leaves out the ledger's own (recording a verdict,
+  another attempt of a parked call: see ``workflows._scheduling``), which only a run
+  that waited schedules. So the same call of a deterministic workflow has the same
+  number after a worker crash, on every retry of the activity, and in the new run a
+  ``temporal workflow reset`` creates, whether or not the original run parked.
 * ``workflow_run_id`` changes on reset, so keying on it would run every effect again;
   ``first_execution_run_id`` is copied into the reset run, so it does not.
 * ``workflow_id`` alone is not enough: a workflow id reused (after the first execution
@@ -24,6 +26,7 @@ schedules. Why these parts:
   with the same first execution run id, so the run it continued from is part of the
   key; a reset run keeps that value too.
 
+A header without ``call`` (from a workflow worker before it) keys by the activity id.
 An activity scheduled without the header (the workflow worker lacks the interceptor)
 is refused, non-retryably, before anything runs: no key that is both stable and unique
 can be formed without it, and acting without one would be guessing.
@@ -39,20 +42,12 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from temporalio import activity, workflow
+from pydantic import ValidationError
+from temporalio import activity
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import (
-    ActivityInboundInterceptor,
-    ExecuteActivityInput,
-    Interceptor,
-    StartActivityInput,
-    StartLocalActivityInput,
-    WorkflowInboundInterceptor,
-    WorkflowInterceptorClassInput,
-    WorkflowOutboundInterceptor,
-)
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 
 from ..ledger import (
     ActionRequest,
@@ -64,11 +59,10 @@ from ..ledger import (
 )
 from . import _payloads as p
 from ._keys import step_key
+from ._payloads import ANCHOR_HEADER, RunAnchor
+from ._results import AsReturned, ResultShape
 from ._runtime import Runtime
 from ._tool import ToolSpec, _outcome_or_raise, execute_ledgered
-
-#: Header carrying the run identity the key is built from (JSON: first, continued).
-ANCHOR_HEADER = "temporal-ledger-run-anchor"
 
 #: Turns the activity's arguments (JSON) into the payload that is fingerprinted.
 Normalizer = Callable[[str, list[Any]], dict[str, Any]]
@@ -85,11 +79,15 @@ class LedgeredActivity:
     fingerprinted; it drops parts of the arguments that legitimately differ between
     the original run and a reset run (wall-clock timestamps, the run id), so a reset
     replays instead of being refused as a conflict. Default: ``{"args": args}``.
+    ``output`` maps an operator's ``effect_confirmed`` output (the tool's own output)
+    to the activity's result, and gives the operator's template; default: the activity
+    returns the tool's output itself.
     """
 
     pattern: str
     retry_safe: bool = False
     normalize: Normalizer | None = None
+    output: ResultShape = dataclasses.field(default_factory=AsReturned)
 
 
 def capability_for(activity_type: str) -> str:
@@ -105,62 +103,17 @@ def capability_for(activity_type: str) -> str:
     return ".".join(["activity", *parts])
 
 
-# -- the workflow side: the header ------------------------------------------------------
+# -- the activity side -----------------------------------------------------------------
 
 
-class RunAnchorInterceptor(Interceptor):
-    """Worker interceptor: stamps every scheduled activity with the run identity.
-
-    Must be on the worker that runs the *workflows* (it is a workflow interceptor);
-    :func:`execute_through_ledger` reads the header on the activity worker.
-    """
-
-    def workflow_interceptor_class(
-        self, input: WorkflowInterceptorClassInput
-    ) -> type[WorkflowInboundInterceptor]:
-        return _AnchorInbound
-
-
-class _AnchorInbound(WorkflowInboundInterceptor):
-    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
-        super().init(_AnchorOutbound(outbound))
-
-
-class _AnchorOutbound(WorkflowOutboundInterceptor):
-    def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
-        input.headers = {**input.headers, ANCHOR_HEADER: _anchor_payload()}
-        return super().start_activity(input)
-
-    def start_local_activity(self, input: StartLocalActivityInput) -> workflow.ActivityHandle[Any]:
-        input.headers = {**input.headers, ANCHOR_HEADER: _anchor_payload()}
-        return super().start_local_activity(input)
-
-
-def _anchor_payload() -> Payload:
-    info = workflow.info()
-    # Plain JSON, not the worker's converter: the header is ours and must read the same
-    # on any worker whatever converter it configures.
-    data = json.dumps(
-        {"first": info.first_execution_run_id, "continued": info.continued_run_id},
-        sort_keys=True,
-    ).encode()
-    return Payload(metadata={"encoding": b"json/plain"}, data=data)
-
-
-def _anchor_from(headers: typing.Mapping[str, Payload]) -> dict[str, str | None] | None:
+def _anchor_from(headers: typing.Mapping[str, Payload]) -> RunAnchor | None:
     payload = headers.get(ANCHOR_HEADER)
     if payload is None:
         return None
     try:
-        value = json.loads(payload.data)
-    except ValueError:
+        return RunAnchor.model_validate_json(payload.data)
+    except ValidationError:
         return None
-    if not isinstance(value, dict) or not isinstance(value.get("first"), str):
-        return None
-    return value
-
-
-# -- the activity side -----------------------------------------------------------------
 
 
 def _to_json(payload: Payload) -> Any:
@@ -217,8 +170,8 @@ async def execute_through_ledger(
         raise _refuse(
             f"{info.activity_type}: cannot be ledgered: the activity carries no "
             f"{ANCHOR_HEADER!r} header, so no key that survives a reset yet is unique per "
-            "execution can be formed. Register the ledger plugin (with RunAnchorInterceptor) "
-            "on the worker that runs the workflow too."
+            "execution can be formed. Register the ledger plugin on the worker that runs the "
+            "workflow too (put it on the client: its workers inherit it)."
         )
     converter: PayloadConverter = activity.payload_converter()
     try:
@@ -226,8 +179,12 @@ async def execute_through_ledger(
     except Exception as exc:
         raise _refuse(f"{info.activity_type}: arguments are not JSON: {exc}") from None
     payload = rule.normalize(info.activity_type, args) if rule.normalize else {"args": args}
-    first, continued = anchor["first"] or "", anchor.get("continued")
-    key = step_key(info.workflow_id, first, info.activity_id, continued_from=continued)
+    key = step_key(
+        info.workflow_id,
+        anchor.first,
+        anchor.call or info.activity_id,
+        continued_from=anchor.continued,
+    )
     performer = info.workflow_type or "unknown-workflow"
     spec = ToolSpec(
         name=info.activity_type,
@@ -261,8 +218,8 @@ async def execute_through_ledger(
         "context": {
             "workflow_id": info.workflow_id,
             "workflow_run_id": info.workflow_run_id,
-            "first_execution_run_id": anchor["first"],
-            "continued_run_id": anchor.get("continued"),
+            "first_execution_run_id": anchor.first,
+            "continued_run_id": anchor.continued,
             "activity_id": info.activity_id,
             "activity_type": info.activity_type,
             "attempt": info.attempt,

@@ -66,6 +66,24 @@ FINAL_ERROR_TYPES: tuple[ErrorType, ...] = (
 )
 
 
+#: Header of every activity a workflow schedules: the run identity its key is built from.
+ANCHOR_HEADER = "temporal-ledger-run-anchor"
+
+
+class RunAnchor(BaseModel):
+    """What the anchor header carries (plain JSON, whatever converter a worker uses)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    #: The first execution's run id: a reset run keeps it.
+    first: str
+    #: The run this one continued from (continue-as-new, cron, workflow retry), if any.
+    continued: str | None = None
+    #: The activity's number among those every run of the workflow schedules (see
+    #: ``workflows._scheduling``); absent from workers before it, which used the activity id.
+    call: str | None = None
+
+
 class _Payload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -148,6 +166,8 @@ class ApprovalNeeded(_Payload):
     fingerprint: str
     capability: str
     performer: str
+    #: The request's payload as fingerprinted (shown for activities ledgered by pattern).
+    arguments: Any = None
     #: Actor patterns the worker's policy allows to approve (checked again by the activity).
     approvers: list[str] = Field(default_factory=list)
     address: str | None = None

@@ -32,7 +32,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from ..ledger import Ledger
 from ..ledger.sqlite import path_from_url
-from ._generic import LedgeredActivity, RunAnchorInterceptor, execute_through_ledger
+from ._generic import LedgeredActivity, execute_through_ledger
 from ._policy import Policy
 from ._reconcile import approve_call, probe_effect, reconcile_effect
 from ._runtime import Runtime, _runtime
@@ -116,13 +116,21 @@ class LedgerPlugin(SimplePlugin):
         self._awaiting_approval_attribute = False
         #: Every @tool on this plugin's workers, by name: the probe activity finds them here.
         self._tools: dict[str, Any] = {}
+        # The workflow side builds on this package (it imports it), so it is imported
+        # here, once both are loaded, rather than at the top.
+        from ..workflows import LedgerWorkflowInterceptor
+
         super().__init__(
             "temporal_ledger.LedgerPlugin",
             data_converter=_pydantic_converter,
             activities=_add_once(*_LEDGER_ACTIVITIES),
             workflow_runner=_sandbox,
-            # The anchor header gives ledger_activities keys that survive a reset.
-            interceptors=[_ActivityInterceptor(self), RunAnchorInterceptor()],
+            # The workflow interceptor stamps the anchor header (keys that survive a
+            # reset) and lets ledger_activities calls wait in the run's inbox.
+            interceptors=[
+                _ActivityInterceptor(self),
+                LedgerWorkflowInterceptor(self.ledger_activities),
+            ],
             run_context=self._worker_running,
         )
 

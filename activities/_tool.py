@@ -303,12 +303,13 @@ def _outcome_or_raise(
             fingerprint=ActionRequest.parse(request).fingerprint(),
             capability=spec.capability,
             performer=request["performer"],
+            arguments=request["payload"],
             approvers=runtime.policy.approvers,
             address=runtime.address,
             awaiting_approval_attribute=runtime.awaiting_approval_attribute,
         )
-        # run_tool waits for the decision and says so once: the expected hand-over. A
-        # workflow that is not waiting (a ledger_activities call) fails with this error.
+        # The workflow waits for the decision (run_tool, or the plugin's interceptor
+        # for a ledger_activities call) and says so once: the expected hand-over.
         raise ApplicationError(
             f"{spec.name}: {result.error}",
             needed.model_dump(),

@@ -19,9 +19,11 @@ model response and tool result instead of asking the model again or acting again
 * Model requests are retry-safe: they change nothing in the world, so an attempt whose
   outcome is unknown (the worker died mid-request) may ask again.
 * Tool calls are not (``tools_retry_safe=False``): a tool that started and never
-  reported, or failed after it may have acted, ends the activity with a non-retryable
-  ``ToolEffectUnknown`` error instead of acting a second time; an operator reconciles
-  the key with ``temporal-ledger reconcile``.
+  reported, or failed after it may have acted, is never run a second time. The agent's
+  run waits instead, parked in the workflow like a ``run_tool`` step (search attribute
+  ``LedgerOpenEffects``, query ``open_effects``, update ``reconcile``), until an
+  operator answers with the tool's own return value; the agent then goes on with it.
+  A capability the policy gates waits for update ``approve`` the same way.
 * ``get_tools``, argument validation, event-stream handlers and the like are not
   ledgered: they have no effect to protect, and replaying a stale tool list would
   hide a deployment's changes.
@@ -37,6 +39,7 @@ finds it, so each plugin adds its sandbox pass-through modules and nothing is lo
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -45,6 +48,7 @@ from ..ledger import Ledger
 from ._generic import LedgeredActivity
 from ._plugin import LedgerPlugin
 from ._policy import Policy
+from ._results import PLACEHOLDER
 
 __all__ = [
     "activity_rules",
@@ -77,9 +81,27 @@ def activity_rules(agent_name: str, *, tools_retry_safe: bool = False) -> list[L
         LedgeredActivity(f"{prefix}__model_request", retry_safe=True, normalize=_normalize),
         LedgeredActivity(f"{prefix}__model_request_stream", retry_safe=True, normalize=_normalize),
         LedgeredActivity(
-            f"{prefix}__*__call_tool", retry_safe=tools_retry_safe, normalize=_normalize
+            f"{prefix}__*__call_tool",
+            retry_safe=tools_retry_safe,
+            normalize=_normalize,
+            output=ToolReturn(),
         ),
     ]
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolReturn:
+    """pydantic-ai records a tool's return value as ``{"kind": "tool_return", "result": ...}``
+    (its ``CallToolResult``); an operator answers with the return value itself."""
+
+    def template(self, result_type: Any) -> Any:
+        return PLACEHOLDER
+
+    def result(self, output: Any) -> Any:
+        if isinstance(output, dict) and output.get("kind") == "tool-return":
+            # pydantic-ai's own wrapping of a dict that looks like its ToolReturn.
+            return {"kind": "tool_content_result", "result": output}
+        return {"kind": "tool_return", "result": output}
 
 
 def ledgered_plugin(

@@ -29,9 +29,19 @@ def test_the_library_never_imports_the_old_top_level_names() -> None:
     assert offenders == []
 
 
+#: The one exception: the wire between a workflow and the activities (the payload models,
+#: the anchor header, the shape of an operator's output) is private to both sides.
+PROTOCOL = r"\.\.activities\._(payloads|results)\b"
+
+
 def test_no_subpackage_reaches_into_another_ones_private_modules() -> None:
-    private = re.compile(r"^\s*from\s+\.\.(ledger|activities|workflows)\._", re.M)
-    offenders = [name for name, text in library_sources() if private.search(text)]
+    private = re.compile(r"^\s*from\s+(\.\.(ledger|activities|workflows)\._\w+)", re.M)
+    offenders = [
+        f"{name}: {match.group(1)}"
+        for name, text in library_sources()
+        for match in private.finditer(text)
+        if not (name.startswith("workflows/") and re.fullmatch(PROTOCOL, match.group(1)))
+    ]
     assert offenders == []
 
 

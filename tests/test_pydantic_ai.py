@@ -7,6 +7,8 @@ repeats no tool effect; the model responses and the tool result come from the le
 from __future__ import annotations
 
 import contextlib
+import json
+import shlex
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,18 +16,16 @@ from typing import Any
 
 import pytest
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
-from temporal_ledger.activities import ErrorType, Policy, step_key
-from temporal_ledger.activities._generic import (
-    ANCHOR_HEADER,
-    capability_for,
-    execute_through_ledger,
-)
+from temporal_ledger.activities import Policy, step_key
+from temporal_ledger.activities._generic import capability_for, execute_through_ledger
+from temporal_ledger.activities._payloads import ANCHOR_HEADER
+from temporal_ledger.activities._results import PLACEHOLDER
 from temporal_ledger.activities._runtime import Runtime
 from temporal_ledger.activities.pydantic_ai import ledgered_plugin
 from temporal_ledger.ledger import Ledger, LedgerEvent
 from temporalio import activity
-from temporalio.client import Client, WorkflowFailureError
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import (
     ActivityInboundInterceptor,
@@ -35,7 +35,7 @@ from temporalio.worker import (
 )
 
 from tests.pydantic_ai_agent import AGENT_NAME, MODEL_CALLS, LedgeredAgentWorkflow, temporal_agent
-from tests.temporal_support import reset_to_first_task
+from tests.temporal_support import open_effects, reset_to_first_task, temporal_cli, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -169,29 +169,70 @@ async def test_activity_retry_after_recorded_effect_replays(
         assert ledger.verify().ok
 
 
-async def test_tool_that_fails_after_acting_is_not_retried(
+async def test_a_tool_that_acted_and_lost_its_reply_parks_the_agent_until_reconciled(
     temporal_address: str, tmp_path: Path
 ) -> None:
+    """The tool appends its line and then fails: the agent's run parks (it is not failed,
+    and the tool is not run again); the operator confirms with the tool's own return
+    value through the real ``temporal`` CLI, and the agent finishes with it."""
     target = tmp_path / "effects.txt"
     ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
     prompt = f"explode-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"ai-{prompt}"
     async with running(temporal_address, ledger_url) as (client, tq):
-        with pytest.raises(WorkflowFailureError) as failed:
-            await client.execute_workflow(
-                LedgeredAgentWorkflow.run,
-                args=[prompt, str(target)],
-                id=f"ai-{prompt}",
-                task_queue=tq,
-            )
-    cause = failed.value.cause
-    assert isinstance(cause, ActivityError)
-    assert isinstance(cause.cause, ApplicationError)
-    assert cause.cause.type == ErrorType.EFFECT_UNKNOWN and cause.cause.non_retryable
-    # The retry policy would have retried a plain error; the ledger did not let it act again.
-    assert target.read_text().splitlines() == [f"line for {prompt}"]
+        handle = await client.start_workflow(
+            LedgeredAgentWorkflow.run, args=[prompt, str(target)], id=workflow_id, task_queue=tq
+        )
+        [parked] = await wait_for(
+            lambda: open_effects(temporal_address, workflow_id), what="the tool call to park"
+        )
+        _, listed = await temporal_cli(
+            temporal_address,
+            "workflow",
+            "list",
+            "--query",
+            f"LedgerOpenEffects > 0 AND WorkflowId = '{workflow_id}'",
+            "-o",
+            "json",
+        )
+        assert workflow_id in listed
+        # The template asks for the tool's own return value, not pydantic-ai's record of it.
+        template = json.loads(shlex.split(parked["update_command"])[-1])
+        assert template["output"] == PLACEHOLDER
+        verdict = {**template, "actor": "ops-ann", "basis": "line 1 of the file"}
+        refused, answer = await temporal_cli(
+            temporal_address,
+            "workflow",
+            "update",
+            "execute",
+            "--workflow-id",
+            workflow_id,
+            "--name",
+            "reconcile",
+            "--input",
+            json.dumps(verdict),
+            check=False,
+        )
+        assert refused != 0 and "placeholder" in answer, answer
+        verdict["output"] = "appended by hand-check (line 1)"
+        await temporal_cli(
+            temporal_address,
+            "workflow",
+            "update",
+            "execute",
+            "--workflow-id",
+            workflow_id,
+            "--name",
+            "reconcile",
+            "--input",
+            json.dumps(verdict),
+        )
+        answer = await handle.result()
+    assert answer == "done: appended by hand-check (line 1)"
+    assert MODEL_CALLS[prompt] == 2
+    assert target.read_text().splitlines() == [f"line for {prompt}"], "the tool acted again"
     with Ledger.open(ledger_url) as ledger:
-        [open_effect] = ledger.open_effects()
-        assert open_effect.key.endswith("/2")
+        assert ledger.open_effects() == []
         assert ledger.verify().ok
 
 

@@ -1,4 +1,5 @@
-"""The workflow side: ``run_tool``, parking for reconciliation, typed tool errors."""
+"""The workflow side: ``run_tool``, the inbox where calls wait for people (parking and
+approvals), the plugin's workflow interceptor, typed tool errors."""
 
 from ._errors import (
     ToolConflictError,
@@ -7,8 +8,7 @@ from ._errors import (
     ToolFailedError,
     ToolRejectedError,
 )
-from ._replay import ReplayReport, replay_command, replay_histories
-from ._run_tool import (
+from ._inbox import (
     APPROVE_UPDATE,
     QUERY_APPROVALS,
     QUERY_OPEN,
@@ -16,16 +16,18 @@ from ._run_tool import (
     OpenEffect,
     PendingApproval,
     Rejection,
-    default_key,
     install_reconciliation,
-    run_tool,
 )
+from ._interceptor import LedgerWorkflowInterceptor
+from ._replay import ReplayReport, replay_command, replay_histories
+from ._run_tool import default_key, run_tool
 
 __all__ = [
     "APPROVE_UPDATE",
     "QUERY_APPROVALS",
     "QUERY_OPEN",
     "QUERY_REJECTED",
+    "LedgerWorkflowInterceptor",
     "OpenEffect",
     "PendingApproval",
     "Rejection",

@@ -1,0 +1,76 @@
+"""What an operator answers for a parked activity of another library, and how that answer
+becomes the activity's result.
+
+An operator confirms an effect with the tool's own output: what the tool function
+returned (a string, a model), or an MCP tool's result content. The calling framework
+expects its activity's result type instead (pydantic-ai wraps a tool's return value in
+its own record, an MCP activity returns a ``CallToolResult``). A :class:`ResultShape`
+maps the one to the other, and gives the template shown in the operator's command.
+Pure functions of JSON values: the workflow side uses them, inside the sandbox.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+from pydantic import TypeAdapter
+
+from ..ledger import output_template
+
+#: Stands for a value the operator must fill in; refused if sent back unchanged.
+PLACEHOLDER = "<what the tool returned>"
+
+
+class ResultShape(Protocol):
+    """How an operator's ``effect_confirmed`` output becomes an activity's result."""
+
+    def template(self, result_type: Any) -> Any:
+        """A value of the output's shape, with placeholders, for the operator's command."""
+        ...
+
+    def result(self, output: Any) -> Any:
+        """The activity's result (as JSON) for the operator's output; ``ValueError`` if
+        the output cannot be one."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class AsReturned:
+    """The activity's result is the tool's output itself (e.g. an ``activity_as_tool``
+    function): the operator answers with what the function returns."""
+
+    def template(self, result_type: Any) -> Any:
+        if result_type is None or result_type is Any:
+            return PLACEHOLDER
+        try:
+            schema = TypeAdapter(result_type).json_schema()
+        except Exception:  # a type pydantic cannot describe: the operator writes JSON
+            return PLACEHOLDER
+        template = output_template(schema)
+        return PLACEHOLDER if template is None else template
+
+    def result(self, output: Any) -> Any:
+        return output
+
+
+def holds_placeholder(output: Any, template: Any) -> bool:
+    """Whether ``output`` still holds a placeholder string of ``template``."""
+    placeholders = set(_strings(template, placeholders_only=True))
+    return any(text in placeholders for text in _strings(output, placeholders_only=False))
+
+
+def _strings(value: Any, *, placeholders_only: bool) -> list[str]:
+    if isinstance(value, str):
+        if placeholders_only and not (value.startswith("<") and value.endswith(">")):
+            return []
+        return [value]
+    if isinstance(value, dict):
+        return [
+            s
+            for item in value.values()
+            for s in _strings(item, placeholders_only=placeholders_only)
+        ]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item, placeholders_only=placeholders_only)]
+    return []

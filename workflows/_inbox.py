@@ -1,0 +1,522 @@
+"""The operator inbox of a run: calls that wait for a person, and what people send them.
+
+A call waits here for one of two reasons: its effect is unknown (it is *parked* until an
+operator's verdict, update or signal ``reconcile``), or it needs a person's approval
+(update ``approve``). Both are one mechanism: check the input against what waits, queue
+it, record it in the ledger through an activity, answer the sender with what the ledger
+recorded or why it refused. ``run_tool`` steps and the activities of other libraries
+that the plugin ledgers wait here alike. Deterministic and sandbox-safe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from ..activities import (
+    APPROVE_ACTIVITY,
+    AWAITING_APPROVAL_ATTRIBUTE,
+    OPEN_EFFECTS_ATTRIBUTE,
+    RECONCILE_ACTIVITY,
+    ApprovalNeeded,
+    ApproveInput,
+    ApproveResult,
+    ErrorType,
+    ReconcileInput,
+    ReconcileResult,
+    UnknownEffect,
+)
+from ..ledger import Decision, Verdict
+from . import _render
+from ._scheduling import start_own_activity
+
+SIGNAL = _render.SIGNAL
+UPDATE = _render.UPDATE
+APPROVE_UPDATE = _render.APPROVE_UPDATE
+QUERY_OPEN = "open_effects"
+QUERY_REJECTED = "reconcile_rejections"
+QUERY_APPROVALS = "pending_approvals"
+
+RECONCILE_TIMEOUT = timedelta(seconds=10)
+RECONCILE_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
+RECONCILE_RETRY_POLICY = RetryPolicy(
+    initial_interval=timedelta(seconds=0.5),
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=0,
+    non_retryable_error_types=[ErrorType.RECONCILE_REFUSED, ErrorType.RECONCILE_NOT_ALLOWED],
+)
+APPROVE_RETRY_POLICY = RetryPolicy(
+    initial_interval=timedelta(seconds=0.5),
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=0,
+    non_retryable_error_types=[
+        ErrorType.APPROVE_REFUSED,
+        ErrorType.APPROVE_NOT_ALLOWED,
+        ErrorType.APPROVE_ALREADY_DECIDED,
+    ],
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """A call that may wait in the inbox: a ``run_tool`` step or a ledgered activity."""
+
+    step: str
+    tool: str
+    #: The arguments exactly as the tool gets them, shown to the approver.
+    arguments: Any
+    #: A value of the tool's output shape, for the operator's ``effect_confirmed`` command.
+    template: Any
+    #: Why an operator's output cannot stand as this call's output, or ``None`` if it can.
+    misfit: Callable[[Any], str | None]
+
+
+class OpenEffect(BaseModel):
+    """A parked step, as query ``open_effects`` shows it to an operator."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    step: str
+    tool: str
+    capability: str
+    action_id: str
+    since: str
+    why: str | None
+    reconcilers: list[str] = Field(default_factory=list)
+    last_verdict: Verdict | None = None
+    signal_command: str
+    update_command: str
+
+
+class PendingApproval(BaseModel):
+    """A call waiting for a person's approval, as query ``pending_approvals`` shows it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    step: str
+    tool: str
+    capability: str
+    performer: str
+    #: The call's arguments exactly as the tool will receive them.
+    arguments: Any
+    #: The fingerprint of the request: the decision names it, and holds for it alone.
+    fingerprint: str
+    since: str
+    approvers: list[str] = Field(default_factory=list)
+    approve_command: str
+    reject_command: str
+
+
+class Rejection(BaseModel):
+    """Operator input that was refused, as query ``reconcile_rejections`` shows it."""
+
+    at: str
+    via: str
+    input: Any
+    reason: str
+
+
+InT = TypeVar("InT", ReconcileInput, ApproveInput)
+ResultT = TypeVar("ResultT", ReconcileResult, ApproveResult)
+
+
+class _Pending(Generic[InT, ResultT]):
+    """An operator's input waiting to be recorded, and what the ledger answered."""
+
+    def __init__(self, given: InT) -> None:
+        self.given = given
+        self.done = False
+        self.error: str | None = None
+        self.result: ResultT | None = None
+
+
+class Inbox:
+    """Per-run state of waiting calls, kept on the workflow instance."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, OpenEffect] = {}
+        self.calls: dict[str, Call] = {}
+        self.verdicts: dict[str, list[_Pending[ReconcileInput, ReconcileResult]]] = {}
+        self.rejections: list[Rejection] = []
+        #: The namespace has the search attribute (as the tool's worker found).
+        self.listed = False
+        self.approvals: dict[str, PendingApproval] = {}
+        self.decisions: dict[str, list[_Pending[ApproveInput, ApproveResult]]] = {}
+        self.approvals_listed = False
+
+    # -- handlers (registered dynamically, so any workflow can use them) ---------------
+
+    def on_signal(self, raw: Any = None) -> None:
+        verdict, reason = self.check_verdict(raw)
+        if verdict is None:
+            self.reject("signal", raw, reason or "invalid")
+            workflow.logger.warning("reconcile signal rejected: %s", reason)
+            return
+        self.verdicts[verdict.key].append(_Pending(verdict))
+
+    def validate_update(self, raw: Any = None) -> None:
+        verdict, reason = self.check_verdict(raw)
+        if verdict is None:
+            # Sending the same input again cannot succeed: say so to the caller.
+            raise ApplicationError(reason, type=ErrorType.RECONCILE_REJECTED, non_retryable=True)
+
+    async def on_update(self, raw: Any = None) -> ReconcileResult:
+        verdict, reason = self.check_verdict(raw)
+        return await _answer(self.verdicts, verdict, reason, ErrorType.RECONCILE_REJECTED)
+
+    def validate_approve(self, raw: Any = None) -> None:
+        decision, reason = self.check_decision(raw)
+        if decision is None:
+            raise ApplicationError(reason, type=ErrorType.APPROVE_REJECTED, non_retryable=True)
+
+    async def on_approve(self, raw: Any = None) -> ApproveResult:
+        decision, reason = self.check_decision(raw)
+        return await _answer(self.decisions, decision, reason, ErrorType.APPROVE_REJECTED)
+
+    def query_open(self) -> list[OpenEffect]:
+        return list(self.open.values())
+
+    def query_approvals(self) -> list[PendingApproval]:
+        return list(self.approvals.values())
+
+    def query_rejected(self) -> list[Rejection]:
+        return list(self.rejections)
+
+    # -- validation -------------------------------------------------------------------
+
+    def check_verdict(self, raw: Any) -> tuple[ReconcileInput | None, str | None]:
+        verdict, reason = _parse(raw, ReconcileInput, "reconcile")
+        if verdict is None:
+            return None, reason
+        effect = self.open.get(verdict.key)
+        if effect is None:
+            known = ", ".join(sorted(self.open)) or "none"
+            return None, f"no parked effect under key {verdict.key!r} (open keys: {known})"
+        if verdict.action_id is not None and verdict.action_id != effect.action_id:
+            return None, (
+                f"the verdict is for action {verdict.action_id}, but the parked "
+                f"effect of {verdict.key!r} is action {effect.action_id}"
+            )
+        if not verdict.actor.strip():
+            return None, "actor must name who inspected the world"
+        if not verdict.basis.strip():
+            return None, "basis must say what the verdict rests on"
+        if not any(_glob(verdict.actor, pattern) for pattern in effect.reconcilers):
+            return None, f"actor {verdict.actor!r} may not reconcile under the worker's policy"
+        if verdict.verdict is Verdict.EFFECT_CONFIRMED:
+            misfit = self.calls[verdict.key].misfit(verdict.output)
+            if misfit:
+                return None, misfit
+        elif verdict.output is not None:
+            return None, "output is only taken with effect_confirmed"
+        return verdict, None
+
+    def check_decision(self, raw: Any) -> tuple[ApproveInput | None, str | None]:
+        decision, reason = _parse(raw, ApproveInput, "approve")
+        if decision is None:
+            return None, reason
+        waiting = self.approvals.get(decision.key)
+        if waiting is None:
+            known = ", ".join(sorted(self.approvals)) or "none"
+            return None, f"no call awaits approval under key {decision.key!r} (waiting: {known})"
+        if decision.fingerprint != waiting.fingerprint:
+            return None, (
+                f"fingerprint mismatch: the call awaiting approval under {decision.key!r} has "
+                f"fingerprint {waiting.fingerprint}, the decision names {decision.fingerprint}; "
+                "a decision holds only for the exact request it was shown"
+            )
+        if not decision.actor.strip():
+            return None, "actor must name who decides"
+        if not decision.basis.strip():
+            return None, "basis must say what the decision rests on"
+        if decision.actor == waiting.performer:
+            return None, f"{decision.actor!r} is the call's performer and may not approve it"
+        if not any(_glob(decision.actor, pattern) for pattern in waiting.approvers):
+            return None, f"actor {decision.actor!r} may not approve under the worker's policy"
+        return decision, None
+
+    def changed(self, *, parked: int = 0) -> None:
+        """Tell the cluster, the UI and the metrics how many calls of this run wait."""
+        if self.listed:
+            workflow.upsert_search_attributes([OPEN_EFFECTS.value_set(len(self.open))])
+        if self.approvals_listed:
+            workflow.upsert_search_attributes([AWAITING_APPROVAL.value_set(len(self.approvals))])
+        workflow.set_current_details(_render.details(self.approvals.values(), self.open.values()))
+        if parked:
+            _PARKED.move(parked)
+
+    def reject(self, via: str, raw: Any, reason: str) -> None:
+        self.rejections.append(
+            Rejection(at=workflow.now().isoformat(), via=via, input=_jsonable(raw), reason=reason)
+        )
+
+    # -- the two waits ----------------------------------------------------------------
+
+    async def await_approval(self, call: Call, needed: ApprovalNeeded) -> Decision | None:
+        """Wait for a decision that the ledger recorded and return it; ``None`` when the
+        call was decided elsewhere (the ledger answers the next attempt with it)."""
+        info = workflow.info()
+        key = needed.key
+        self.decisions[key] = []
+        where = _render.Where(needed.address, info.namespace, info.workflow_id)
+        self.approvals[key] = PendingApproval(
+            key=key,
+            step=call.step,
+            tool=call.tool,
+            capability=needed.capability,
+            performer=needed.performer,
+            arguments=call.arguments,
+            fingerprint=needed.fingerprint,
+            since=workflow.now().isoformat(),
+            approvers=needed.approvers,
+            approve_command=_render.approve_command(
+                where, key, needed.fingerprint, Decision.APPROVE
+            ),
+            reject_command=_render.approve_command(where, key, needed.fingerprint, Decision.REJECT),
+        )
+        self.approvals_listed = self.approvals_listed or needed.awaiting_approval_attribute
+        self.changed()
+        workflow.logger.info(
+            "step %r awaits approval of key %r (fingerprint %s); decide with: %s",
+            call.step,
+            key,
+            needed.fingerprint,
+            self.approvals[key].approve_command,
+        )
+        try:
+            pending = await self._record_next(
+                self.decisions[key],
+                APPROVE_ACTIVITY,
+                ApproveResult,
+                APPROVE_RETRY_POLICY,
+                decided_elsewhere=ErrorType.APPROVE_ALREADY_DECIDED,
+            )
+            return None if pending is None else pending.given.decision
+        finally:
+            self.approvals.pop(key, None)
+            self.changed()
+            self._drop_leftovers(self.decisions.pop(key, []), "the call no longer awaits approval")
+
+    async def park(self, call: Call, unknown: UnknownEffect) -> ReconcileInput | None:
+        """Wait for an operator's verdict that the ledger accepted and return it; ``None``
+        when the key was resolved elsewhere (e.g. with ``temporal-ledger reconcile``) and
+        the call should run again to pick up the recorded outcome."""
+        info = workflow.info()
+        key = unknown.key
+        self.calls[key] = call
+        self.verdicts[key] = []
+        where = _render.Where(unknown.address, info.namespace, info.workflow_id)
+        self.open[key] = OpenEffect(
+            key=key,
+            step=call.step,
+            tool=call.tool,
+            capability=unknown.capability,
+            action_id=unknown.action_id,
+            since=workflow.now().isoformat(),
+            why=unknown.error,
+            reconcilers=unknown.reconcilers,
+            signal_command=_render.reconcile_command(
+                "signal", where, key, unknown.action_id, call.template
+            ),
+            update_command=_render.reconcile_command(
+                "update execute", where, key, unknown.action_id, call.template
+            ),
+        )
+        self.listed = self.listed or unknown.open_effects_attribute
+        self.changed(parked=+1)
+        workflow.logger.warning(
+            "step %r parked: the effect of key %r is unknown (%s); reconcile it with: %s",
+            call.step,
+            key,
+            unknown.error,
+            self.open[key].update_command,
+        )
+        try:
+            while True:
+                pending = await self._record_next(
+                    self.verdicts[key],
+                    RECONCILE_ACTIVITY,
+                    ReconcileResult,
+                    RECONCILE_RETRY_POLICY,
+                    decided_elsewhere=ErrorType.RECONCILE_ALREADY_RESOLVED,
+                )
+                if pending is None:
+                    return None
+                if pending.given.verdict is Verdict.STILL_UNKNOWN:
+                    self.open[key] = self.open[key].model_copy(
+                        update={"last_verdict": Verdict.STILL_UNKNOWN}
+                    )
+                    continue
+                return pending.given
+        finally:
+            self.open.pop(key, None)
+            self.changed(parked=-1)
+            self._drop_leftovers(self.verdicts.pop(key, []), "the step is no longer parked")
+
+    async def _record_next(
+        self,
+        queue: list[_Pending[InT, ResultT]],
+        activity: str,
+        result_type: type[ResultT],
+        retry_policy: RetryPolicy,
+        *,
+        decided_elsewhere: ErrorType,
+    ) -> _Pending[InT, ResultT] | None:
+        """Record the next queued input through ``activity``; answer refused ones and go
+        on. Returns the accepted input, or ``None`` when the ledger says somebody settled
+        it elsewhere first (the call then runs again to read that)."""
+        while True:
+            await workflow.wait_condition(lambda: bool(queue))
+            pending = queue.pop(0)
+            try:
+                pending.result = await start_own_activity(
+                    activity,
+                    pending.given,
+                    result_type=result_type,
+                    # A worker that dies during it is noticed within seconds; the
+                    # input is then retried on another worker, never dropped.
+                    start_to_close_timeout=RECONCILE_TIMEOUT,
+                    heartbeat_timeout=RECONCILE_HEARTBEAT_TIMEOUT,
+                    retry_policy=retry_policy,
+                )
+            except ActivityError as err:
+                pending.error = cause_message(err)
+                self.reject("ledger", pending.given.model_dump(), pending.error)
+                cause = err.cause
+                if isinstance(cause, ApplicationError) and cause.type == decided_elsewhere:
+                    return None
+                continue
+            finally:
+                pending.done = True
+            return pending
+
+    def _drop_leftovers(self, leftovers: list[_Pending[Any, Any]], why: str) -> None:
+        # Inputs still queued were given for this wait; a later wait of the same key is
+        # a different call or action that nobody has looked at yet: never apply them to it.
+        for leftover in leftovers:
+            leftover.error = f"{why}; the input was not applied"
+            leftover.done = True
+            self.reject("ledger", leftover.given.model_dump(), leftover.error)
+
+
+async def _answer(
+    queues: dict[str, list[_Pending[InT, ResultT]]],
+    given: InT | None,
+    reason: str | None,
+    rejected: ErrorType,
+) -> ResultT:
+    """An update's answer: what the ledger recorded for ``given``, or why it was refused."""
+    if given is None:  # the state changed between validation and handling
+        raise ApplicationError(reason or "invalid", type=rejected, non_retryable=True)
+    pending: _Pending[InT, ResultT] = _Pending(given)
+    queues[given.key].append(pending)
+    await workflow.wait_condition(lambda: pending.done)
+    if pending.error is not None:
+        raise ApplicationError(pending.error, type=rejected, non_retryable=True)
+    assert pending.result is not None
+    return pending.result
+
+
+def _parse(raw: Any, model: type[InT], what: str) -> tuple[InT | None, str | None]:
+    """An operator's JSON input (an object, or its text) as ``model``, or why not."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None, "the input is not valid JSON"
+    if not isinstance(raw, dict):
+        fields = ", ".join(f'"{name}"' for name in model.model_fields if name != "action_id")
+        return None, f"the input must be a JSON object {{{fields}}}"
+    try:
+        return model.model_validate(raw), None
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in e['loc']) or 'input'}: "
+            + ("missing" if e["type"] == "missing" else f"{e['msg']}, got {e['input']!r}")
+            for e in exc.errors()
+        )
+        return None, f"malformed {what} input: {problems}"
+
+
+def _glob(name: str, pattern: str) -> bool:
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+def _jsonable(raw: Any) -> Any:
+    try:
+        json.dumps(raw)
+        return raw
+    except (TypeError, ValueError):
+        return repr(raw)
+
+
+def cause_message(err: ActivityError) -> str:
+    cause = err.cause
+    return cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+
+
+class _ParkedGauge:
+    """``ledger_parked_steps``: the parked steps of the runs this worker process holds.
+
+    Counted on replay too, so a restarted worker that replays a parked run counts it
+    again; recorded through the workflow's metric meter, which records nothing while
+    replaying. Across a cluster, sum it over workers; the search attribute
+    ``LedgerOpenEffects`` is the authoritative list.
+    """
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def move(self, by: int) -> None:
+        info = workflow.info()
+        labels = (info.workflow_type, info.task_queue)
+        self.counts[labels] = max(self.counts.get(labels, 0) + by, 0)
+        workflow.metric_meter().create_gauge(
+            "ledger_parked_steps", "steps waiting for an operator's verdict"
+        ).set(self.counts[labels])
+
+
+_PARKED = _ParkedGauge()
+OPEN_EFFECTS = SearchAttributeKey.for_int(OPEN_EFFECTS_ATTRIBUTE)
+AWAITING_APPROVAL = SearchAttributeKey.for_int(AWAITING_APPROVAL_ATTRIBUTE)
+
+_ATTRIBUTE = "__ledger_parking__"
+
+
+def inbox() -> Inbox:
+    """This run's inbox; the first call registers its queries, signal and updates."""
+    instance = workflow.instance()
+    found = getattr(instance, _ATTRIBUTE, None)
+    if found is None:
+        found = Inbox()
+        setattr(instance, _ATTRIBUTE, found)
+        workflow.set_query_handler(QUERY_OPEN, found.query_open)
+        workflow.set_query_handler(QUERY_REJECTED, found.query_rejected)
+        workflow.set_signal_handler(SIGNAL, found.on_signal)
+        workflow.set_update_handler(UPDATE, found.on_update, validator=found.validate_update)
+        workflow.set_query_handler(QUERY_APPROVALS, found.query_approvals)
+        workflow.set_update_handler(
+            APPROVE_UPDATE, found.on_approve, validator=found.validate_approve
+        )
+    return found
+
+
+def install_reconciliation() -> None:
+    """Register query ``open_effects``/``reconcile_rejections``/``pending_approvals``, signal
+    and update ``reconcile``, and update ``approve``.
+
+    ``run_tool`` does this on its first call, and the plugin on a ledgered activity's
+    first call; call it at the top of ``run`` to answer the queries before any tool runs.
+    """
+    inbox()

@@ -1,0 +1,222 @@
+"""The plugin's workflow interceptor: the run anchor on every activity a workflow schedules,
+and the whole rule for the activities of other libraries that the plugin ledgers.
+
+An activity of another library (an agent framework's tool call, an MCP ``call_tool``)
+whose effect is unknown, or that needs a person's approval, fails on its worker with the
+ledger's error. This interceptor catches that failure around the workflow's activity
+call, before the calling framework sees it, and waits in the run's inbox exactly as a
+``run_tool`` step does. Then ``effect_confirmed`` returns the operator's output as the
+activity's result, and ``no_effect_confirmed``, an approval or a rejection schedule the
+call again under the same key, for the ledger to answer. The framework sees an ordinary
+activity result or error. Activities that match no ledgered pattern pass through as
+they are: a workflow that does not use the ledger is untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import fnmatch
+import json
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
+from temporalio.worker import (
+    Interceptor,
+    StartActivityInput,
+    StartLocalActivityInput,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
+)
+
+from ..activities import (
+    ApprovalNeeded,
+    ErrorType,
+    LedgeredActivity,
+    UnknownEffect,
+)
+from ..activities._payloads import ANCHOR_HEADER, RunAnchor
+from ..activities._results import PLACEHOLDER, holds_placeholder
+from ..ledger import Verdict
+from ._inbox import Call, inbox
+from ._scheduling import scheduling_own
+
+#: Waits between asking the ledger again about a call whose attempt was lost.
+_FIRST_WAIT = timedelta(seconds=1)
+_LONGEST_WAIT = timedelta(seconds=60)
+
+
+class LedgerWorkflowInterceptor(Interceptor):
+    """Stamps every activity with the run anchor; lets ledgered activities wait for people.
+
+    ``rules`` are the plugin's ``ledger_activities``: the activity types that go through
+    the ledger on the activity side, and how an operator's output becomes their result.
+    Put on the workers that run the workflows, and on a ``Replayer`` with the same rules
+    (the plugin does both).
+    """
+
+    def __init__(self, rules: Sequence[LedgeredActivity] = ()) -> None:
+        self._rules = tuple(rules)
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
+        rules = self._rules
+
+        class _Inbound(WorkflowInboundInterceptor):
+            def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+                super().init(_Outbound(outbound, rules))
+
+        return _Inbound
+
+
+class _Outbound(WorkflowOutboundInterceptor):
+    def __init__(
+        self, next: WorkflowOutboundInterceptor, rules: tuple[LedgeredActivity, ...]
+    ) -> None:
+        super().__init__(next)
+        self._rules = rules
+        #: Activities scheduled so far by every run of this workflow alike (_scheduling).
+        self._calls = 0
+
+    def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
+        if scheduling_own():
+            input.headers = {**input.headers, ANCHOR_HEADER: _anchor(None)}
+            return self.next.start_activity(input)
+        call = self._number()
+        input.headers = {**input.headers, ANCHOR_HEADER: _anchor(call)}
+        rule = next(
+            (r for r in self._rules if fnmatch.fnmatchcase(input.activity, r.pattern)), None
+        )
+        if rule is None:
+            return self.next.start_activity(input)
+        return _Ledgered(self.next, input, rule, call).start()
+
+    def start_local_activity(self, input: StartLocalActivityInput) -> workflow.ActivityHandle[Any]:
+        call = None if scheduling_own() else self._number()
+        input.headers = {**input.headers, ANCHOR_HEADER: _anchor(call)}
+        return self.next.start_local_activity(input)
+
+    def _number(self) -> str:
+        self._calls += 1
+        return str(self._calls)
+
+
+def _anchor(call: str | None) -> Payload:
+    info = workflow.info()
+    anchor = RunAnchor(
+        first=info.first_execution_run_id, continued=info.continued_run_id, call=call
+    )
+    # Plain JSON, not the worker's converter: the header is ours and must read the same
+    # on any worker whatever converter it configures.
+    data = json.dumps(anchor.model_dump(exclude_none=True), sort_keys=True).encode()
+    return Payload(metadata={"encoding": b"json/plain"}, data=data)
+
+
+class _Ledgered:
+    """One call of a ledgered activity: its attempts, and the waits between them."""
+
+    def __init__(
+        self,
+        next: WorkflowOutboundInterceptor,
+        input: StartActivityInput,
+        rule: LedgeredActivity,
+        call: str,
+    ) -> None:
+        self._next = next
+        self._input = input
+        self._rule = rule
+        self._number = call
+        self._attempt: workflow.ActivityHandle[Any] | None = None
+
+    def start(self) -> workflow.ActivityHandle[Any]:
+        # The first attempt is scheduled now, where the workflow asked for it, so its
+        # command keeps its place among the workflow's others.
+        self._attempt = self._next.start_activity(self._input)
+        task = asyncio.get_running_loop().create_task(self._settle())
+        task.add_done_callback(self._cancel_attempt_if_cancelled)
+        return task  # type: ignore[return-value]  # an asyncio.Task, as ActivityHandle is
+
+    def _cancel_attempt_if_cancelled(self, task: asyncio.Task[Any]) -> None:
+        # Cancelled before it awaited the attempt, the task never passed the cancel on.
+        if task.cancelled() and self._attempt is not None and not self._attempt.done():
+            self._attempt.cancel()
+
+    async def _settle(self) -> Any:
+        wait = _FIRST_WAIT
+        while True:
+            assert self._attempt is not None
+            try:
+                return await self._attempt
+            except ActivityError as err:
+                cause = err.cause
+                kind = cause.type if isinstance(cause, ApplicationError) else None
+                if kind == ErrorType.AWAITING_APPROVAL:
+                    assert isinstance(cause, ApplicationError)
+                    needed = ApprovalNeeded.model_validate(cause.details[0])
+                    # Approved, rejected or decided elsewhere: the next attempt is
+                    # answered by the ledger with that decision.
+                    await inbox().await_approval(self._call(needed.arguments), needed)
+                elif kind == ErrorType.EFFECT_UNKNOWN:
+                    assert isinstance(cause, ApplicationError)
+                    unknown = UnknownEffect.model_validate(cause.details[0])
+                    verdict = await inbox().park(self._call(None), unknown)
+                    if verdict is not None and verdict.verdict is Verdict.EFFECT_CONFIRMED:
+                        return self._decode(self._rule.output.result(verdict.output))
+                elif _attempt_lost(err):
+                    # Temporal gave up on an attempt that started: whether it acted is
+                    # the ledger's to say (a replay, a wait, or an unknown effect).
+                    await workflow.sleep(_retry_delay(cause) or wait)
+                    wait = min(wait * 2, _LONGEST_WAIT)
+                else:
+                    raise
+            # Again under the same key (same anchor header); not numbered (_scheduling).
+            self._attempt = self._next.start_activity(dataclasses.replace(self._input))
+
+    def _call(self, arguments: Any) -> Call:
+        template = self._rule.output.template(self._input.ret_type)
+        tool = self._input.activity
+
+        def misfit(output: Any) -> str | None:
+            if holds_placeholder(output, template):
+                return (
+                    f"effect_confirmed: the output still holds the template's placeholder "
+                    f"({PLACEHOLDER!r} or the like): put in what {tool} returned"
+                )
+            try:
+                self._decode(self._rule.output.result(output))
+            except Exception as exc:  # whatever the framework's type refuses
+                return f"effect_confirmed: the output is not a result of {tool}: {exc}"
+            return None
+
+        return Call(
+            step=f"call {self._number}",
+            tool=tool,
+            arguments=arguments,
+            template=template,
+            misfit=misfit,
+        )
+
+    def _decode(self, result: Any) -> Any:
+        """The activity's result, as the workflow would have received it from the worker."""
+        payload = Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(result).encode())
+        return workflow.payload_converter().from_payload(payload, self._input.ret_type)
+
+
+def _attempt_lost(err: ActivityError) -> bool:
+    cause = err.cause
+    if isinstance(cause, TimeoutError):
+        return cause.type in (TimeoutType.START_TO_CLOSE, TimeoutType.HEARTBEAT)
+    return isinstance(cause, ApplicationError) and cause.type in (
+        ErrorType.IN_PROGRESS,
+        ErrorType.LEDGER_UNAVAILABLE,
+    )
+
+
+def _retry_delay(cause: BaseException | None) -> timedelta | None:
+    return cause.next_retry_delay if isinstance(cause, ApplicationError) else None
