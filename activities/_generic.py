@@ -59,13 +59,15 @@ from ..ledger import (
 )
 from . import _payloads as p
 from ._keys import step_key
-from ._payloads import ANCHOR_HEADER, RunAnchor
+from ._payloads import ANCHOR_HEADER, HINTS_HEADER, RunAnchor, ToolHints
 from ._results import AsReturned, ResultShape
 from ._runtime import Runtime
-from ._tool import ToolSpec, _outcome_or_raise, execute_ledgered
+from ._tool import ToolSpec, _outcome_or_raise, execute_ledgered, treated
 
 #: Turns the activity's arguments (JSON) into the payload that is fingerprinted.
 Normalizer = Callable[[str, list[Any]], dict[str, Any]]
+#: Reads something about the call from the activity's arguments (JSON).
+ArgsReader = Callable[[list[Any]], Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,12 +84,23 @@ class LedgeredActivity:
     ``output`` maps an operator's ``effect_confirmed`` output (the tool's own output)
     to the activity's result, and gives the operator's template; default: the activity
     returns the tool's output itself.
+
+    For activities that call tools of a server (MCP): ``tool_name`` reads the called
+    tool's name from the arguments (for the policy's ``[tools]`` and the operator's
+    view); ``hints`` reads the tool's annotations from them where the caller sends
+    them along (pydantic-ai does). Where it does not, the workflow remembers what the
+    server's tool list said: ``server`` names the server, and ``lists_tools`` marks the
+    activity whose result is that list.
     """
 
     pattern: str
     retry_safe: bool = False
     normalize: Normalizer | None = None
     output: ResultShape = dataclasses.field(default_factory=AsReturned)
+    tool_name: ArgsReader | None = None
+    hints: ArgsReader | None = None
+    server: str | None = None
+    lists_tools: bool = False
 
 
 def capability_for(activity_type: str) -> str:
@@ -104,6 +117,25 @@ def capability_for(activity_type: str) -> str:
 
 
 # -- the activity side -----------------------------------------------------------------
+
+
+def _read(reader: ArgsReader | None, args: list[Any]) -> Any:
+    if reader is None:
+        return None
+    try:
+        return reader(args)
+    except (LookupError, TypeError, ValueError):
+        return None  # arguments of another shape (another version): no name, no hints
+
+
+def _hints_from(headers: typing.Mapping[str, Payload]) -> ToolHints | None:
+    payload = headers.get(HINTS_HEADER)
+    if payload is None:
+        return None
+    try:
+        return ToolHints.parse(json.loads(payload.data))
+    except ValueError:
+        return None
 
 
 def _anchor_from(headers: typing.Mapping[str, Payload]) -> RunAnchor | None:
@@ -186,6 +218,8 @@ async def execute_through_ledger(
         continued_from=anchor.continued,
     )
     performer = info.workflow_type or "unknown-workflow"
+    tool = _read(rule.tool_name, args)
+    hints = ToolHints.parse(_read(rule.hints, args)) or _hints_from(input.headers)
     spec = ToolSpec(
         name=info.activity_type,
         capability=capability_for(info.activity_type),
@@ -193,6 +227,7 @@ async def execute_through_ledger(
         arg_type=dict,  # type: ignore[arg-type]  # only name/capability/retry_safe are read
         output_type=None,
     )
+    spec = treated(spec, runtime, tool=tool if isinstance(tool, str) else None, hints=hints)
     # What this attempt's adapter saw, if it ran: the raw return value or the exception.
     ran: dict[str, Any] = {}
 
@@ -223,6 +258,9 @@ async def execute_through_ledger(
             "activity_id": info.activity_id,
             "activity_type": info.activity_type,
             "attempt": info.attempt,
+            # Recorded, never fingerprinted: hints from the tool's server.
+            **({"tool": tool} if isinstance(tool, str) else {}),
+            **({"hints": hints.model_dump(by_alias=True)} if hints else {}),
         },
     }
     result = await execute_ledgered(

@@ -84,6 +84,52 @@ class RunAnchor(BaseModel):
     call: str | None = None
 
 
+#: Header of a call whose tool's hints the workflow saw listed (MCP tool annotations).
+HINTS_HEADER = "temporal-ledger-tool-hints"
+
+
+class ToolHints(BaseModel):
+    """An MCP tool's annotations: hints from its server, which the policy weighs.
+
+    The MCP defaults apply where a hint is absent: not read-only, destructive, not
+    idempotent (a tool that says nothing is assumed to be able to do anything).
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    read_only: bool = Field(default=False, alias="readOnlyHint")
+    destructive: bool = Field(default=True, alias="destructiveHint")
+    idempotent: bool = Field(default=False, alias="idempotentHint")
+    open_world: bool = Field(default=True, alias="openWorldHint")
+
+    @classmethod
+    def parse(cls, value: Any) -> ToolHints | None:
+        """Annotations as either SDK spells them (``readOnlyHint`` or ``read_only_hint``);
+        ``None`` for anything that is not a JSON object."""
+        if not isinstance(value, dict):
+            return None
+        aliases = {
+            "read_only_hint": "readOnlyHint",
+            "destructive_hint": "destructiveHint",
+            "idempotent_hint": "idempotentHint",
+            "open_world_hint": "openWorldHint",
+        }
+        known = {aliases.get(k, k): v for k, v in value.items() if v is not None}
+        try:
+            return cls.model_validate(known)
+        except ValueError:
+            return None
+
+    @property
+    def retry_safe(self) -> bool:
+        """Another attempt under the key may act: the tool only reads, or the server dedupes."""
+        return self.read_only or self.idempotent
+
+    @property
+    def may_destroy(self) -> bool:
+        return not self.read_only and self.destructive
+
+
 class _Payload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

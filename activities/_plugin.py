@@ -16,8 +16,13 @@ import temporalio.client
 from temporalio import activity
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
-from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
-from temporalio.converter import DataConverter
+from temporalio.client import ClientConfig
+from temporalio.contrib.pydantic import (
+    PydanticJSONPlainPayloadConverter,
+    PydanticPayloadConverter,
+    pydantic_data_converter,
+)
+from temporalio.converter import CompositePayloadConverter, DataConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.service import RPCError
 from temporalio.worker import (
@@ -53,14 +58,30 @@ def _pydantic_converter(existing: DataConverter | None) -> DataConverter:
     if existing is None or existing is DataConverter.default:
         return pydantic_data_converter
     if _uses_pydantic(existing):
-        return existing  # e.g. pydantic-ai's subclass: keep what it adds
+        return existing  # e.g. pydantic-ai's or the OpenAI Agents SDK's: keep what it adds
     return dataclasses.replace(
         existing, payload_converter_class=pydantic_data_converter.payload_converter_class
     )
 
 
 def _uses_pydantic(converter: DataConverter) -> bool:
-    return issubclass(converter.payload_converter_class, PydanticPayloadConverter)
+    """Whether the converter encodes JSON with pydantic: temporalio's pydantic converter
+    or a subclass (pydantic-ai's), or a composite whose JSON converter is pydantic's
+    (the OpenAI Agents integration's, which adds ``exclude_unset``)."""
+    kind = converter.payload_converter_class
+    if issubclass(kind, PydanticPayloadConverter):
+        return True
+    if not issubclass(kind, CompositePayloadConverter):
+        return False
+    try:
+        json_converter = kind().converters.get(b"json/plain")  # type: ignore[call-arg]
+    except TypeError:  # a converter class that needs arguments: not one we can tell
+        return False
+    return isinstance(json_converter, PydanticJSONPlainPayloadConverter)
+
+
+def _brings_own_converter(plugin: object) -> bool:
+    return isinstance(plugin, SimplePlugin) and plugin.data_converter is not None
 
 
 def _sandbox(existing: WorkflowRunner | None) -> WorkflowRunner:
@@ -133,6 +154,23 @@ class LedgerPlugin(SimplePlugin):
             ],
             run_context=self._worker_running,
         )
+
+    def configure_client(self, config: ClientConfig) -> ClientConfig:
+        later = list(config.get("plugins") or ())
+        later = later[later.index(self) + 1 :] if self in later else []
+        existing = config.get("data_converter")
+        if (existing is None or existing is DataConverter.default) and any(
+            _brings_own_converter(plugin) for plugin in later
+        ):
+            # A plugin after this one installs a converter of its own (the OpenAI Agents
+            # integration's, which refuses any other): leave the choice to it. A worker
+            # still checks that the result speaks pydantic (configure_worker).
+            self.data_converter = None
+            try:
+                return super().configure_client(config)
+            finally:
+                self.data_converter = _pydantic_converter
+        return super().configure_client(config)
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         config = super().configure_worker(config)

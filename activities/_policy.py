@@ -1,5 +1,5 @@
-"""Who may do what: performers' capabilities, the actors who may reconcile, and the
-capabilities whose calls need a person's approval (and who may give it)."""
+"""Who may do what: performers' capabilities, the actors who may reconcile, the calls
+that need a person's approval (and who may give it), and what a tool's own hints count for."""
 
 from __future__ import annotations
 
@@ -11,8 +11,30 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..ledger import Authority, InvalidRequest
+from ._payloads import ToolHints
 
 logger = logging.getLogger(__name__)
+
+
+class ToolRule(BaseModel):
+    """The policy's last word on tools whose name matches, whatever their hints say."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: An unknown effect may be tried again under the key (the far side dedupes, or the
+    #: tool only reads); ``None``: as the tool's declaration and hints say.
+    retry_safe: bool | None = None
+    #: Every call waits for a person's approval; ``None``: as the capability's rules say.
+    requires_approval: bool | None = None
+
+
+class Treatment(BaseModel):
+    """How the ledger handles one call, after the policy has weighed the tool's hints."""
+
+    model_config = ConfigDict(frozen=True)
+
+    retry_safe: bool
+    requires_approval: bool
 
 
 class Policy(BaseModel):
@@ -27,9 +49,20 @@ class Policy(BaseModel):
         [approve]
         capabilities = ["payments.*"]   # every call of these needs an approval
         actors = ["lead-*"]             # who may approve or reject
+        destructive = true              # and every call of an MCP tool that may destroy
 
-    Performer and actor names, and capabilities, are glob patterns. A performer never
-    approves its own call, whatever the patterns say.
+        [tools."append_note"]           # the last word on tools of this name
+        requires_approval = true
+        retry_safe = false
+
+    Performer and actor names, capabilities and tool names are glob patterns. A
+    performer never approves its own call, whatever the patterns say.
+
+    An MCP tool's annotations are hints from its server, not promises: a tool that says
+    ``readOnlyHint`` or ``idempotentHint`` is treated as retry-safe (its unknown effect
+    is tried again under the key, never parked), and with ``destructive = true`` a tool
+    that is not read-only and does not say ``destructiveHint: false`` waits for an
+    approval. ``[tools]`` overrides both, per tool name.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -40,6 +73,10 @@ class Policy(BaseModel):
     #: ``@tool(requires_approval=True)``.
     gated: list[str] = Field(default_factory=list)
     approvers: list[str] = Field(default_factory=list)
+    #: Calls of tools whose hints say they may destroy need an approval.
+    gate_destructive: bool = False
+    #: Per tool-name pattern, the last word on retry safety and approval.
+    tools: dict[str, ToolRule] = Field(default_factory=dict)
     allow_all: bool = False
 
     @field_validator("performers")
@@ -72,19 +109,24 @@ class Policy(BaseModel):
             raise InvalidRequest(f"policy file not found: {path}") from None
         except tomllib.TOMLDecodeError as exc:
             raise InvalidRequest(f"policy file {path} is not valid TOML: {exc}") from None
-        unknown = set(data) - {"performers", "reconcile", "approve"}
+        unknown = set(data) - {"performers", "reconcile", "approve", "tools"}
         if unknown:
             raise InvalidRequest(
                 f"policy file {path}: unknown section(s) {sorted(unknown)}; "
-                "expected [performers], [reconcile] and [approve]"
+                "expected [performers], [reconcile], [approve] and [tools]"
             )
         reconcile = data.get("reconcile", {})
         if not isinstance(reconcile, dict) or set(reconcile) - {"actors"}:
             raise InvalidRequest(f"policy file {path}: [reconcile] takes only actors = [...]")
         approve = data.get("approve", {})
-        if not isinstance(approve, dict) or set(approve) - {"actors", "capabilities"}:
+        if not isinstance(approve, dict) or set(approve) - {
+            "actors",
+            "capabilities",
+            "destructive",
+        }:
             raise InvalidRequest(
-                f"policy file {path}: [approve] takes only capabilities = [...] and actors = [...]"
+                f"policy file {path}: [approve] takes only capabilities = [...], "
+                "actors = [...] and destructive = true|false"
             )
         try:
             return cls(
@@ -92,6 +134,8 @@ class Policy(BaseModel):
                 reconcilers=reconcile.get("actors", []),
                 gated=approve.get("capabilities", []),
                 approvers=approve.get("actors", []),
+                gate_destructive=approve.get("destructive", False),
+                tools=data.get("tools", {}),
             )
         except ValidationError as exc:
             raise InvalidRequest(f"policy file {path}: {exc}") from None
@@ -112,6 +156,28 @@ class Policy(BaseModel):
 
     def may_approve(self, actor: str) -> bool:
         return bool(actor) and _matches(actor, self.approvers)
+
+    def treatment(
+        self,
+        *,
+        capability: str,
+        retry_safe: bool,
+        requires_approval: bool = False,
+        tool: str | None = None,
+        hints: ToolHints | None = None,
+    ) -> Treatment:
+        """How to handle one call: its declaration, then its hints, then ``[tools]``."""
+        requires_approval = requires_approval or self.requires_approval(capability)
+        if hints is not None:
+            retry_safe = retry_safe or hints.retry_safe
+            requires_approval = requires_approval or (self.gate_destructive and hints.may_destroy)
+        for pattern, rule in self.tools.items():
+            if tool is not None and fnmatch.fnmatchcase(tool, pattern):
+                if rule.retry_safe is not None:
+                    retry_safe = rule.retry_safe
+                if rule.requires_approval is not None:
+                    requires_approval = rule.requires_approval
+        return Treatment(retry_safe=retry_safe, requires_approval=requires_approval)
 
 
 def _matches(name: str, patterns: list[str]) -> bool:

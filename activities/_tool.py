@@ -221,6 +221,7 @@ async def _run_ledgered(
             "step": call.step,
         },
     }
+    spec = treated(spec, runtime)
     result = await execute_ledgered(
         runtime,
         request,
@@ -230,6 +231,32 @@ async def _run_ledgered(
         state=read_state if state is not None else None,
     )
     return _outcome_or_raise(spec, result, runtime, request=request)
+
+
+def treated(
+    spec: ToolSpec[ArgT, OutT],
+    runtime: Runtime,
+    *,
+    tool: str | None = None,
+    hints: p.ToolHints | None = None,
+) -> ToolSpec[ArgT, OutT]:
+    """The spec as the policy has it handled: the tool's declaration, weighed against its
+    hints, with the ``[tools]`` table's last word."""
+    treatment = runtime.policy.treatment(
+        capability=spec.capability,
+        retry_safe=spec.retry_safe,
+        requires_approval=spec.requires_approval,
+        tool=tool or spec.name,
+        hints=hints,
+    )
+    if (treatment.retry_safe, treatment.requires_approval) == (
+        spec.retry_safe,
+        spec.requires_approval,
+    ):
+        return spec
+    return dataclasses.replace(
+        spec, retry_safe=treatment.retry_safe, requires_approval=treatment.requires_approval
+    )
 
 
 async def execute_ledgered(
@@ -254,8 +281,7 @@ async def execute_ledgered(
             adapter=adapter,
             state=state,
             retry_safe=spec.retry_safe,
-            requires_approval=spec.requires_approval
-            or runtime.policy.requires_approval(spec.capability),
+            requires_approval=spec.requires_approval,
         )
     except IdempotencyConflictError as exc:
         count_call(spec.name, CallOutcome.REFUSED)

@@ -85,8 +85,19 @@ def activity_rules(agent_name: str, *, tools_retry_safe: bool = False) -> list[L
             retry_safe=tools_retry_safe,
             normalize=_normalize,
             output=ToolReturn(),
+            tool_name=_tool_name,
+            hints=_tool_annotations,
         ),
     ]
+
+
+def _tool_name(args: list[Any]) -> Any:
+    return args[0]["name"]
+
+
+def _tool_annotations(args: list[Any]) -> Any:
+    """An MCP tool's annotations, which pydantic-ai sends along in the tool definition."""
+    return args[0]["tool_def"]["metadata"]["annotations"]
 
 
 @dataclasses.dataclass(frozen=True)

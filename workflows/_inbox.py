@@ -294,6 +294,7 @@ class Inbox:
             needed.fingerprint,
             self.approvals[key].approve_command,
         )
+        evicted = False
         try:
             pending = await self._record_next(
                 self.decisions[key],
@@ -303,10 +304,17 @@ class Inbox:
                 decided_elsewhere=ErrorType.APPROVE_ALREADY_DECIDED,
             )
             return None if pending is None else pending.given.decision
+        except GeneratorExit:
+            evicted = True  # the worker drops the run: its next replay rebuilds all this
+            raise
         finally:
-            self.approvals.pop(key, None)
-            self.changed()
-            self._drop_leftovers(self.decisions.pop(key, []), "the call no longer awaits approval")
+            if not evicted:
+                self._approval_over(key)
+
+    def _approval_over(self, key: str) -> None:
+        self.approvals.pop(key, None)
+        self.changed()
+        self._drop_leftovers(self.decisions.pop(key, []), "the call no longer awaits approval")
 
     async def park(self, call: Call, unknown: UnknownEffect) -> ReconcileInput | None:
         """Wait for an operator's verdict that the ledger accepted and return it; ``None``
@@ -342,6 +350,7 @@ class Inbox:
             unknown.error,
             self.open[key].update_command,
         )
+        evicted = False
         try:
             while True:
                 pending = await self._record_next(
@@ -359,10 +368,17 @@ class Inbox:
                     )
                     continue
                 return pending.given
+        except GeneratorExit:
+            evicted = True  # the worker drops the run: its next replay rebuilds all this
+            raise
         finally:
-            self.open.pop(key, None)
-            self.changed(parked=-1)
-            self._drop_leftovers(self.verdicts.pop(key, []), "the step is no longer parked")
+            if not evicted:
+                self._unparked(key)
+
+    def _unparked(self, key: str) -> None:
+        self.open.pop(key, None)
+        self.changed(parked=-1)
+        self._drop_leftovers(self.verdicts.pop(key, []), "the step is no longer parked")
 
     async def _record_next(
         self,

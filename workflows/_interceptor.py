@@ -18,7 +18,7 @@ import asyncio
 import dataclasses
 import fnmatch
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -40,7 +40,7 @@ from ..activities import (
     LedgeredActivity,
     UnknownEffect,
 )
-from ..activities._payloads import ANCHOR_HEADER, RunAnchor
+from ..activities._payloads import ANCHOR_HEADER, HINTS_HEADER, RunAnchor, ToolHints
 from ..activities._results import PLACEHOLDER, holds_placeholder
 from ..ledger import Verdict
 from ._inbox import Call, inbox
@@ -83,6 +83,8 @@ class _Outbound(WorkflowOutboundInterceptor):
         self._rules = rules
         #: Activities scheduled so far by every run of this workflow alike (_scheduling).
         self._calls = 0
+        #: What each server's tool list said of its tools' hints, by (server, tool).
+        self._listed: dict[tuple[str, str], ToolHints] = {}
 
     def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
         if scheduling_own():
@@ -95,7 +97,25 @@ class _Outbound(WorkflowOutboundInterceptor):
         )
         if rule is None:
             return self.next.start_activity(input)
-        return _Ledgered(self.next, input, rule, call).start()
+        tool = _read(rule.tool_name, _as_json(input.args)) if rule.tool_name else None
+        hints = self._listed.get((rule.server or "", tool)) if isinstance(tool, str) else None
+        if hints is not None:
+            data = json.dumps(hints.model_dump(by_alias=True), sort_keys=True).encode()
+            input.headers = {
+                **input.headers,
+                HINTS_HEADER: Payload(metadata={"encoding": b"json/plain"}, data=data),
+            }
+        listed = self._remember_tools if rule.lists_tools and rule.server else None
+        return _Ledgered(self.next, input, rule, call, tool=tool, listed=listed).start()
+
+    def _remember_tools(self, server: str, result: Any) -> None:
+        [listing] = _as_json([result])
+        tools = listing.get("tools") if isinstance(listing, dict) else listing
+        for tool in tools if isinstance(tools, list) else []:
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                hints = ToolHints.parse(tool.get("annotations"))
+                if hints is not None:
+                    self._listed[(server, tool["name"])] = hints
 
     def start_local_activity(self, input: StartLocalActivityInput) -> workflow.ActivityHandle[Any]:
         call = None if scheduling_own() else self._number()
@@ -127,11 +147,16 @@ class _Ledgered:
         input: StartActivityInput,
         rule: LedgeredActivity,
         call: str,
+        *,
+        tool: Any = None,
+        listed: Callable[[str, Any], None] | None = None,
     ) -> None:
         self._next = next
         self._input = input
         self._rule = rule
         self._number = call
+        self._tool = tool if isinstance(tool, str) else None
+        self._listed = listed
         self._attempt: workflow.ActivityHandle[Any] | None = None
 
     def start(self) -> workflow.ActivityHandle[Any]:
@@ -152,7 +177,7 @@ class _Ledgered:
         while True:
             assert self._attempt is not None
             try:
-                return await self._attempt
+                result = await self._attempt
             except ActivityError as err:
                 cause = err.cause
                 kind = cause.type if isinstance(cause, ApplicationError) else None
@@ -175,12 +200,17 @@ class _Ledgered:
                     wait = min(wait * 2, _LONGEST_WAIT)
                 else:
                     raise
+            else:
+                if self._listed is not None and self._rule.server:
+                    self._listed(self._rule.server, result)
+                return result
             # Again under the same key (same anchor header); not numbered (_scheduling).
             self._attempt = self._next.start_activity(dataclasses.replace(self._input))
 
     def _call(self, arguments: Any) -> Call:
         template = self._rule.output.template(self._input.ret_type)
-        tool = self._input.activity
+        activity = self._input.activity
+        tool = f"{self._tool} ({activity})" if self._tool else activity
 
         def misfit(output: Any) -> str | None:
             if holds_placeholder(output, template):
@@ -206,6 +236,24 @@ class _Ledgered:
         """The activity's result, as the workflow would have received it from the worker."""
         payload = Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(result).encode())
         return workflow.payload_converter().from_payload(payload, self._input.ret_type)
+
+
+def _as_json(values: Sequence[Any]) -> list[Any]:
+    """Values as the worker's converter sends them, read back as JSON (``None`` where not)."""
+    payloads = workflow.payload_converter().to_payloads(list(values))
+    return [
+        json.loads(p.data) if p.metadata.get("encoding") == b"json/plain" else None
+        for p in payloads
+    ]
+
+
+def _read(reader: Callable[[list[Any]], Any] | None, args: list[Any]) -> Any:
+    if reader is None:
+        return None
+    try:
+        return reader(args)
+    except (LookupError, TypeError, ValueError):
+        return None
 
 
 def _attempt_lost(err: ActivityError) -> bool:

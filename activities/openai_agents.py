@@ -1,0 +1,195 @@
+"""Ledgered tools, MCP calls and model calls for the OpenAI Agents SDK on Temporal.
+
+Users of ``temporalio.contrib.openai_agents.OpenAIAgentsPlugin`` (the package
+``temporalio-openai-agents``) add one plugin and change no tool::
+
+    from temporalio.contrib.openai_agents import OpenAIAgentsPlugin
+    from temporal_ledger.activities.openai_agents import ledgered_plugin
+
+    client = await Client.connect(
+        "localhost:7233",
+        plugins=[
+            OpenAIAgentsPlugin(mcp_servers={"files": files_server}),
+            ledgered_plugin("sqlite:///ledger.db", tools=[send_email], mcp_servers=["files"]),
+        ],
+    )
+
+Then every call of those tools goes through the ledger, keyed by workflow, first
+execution run and the call's number in the run (see ``activities._generic``):
+
+* ``tools``: activities the agent calls through ``activity_as_tool``. Not retry-safe:
+  an attempt that acted and lost its reply (or whose worker died) is never run again;
+  the agent's run waits in the workflow, parked like a ``run_tool`` step, until an
+  operator answers with the tool's return value (update ``reconcile``).
+* ``mcp_servers``: the ``call-tool`` activities of those MCP servers, wired with
+  ``OpenAIAgentsPlugin(mcp_servers=...)`` and ``workflow.temporal_mcp_server(name)``,
+  or with the deprecated ``StatelessMCPServerProvider`` / ``StatefulMCPServerProvider``
+  of that name. The operator confirms an effect with the tool's result content, e.g.
+  ``[{"type": "text", "text": "..."}]``. Each server's tool list is recorded too (it
+  only reads), so a reset offers the model the tools the run saw; the tools'
+  annotations are hints the policy weighs (``readOnlyHint``, ``idempotentHint``: the
+  call is retry-safe; ``destructiveHint`` with ``[approve] destructive = true``: it
+  waits for an approval; ``[tools]`` has the last word).
+* Model calls (``invoke_model_activity``) are recorded as retry-safe, so a worker
+  crash, a retry or ``temporal workflow reset`` replays the model's answers instead of
+  asking again.
+
+The parking happens around the workflow's activity call, before the Agents SDK sees an
+error: the SDK would turn a failed MCP call into "An error occurred while running the
+tool" for the model, and a failed ``activity_as_tool`` call into a failed workflow.
+
+Plugin order does not matter on a client: the integration installs a converter of its
+own and refuses any other, and ``LedgerPlugin`` keeps it. On a ``Replayer`` put the
+integration's plugin first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from ..ledger import Ledger
+from ._generic import LedgeredActivity
+from ._plugin import LedgerPlugin
+from ._policy import Policy
+from ._results import PLACEHOLDER
+
+__all__ = [
+    "MODEL_ACTIVITIES",
+    "McpContent",
+    "activity_rules",
+    "ledgered_plugin",
+]
+
+#: The integration's model activities (``ModelActivity`` methods).
+MODEL_ACTIVITIES = ("invoke_model_activity", "invoke_model_activity_streaming")
+
+
+@dataclasses.dataclass(frozen=True)
+class McpContent:
+    """An MCP tool's result: the operator answers with its content blocks (or a string,
+    for one text block), and the activity returns a ``CallToolResult`` of them."""
+
+    def template(self, result_type: Any) -> Any:
+        return [{"type": "text", "text": PLACEHOLDER}]
+
+    def result(self, output: Any) -> Any:
+        content = [{"type": "text", "text": output}] if isinstance(output, str) else output
+        if not isinstance(content, list) or not content:
+            raise ValueError(
+                "an MCP tool's output is its result content: a list of content blocks such "
+                'as [{"type": "text", "text": "..."}], or a string for one text block'
+            )
+        from mcp.types import CallToolResult
+        from pydantic import ValidationError
+
+        result = {"content": content, "is_error": False}
+        try:
+            CallToolResult.model_validate(result)
+        except ValidationError as exc:
+            raise ValueError(f"not an MCP tool result's content: {exc}") from None
+        return result
+
+
+def activity_rules(
+    *,
+    tools: Iterable[Callable[..., Any] | str] = (),
+    mcp_servers: Iterable[str] = (),
+    models: bool = True,
+) -> list[LedgeredActivity]:
+    """The ledgered activities of an OpenAI Agents app, by the integration's names.
+
+    Args:
+        tools: The activities the agents call through ``activity_as_tool`` (the
+            functions, or their activity type names).
+        mcp_servers: Names of the MCP servers whose tool calls to ledger (the names given
+            to ``OpenAIAgentsPlugin(mcp_servers=...)`` or to an MCP server provider).
+        models: Record the model calls too (retry-safe).
+
+    Returns:
+        One rule per activity type pattern, for ``LedgerPlugin(ledger_activities=...)``.
+    """
+    rules = [LedgeredActivity(name, retry_safe=True) for name in MODEL_ACTIVITIES if models]
+    rules += [LedgeredActivity(_activity_name(fn)) for fn in tools]
+    for server in mcp_servers:
+        rules += _mcp_server_rules(server)
+    return rules
+
+
+def ledgered_plugin(
+    ledger: str | Ledger,
+    *,
+    tools: Iterable[Callable[..., Any] | str] = (),
+    mcp_servers: Iterable[str] = (),
+    policy: Policy | str | Path | None = None,
+    lease: float = 30.0,
+) -> LedgerPlugin:
+    """A :class:`~temporal_ledger.activities.LedgerPlugin` for an OpenAI Agents app.
+
+    Put it on ``Client.connect(plugins=[...])`` beside ``OpenAIAgentsPlugin`` (workers
+    inherit it). A worker that runs only workflows needs it too: its interceptor numbers
+    the calls the keys are built from and lets a parked call wait in the run.
+
+    Args:
+        ledger: A ledger URL (``sqlite:///...``, ``postgresql://...``) or an open ledger.
+        tools: The activities the agents call through ``activity_as_tool``.
+        mcp_servers: The MCP servers whose tool calls to ledger, by name.
+        policy: Who may do what (see :class:`~temporal_ledger.activities.Policy`). The
+            performer is the workflow type; capabilities are
+            ``activity.<activity type>``, e.g. ``activity.temporalio.mcp.files.call-tool``.
+        lease: Seconds a worker holds a call's key without renewing it.
+
+    Returns:
+        The plugin.
+
+    Raises:
+        ValueError: Neither tools nor MCP servers were named.
+    """
+    tools, mcp_servers = list(tools), list(mcp_servers)
+    if not tools and not mcp_servers:
+        raise ValueError(
+            "ledgered_plugin needs the tools (activity_as_tool activities) or the MCP "
+            "servers whose calls to ledger"
+        )
+    rules = activity_rules(tools=tools, mcp_servers=mcp_servers)
+    return LedgerPlugin(ledger, policy=policy, lease=lease, ledger_activities=rules)
+
+
+def _activity_name(fn: Callable[..., Any] | str) -> str:
+    if isinstance(fn, str):
+        return fn
+    from temporalio import activity
+
+    # The name activity.defn gave the function (its own, or name=...): what the
+    # workflow schedules when activity_as_tool calls it.
+    definition = activity._Definition.from_callable(fn)
+    if definition is None or not definition.name:
+        raise TypeError(f"{fn!r} is not a named @activity.defn function: cannot ledger it")
+    return definition.name
+
+
+def _mcp_server_rules(server: str) -> list[LedgeredActivity]:
+    if not server or not isinstance(server, str):
+        raise TypeError(f"an MCP server is named by a non-empty string, not {server!r}")
+    listing = dict(retry_safe=True, server=server, lists_tools=True)
+    calling = dict(server=server, output=McpContent())
+    return [
+        # OpenAIAgentsPlugin(mcp_servers=...) with workflow.temporal_mcp_server(name)
+        LedgeredActivity(f"temporalio.mcp.{server}.list-tools", **listing),
+        LedgeredActivity(f"temporalio.mcp.{server}.call-tool", tool_name=_named, **calling),
+        # The deprecated StatelessMCPServerProvider and StatefulMCPServerProvider.
+        LedgeredActivity(f"{server}-stateless-list-tools", **listing),
+        LedgeredActivity(f"{server}-stateful-list-tools", **listing),
+        LedgeredActivity(f"{server}-stateless-call-tool-v2", tool_name=_tool_named, **calling),
+        LedgeredActivity(f"{server}-stateful-call-tool-v2", tool_name=_tool_named, **calling),
+    ]
+
+
+def _named(args: list[Any]) -> Any:
+    return args[0]["name"]
+
+
+def _tool_named(args: list[Any]) -> Any:
+    return args[0]["tool_name"]

@@ -1,0 +1,257 @@
+"""The OpenAI Agents SDK's Temporal integration with the ledger, against the real dev server.
+
+A scripted model (no network, no API key), a real MCP server from the ``mcp`` package
+over stdio whose tools append lines to a file, and function tools that append to another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents.mcp import MCPServerStdio
+from temporal_ledger.activities import LedgerPlugin, Policy
+from temporal_ledger.activities.openai_agents import ledgered_plugin
+from temporal_ledger.ledger import Ledger
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
+from temporalio.worker import Worker
+
+from examples.openai_agents.model import ScriptedProvider
+from tests.openai_support import TOOLS, LedgeredSupportWorkflow
+from tests.temporal_support import (
+    ROOT,
+    lines,
+    open_effects,
+    reset_to_first_task,
+    temporal_cli,
+    wait_for,
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def notes_server(folder: Path) -> MCPServerStdio:
+    return MCPServerStdio(
+        params={
+            "command": sys.executable,
+            "args": ["-m", "tests.openai_support"],
+            "env": {**os.environ, "SUPPORT_DIR": str(folder), "PYTHONPATH": str(ROOT)},
+            "cwd": str(ROOT),
+        },
+        name="notes",
+        cache_tools_list=True,
+    )
+
+
+def agents_plugin(folder: Path) -> OpenAIAgentsPlugin:
+    return OpenAIAgentsPlugin(
+        model_provider=ScriptedProvider(folder / "model-calls.txt"),
+        model_params=ModelActivityParameters(start_to_close_timeout=timedelta(seconds=20)),
+        mcp_servers={"notes": lambda: notes_server(folder)},
+    )
+
+
+class Desk:
+    """One test's support desk: its folder (the tools' files), ledger and task queue."""
+
+    def __init__(self, address: str, folder: Path, policy: Policy | None = None) -> None:
+        self.address = address
+        self.folder = folder
+        self.ledger_url = f"sqlite:///{folder / 'ledger.db'}"
+        self.task_queue = f"tq-oai-{uuid.uuid4().hex[:8]}"
+        self.policy = policy or Policy(
+            performers={"LedgeredSupportWorkflow": ["activity.*"]},
+            reconcilers=["ops-*"],
+            approvers=["lead-*"],
+        )
+
+    def ledger_plugin(self) -> LedgerPlugin:
+        return ledgered_plugin(
+            self.ledger_url, tools=TOOLS, mcp_servers=["notes"], policy=self.policy, lease=2.0
+        )
+
+    @contextlib.asynccontextmanager
+    async def running(self, *, ledger_first: bool = False) -> AsyncIterator[Client]:
+        plugins: list[Any] = [agents_plugin(self.folder), self.ledger_plugin()]
+        if ledger_first:
+            plugins.reverse()
+        client = await Client.connect(self.address, plugins=plugins)
+        async with Worker(
+            client,
+            task_queue=self.task_queue,
+            workflows=[LedgeredSupportWorkflow],
+            activities=TOOLS,
+        ):
+            yield client
+
+    async def start(self, client: Client, *calls: str) -> WorkflowHandle[Any, str]:
+        workflow_id = f"support-{uuid.uuid4().hex[:8]}"
+        return await client.start_workflow(
+            LedgeredSupportWorkflow.run,
+            "\n".join(calls),
+            id=workflow_id,
+            task_queue=self.task_queue,
+        )
+
+    def notes(self) -> list[str]:
+        return lines(self.folder / "notes.txt")
+
+    def refunds(self) -> list[str]:
+        return lines(self.folder / "refunds.jsonl")
+
+    def model_calls(self) -> int:
+        return len(lines(self.folder / "model-calls.txt"))
+
+
+def call(tool: str, **arguments: Any) -> str:
+    return f"{tool} {json.dumps(arguments)}"
+
+
+@pytest.fixture
+def desk(temporal_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Desk:
+    monkeypatch.setenv("SUPPORT_DIR", str(tmp_path))  # issue_refund runs in this process
+    return Desk(temporal_address, tmp_path)
+
+
+async def test_a_finished_run_reset_to_its_start_asks_no_model_and_acts_on_nothing(
+    desk: Desk,
+) -> None:
+    async with desk.running() as client:
+        handle = await desk.start(
+            client,
+            call("issue_refund", order="A-1", cents=1250),
+            call("add_note", ticket="T-7", text="refunded A-1"),
+        )
+        answer = await handle.result()
+        assert answer == "done: refunded 1250 cents on A-1 | note 1 on T-7"
+        assert desk.model_calls() == 3
+        new_run = await reset_to_first_task(
+            desk.address, client, handle.id, handle.result_run_id, reason="test: replay"
+        )
+        again = await client.get_workflow_handle(handle.id, run_id=new_run).result()
+    assert again == answer
+    assert desk.model_calls() == 3, "the reset asked the model again"
+    assert desk.notes() == ["T-7: refunded A-1"]
+    assert len(desk.refunds()) == 1
+    with Ledger.open(desk.ledger_url) as ledger:
+        assert ledger.verify().ok
+
+
+async def reconcile(address: str, workflow_id: str, verdict: dict[str, Any]) -> tuple[int, str]:
+    return await temporal_cli(
+        address,
+        "workflow",
+        "update",
+        "execute",
+        "--workflow-id",
+        workflow_id,
+        "--name",
+        "reconcile",
+        "--input",
+        json.dumps(verdict),
+        check=False,
+    )
+
+
+def template_of(command: str) -> dict[str, Any]:
+    """The JSON input of the update command the run shows its operator."""
+    return json.loads(shlex.split(command)[-1])
+
+
+async def test_an_mcp_tool_that_acted_and_lost_its_reply_parks_the_run_until_reconciled(
+    desk: Desk,
+) -> None:
+    async with desk.running() as client:
+        handle = await desk.start(
+            client,
+            call("add_note_and_crash", ticket="T-9", text="customer called"),
+            call("count_notes", ticket="T-9"),
+        )
+        [parked] = await wait_for(
+            lambda: open_effects(desk.address, handle.id), what="the MCP call to park"
+        )
+        _, listed = await temporal_cli(
+            desk.address,
+            "workflow",
+            "list",
+            "--query",
+            f"LedgerOpenEffects > 0 AND WorkflowId = '{handle.id}'",
+            "-o",
+            "json",
+        )
+        assert handle.id in listed
+        assert parked["tool"] == "add_note_and_crash (temporalio.mcp.notes.call-tool)"
+        template = template_of(parked["update_command"])
+        # The operator answers with the tool's result content, not the activity's record.
+        assert template["output"] == [{"type": "text", "text": "<what the tool returned>"}]
+        verdict = {**template, "actor": "ops-ann", "basis": "the note is line 1 of notes.txt"}
+        status, answer = await reconcile(desk.address, handle.id, verdict)
+        assert status != 0 and "placeholder" in answer, answer
+        verdict["output"] = [{"type": "text", "text": "note 1 on T-9"}]
+        status, answer = await reconcile(desk.address, handle.id, verdict)
+        assert status == 0, answer
+        result = await handle.result()
+    # The agent went on with the operator's output, and the note was added once.
+    assert result == "done: note 1 on T-9 | 1"
+    assert desk.notes() == ["T-9: customer called"]
+    with Ledger.open(desk.ledger_url) as ledger:
+        assert ledger.open_effects() == [] and ledger.verify().ok
+
+
+async def test_a_function_tool_that_acted_and_lost_its_reply_parks_instead_of_failing_the_run(
+    desk: Desk,
+) -> None:
+    async with desk.running() as client:
+        handle = await desk.start(client, call("refund_and_lose_reply", order="B-2", cents=700))
+        [parked] = await wait_for(
+            lambda: open_effects(desk.address, handle.id), what="the refund to park"
+        )
+        template = template_of(parked["update_command"])
+        # activity_as_tool schedules by name, without a result type: any JSON value fits.
+        assert template["output"] == "<what the tool returned>"
+        verdict = {
+            **template,
+            "actor": "ops-ann",
+            "basis": "the refund is in refunds.jsonl",
+            "output": "refunded 700 cents on B-2 (confirmed by ops)",
+        }
+        status, answer = await reconcile(desk.address, handle.id, verdict)
+        assert status == 0, answer
+        result = await handle.result()
+    assert result == "done: refunded 700 cents on B-2 (confirmed by ops)"
+    assert len(desk.refunds()) == 1
+
+
+async def test_a_read_only_mcp_tool_that_dies_mid_call_runs_again_and_never_parks(
+    desk: Desk,
+) -> None:
+    (desk.folder / "notes.txt").write_text("T-1: one\nT-1: two\n")
+    (desk.folder / "crash-once").write_text("")
+    async with desk.running() as client:
+        handle = await desk.start(client, call("count_notes_crashing_once", ticket="T-1"))
+        result = await handle.result()
+        history = await handle.fetch_history()
+    assert result == "done: 2"
+    assert not (desk.folder / "crash-once").exists()
+    # Never parked: no verdict was asked for or recorded.
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert "ledger.reconcile" not in scheduled
+    with Ledger.open(desk.ledger_url) as ledger:
+        started = [e for e in ledger.events() if e.type == "action.execution_started"]
+        calls = [e for e in started if e.key.endswith("/3")]
+        assert len(calls) == 2, "the read-only call was not run again under its key"
+        assert ledger.open_effects() == [] and ledger.verify().ok
