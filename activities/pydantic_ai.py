@@ -96,8 +96,10 @@ def _tool_name(args: list[Any]) -> Any:
 
 
 def _tool_annotations(args: list[Any]) -> Any:
-    """An MCP tool's annotations, which pydantic-ai sends along in the tool definition."""
-    return args[0]["tool_def"]["metadata"]["annotations"]
+    """An MCP tool's annotations, which pydantic-ai sends along in the tool definition
+    (an MCP tool without annotations has the MCP defaults: it may destroy)."""
+    metadata = args[0]["tool_def"]["metadata"]
+    return (metadata["annotations"] or {}) if "annotations" in metadata else None
 
 
 @dataclasses.dataclass(frozen=True)

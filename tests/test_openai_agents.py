@@ -6,10 +6,12 @@ over stdio whose tools append lines to a file, and function tools that append to
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import shlex
+import signal
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -32,6 +34,7 @@ from tests.temporal_support import (
     ROOT,
     lines,
     open_effects,
+    query_json,
     reset_to_first_task,
     temporal_cli,
     wait_for,
@@ -64,11 +67,18 @@ def agents_plugin(folder: Path) -> OpenAIAgentsPlugin:
 class Desk:
     """One test's support desk: its folder (the tools' files), ledger and task queue."""
 
-    def __init__(self, address: str, folder: Path, policy: Policy | None = None) -> None:
+    def __init__(
+        self,
+        address: str,
+        folder: Path,
+        policy: Policy | None = None,
+        *,
+        task_queue: str | None = None,
+    ) -> None:
         self.address = address
         self.folder = folder
         self.ledger_url = f"sqlite:///{folder / 'ledger.db'}"
-        self.task_queue = f"tq-oai-{uuid.uuid4().hex[:8]}"
+        self.task_queue = task_queue or f"tq-oai-{uuid.uuid4().hex[:8]}"
         self.policy = policy or Policy(
             performers={"LedgeredSupportWorkflow": ["activity.*"]},
             reconcilers=["ops-*"],
@@ -93,6 +103,38 @@ class Desk:
             activities=TOOLS,
         ):
             yield client
+
+    @contextlib.asynccontextmanager
+    async def worker_process(self) -> AsyncIterator[asyncio.subprocess.Process]:
+        """This desk's worker in a process of its own, so that a test can kill it."""
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-u",
+            "-m",
+            "tests.openai_worker",
+            self.address,
+            self.task_queue,
+            str(self.folder),
+            cwd=ROOT,
+            env=dict(os.environ, PYTHONPATH=str(ROOT), SUPPORT_DIR=str(self.folder)),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            assert process.stdout is not None
+            seen = b""
+            while b"WORKER READY" not in seen:
+                line = await asyncio.wait_for(process.stdout.readline(), 60)
+                if not line:
+                    raise AssertionError("the worker died: " + seen.decode())
+                seen += line
+            yield process
+        finally:
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)  # the MCP server with it
+                await process.wait()
 
     async def start(self, client: Client, *calls: str) -> WorkflowHandle[Any, str]:
         workflow_id = f"support-{uuid.uuid4().hex[:8]}"
@@ -255,3 +297,125 @@ async def test_a_read_only_mcp_tool_that_dies_mid_call_runs_again_and_never_park
         calls = [e for e in started if e.key.endswith("/3")]
         assert len(calls) == 2, "the read-only call was not run again under its key"
         assert ledger.open_effects() == [] and ledger.verify().ok
+
+
+async def approve(address: str, workflow_id: str, decision: dict[str, Any]) -> tuple[int, str]:
+    return await temporal_cli(
+        address,
+        "workflow",
+        "update",
+        "execute",
+        "--workflow-id",
+        workflow_id,
+        "--name",
+        "approve",
+        "--input",
+        json.dumps(decision),
+        check=False,
+    )
+
+
+async def test_a_tool_that_may_destroy_waits_for_an_approval_of_its_exact_call(
+    temporal_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SUPPORT_DIR", str(tmp_path))
+    policy = Policy(
+        performers={"LedgeredSupportWorkflow": ["activity.*"]},
+        reconcilers=["ops-*"],
+        approvers=["lead-*"],
+        gate_destructive=True,  # close_ticket says nothing to the contrary: it may destroy
+    )
+    desk = Desk(temporal_address, tmp_path, policy)
+    async with desk.running() as client:
+        handle = await desk.start(
+            client,
+            call("add_note", ticket="T-3", text="asked to close"),  # not destructive: acts
+            call("close_ticket", ticket="T-3", reason="solved"),
+        )
+        [waiting] = await wait_for(
+            lambda: query_json(desk.address, handle.id, "pending_approvals"),
+            what="the call to wait for an approval",
+        )
+        assert waiting["tool"] == "close_ticket (temporalio.mcp.notes.call-tool)"
+        assert desk.notes() == ["T-3: asked to close"], "the gated call acted before approval"
+        decision = template_of(waiting["approve_command"])
+        decision.update(actor="lead-ann", basis="the customer confirmed")
+        status, answer = await approve(
+            desk.address, handle.id, {**decision, "fingerprint": "0" * 64}
+        )
+        assert status != 0 and "fingerprint mismatch" in answer, answer
+        status, answer = await approve(desk.address, handle.id, decision)
+        assert status == 0, answer
+        result = await handle.result()
+    assert result == "done: note 1 on T-3 | closed T-3 (note 2)"
+    assert desk.notes() == ["T-3: asked to close", "T-3: CLOSED solved"]
+    with Ledger.open(desk.ledger_url) as ledger:
+        assert ledger.verify(gated=["activity.temporalio.mcp.notes.call-tool"]).ok is False
+        assert ledger.verify().ok
+
+
+async def test_either_plugin_order_leaves_an_app_without_ledgered_activities_as_it_was(
+    temporal_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The example's app, its plugin beside a bare LedgerPlugin (no ledgered activity):
+    the same answer, the same history as without LedgerPlugin, in either order."""
+    from examples.openai_agents.workflows import SupportWorkflow
+
+    prompt = "\n".join(
+        [call("issue_refund", order="C-3", cents=5), call("add_note", ticket="T-1", text="hi")]
+    )
+    outcomes = []
+    for n, plugins in enumerate(("agents only", "agents, ledger", "ledger, agents")):
+        folder = tmp_path / str(n)
+        folder.mkdir()
+        monkeypatch.setenv("SUPPORT_DIR", str(folder))
+        chosen: list[Any] = [agents_plugin(folder)]
+        if plugins != "agents only":
+            bare = LedgerPlugin(f"sqlite:///{folder / 'ledger.db'}")
+            chosen = [*chosen, bare] if plugins.startswith("agents") else [bare, *chosen]
+        client = await Client.connect(temporal_address, plugins=chosen)
+        task_queue = f"tq-bare-{uuid.uuid4().hex[:8]}"
+        async with Worker(
+            client, task_queue=task_queue, workflows=[SupportWorkflow], activities=[TOOLS[0]]
+        ):
+            handle = await client.start_workflow(
+                SupportWorkflow.run,
+                prompt,
+                id=f"bare-{uuid.uuid4().hex[:8]}",
+                task_queue=task_queue,
+            )
+            answer = await handle.result()
+            history = await handle.fetch_history()
+        kinds = [e.event_type for e in history.events]
+        outcomes.append((answer, kinds))
+    assert outcomes[1] == outcomes[0] and outcomes[2] == outcomes[0]
+    assert outcomes[0][0] == "done: refunded 5 cents on C-3 | note 1 on T-1"
+
+
+async def test_a_worker_killed_between_the_effect_and_its_report_never_acts_twice(
+    desk: Desk,
+) -> None:
+    """The MCP tool adds its note and hangs; the worker (and its MCP server) is killed
+    there. A new worker takes the call over: the ledger finds the dead attempt's lease
+    expired, the run parks, and the operator's verdict finishes it."""
+    client = await Client.connect(desk.address, plugins=[agents_plugin(desk.folder)])
+    async with desk.worker_process() as first:
+        handle = await desk.start(client, call("add_note_and_hang", ticket="T-4", text="hello"))
+        await wait_for(lambda: asyncio.sleep(0, (desk.folder / "acted").exists()), what="the note")
+        os.killpg(first.pid, signal.SIGKILL)
+    async with desk.worker_process():
+        [parked] = await wait_for(
+            lambda: open_effects(desk.address, handle.id), what="the call to park"
+        )
+        verdict = {
+            **template_of(parked["update_command"]),
+            "actor": "ops-ann",
+            "basis": "the note is in notes.txt",
+            "output": "note 1 on T-4",
+        }
+        status, answer = await reconcile(desk.address, handle.id, verdict)
+        assert status == 0, answer
+        assert await handle.result() == "done: note 1 on T-4"
+    assert desk.notes() == ["T-4: hello"]
+    with Ledger.open(desk.ledger_url) as ledger:
+        assert ledger.verify().ok

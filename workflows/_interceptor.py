@@ -113,7 +113,8 @@ class _Outbound(WorkflowOutboundInterceptor):
         tools = listing.get("tools") if isinstance(listing, dict) else listing
         for tool in tools if isinstance(tools, list) else []:
             if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                hints = ToolHints.parse(tool.get("annotations"))
+                # A listed tool without annotations has the MCP defaults (it may destroy).
+                hints = ToolHints.parse(tool.get("annotations") or {})
                 if hints is not None:
                     self._listed[(server, tool["name"])] = hints
 

@@ -1,0 +1,23 @@
+"""A worker of the OpenAI Agents tests in a process of its own, so a test can kill it.
+
+python -m tests.openai_worker ADDRESS TASK_QUEUE FOLDER
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+from tests.test_openai_agents import Desk
+
+
+async def main(address: str, task_queue: str, folder: str) -> None:
+    desk = Desk(address, Path(folder), task_queue=task_queue)
+    async with desk.running():
+        print("WORKER READY", flush=True)
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:4]))
