@@ -47,7 +47,7 @@ def notes_server(folder: Path) -> MCPServerStdio:
     return MCPServerStdio(
         params={
             "command": sys.executable,
-            "args": ["-m", "tests.openai_support"],
+            "args": ["-m", "tests.mcp_notes"],
             "env": {**os.environ, "SUPPORT_DIR": str(folder), "PYTHONPATH": str(ROOT)},
             "cwd": str(ROOT),
         },

@@ -52,7 +52,7 @@ def notes_server(folder: Path) -> MCPServerStdio:
     return MCPServerStdio(
         params={
             "command": sys.executable,
-            "args": ["-m", "examples.openai_agents.notes_server"],
+            "args": ["-m", "examples.notes_server"],
             "env": {**os.environ, "SUPPORT_DIR": str(folder.resolve())},
             "cwd": str(ROOT),
         },

@@ -3,7 +3,8 @@
 Its ``add_note`` tool appends a line to ``notes.txt`` in the folder named by
 ``SUPPORT_DIR``: an effect the ledger must never repeat. ``count_notes`` only reads, and
 says so in its annotations; ``close_ticket`` may destroy (it says nothing to the contrary).
-The worker starts it as a subprocess: ``python -m examples.openai_agents.notes_server``.
+Both agent examples (``openai_agents/``, ``pydantic_ai/``) start it as a subprocess:
+``python -m examples.notes_server``.
 """
 
 from __future__ import annotations

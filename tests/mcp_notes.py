@@ -1,0 +1,55 @@
+"""The examples' MCP notes server, plus tools that misbehave on purpose (for both agent
+frameworks' tests): one acts and then loses its reply (the server process dies before
+answering), one hangs after acting (for a test to kill the worker there), and a
+read-only one dies mid-call once.
+
+    python -m tests.mcp_notes        # over stdio, as the MCP clients start it
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from mcp.types import ToolAnnotations
+
+from examples.notes_server import _append, count_notes, server
+
+
+def _marker(name: str) -> Path:
+    return Path(os.environ["SUPPORT_DIR"]) / name
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+def add_note_and_crash(ticket: str, text: str) -> str:
+    """Adds the note, then the server dies before it answers: the reply is lost."""
+    _append(f"{ticket}: {text}")
+    os._exit(1)
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+def add_note_and_hang(ticket: str, text: str) -> str:
+    """Adds the note, says so in a marker file, and never answers (while its worker lives:
+    the MCP client starts the server in a session of its own, which a kill of the
+    worker's process group does not reach)."""
+    worker = os.getppid()
+    _append(f"{ticket}: {text}")
+    _marker("acted").write_text("yes")
+    while os.getppid() == worker:
+        time.sleep(0.2)
+    os._exit(0)
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def count_notes_crashing_once(ticket: str) -> int:
+    """Reads, but the first call (while the marker exists) dies mid-call."""
+    marker = _marker("crash-once")
+    if marker.exists():
+        marker.unlink()
+        os._exit(1)
+    return count_notes(ticket)
+
+
+if __name__ == "__main__":
+    server.run("stdio")
