@@ -244,3 +244,17 @@ async def reset_to_first_task(
         return described.run_id if described.run_id != old_run_id and status == until else None
 
     return await wait_for(new_run, within=within, what=f"the reset run to be {until}")
+
+
+#: Set to record the histories the agent frameworks' tests replay (tests/histories/agents/).
+RECORD_HISTORIES = "LEDGER_RECORD_HISTORIES"
+AGENT_HISTORIES = ROOT / "tests" / "histories" / "agents"
+
+
+async def keep_history(client: Client, workflow_id: str, run_id: str | None, name: str) -> None:
+    """With ``LEDGER_RECORD_HISTORIES=1``, write the run's history for the replay tests."""
+    if not os.environ.get(RECORD_HISTORIES):
+        return
+    history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+    AGENT_HISTORIES.mkdir(parents=True, exist_ok=True)
+    (AGENT_HISTORIES / f"{name}.json").write_text(history.to_json(), encoding="utf-8")

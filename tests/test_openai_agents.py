@@ -32,6 +32,7 @@ from examples.openai_agents.model import ScriptedProvider
 from tests.openai_support import TOOLS, LedgeredSupportWorkflow
 from tests.temporal_support import (
     ROOT,
+    keep_history,
     lines,
     open_effects,
     query_json,
@@ -181,6 +182,7 @@ async def test_a_finished_run_reset_to_its_start_asks_no_model_and_acts_on_nothi
             desk.address, client, handle.id, handle.result_run_id, reason="test: replay"
         )
         again = await client.get_workflow_handle(handle.id, run_id=new_run).result()
+        await keep_history(client, handle.id, new_run, "openai-reset")
     assert again == answer
     assert desk.model_calls() == 3, "the reset asked the model again"
     assert desk.notes() == ["T-7: refunded A-1"]
@@ -243,6 +245,7 @@ async def test_an_mcp_tool_that_acted_and_lost_its_reply_parks_the_run_until_rec
         status, answer = await reconcile(desk.address, handle.id, verdict)
         assert status == 0, answer
         result = await handle.result()
+        await keep_history(client, handle.id, None, "openai-mcp-reconciled")
     # The agent went on with the operator's output, and the note was added once.
     assert result == "done: note 1 on T-9 | 1"
     assert desk.notes() == ["T-9: customer called"]
@@ -347,6 +350,7 @@ async def test_a_tool_that_may_destroy_waits_for_an_approval_of_its_exact_call(
         status, answer = await approve(desk.address, handle.id, decision)
         assert status == 0, answer
         result = await handle.result()
+        await keep_history(client, handle.id, None, "openai-approved")
     assert result == "done: note 1 on T-3 | closed T-3 (note 2)"
     assert desk.notes() == ["T-3: asked to close", "T-3: CLOSED solved"]
     with Ledger.open(desk.ledger_url) as ledger:

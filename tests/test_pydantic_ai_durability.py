@@ -26,6 +26,7 @@ from tests.pydantic_ai_support import AGENT_NAME, MODEL_CALLS, NOTES_DIR
 from tests.pydantic_ai_workflows import DurableSupportWorkflow
 from tests.temporal_support import (
     ROOT,
+    keep_history,
     lines,
     open_effects,
     query_json,
@@ -133,6 +134,7 @@ async def test_a_finished_run_reset_to_its_start_asks_no_model_and_acts_on_nothi
             desk.address, client, handle.id, handle.result_run_id, reason="test: replay"
         )
         again = await client.get_workflow_handle(handle.id, run_id=new_run).result()
+        await keep_history(client, handle.id, new_run, "pydantic-ai-reset")
     assert again == answer
     assert MODEL_CALLS[first] == asked, "the reset asked the model again"
     assert desk.notes() == [f"{desk.ticket}: hi"]
@@ -174,6 +176,7 @@ async def test_an_mcp_tool_that_acted_and_lost_its_reply_parks_the_run_until_rec
         )
         assert status == 0, answer
         result = await handle.result()
+        await keep_history(client, handle.id, None, "pydantic-ai-mcp-reconciled")
     assert result == "done: note added by hand-check"
     assert desk.notes() == [f"{desk.ticket}: customer called"]
 
@@ -234,6 +237,7 @@ async def test_a_tool_that_may_destroy_waits_for_an_approval_of_its_exact_call(
         status, answer = await approve(desk.address, handle.id, decision)
         assert status == 0, answer
         result = await handle.result()
+        await keep_history(client, handle.id, None, "pydantic-ai-approved")
     assert result.startswith("done: note ") and f"closed {desk.ticket}" in result
     assert desk.notes() == [f"{desk.ticket}: asked to close", f"{desk.ticket}: CLOSED solved"]
 

@@ -1,0 +1,54 @@
+"""Recorded runs of both agent frameworks' apps replay with their plugins and the ledger's.
+
+The histories (``tests/histories/agents/``) are of runs that parked and were reconciled,
+that waited for an approval, and that were reset and replayed from the ledger. They are
+written by the tests that make those runs, with ``LEDGER_RECORD_HISTORIES=1``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
+from temporal_ledger.workflows import replay_histories
+
+from tests import test_openai_agents, test_pydantic_ai_durability
+from tests.openai_support import LedgeredSupportWorkflow
+from tests.pydantic_ai_workflows import DurableSupportWorkflow
+from tests.temporal_support import AGENT_HISTORIES
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def histories(prefix: str) -> list[Path]:
+    found = sorted(AGENT_HISTORIES.glob(f"{prefix}-*.json"))
+    names = {path.stem.removeprefix(f"{prefix}-") for path in found}
+    assert {"mcp-reconciled", "approved", "reset"} <= names, names
+    return found
+
+
+async def test_openai_agents_histories_replay_with_both_plugins(tmp_path: Path) -> None:
+    found = histories("openai")
+    text = " ".join(path.read_text() for path in found)
+    assert "ledger.reconcile" in text and "ledger.approve" in text
+    desk = test_openai_agents.Desk("unused:7233", tmp_path)
+    reports = await replay_histories(
+        found,
+        workflows=[LedgeredSupportWorkflow],
+        plugins=[test_openai_agents.agents_plugin(tmp_path), desk.ledger_plugin()],
+    )
+    assert all(r.ok for r in reports), [r.error for r in reports]
+
+
+async def test_pydantic_ai_histories_replay_with_both_plugins(tmp_path: Path) -> None:
+    found = histories("pydantic-ai")
+    text = " ".join(path.read_text() for path in found)
+    assert "ledger.reconcile" in text and "ledger.approve" in text
+    desk = test_pydantic_ai_durability.Desk("unused:7233", tmp_path)
+    reports = await replay_histories(
+        found,
+        workflows=[DurableSupportWorkflow],
+        plugins=[PydanticAIPlugin(), desk.ledger_plugin()],
+    )
+    assert all(r.ok for r in reports), [r.error for r in reports]
