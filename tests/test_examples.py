@@ -21,7 +21,7 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from tests.temporal_support import ROOT, lines, temporal_cli
+from tests.temporal_support import ROOT, lines, reset_to_first_task, temporal_cli
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -226,3 +226,25 @@ async def test_probe_example_settles_a_lost_reply_without_parking(
     )  # fmt: skip
     shown, _ = await show.communicate()
     assert show.returncode == 0 and b"effect_confirmed by probe:place_order" in shown
+
+
+@pytest.mark.parametrize("example", ["openai_agents", "pydantic_ai"])
+async def test_agent_examples_refund_and_note_once_even_when_reset(
+    example: str, temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each agent example's worker and starter as the README runs them; then a reset of
+    the finished run replays every tool call and model answer from the ledger."""
+    address = temporal_env.client.service_client.config.target_host
+    monkeypatch.setenv("SUPPORT_DIR", str(tmp_path))  # the worker process inherits it
+    task_queue = f"examples-{example}-{uuid.uuid4().hex[:8]}"
+    common = ["--address", address, "--task-queue", task_queue]
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    async with worker_process(*common, "--ledger", ledger, example=example):
+        workflow_id, answer = await run_starter(*common, example=example)
+        assert answer == "done: refunded 1250 cents on A-1 | note 1 on T-7"
+        first = await temporal_env.client.get_workflow_handle(workflow_id).describe()
+        await reset_to_first_task(
+            address, temporal_env.client, workflow_id, first.run_id, reason="test: replay"
+        )
+    assert lines(tmp_path / "notes.txt") == ["T-7: refunded A-1"]
+    assert len(lines(tmp_path / "refunds.jsonl")) == 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import uuid
 
 from temporalio.client import Client
@@ -46,8 +47,8 @@ async def main(args: argparse.Namespace) -> None:
     handle = await client.start_workflow(
         SupportWorkflow.run, args.prompt, id=workflow_id, task_queue=args.task_queue
     )
-    print(workflow_id, flush=True)
-    print(await handle.result(), flush=True)
+    print(f"workflow id: {workflow_id}", flush=True)
+    print(f"result: {json.dumps(await handle.result())}", flush=True)
 
 
 if __name__ == "__main__":

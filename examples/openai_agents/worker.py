@@ -6,10 +6,9 @@ notes server (a subprocess) and a scripted model, with every tool call ledgered.
     python -m examples.openai_agents.starter            # in a second terminal
 
 Options: ``--address localhost:7233 --namespace default --task-queue ledger-support
---ledger sqlite:///ledger.db --policy policy.toml --dir .`` (the folder the tools write
-``refunds.jsonl`` and ``notes.txt`` to). The model is scripted (no network, no API key):
-see ``model.py``; put ``OpenAIAgentsPlugin(model_params=...)`` with a real provider in
-its place for a real model.
+--ledger sqlite:///ledger.db --policy policy.toml``. The tools write ``refunds.jsonl`` and
+``notes.txt`` to ``$SUPPORT_DIR`` (default: the current folder). The model is scripted
+(no network, no API key): see ``model.py``; leave out ``model_provider=`` for OpenAI's.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from .workflows import SupportWorkflow
 
 TASK_QUEUE = "ledger-support"
 ROOT = Path(__file__).resolve().parent.parent.parent
+SUPPORT_DIR = Path(os.environ.get("SUPPORT_DIR", ".")).resolve()
 
 
 def parse_args() -> argparse.Namespace:
@@ -43,7 +43,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--task-queue", default=TASK_QUEUE)
     parser.add_argument("--ledger", default=f"sqlite:///{Path('ledger.db').resolve()}")
     parser.add_argument("--policy", type=Path, help="authority policy TOML (default: allow all)")
-    parser.add_argument("--dir", type=Path, default=Path("."), help="where the tools write")
     return parser.parse_args()
 
 
@@ -53,7 +52,7 @@ def notes_server(folder: Path) -> MCPServerStdio:
         params={
             "command": sys.executable,
             "args": ["-m", "examples.notes_server"],
-            "env": {**os.environ, "SUPPORT_DIR": str(folder.resolve())},
+            "env": {**os.environ, "SUPPORT_DIR": str(folder)},
             "cwd": str(ROOT),
         },
         name="notes",
@@ -67,7 +66,7 @@ def plugins(args: argparse.Namespace) -> list[object]:
         OpenAIAgentsPlugin(
             model_provider=ScriptedProvider(),
             model_params=ModelActivityParameters(start_to_close_timeout=timedelta(seconds=30)),
-            mcp_servers={"notes": lambda: notes_server(args.dir)},
+            mcp_servers={"notes": lambda: notes_server(SUPPORT_DIR)},
         ),
         ledgered_plugin(
             args.ledger, tools=[issue_refund], mcp_servers=["notes"], policy=args.policy
@@ -76,7 +75,6 @@ def plugins(args: argparse.Namespace) -> list[object]:
 
 
 async def main(args: argparse.Namespace) -> None:
-    os.environ["SUPPORT_DIR"] = str(args.dir.resolve())  # for issue_refund, in this process
     client = await Client.connect(
         args.address,
         namespace=args.namespace,

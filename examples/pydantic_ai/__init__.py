@@ -1,0 +1,1 @@
+"""A support agent on pydantic-ai's Temporal integration, with the ledger."""

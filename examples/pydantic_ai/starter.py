@@ -1,0 +1,50 @@
+"""Start one ``SupportAgentWorkflow`` and print the agent's answer.
+
+    python -m examples.pydantic_ai.starter \
+        --prompt 'issue_refund {"order": "A-1", "cents": 1250}
+    add_note {"ticket": "T-7", "text": "refunded A-1"}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import uuid
+
+from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
+from temporalio.client import Client
+
+from .worker import TASK_QUEUE
+from .workflows import SupportAgentWorkflow
+
+DEFAULT_PROMPT = (
+    'issue_refund {"order": "A-1", "cents": 1250}\n'
+    'add_note {"ticket": "T-7", "text": "refunded A-1"}'
+)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Start one pydantic-ai example workflow.")
+    parser.add_argument("--address", default="localhost:7233")
+    parser.add_argument("--namespace", default="default")
+    parser.add_argument("--task-queue", default=TASK_QUEUE)
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
+    parser.add_argument("--workflow-id", default=None)
+    return parser.parse_args()
+
+
+async def main(args: argparse.Namespace) -> None:
+    client = await Client.connect(
+        args.address, namespace=args.namespace, plugins=[PydanticAIPlugin()]
+    )
+    workflow_id = args.workflow_id or f"support-ai-{uuid.uuid4().hex[:8]}"
+    handle = await client.start_workflow(
+        SupportAgentWorkflow.run, args.prompt, id=workflow_id, task_queue=args.task_queue
+    )
+    print(f"workflow id: {workflow_id}", flush=True)
+    print(f"result: {json.dumps(await handle.result())}", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))
