@@ -77,3 +77,56 @@ def test_approve_names_the_gated_capabilities_and_who_may_decide(tmp_path: Path)
     assert not policy.may_approve("")
     nobody = Policy.load(write(tmp_path, "[performers]\n"))
     assert not nobody.requires_approval("payments.refund") and not nobody.may_approve("lead-ann")
+
+
+def test_a_policy_file_weighs_mcp_hints_and_has_the_last_word_per_tool(tmp_path: Path) -> None:
+    from temporal_ledger.activities._payloads import ToolHints
+
+    policy = Policy.load(
+        write(
+            tmp_path,
+            """
+[approve]
+actors = ["lead-*"]
+destructive = true
+
+[tools."wipe_*"]
+retry_safe = false
+
+[tools."append_note"]
+requires_approval = true
+""",
+        )
+    )
+    read_only = ToolHints.parse({"readOnlyHint": True})
+    idempotent = ToolHints.parse({"idempotent_hint": True, "destructive_hint": False})
+    silent = ToolHints.parse({})  # the MCP defaults: not read-only, may destroy
+    gentle = ToolHints.parse({"readOnlyHint": False, "destructiveHint": False})
+
+    def treat(tool: str, hints: ToolHints | None) -> tuple[bool, bool]:
+        t = policy.treatment(capability="mcp.x", retry_safe=False, tool=tool, hints=hints)
+        return t.retry_safe, t.requires_approval
+
+    assert treat("count", read_only) == (True, False)
+    assert treat("put", idempotent) == (True, False)
+    assert treat("close", silent) == (False, True)
+    assert treat("note", gentle) == (False, False)
+    assert treat("append_note", gentle) == (False, True)  # [tools] has the last word
+    assert treat("wipe_all", read_only) == (False, False)  # whatever the hints say
+    assert treat("close", None) == (False, False)  # no hints: only the declaration counts
+
+
+def test_hints_of_another_shape_are_no_hints() -> None:
+    from temporal_ledger.activities._payloads import ToolHints
+
+    assert ToolHints.parse(None) is None
+    assert ToolHints.parse(["readOnlyHint"]) is None
+    assert ToolHints.parse({"readOnlyHint": "very"}) is None
+    assert ToolHints.parse({"title": "x", "readOnlyHint": None}) == ToolHints()
+
+
+def test_a_policy_file_refuses_an_unknown_approve_key(tmp_path: Path) -> None:
+    with pytest.raises(InvalidRequest, match="destructive"):
+        Policy.load(write(tmp_path, "[approve]\ndestroy = true\n"))
+    with pytest.raises(InvalidRequest, match="tools"):
+        Policy.load(write(tmp_path, '[tools."x"]\nretry = true\n'))
