@@ -97,6 +97,7 @@ class _Outbound(WorkflowOutboundInterceptor):
         )
         if rule is None:
             return self.next.start_activity(input)
+        inbox()  # the run answers open_effects and pending_approvals from its first call on
         tool = _read(rule.tool_name, _as_json(input.args)) if rule.tool_name else None
         hints = self._listed.get((rule.server or "", tool)) if isinstance(tool, str) else None
         if hints is not None:
