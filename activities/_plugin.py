@@ -232,6 +232,7 @@ class LedgerPlugin(SimplePlugin):
                     open_effects_attribute=self._open_effects_attribute,
                     awaiting_approval_attribute=self._awaiting_approval_attribute,
                     tools=self._tools,
+                    rules=self.ledger_activities,
                 )
         return self._runtime
 

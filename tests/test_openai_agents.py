@@ -29,7 +29,7 @@ from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgen
 from temporalio.worker import Worker
 
 from examples.openai_agents.model import ScriptedProvider
-from tests.openai_support import TOOLS, LedgeredSupportWorkflow
+from tests.openai_support import PROBES, TOOLS, LedgeredSupportWorkflow
 from tests.temporal_support import (
     ROOT,
     keep_history,
@@ -86,14 +86,21 @@ class Desk:
             approvers=["lead-*"],
         )
 
-    def ledger_plugin(self) -> LedgerPlugin:
+    def ledger_plugin(self, *, probes: bool = False) -> LedgerPlugin:
         return ledgered_plugin(
-            self.ledger_url, tools=TOOLS, mcp_servers=["notes"], policy=self.policy, lease=2.0
+            self.ledger_url,
+            tools=TOOLS,
+            mcp_servers=["notes"],
+            probes=PROBES if probes else None,
+            policy=self.policy,
+            lease=2.0,
         )
 
     @contextlib.asynccontextmanager
-    async def running(self, *, ledger_first: bool = False) -> AsyncIterator[Client]:
-        plugins: list[Any] = [agents_plugin(self.folder), self.ledger_plugin()]
+    async def running(
+        self, *, ledger_first: bool = False, probes: bool = False
+    ) -> AsyncIterator[Client]:
+        plugins: list[Any] = [agents_plugin(self.folder), self.ledger_plugin(probes=probes)]
         if ledger_first:
             plugins.reverse()
         client = await Client.connect(self.address, plugins=plugins)
@@ -246,6 +253,11 @@ async def test_an_mcp_tool_that_acted_and_lost_its_reply_parks_the_run_until_rec
         assert status == 0, answer
         result = await handle.result()
         await keep_history(client, handle.id, None, "openai-mcp-reconciled")
+        # Reset to the start: the operator's output is replayed from the ledger.
+        new_run = await reset_to_first_task(
+            desk.address, client, handle.id, handle.result_run_id, reason="test: replay"
+        )
+        assert await client.get_workflow_handle(handle.id, run_id=new_run).result() == result
     # The agent went on with the operator's output, and the note was added once.
     assert result == "done: note 1 on T-9 | 1"
     assert desk.notes() == ["T-9: customer called"]
@@ -422,4 +434,25 @@ async def test_a_worker_killed_between_the_effect_and_its_report_never_acts_twic
         assert await handle.result() == "done: note 1 on T-4"
     assert desk.notes() == ["T-4: hello"]
     with Ledger.open(desk.ledger_url) as ledger:
+        assert ledger.verify().ok
+
+
+async def test_a_probe_finds_the_lost_refund_and_the_run_goes_on_without_parking(
+    desk: Desk,
+) -> None:
+    async with desk.running(probes=True) as client:
+        handle = await desk.start(client, call("refund_and_lose_reply", order="D-4", cents=90))
+        result = await handle.result()
+        history = await handle.fetch_history()
+    assert result == "done: refunded 90 cents on D-4"
+    assert len(desk.refunds()) == 1
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert "ledger.probe" in scheduled and "ledger.reconcile" not in scheduled
+    with Ledger.open(desk.ledger_url) as ledger:
+        shown = ledger.state(next(e.key for e in ledger.events() if e.key.endswith("/3")))
+        assert shown.effect.value == "observed"
         assert ledger.verify().ok

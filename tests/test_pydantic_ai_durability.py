@@ -177,6 +177,11 @@ async def test_an_mcp_tool_that_acted_and_lost_its_reply_parks_the_run_until_rec
         assert status == 0, answer
         result = await handle.result()
         await keep_history(client, handle.id, None, "pydantic-ai-mcp-reconciled")
+        # Reset to the start: the operator's output is replayed from the ledger.
+        new_run = await reset_to_first_task(
+            desk.address, client, handle.id, handle.result_run_id, reason="test: replay"
+        )
+        assert await client.get_workflow_handle(handle.id, run_id=new_run).result() == result
     assert result == "done: note added by hand-check"
     assert desk.notes() == [f"{desk.ticket}: customer called"]
 
