@@ -63,7 +63,15 @@ from ._payloads import ANCHOR_HEADER, HINTS_HEADER, RunAnchor, ToolHints
 from ._probe import Probe
 from ._results import AsReturned, ResultShape
 from ._runtime import Runtime
-from ._tool import ToolSpec, _outcome_or_raise, execute_ledgered, treated
+from ._tool import (
+    ToolSpec,
+    _outcome_or_raise,
+    describe_request,
+    execute_ledgered,
+    record_outcome,
+    treated,
+)
+from ._tracing import call_span, current_call
 
 #: Turns the activity's arguments (JSON) into the payload that is fingerprinted.
 Normalizer = Callable[[str, list[Any]], dict[str, Any]]
@@ -242,6 +250,7 @@ async def execute_through_ledger(
     ran: dict[str, Any] = {}
 
     async def adapter(request: ActionRequest, ctx: ExecutionContext) -> Any:
+        current_call().set("lease_token", ctx.fencing_token)
         try:
             value = await next.execute_activity(input)
         except NoEffect:
@@ -273,14 +282,36 @@ async def execute_through_ledger(
             **({"hints": hints.model_dump(by_alias=True)} if hints else {}),
         },
     }
+    with call_span(
+        tool if isinstance(tool, str) else info.activity_type, key, content=runtime.trace_content
+    ) as span:
+        describe_request(span, request)
+        return await _settle(runtime, input, rule, spec, request, adapter, ran, converter)
+
+
+async def _settle(
+    runtime: Runtime,
+    input: ExecuteActivityInput,
+    rule: LedgeredActivity,
+    spec: ToolSpec[Any, Any],
+    request: dict[str, Any],
+    adapter: Callable[[ActionRequest, ExecutionContext], Any],
+    ran: dict[str, Any],
+    converter: PayloadConverter,
+) -> Any:
+    """The ledger's answer to one attempt, as the activity's result or error."""
+    info = activity.info()
+    key = request["key"]
     result = await execute_ledgered(
-        runtime, request, spec=spec, performer=performer, adapter=adapter
+        runtime, request, spec=spec, performer=request["performer"], adapter=adapter
     )
     if "value" in ran and result.status is ActionStatus.SUCCEEDED and not result.replayed:
+        record_outcome(spec, result)
         return ran["value"]
     if "error" in ran and not result.replayed and _may_act_again(result, spec):
         # The ledger lets this key act again: hand Temporal (and pydantic-ai's own error
         # mapping on the workflow side) the original exception, as if we were not here.
+        record_outcome(spec, result)
         raise ran["error"]
     outcome = _outcome_or_raise(spec, result, runtime, request=request)
     # An operator's or a probe's effect_confirmed output is the tool's own; the activity

@@ -152,9 +152,7 @@ async def probe_effect(probe: p.ProbeInput) -> p.ProbeResult:
         )
     verdict = {
         Finding.PRESENT: Verdict.EFFECT_CONFIRMED,
-        Finding.ABSENT: (
-            Verdict.NO_EFFECT_CONFIRMED if conclusive else Verdict.STILL_UNKNOWN
-        ),
+        Finding.ABSENT: (Verdict.NO_EFFECT_CONFIRMED if conclusive else Verdict.STILL_UNKNOWN),
         Finding.INCONCLUSIVE: Verdict.STILL_UNKNOWN,
     }[answer.finding]
     basis = answer.basis

@@ -30,6 +30,8 @@ class Runtime:
     tools: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     #: The plugin's ``ledger_activities`` rules (for the probes they declare).
     rules: Sequence[Any] = ()
+    #: Record calls' arguments and outputs on their spans (opt-in, as OpenTelemetry's are).
+    trace_content: bool = False
 
 
 _runtime: contextvars.ContextVar[Runtime] = contextvars.ContextVar("ledger_runtime")

@@ -36,7 +36,7 @@ from ..activities import (
     UnknownEffect,
 )
 from ..ledger import Decision, Verdict
-from . import _render
+from . import _render, _tracing
 from ._scheduling import start_own_activity
 
 SIGNAL = _render.SIGNAL
@@ -415,6 +415,7 @@ class Inbox:
                 continue
             finally:
                 pending.done = True
+            _traced(pending.given)
             return pending
 
     def _drop_leftovers(self, leftovers: list[_Pending[Any, Any]], why: str) -> None:
@@ -463,6 +464,20 @@ def _parse(raw: Any, model: type[InT], what: str) -> tuple[InT | None, str | Non
             for e in exc.errors()
         )
         return None, f"malformed {what} input: {problems}"
+
+
+def _traced(given: ReconcileInput | ApproveInput) -> None:
+    """A decision the ledger recorded, as a span event (see ``_tracing``)."""
+    if isinstance(given, ReconcileInput):
+        _tracing.decided("verdict", given.key, verdict=given.verdict.value, actor=given.actor)
+    else:
+        _tracing.decided(
+            "approval",
+            given.key,
+            decision=given.decision.value,
+            actor=given.actor,
+            fingerprint=given.fingerprint,
+        )
 
 
 def _glob(name: str, pattern: str) -> bool:

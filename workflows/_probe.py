@@ -12,6 +12,7 @@ from temporalio.exceptions import ActivityError
 from ..activities import PROBE_ACTIVITY, ErrorType, ProbeInput, ProbeResult, UnknownEffect
 from ._inbox import cause_message
 from ._scheduling import start_own_activity
+from ._tracing import decided
 
 #: A probe only reads; a few tries, then the call parks for a person as it would without one.
 PROBE_TIMEOUT = timedelta(seconds=30)
@@ -33,7 +34,7 @@ async def ask_probe(
     key was settled meanwhile and the call should run again to read it.
     """
     try:
-        return await start_own_activity(
+        found: ProbeResult = await start_own_activity(
             PROBE_ACTIVITY,
             ProbeInput(key=unknown.key, tool=tool, action_id=unknown.action_id, arg=arg),
             result_type=ProbeResult,
@@ -49,3 +50,6 @@ async def ask_probe(
             cause_message(err),
         )
         return None
+    if found.verdict is not None:
+        decided("verdict", unknown.key, verdict=found.verdict.value, actor=f"probe:{tool}")
+    return found
