@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -23,6 +23,7 @@ from ..ledger import (
 from . import _payloads as p
 from ._probe import Finding, ProbeAnswer
 from ._runtime import Runtime, current_runtime
+from ._tool import argument_of
 
 logger = logging.getLogger(__name__)
 
@@ -201,14 +202,7 @@ def _probe_for(
     run = getattr(tool, "__ledger_probe__", None)
     if tool is not None and run is not None:
         spec = tool.__ledger_tool__
-        try:
-            arg = spec.arg_type.model_validate(probe.arg or {})
-        except ValidationError as exc:
-            raise ApplicationError(
-                f"{spec.name}: argument does not fit {spec.arg_type.__name__}: {exc}",
-                type=p.ErrorType.PROBE_UNAVAILABLE,
-                non_retryable=True,
-            ) from None
+        arg = argument_of(spec, probe.arg, refused=p.ErrorType.PROBE_UNAVAILABLE)
         return run, arg, spec.probe_absence_conclusive, lambda output: None
     for rule in runtime.rules:
         if rule.probe is not None and fnmatch.fnmatchcase(probe.tool, rule.pattern):

@@ -148,6 +148,18 @@ def _tool_call(spec: ToolSpec[Any, Any], raw: Any) -> p.ToolCall:
         ) from None
 
 
+def argument_of(spec: ToolSpec[ArgT, Any], raw: Any, *, refused: p.ErrorType) -> ArgT:
+    """The tool's argument model from its JSON; a non-retryable ``refused`` if it does not fit."""
+    try:
+        return spec.arg_type.model_validate(raw or {})
+    except ValidationError as exc:
+        raise ApplicationError(
+            f"{spec.name}: argument does not fit {spec.arg_type.__name__}: {exc}",
+            type=refused,
+            non_retryable=True,
+        ) from None
+
+
 def spec_of(tool: Any) -> ToolSpec[Any, Any]:
     """The spec of a ``@tool`` (or a bare :class:`ToolSpec`, for activities built elsewhere)."""
     if isinstance(tool, ToolSpec):
@@ -182,14 +194,7 @@ async def _run_ledgered(
 ) -> p.ToolOutcome:
     runtime = current_runtime()
     info = activity.info()
-    try:
-        arg = spec.arg_type.model_validate(call.arg or {})
-    except ValidationError as exc:
-        raise ApplicationError(
-            f"{spec.name}: argument does not fit {spec.arg_type.__name__}: {exc}",
-            type=p.ErrorType.INVALID_REQUEST,
-            non_retryable=True,
-        ) from None
+    arg = argument_of(spec, call.arg, refused=p.ErrorType.INVALID_REQUEST)
 
     async def adapter(request: ActionRequest, ctx: ExecutionContext) -> Any:
         current_call().set("lease_token", ctx.fencing_token)

