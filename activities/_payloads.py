@@ -10,7 +10,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..ledger import ApprovalState, Decision, EffectState, NextOperation, Verdict
+from ..ledger import (
+    ApprovalState,
+    Decision,
+    DecisionSignature,
+    EffectState,
+    NextOperation,
+    Verdict,
+)
 
 
 class ErrorType(StrEnum):
@@ -165,6 +172,10 @@ class UnknownEffect(_Payload):
     error: str | None = None
     #: Actor patterns the worker's policy allows to reconcile (checked again by the activity).
     reconcilers: list[str] = Field(default_factory=list)
+    #: The policy's public keys by actor, and whether a verdict must be signed with one
+    #: (checked again by the activity).
+    keys: dict[str, list[str]] = Field(default_factory=dict)
+    signature_required: bool = False
     #: The Temporal address the tool's worker uses, for the operator's commands.
     address: str | None = None
     #: Whether the namespace has the ``LedgerOpenEffects`` search attribute; the
@@ -193,7 +204,10 @@ class ReconcileInput(_Payload):
     evidence: list[Any] = Field(default_factory=list)
     output: Any = None
     #: Optional: the parked action this verdict is about; refused if another is parked.
+    #: A signed verdict names it (the signature covers it).
     action_id: str | None = None
+    #: Proof that ``actor`` gave this verdict, in this run (``temporal-ledger sign``).
+    signature: DecisionSignature | None = None
 
 
 class ReconcileResult(_Payload):
@@ -216,6 +230,9 @@ class ApprovalNeeded(_Payload):
     arguments: Any = None
     #: Actor patterns the worker's policy allows to approve (checked again by the activity).
     approvers: list[str] = Field(default_factory=list)
+    #: The policy's public keys by actor, and whether a decision must be signed with one.
+    keys: dict[str, list[str]] = Field(default_factory=dict)
+    signature_required: bool = False
     address: str | None = None
     #: Whether the namespace has the ``LedgerAwaitingApproval`` search attribute.
     awaiting_approval_attribute: bool = False
@@ -230,6 +247,8 @@ class ApproveInput(_Payload):
     decision: Decision
     actor: str
     basis: str
+    #: Proof that ``actor`` took this decision, in this run (``temporal-ledger sign``).
+    signature: DecisionSignature | None = None
 
 
 class ApproveResult(_Payload):

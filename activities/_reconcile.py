@@ -32,7 +32,8 @@ PROBE_ACTIVITY = "ledger.probe"
 
 @activity.defn(name=RECONCILE_ACTIVITY)
 async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
-    """Check the actor against the policy, then append the verdict beside the key's history."""
+    """Check the actor and its signature against the policy, then append the verdict
+    beside the key's history."""
     # One heartbeat at once: the workflow's short heartbeat timeout then notices a worker
     # that died here within seconds instead of at the start-to-close timeout.
     activity.heartbeat()
@@ -43,6 +44,23 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
             type=p.ErrorType.RECONCILE_NOT_ALLOWED,
             non_retryable=True,
         )
+    # The workflow checked the signature already; the policy is checked here again, with
+    # this worker's keys and the run Temporal says the call came from.
+    info = activity.info()
+    problem = runtime.policy.signers().verdict_problem(
+        key=verdict.key,
+        action_id=verdict.action_id,
+        verdict=verdict.verdict,
+        actor=verdict.actor,
+        basis=verdict.basis,
+        evidence=verdict.evidence,
+        output=verdict.output,
+        signature=verdict.signature,
+        workflow_id=info.workflow_id,
+        namespace=info.workflow_namespace,
+    )
+    if problem is not None:
+        raise ApplicationError(problem, type=p.ErrorType.RECONCILE_NOT_ALLOWED, non_retryable=True)
     with _ledger_answers(
         refused=p.ErrorType.RECONCILE_REFUSED, first=p.ErrorType.RECONCILE_ALREADY_RESOLVED
     ):
@@ -53,6 +71,8 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
             verdict.basis,
             evidence=verdict.evidence,
             output=verdict.output,
+            action_id=verdict.action_id,
+            signature=verdict.signature,
         )
     count_reconciliation(verdict.verdict, actor="operator")
     return p.ReconcileResult(
@@ -89,7 +109,8 @@ def count_reconciliation(verdict: Verdict, *, actor: str) -> None:
 
 @activity.defn(name=APPROVE_ACTIVITY)
 async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
-    """Check the approver against the policy, then record the decision under the key."""
+    """Check the approver and its signature against the policy, then record the decision
+    under the key."""
     activity.heartbeat()
     runtime = current_runtime()
     if not runtime.policy.may_approve(decision.actor):
@@ -98,6 +119,19 @@ async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
             type=p.ErrorType.APPROVE_NOT_ALLOWED,
             non_retryable=True,
         )
+    info = activity.info()
+    problem = runtime.policy.signers().decision_problem(
+        key=decision.key,
+        fingerprint=decision.fingerprint,
+        decision=decision.decision,
+        actor=decision.actor,
+        basis=decision.basis,
+        signature=decision.signature,
+        workflow_id=info.workflow_id,
+        namespace=info.workflow_namespace,
+    )
+    if problem is not None:
+        raise ApplicationError(problem, type=p.ErrorType.APPROVE_NOT_ALLOWED, non_retryable=True)
     with _ledger_answers(
         refused=p.ErrorType.APPROVE_REFUSED, first=p.ErrorType.APPROVE_ALREADY_DECIDED
     ):
@@ -107,6 +141,7 @@ async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
             actor=decision.actor,
             basis=decision.basis,
             decision=decision.decision,
+            signature=decision.signature,
         )
     activity.metric_meter().create_counter(
         "ledger_approvals", "approvers' decisions recorded in the ledger"

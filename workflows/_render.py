@@ -36,8 +36,39 @@ class Where:
             f"--input {shlex.quote(json.dumps(template))}"
         )
 
+    def sign_command(self, kind: str, fields: dict[str, Any]) -> str:
+        """The ``temporal-ledger sign KIND ... --send`` command that signs and sends a
+        decision to this run."""
+        address = f"--address {shlex.quote(self.address)} " if self.address else ""
+        options = " ".join(
+            f"--{name.replace('_', '-')} {shlex.quote(str(value))}"
+            if value is not True
+            else f"--{name.replace('_', '-')}"
+            for name, value in fields.items()
+            if value is not None and value is not False
+        )
+        return (
+            f"temporal-ledger sign {kind} --key-file YOUR-KEY.pem {address}"
+            f"--namespace {shlex.quote(self.namespace)} "
+            f"--workflow-id {shlex.quote(self.workflow_id)} {options} --send"
+        )
 
-def approve_command(where: Where, key: str, fingerprint: str, decision: Decision) -> str:
+
+def approve_command(
+    where: Where, key: str, fingerprint: str, decision: Decision, *, signed: bool = False
+) -> str:
+    """The command that sends a decision; with ``signed``, one that signs it first."""
+    if signed:
+        return where.sign_command(
+            "approve",
+            {
+                "key": key,
+                "fingerprint": fingerprint,
+                "actor": "YOUR-NAME",
+                "basis": "WHY",
+                "reject": decision is Decision.REJECT,
+            },
+        )
     template = {
         "key": key,
         "fingerprint": fingerprint,
@@ -48,7 +79,22 @@ def approve_command(where: Where, key: str, fingerprint: str, decision: Decision
     return where.command("update execute", APPROVE_UPDATE, template)
 
 
-def reconcile_command(kind: str, where: Where, key: str, action_id: str, output: Any) -> str:
+def reconcile_command(
+    kind: str, where: Where, key: str, action_id: str, output: Any, *, signed: bool = False
+) -> str:
+    """The command that sends a verdict; with ``signed``, one that signs it first."""
+    if signed:
+        return where.sign_command(
+            "reconcile",
+            {
+                "key": key,
+                "action_id": action_id,
+                "verdict": Verdict.EFFECT_CONFIRMED.value,
+                "actor": "YOUR-NAME",
+                "basis": "WHAT-YOU-SAW",
+                "output": json.dumps(output),
+            },
+        )
     template = {
         "key": key,
         "action_id": action_id,
