@@ -8,7 +8,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from ..ledger import (
     ApprovalState,
@@ -141,6 +141,24 @@ class _Payload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class _SigningPayload(_Payload):
+    """A payload with fields of the signing feature, left out of what crosses while they
+    hold their defaults: workers of earlier releases refuse fields they do not know, and
+    keep working beside these during a rolling upgrade as long as no key is configured."""
+
+    @model_serializer(mode="wrap")
+    def _without_unused_signing(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        fields = type(self).model_fields
+        for name in _SIGNING_FIELDS & data.keys():
+            if data[name] == fields[name].get_default(call_default_factory=True):
+                del data[name]
+        return data
+
+
+_SIGNING_FIELDS = frozenset({"keys", "signature_required", "signature"})
+
+
 class ToolCall(_Payload):
     """One ledgered tool call as scheduled by ``run_tool``."""
 
@@ -163,7 +181,7 @@ class ToolOutcome(_Payload):
     reconciled: bool = False
 
 
-class UnknownEffect(_Payload):
+class UnknownEffect(_SigningPayload):
     """Details of a ToolEffectUnknown failure: what the workflow needs to park the step."""
 
     key: str
@@ -194,7 +212,7 @@ class ConflictDetails(_Payload):
     fingerprint_version: str
 
 
-class ReconcileInput(_Payload):
+class ReconcileInput(_SigningPayload):
     """An operator's verdict for one parked key, as sent by signal or update ``reconcile``."""
 
     key: str
@@ -219,7 +237,7 @@ class ReconcileResult(_Payload):
     next_operation: NextOperation
 
 
-class ApprovalNeeded(_Payload):
+class ApprovalNeeded(_SigningPayload):
     """Details of a ToolAwaitingApproval failure: what the workflow shows the approver."""
 
     key: str
@@ -238,7 +256,7 @@ class ApprovalNeeded(_Payload):
     awaiting_approval_attribute: bool = False
 
 
-class ApproveInput(_Payload):
+class ApproveInput(_SigningPayload):
     """A person's decision on one call awaiting approval, as sent by update ``approve``."""
 
     key: str
