@@ -8,7 +8,6 @@ import fnmatch
 import logging
 import tomllib
 from pathlib import Path
-from typing import Any
 
 from pydantic import (
     BaseModel,
@@ -20,7 +19,6 @@ from pydantic import (
 )
 
 from ..ledger import Authority, InvalidRequest, Signers
-from ..ledger._signatures import parse_keys, require_crypto, signers_of
 from ._payloads import ToolHints
 
 logger = logging.getLogger(__name__)
@@ -114,24 +112,14 @@ class Policy(BaseModel):
                 raise ValueError(f"performer {performer!r}: capabilities must be non-empty strings")
         return value
 
-    @field_validator("keys", mode="before")
-    @classmethod
-    def _public_keys(cls, value: Any) -> dict[str, list[str]]:
-        try:
-            keys = parse_keys(value)
+    @model_validator(mode="after")
+    def _keys_and_flags(self) -> Policy:
+        try:  # the ledger's own reading, as `temporal-ledger verify --policy` reads them
+            Signers.from_tables(
+                self.keys, decisions=self.signed_decisions, verdicts=self.signed_verdicts
+            )
         except InvalidRequest as exc:
             raise ValueError(str(exc)) from None
-        if keys:
-            require_crypto()  # an ImportError naming the extra, now rather than later
-        return keys
-
-    @model_validator(mode="after")
-    def _someone_can_sign(self) -> Policy:
-        if (self.signed_decisions or self.signed_verdicts) and not self.keys:
-            raise ValueError(
-                "require_signature = true, but [keys] lists no actor's public key: nobody "
-                "could decide"
-            )
         return self
 
     @classmethod
@@ -179,7 +167,7 @@ class Policy(BaseModel):
             )
         # The ledger's own reading of the signing part, so that `temporal-ledger verify
         # --policy` and the workers judge the same keys the same way.
-        signers = signers_of(
+        signers = Signers.from_tables(
             data.get("keys", {}),
             decisions=approve.get("require_signature", False),
             verdicts=reconcile.get("require_signature", False),

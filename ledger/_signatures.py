@@ -345,6 +345,24 @@ class Signers:
                 "could decide"
             )
 
+    @classmethod
+    def from_tables(
+        cls, keys: Any, *, decisions: Any = False, verdicts: Any = False, where: str = "policy"
+    ) -> Signers:
+        """From a policy's ``[keys]`` table and its two ``require_signature`` flags;
+        :class:`InvalidRequest` naming the fault, and the ImportError naming the extra
+        when keys are configured without ``cryptography``."""
+        for section, flag in (("approve", decisions), ("reconcile", verdicts)):
+            if not isinstance(flag, bool):
+                raise InvalidRequest(f"{where}: [{section}] require_signature is true or false")
+        parsed = parse_keys(keys, where=f"{where}: [keys]")
+        if parsed:
+            require_crypto()  # now, rather than at the first signature
+        try:
+            return cls(keys=parsed, decisions_signed=decisions, verdicts_signed=verdicts)
+        except InvalidRequest as exc:
+            raise InvalidRequest(f"{where}: {exc}") from None
+
     def decision_problem(
         self,
         *,
@@ -482,26 +500,12 @@ def read_policy(path: str | Path) -> tuple[Signers, list[str]]:
     gated = approve.get("capabilities", [])
     if not isinstance(gated, list) or not all(isinstance(g, str) and g for g in gated):
         raise InvalidRequest(f"policy file {path}: [approve] capabilities is a list of patterns")
-    return signers_of(
+    return Signers.from_tables(
         data.get("keys", {}),
         decisions=approve.get("require_signature", False),
         verdicts=reconcile.get("require_signature", False),
         where=f"policy file {path}",
     ), gated
-
-
-def signers_of(keys: Any, *, decisions: Any, verdicts: Any, where: str) -> Signers:
-    """:class:`Signers` from a policy's tables; :class:`InvalidRequest` naming the fault."""
-    for section, flag in (("approve", decisions), ("reconcile", verdicts)):
-        if not isinstance(flag, bool):
-            raise InvalidRequest(f"{where}: [{section}] require_signature is true or false")
-    parsed = parse_keys(keys, where=f"{where}: [keys]")
-    if parsed:
-        require_crypto()  # an ImportError naming the extra now, not at the first signature
-    try:
-        return Signers(keys=parsed, decisions_signed=decisions, verdicts_signed=verdicts)
-    except InvalidRequest as exc:
-        raise InvalidRequest(f"{where}: {exc}") from None
 
 
 # -- what verify re-checks ---------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -246,15 +247,20 @@ async def test_an_approval_counts_only_when_signed_by_the_actors_key_for_this_ca
         assert EventType.APPROVAL_REJECTED not in [e.type for e in ledger.events(pending["key"])]
     assert payments.posts == 0
 
-    # lead-ann signs on her machine and sends it with the real CLIs; the call acts once.
-    code, out = await cli(
-        "sign", "approve", "--key-file", str(keys.folder / "ann.pem"),
-        "--workflow-id", handle.id, "--namespace", NAMESPACE, "--key", pending["key"],
-        "--fingerprint", pending["fingerprint"], "--actor", "lead-ann",
-        "--basis", "customer called, 20 is right", "--send", "--address", setup.address,
-        "--temporal", temporal_binary(),
-    )  # fmt: skip
-    assert code == 0 and "approved" in out, out
+    # lead-ann runs the command the run shows, with her key file, name and basis: it signs
+    # on her machine and sends it with the real temporal CLI; the call acts once.
+    command = (
+        pending["approve_command"]
+        .replace("temporal-ledger ", f"{shlex.quote(sys.executable)} -m temporal_ledger.ledger ")
+        .replace("YOUR-KEY.pem", shlex.quote(str(keys.folder / "ann.pem")))
+        .replace("YOUR-NAME", "lead-ann")
+        .replace("--basis WHY", "--basis " + shlex.quote("customer called, 20 is right"))
+    ) + f" --temporal {shlex.quote(temporal_binary())}"
+    process = await asyncio.create_subprocess_shell(
+        command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    out = (await asyncio.wait_for(process.communicate(), 60))[0].decode()
+    assert process.returncode == 0 and "approved" in out, (command, out)
     assert await handle.result() == {"payment_id": "P-1", "amount": 20}
     assert payments.effects == 1 and payments.posts == 1
 
@@ -312,6 +318,7 @@ async def test_a_verdict_signed_over_another_output_is_refused(
     parked = (await wait_for(lambda: open_effects(setup.address, handle.id), what="the park"))[0]
     assert parked["signature_required"] is True
     assert "temporal-ledger sign reconcile --key-file" in parked["update_command"]
+    assert '--input "$(temporal-ledger sign reconcile --key-file' in parked["signal_command"]
     key, action_id = parked["key"], parked["action_id"]
     seen = payments.by_key[key]
 

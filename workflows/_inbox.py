@@ -381,7 +381,12 @@ class Inbox:
             reconcilers=unknown.reconcilers,
             signature_required=unknown.signature_required,
             signal_command=_render.reconcile_command(
-                "signal", where, key, unknown.action_id, call.template
+                "signal",
+                where,
+                key,
+                unknown.action_id,
+                call.template,
+                signed=unknown.signature_required,
             ),
             update_command=_render.reconcile_command(
                 "update execute",

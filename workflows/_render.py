@@ -36,10 +36,10 @@ class Where:
             f"--input {shlex.quote(json.dumps(template))}"
         )
 
-    def sign_command(self, kind: str, fields: dict[str, Any]) -> str:
-        """The ``temporal-ledger sign KIND ... --send`` command that signs and sends a
-        decision to this run."""
-        address = f"--address {shlex.quote(self.address)} " if self.address else ""
+    def sign_command(self, kind: str, fields: dict[str, Any], *, send: bool = True) -> str:
+        """The ``temporal-ledger sign KIND ...`` command that signs a decision for this
+        run, and with ``send`` sends it with update ``KIND``."""
+        address = f"--address {shlex.quote(self.address)} " if self.address and send else ""
         options = " ".join(
             f"--{name.replace('_', '-')} {shlex.quote(str(value))}"
             if value is not True
@@ -50,7 +50,7 @@ class Where:
         return (
             f"temporal-ledger sign {kind} --key-file YOUR-KEY.pem {address}"
             f"--namespace {shlex.quote(self.namespace)} "
-            f"--workflow-id {shlex.quote(self.workflow_id)} {options} --send"
+            f"--workflow-id {shlex.quote(self.workflow_id)} {options}" + (" --send" if send else "")
         )
 
 
@@ -84,17 +84,19 @@ def reconcile_command(
 ) -> str:
     """The command that sends a verdict; with ``signed``, one that signs it first."""
     if signed:
-        return where.sign_command(
-            "reconcile",
-            {
-                "key": key,
-                "action_id": action_id,
-                "verdict": Verdict.EFFECT_CONFIRMED.value,
-                "actor": "YOUR-NAME",
-                "basis": "WHAT-YOU-SAW",
-                "output": json.dumps(output),
-            },
-        )
+        fields = {
+            "key": key,
+            "action_id": action_id,
+            "verdict": Verdict.EFFECT_CONFIRMED.value,
+            "actor": "YOUR-NAME",
+            "basis": "WHAT-YOU-SAW",
+            "output": json.dumps(output),
+        }
+        if kind != "signal":
+            return where.sign_command("reconcile", fields)
+        signing = where.sign_command("reconcile", fields, send=False)
+        command = where.command(kind, SIGNAL, {})
+        return command[: command.rindex("--input ")] + f'--input "$({signing})"'
     template = {
         "key": key,
         "action_id": action_id,
