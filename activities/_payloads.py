@@ -16,6 +16,7 @@ from ..ledger import (
     DecisionSignature,
     EffectState,
     NextOperation,
+    Signers,
     Verdict,
 )
 
@@ -227,6 +228,24 @@ class ReconcileInput(_SigningPayload):
     #: Proof that ``actor`` gave this verdict, in this run (``temporal-ledger sign``).
     signature: DecisionSignature | None = None
 
+    def signature_problem(
+        self, signers: Signers, *, workflow_id: str, namespace: str
+    ) -> str | None:
+        """Why this verdict does not prove its actor to ``signers`` in the given run, or
+        ``None`` (pure computation: the workflow's validator runs it)."""
+        return signers.verdict_problem(
+            key=self.key,
+            action_id=self.action_id,
+            verdict=self.verdict,
+            actor=self.actor,
+            basis=self.basis,
+            evidence=self.evidence,
+            output=self.output,
+            signature=self.signature,
+            workflow_id=workflow_id,
+            namespace=namespace,
+        )
+
 
 class ReconcileResult(_Payload):
     """What the ledger recorded for a verdict: the update ``reconcile`` answers with it."""
@@ -267,6 +286,22 @@ class ApproveInput(_SigningPayload):
     basis: str
     #: Proof that ``actor`` took this decision, in this run (``temporal-ledger sign``).
     signature: DecisionSignature | None = None
+
+    def signature_problem(
+        self, signers: Signers, *, workflow_id: str, namespace: str
+    ) -> str | None:
+        """Why this decision does not prove its actor to ``signers`` in the given run, or
+        ``None`` (pure computation: the workflow's validator runs it)."""
+        return signers.decision_problem(
+            key=self.key,
+            fingerprint=self.fingerprint,
+            decision=self.decision,
+            actor=self.actor,
+            basis=self.basis,
+            signature=self.signature,
+            workflow_id=workflow_id,
+            namespace=namespace,
+        )
 
 
 class ApproveResult(_Payload):

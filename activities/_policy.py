@@ -167,12 +167,7 @@ class Policy(BaseModel):
             )
         # The ledger's own reading of the signing part, so that `temporal-ledger verify
         # --policy` and the workers judge the same keys the same way.
-        signers = Signers.from_tables(
-            data.get("keys", {}),
-            decisions=approve.get("require_signature", False),
-            verdicts=reconcile.get("require_signature", False),
-            where=f"policy file {path}",
-        )
+        signers = Signers.from_policy(data, where=f"policy file {path}")
         try:
             return cls(
                 performers=data.get("performers", {}),

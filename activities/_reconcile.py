@@ -44,23 +44,7 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
             type=p.ErrorType.RECONCILE_NOT_ALLOWED,
             non_retryable=True,
         )
-    # The workflow checked the signature already; the policy is checked here again, with
-    # this worker's keys and the run Temporal says the call came from.
-    info = activity.info()
-    problem = runtime.policy.signers().verdict_problem(
-        key=verdict.key,
-        action_id=verdict.action_id,
-        verdict=verdict.verdict,
-        actor=verdict.actor,
-        basis=verdict.basis,
-        evidence=verdict.evidence,
-        output=verdict.output,
-        signature=verdict.signature,
-        workflow_id=info.workflow_id,
-        namespace=info.workflow_namespace,
-    )
-    if problem is not None:
-        raise ApplicationError(problem, type=p.ErrorType.RECONCILE_NOT_ALLOWED, non_retryable=True)
+    _check_signature(runtime, verdict, p.ErrorType.RECONCILE_NOT_ALLOWED)
     with _ledger_answers(
         refused=p.ErrorType.RECONCILE_REFUSED, first=p.ErrorType.RECONCILE_ALREADY_RESOLVED
     ):
@@ -81,6 +65,20 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
         effect=state.effect,
         next_operation=state.next_operation,
     )
+
+
+def _check_signature(
+    runtime: Runtime, given: p.ReconcileInput | p.ApproveInput, refused: p.ErrorType
+) -> None:
+    """The signature against this worker's policy, for the run Temporal says the input
+    came from. The workflow's validator checked it already; this holds an input that
+    reached the activity some other way (an older workflow worker) to the policy too."""
+    info = activity.info()
+    problem = given.signature_problem(
+        runtime.policy.signers(), workflow_id=info.workflow_id, namespace=info.workflow_namespace
+    )
+    if problem is not None:
+        raise ApplicationError(problem, type=refused, non_retryable=True)
 
 
 @contextlib.contextmanager
@@ -119,19 +117,7 @@ async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
             type=p.ErrorType.APPROVE_NOT_ALLOWED,
             non_retryable=True,
         )
-    info = activity.info()
-    problem = runtime.policy.signers().decision_problem(
-        key=decision.key,
-        fingerprint=decision.fingerprint,
-        decision=decision.decision,
-        actor=decision.actor,
-        basis=decision.basis,
-        signature=decision.signature,
-        workflow_id=info.workflow_id,
-        namespace=info.workflow_namespace,
-    )
-    if problem is not None:
-        raise ApplicationError(problem, type=p.ErrorType.APPROVE_NOT_ALLOWED, non_retryable=True)
+    _check_signature(runtime, decision, p.ErrorType.APPROVE_NOT_ALLOWED)
     with _ledger_answers(
         refused=p.ErrorType.APPROVE_REFUSED, first=p.ErrorType.APPROVE_ALREADY_DECIDED
     ):

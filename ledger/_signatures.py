@@ -363,6 +363,21 @@ class Signers:
         except InvalidRequest as exc:
             raise InvalidRequest(f"{where}: {exc}") from None
 
+    @classmethod
+    def from_policy(cls, data: Mapping[str, Any], *, where: str) -> Signers:
+        """From a parsed policy file: its ``[keys]``, ``[approve] require_signature`` and
+        ``[reconcile] require_signature``."""
+        approve = data.get("approve", {})
+        reconcile = data.get("reconcile", {})
+        if not isinstance(approve, Mapping) or not isinstance(reconcile, Mapping):
+            raise InvalidRequest(f"{where}: [approve] and [reconcile] are tables")
+        return cls.from_tables(
+            data.get("keys", {}),
+            decisions=approve.get("require_signature", False),
+            verdicts=reconcile.get("require_signature", False),
+            where=where,
+        )
+
     def decision_problem(
         self,
         *,
@@ -493,19 +508,11 @@ def read_policy(path: str | Path) -> tuple[Signers, list[str]]:
         raise InvalidRequest(f"policy file not found: {path}") from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidRequest(f"policy file {path} is not valid TOML: {exc}") from None
-    approve = data.get("approve", {})
-    reconcile = data.get("reconcile", {})
-    if not isinstance(approve, dict) or not isinstance(reconcile, dict):
-        raise InvalidRequest(f"policy file {path}: [approve] and [reconcile] are tables")
-    gated = approve.get("capabilities", [])
+    signers = Signers.from_policy(data, where=f"policy file {path}")
+    gated = data.get("approve", {}).get("capabilities", [])
     if not isinstance(gated, list) or not all(isinstance(g, str) and g for g in gated):
         raise InvalidRequest(f"policy file {path}: [approve] capabilities is a list of patterns")
-    return Signers.from_tables(
-        data.get("keys", {}),
-        decisions=approve.get("require_signature", False),
-        verdicts=reconcile.get("require_signature", False),
-        where=f"policy file {path}",
-    ), gated
+    return signers, gated
 
 
 # -- what verify re-checks ---------------------------------------------------------------

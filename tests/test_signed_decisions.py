@@ -44,10 +44,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
-from tests.approval_tools import PAYMENT_TOOLS, PaymentJob, PaymentWorkflow
+from tests.approval_tools import PAYMENT_TOOLS, PaymentWorkflow
 from tests.forgery import append_forged_event
-from tests.temporal_support import Setup, open_effects, query_json, wait_for
-from tests.test_approvals_and_probes import Payments
+from tests.temporal_support import Setup, open_effects, wait_for
+from tests.test_approvals_and_probes import Payments, pending_approvals, start
 from worker import temporal_binary
 
 pytestmark = pytest.mark.timeout(180)
@@ -148,17 +148,6 @@ async def world(world_setup: Setup, keys: Keys) -> AsyncIterator[tuple[Setup, Cl
         yield world_setup, client
 
 
-async def start(
-    setup: Setup, client: Client, tool: str, far: Payments, amount: int
-) -> WorkflowHandle[Any, Any]:
-    return await client.start_workflow(
-        PaymentWorkflow.run,
-        PaymentJob(tool=tool, arg={"base_url": far.url, "amount": amount}),
-        id=f"signed-{tool}-{uuid.uuid4().hex[:8]}",
-        task_queue=setup.task_queue,
-    )
-
-
 def signed_decision(
     pending: dict[str, Any],
     private_key: Any,
@@ -194,10 +183,7 @@ async def test_an_approval_counts_only_when_signed_by_the_actors_key_for_this_ca
 ) -> None:
     setup, client = world
     handle = await start(setup, client, "refund", payments, 20)
-    found = await wait_for(
-        lambda: query_json(setup.address, handle.id, "pending_approvals"), what="approval"
-    )
-    pending = found[0] if isinstance(found, list) else found
+    pending = (await wait_for(lambda: pending_approvals(setup, handle), what="approval"))[0]
     assert pending["signature_required"] is True
     assert "temporal-ledger sign approve --key-file" in pending["approve_command"]
     assert "keys" not in pending  # the policy's keys stay in the policy file

@@ -230,20 +230,8 @@ class Inbox:
             return None, "output is only taken with effect_confirmed"
         if verdict.signature is not None and verdict.action_id is None:
             return None, f"a signed verdict names the action it is about: {effect.action_id}"
-        info = workflow.info()
-        problem = _signature_problem(
-            _signers(effect.keys, verdicts=effect.signature_required).verdict_problem,
-            key=verdict.key,
-            action_id=verdict.action_id,
-            verdict=verdict.verdict,
-            actor=verdict.actor,
-            basis=verdict.basis,
-            evidence=verdict.evidence,
-            output=verdict.output,
-            signature=verdict.signature,
-            workflow_id=info.workflow_id,
-            namespace=info.namespace,
-        )
+        signers = Signers(keys=effect.keys, verdicts_signed=effect.signature_required)
+        problem = _signature_problem(verdict, signers)
         if problem is not None:
             return None, problem
         # The ledger refuses it, too, if another action's effect is unknown by then.
@@ -271,18 +259,8 @@ class Inbox:
             return None, f"{decision.actor!r} is the call's performer and may not approve it"
         if not any(_glob(decision.actor, pattern) for pattern in waiting.approvers):
             return None, f"actor {decision.actor!r} may not approve under the worker's policy"
-        info = workflow.info()
-        problem = _signature_problem(
-            _signers(waiting.keys, decisions=waiting.signature_required).decision_problem,
-            key=decision.key,
-            fingerprint=decision.fingerprint,
-            decision=decision.decision,
-            actor=decision.actor,
-            basis=decision.basis,
-            signature=decision.signature,
-            workflow_id=info.workflow_id,
-            namespace=info.namespace,
-        )
+        signers = Signers(keys=waiting.keys, decisions_signed=waiting.signature_required)
+        problem = _signature_problem(decision, signers)
         if problem is not None:
             return None, problem
         return decision, None
@@ -522,19 +500,16 @@ def _parse(raw: Any, model: type[InT], what: str) -> tuple[InT | None, str | Non
         return None, f"malformed {what} input: {problems}"
 
 
-def _signers(
-    keys: dict[str, list[str]], *, decisions: bool = False, verdicts: bool = False
-) -> Signers:
-    """The worker's keys as its activity reported them. A policy without keys has no
-    signers: an unsigned decision passes, as before keys existed."""
-    return Signers(keys=keys, decisions_signed=decisions, verdicts_signed=verdicts)
-
-
-def _signature_problem(check: Callable[..., str | None], **fields: Any) -> str | None:
-    """Why the signature does not prove the decision, or ``None``; a workflow worker
-    without the ``cryptography`` package refuses a signed decision, saying so."""
+def _signature_problem(given: ReconcileInput | ApproveInput, signers: Signers) -> str | None:
+    """Why the input does not prove its actor to the tool worker's keys (as its activity
+    reported them), in this run; ``None`` if it does, or if nothing needs proving (a
+    policy without keys). A workflow worker without ``cryptography`` refuses a signed
+    input, saying so."""
+    info = workflow.info()
     try:
-        return check(**fields)
+        return given.signature_problem(
+            signers, workflow_id=info.workflow_id, namespace=info.namespace
+        )
     except ImportError as exc:
         return f"this workflow worker cannot check signatures: {exc}"
 
