@@ -60,9 +60,18 @@ from ..ledger import (
 from . import _payloads as p
 from ._keys import step_key
 from ._payloads import ANCHOR_HEADER, HINTS_HEADER, RunAnchor, ToolHints
+from ._probe import Probe
 from ._results import AsReturned, ResultShape
 from ._runtime import Runtime
-from ._tool import ToolSpec, _outcome_or_raise, execute_ledgered, treated
+from ._tool import (
+    ToolSpec,
+    _outcome_or_raise,
+    describe_request,
+    execute_ledgered,
+    record_outcome,
+    treated,
+)
+from ._tracing import call_span, current_call
 
 #: Turns the activity's arguments (JSON) into the payload that is fingerprinted.
 Normalizer = Callable[[str, list[Any]], dict[str, Any]]
@@ -91,6 +100,11 @@ class LedgeredActivity:
     them along (pydantic-ai does). Where it does not, the workflow remembers what the
     server's tool list said: ``server`` names the server, and ``lists_tools`` marks the
     activity whose result is that list.
+
+    ``probe``: ``async def probe(key, args)`` (``args``: the activity's arguments as JSON)
+    that looks the key up on the far side without acting, as a ``@tool``'s probe does; it
+    runs before an unknown effect parks, and its ``present(output)`` is the tool's own
+    output. ``absent`` frees the key to act again only with ``probe_absence_conclusive``.
     """
 
     pattern: str
@@ -101,6 +115,8 @@ class LedgeredActivity:
     hints: ArgsReader | None = None
     server: str | None = None
     lists_tools: bool = False
+    probe: Probe | None = None
+    probe_absence_conclusive: bool = False
 
 
 def capability_for(activity_type: str) -> str:
@@ -226,12 +242,15 @@ async def execute_through_ledger(
         retry_safe=rule.retry_safe,
         arg_type=dict,  # type: ignore[arg-type]  # only name/capability/retry_safe are read
         output_type=None,
+        has_probe=rule.probe is not None,
+        probe_absence_conclusive=rule.probe_absence_conclusive,
     )
     spec = treated(spec, runtime, tool=tool if isinstance(tool, str) else None, hints=hints)
     # What this attempt's adapter saw, if it ran: the raw return value or the exception.
     ran: dict[str, Any] = {}
 
     async def adapter(request: ActionRequest, ctx: ExecutionContext) -> Any:
+        current_call().set("lease_token", ctx.fencing_token)
         try:
             value = await next.execute_activity(input)
         except NoEffect:
@@ -264,18 +283,43 @@ async def execute_through_ledger(
             **({"hints": hints.model_dump(by_alias=True)} if hints else {}),
         },
     }
+    with call_span(
+        tool if isinstance(tool, str) else info.activity_type, key, content=runtime.trace_content
+    ) as span:
+        describe_request(span, request)
+        return await _settle(runtime, input, rule, spec, request, adapter, ran, converter)
+
+
+async def _settle(
+    runtime: Runtime,
+    input: ExecuteActivityInput,
+    rule: LedgeredActivity,
+    spec: ToolSpec[Any, Any],
+    request: dict[str, Any],
+    adapter: Callable[[ActionRequest, ExecutionContext], Any],
+    ran: dict[str, Any],
+    converter: PayloadConverter,
+) -> Any:
+    """The ledger's answer to one attempt, as the activity's result or error."""
+    info = activity.info()
+    key = request["key"]
     result = await execute_ledgered(
-        runtime, request, spec=spec, performer=performer, adapter=adapter
+        runtime, request, spec=spec, performer=request["performer"], adapter=adapter
     )
     if "value" in ran and result.status is ActionStatus.SUCCEEDED and not result.replayed:
+        record_outcome(spec, result)
         return ran["value"]
     if "error" in ran and not result.replayed and _may_act_again(result, spec):
         # The ledger lets this key act again: hand Temporal (and pydantic-ai's own error
         # mapping on the workflow side) the original exception, as if we were not here.
+        record_outcome(spec, result)
         raise ran["error"]
     outcome = _outcome_or_raise(spec, result, runtime, request=request)
+    # An operator's or a probe's effect_confirmed output is the tool's own; the activity
+    # returns the framework's record of it.
     try:
-        return converter.from_payload(_from_json(outcome.output), _return_type(input.fn))
+        recorded = rule.output.result(outcome.output) if outcome.reconciled else outcome.output
+        return converter.from_payload(_from_json(recorded), _return_type(input.fn))
     except Exception as exc:
         raise ApplicationError(
             f"{info.activity_type}: the recorded output of {key!r} does not decode to the "

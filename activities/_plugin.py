@@ -113,7 +113,9 @@ class LedgerPlugin(SimplePlugin):
     and on ``Replayer(plugins=[...])`` (no ledger is needed to replay).
     ``ledger_activities`` puts activities you did not write with ``@tool`` (glob
     patterns of activity types, such as pydantic-ai's ``agent__*``) through the ledger
-    too, keyed by workflow, first run and activity id.
+    too, keyed by workflow, first run and the call's number. With the ``[otel]`` extra,
+    every ledgered call gets a span saying what the ledger decided; ``trace_content``
+    records its arguments and output on it too.
     """
 
     def __init__(
@@ -123,6 +125,7 @@ class LedgerPlugin(SimplePlugin):
         policy: Policy | str | Path | None = None,
         lease: float = 30.0,
         ledger_activities: Sequence[str | LedgeredActivity] = (),
+        trace_content: bool = False,
     ) -> None:
         if ledger is not None and not isinstance(ledger, (str, Ledger)):
             raise TypeError("ledger must be a URL or a Ledger")
@@ -134,6 +137,7 @@ class LedgerPlugin(SimplePlugin):
             for rule in ledger_activities
         )
         self._lease = lease
+        self._trace_content = trace_content
         self._policy_source = policy
         self._runtime: Runtime | None = None
         self._open_lock = asyncio.Lock()
@@ -239,6 +243,8 @@ class LedgerPlugin(SimplePlugin):
                     open_effects_attribute=self._open_effects_attribute,
                     awaiting_approval_attribute=self._awaiting_approval_attribute,
                     tools=self._tools,
+                    rules=self.ledger_activities,
+                    trace_content=self._trace_content,
                 )
         return self._runtime
 

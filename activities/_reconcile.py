@@ -4,11 +4,12 @@ an unknown effect, a probe's finding, an approver's decision."""
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -22,6 +23,7 @@ from ..ledger import (
 from . import _payloads as p
 from ._probe import Finding, ProbeAnswer
 from ._runtime import Runtime, current_runtime
+from ._tool import argument_of
 
 logger = logging.getLogger(__name__)
 
@@ -153,37 +155,26 @@ async def probe_effect(probe: p.ProbeInput) -> p.ProbeResult:
     """
     activity.heartbeat()
     runtime = current_runtime()
-    tool = runtime.tools.get(probe.tool)
-    run = getattr(tool, "__ledger_probe__", None)
-    if tool is None or run is None:
+    found = _probe_for(runtime, probe)
+    if found is None:
         raise ApplicationError(
             f"no probe for tool {probe.tool!r} on this worker: register the @tool with probe= "
-            "on the workers of its task queue",
+            "(or the ledgered activity's rule with probe=) on the workers of its task queue",
             type=p.ErrorType.PROBE_UNAVAILABLE,
             non_retryable=True,
         )
-    spec = tool.__ledger_tool__
-    try:
-        arg = spec.arg_type.model_validate(probe.arg or {})
-    except ValidationError as exc:
-        raise ApplicationError(
-            f"{spec.name}: argument does not fit {spec.arg_type.__name__}: {exc}",
-            type=p.ErrorType.PROBE_UNAVAILABLE,
-            non_retryable=True,
-        ) from None
+    run, arg, conclusive, check_output = found
     answer = await run(probe.key, arg)
     if not isinstance(answer, ProbeAnswer):
         raise ApplicationError(
-            f"{spec.name}'s probe returned {type(answer).__name__}; it must return "
+            f"{probe.tool}'s probe returned {type(answer).__name__}; it must return "
             "present(...), absent(...) or inconclusive(...)",
             type=p.ErrorType.PROBE_UNAVAILABLE,
             non_retryable=True,
         )
     verdict = {
         Finding.PRESENT: Verdict.EFFECT_CONFIRMED,
-        Finding.ABSENT: (
-            Verdict.NO_EFFECT_CONFIRMED if spec.probe_absence_conclusive else Verdict.STILL_UNKNOWN
-        ),
+        Finding.ABSENT: (Verdict.NO_EFFECT_CONFIRMED if conclusive else Verdict.STILL_UNKNOWN),
         Finding.INCONCLUSIVE: Verdict.STILL_UNKNOWN,
     }[answer.finding]
     basis = answer.basis
@@ -192,7 +183,16 @@ async def probe_effect(probe: p.ProbeInput) -> p.ProbeResult:
     output: Any = answer.output if verdict is Verdict.EFFECT_CONFIRMED else None
     if isinstance(output, BaseModel):
         output = output.model_dump(mode="json")
-    actor = f"probe:{spec.name}"
+    if verdict is Verdict.EFFECT_CONFIRMED:
+        try:
+            check_output(output)
+        except ValueError as exc:
+            raise ApplicationError(
+                f"{probe.tool}'s probe found the operation, but its output is not one: {exc}",
+                type=p.ErrorType.PROBE_UNAVAILABLE,
+                non_retryable=True,
+            ) from None
+    actor = f"probe:{probe.tool}"
     try:
         await _record(runtime, probe.key, verdict, actor, basis, answer.evidence, output)
     except InvalidRequest as exc:
@@ -210,6 +210,26 @@ async def probe_effect(probe: p.ProbeInput) -> p.ProbeResult:
     count_reconciliation(verdict, actor=actor)
     finding = answer.finding.value if verdict is not Verdict.STILL_UNKNOWN else "inconclusive"
     return p.ProbeResult(finding=finding, verdict=verdict, output=output)
+
+
+def _probe_for(
+    runtime: Runtime, probe: p.ProbeInput
+) -> tuple[Callable[[str, Any], Any], Any, bool, Callable[[Any], Any]] | None:
+    """The probe for ``probe.tool``: a ``@tool``'s, or the rule's of a ledgered activity
+    (its argument then is the activity's arguments as JSON). With the argument, whether
+    ``absent`` is conclusive, and a check that raises ``ValueError`` for a found output
+    that cannot be the tool's (recorded as the tool's own output, as an operator's is)."""
+    tool = runtime.tools.get(probe.tool)
+    run = getattr(tool, "__ledger_probe__", None)
+    if tool is not None and run is not None:
+        spec = tool.__ledger_tool__
+        arg = argument_of(spec, probe.arg, refused=p.ErrorType.PROBE_UNAVAILABLE)
+        return run, arg, spec.probe_absence_conclusive, lambda output: None
+    for rule in runtime.rules:
+        if rule.probe is not None and fnmatch.fnmatchcase(probe.tool, rule.pattern):
+            args = (probe.arg or {}).get("args", [])
+            return rule.probe, args, rule.probe_absence_conclusive, rule.output.result
+    return None
 
 
 async def _record(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from temporalio.exceptions import ApplicationError
@@ -28,6 +28,10 @@ class Runtime:
     awaiting_approval_attribute: bool = False
     #: The ``@tool`` activities of the plugin's workers, by activity name (for probes).
     tools: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: The plugin's ``ledger_activities`` rules (for the probes they declare).
+    rules: Sequence[Any] = ()
+    #: Record calls' arguments and outputs on their spans (opt-in, as OpenTelemetry's are).
+    trace_content: bool = False
 
 
 _runtime: contextvars.ContextVar[Runtime] = contextvars.ContextVar("ledger_runtime")

@@ -35,6 +35,7 @@ from ..ledger import (
 from . import _payloads as p
 from ._probe import Probe
 from ._runtime import Runtime, _execution, current_runtime
+from ._tracing import CallSpan, call_span, current_call
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
 OutT = TypeVar("OutT")
@@ -147,6 +148,18 @@ def _tool_call(spec: ToolSpec[Any, Any], raw: Any) -> p.ToolCall:
         ) from None
 
 
+def argument_of(spec: ToolSpec[ArgT, Any], raw: Any, *, refused: p.ErrorType) -> ArgT:
+    """The tool's argument model from its JSON; a non-retryable ``refused`` if it does not fit."""
+    try:
+        return spec.arg_type.model_validate(raw or {})
+    except ValidationError as exc:
+        raise ApplicationError(
+            f"{spec.name}: argument does not fit {spec.arg_type.__name__}: {exc}",
+            type=refused,
+            non_retryable=True,
+        ) from None
+
+
 def spec_of(tool: Any) -> ToolSpec[Any, Any]:
     """The spec of a ``@tool`` (or a bare :class:`ToolSpec`, for activities built elsewhere)."""
     if isinstance(tool, ToolSpec):
@@ -181,16 +194,10 @@ async def _run_ledgered(
 ) -> p.ToolOutcome:
     runtime = current_runtime()
     info = activity.info()
-    try:
-        arg = spec.arg_type.model_validate(call.arg or {})
-    except ValidationError as exc:
-        raise ApplicationError(
-            f"{spec.name}: argument does not fit {spec.arg_type.__name__}: {exc}",
-            type=p.ErrorType.INVALID_REQUEST,
-            non_retryable=True,
-        ) from None
+    arg = argument_of(spec, call.arg, refused=p.ErrorType.INVALID_REQUEST)
 
     async def adapter(request: ActionRequest, ctx: ExecutionContext) -> Any:
+        current_call().set("lease_token", ctx.fencing_token)
         token = _execution.set(ctx)
         try:
             output = await fn(arg)
@@ -223,15 +230,17 @@ async def _run_ledgered(
         },
     }
     spec = treated(spec, runtime)
-    result = await execute_ledgered(
-        runtime,
-        request,
-        spec=spec,
-        performer=call.performer,
-        adapter=adapter,
-        state=read_state if state is not None else None,
-    )
-    return _outcome_or_raise(spec, result, runtime, request=request)
+    with call_span(spec.name, call.key, content=runtime.trace_content) as span:
+        describe_request(span, request)
+        result = await execute_ledgered(
+            runtime,
+            request,
+            spec=spec,
+            performer=call.performer,
+            adapter=adapter,
+            state=read_state if state is not None else None,
+        )
+        return _outcome_or_raise(spec, result, runtime, request=request)
 
 
 def treated(
@@ -286,6 +295,8 @@ async def execute_ledgered(
         )
     except IdempotencyConflictError as exc:
         count_call(spec.name, CallOutcome.REFUSED)
+        current_call().set("conflict.dimensions", list(exc.dimensions))
+        current_call().set("original_action_id", exc.original_action_id)
         details = p.ConflictDetails(
             key=exc.key,
             original_action_id=exc.original_action_id,
@@ -322,7 +333,7 @@ def _outcome_or_raise(
     *,
     request: dict[str, Any] | None = None,
 ) -> p.ToolOutcome:
-    count_call(spec.name, _call_outcome(result))
+    record_outcome(spec, result)
     if result.status is ActionStatus.DENIED and result.error_type == APPROVAL_REQUIRED:
         assert request is not None
         needed = p.ApprovalNeeded(
@@ -453,10 +464,34 @@ def _call_outcome(result: ActionResult) -> CallOutcome:
 
 
 def count_call(tool: str, outcome: CallOutcome) -> None:
-    """One tool call by outcome, through the worker runtime's metric meter."""
+    """One tool call by outcome: the metric (through the worker runtime's metric meter),
+    and the call's span."""
     activity.metric_meter().create_counter(
         "ledger_tool_calls", "ledgered tool calls by outcome"
     ).add(1, {"tool": tool, "outcome": outcome.value})
+    current_call().set("outcome", outcome.value)
+
+
+def record_outcome(spec: ToolSpec[Any, Any], result: ActionResult) -> None:
+    """What the ledger answered a call: counted, and described on the call's span."""
+    count_call(spec.name, _call_outcome(result))
+    describe_result(current_call(), result)
+
+
+def describe_request(span: CallSpan, request: dict[str, Any]) -> None:
+    """What the call asks for, on its span: the fingerprint, and the arguments if opted in."""
+    if span.recording:
+        span.set("fingerprint", ActionRequest.parse(request).fingerprint())
+        span.set_content("arguments", request.get("payload"))
+
+
+def describe_result(span: CallSpan, result: ActionResult) -> None:
+    """What the ledger answered, on the call's span."""
+    span.set("action_id", result.action_id)
+    span.set("reused_from_action_id", result.reused_from_action_id)
+    span.set("effect", result.effect.value)
+    if result.status is ActionStatus.SUCCEEDED or result.verdict is Verdict.EFFECT_CONFIRMED:
+        span.set_content("result", result.output)
 
 
 async def _heartbeat(every: timedelta | None) -> None:

@@ -46,7 +46,7 @@ integration's plugin first.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ from ..ledger import Ledger
 from ._generic import LedgeredActivity
 from ._plugin import LedgerPlugin
 from ._policy import Policy
+from ._probe import Probe
 from ._results import PLACEHOLDER
 
 __all__ = [
@@ -98,6 +99,7 @@ def activity_rules(
     tools: Iterable[Callable[..., Any] | str] = (),
     mcp_servers: Iterable[str] = (),
     models: bool = True,
+    probes: Mapping[str, Probe] | None = None,
 ) -> list[LedgeredActivity]:
     """The ledgered activities of an OpenAI Agents app, by the integration's names.
 
@@ -107,12 +109,27 @@ def activity_rules(
         mcp_servers: Names of the MCP servers whose tool calls to ledger (the names given
             to ``OpenAIAgentsPlugin(mcp_servers=...)`` or to an MCP server provider).
         models: Record the model calls too (retry-safe).
+        probes: Per tool (activity) name, a read-only ``async def probe(key, args)`` that
+            looks the call's key up on the far side before an unknown effect parks
+            (``args``: the activity's arguments as JSON); ``present(output)`` gives the
+            tool's return value. Its ``absent`` is taken as conclusive.
 
     Returns:
         One rule per activity type pattern, for ``LedgerPlugin(ledger_activities=...)``.
+
+    Raises:
+        TypeError: A tool that is not a named activity, or a probe for a tool not listed.
     """
+    probes = dict(probes or {})
     rules = [LedgeredActivity(name, retry_safe=True) for name in MODEL_ACTIVITIES if models]
-    rules += [LedgeredActivity(_activity_name(fn)) for fn in tools]
+    for fn in tools:
+        name = _activity_name(fn)
+        probe = probes.pop(name, None)
+        rules.append(
+            LedgeredActivity(name, probe=probe, probe_absence_conclusive=probe is not None)
+        )
+    if probes:
+        raise TypeError(f"probes for tools that are not listed in tools=: {sorted(probes)}")
     for server in mcp_servers:
         rules += _mcp_server_rules(server)
     return rules
@@ -123,6 +140,7 @@ def ledgered_plugin(
     *,
     tools: Iterable[Callable[..., Any] | str] = (),
     mcp_servers: Iterable[str] = (),
+    probes: Mapping[str, Probe] | None = None,
     policy: Policy | str | Path | None = None,
     lease: float = 30.0,
 ) -> LedgerPlugin:
@@ -136,6 +154,8 @@ def ledgered_plugin(
         ledger: A ledger URL (``sqlite:///...``, ``postgresql://...``) or an open ledger.
         tools: The activities the agents call through ``activity_as_tool``.
         mcp_servers: The MCP servers whose tool calls to ledger, by name.
+        probes: Per tool name, a probe that settles an unknown effect before it parks
+            (see :func:`activity_rules`).
         policy: Who may do what (see :class:`~temporal_ledger.activities.Policy`). The
             performer is the workflow type; capabilities are
             ``activity.<activity type>``, e.g. ``activity.temporalio.mcp.files.call-tool``.
@@ -153,7 +173,7 @@ def ledgered_plugin(
             "ledgered_plugin needs the tools (activity_as_tool activities) or the MCP "
             "servers whose calls to ledger"
         )
-    rules = activity_rules(tools=tools, mcp_servers=mcp_servers)
+    rules = activity_rules(tools=tools, mcp_servers=mcp_servers, probes=probes)
     return LedgerPlugin(ledger, policy=policy, lease=lease, ledger_activities=rules)
 
 

@@ -60,15 +60,15 @@ def describe_schema(schema: dict[str, Any], root: dict[str, Any] | None = None) 
 
 
 def output_template(schema: dict[str, Any], root: dict[str, Any] | None = None) -> Any:
-    """A placeholder value of the schema's shape, for the commands shown to an operator."""
+    """A value of the schema's shape for the commands shown to an operator, with a
+    placeholder (``"<integer>"``, ``"<string>"``, ``"<one of 'a', 'b'>"``) for every value
+    to fill in: sent back unchanged, it is refused (see :func:`output_problems`)."""
     root = schema if root is None else root
     schema = _resolve(schema, root)
     for combinator in ("anyOf", "oneOf"):
         options = [o for o in schema.get(combinator, []) if _resolve(o, root).get("type") != "null"]
         if options:
             return output_template(options[0], root)
-    if "enum" in schema:
-        return schema["enum"][0]
     if "const" in schema:
         return schema["const"]
     kind = schema.get("type")
@@ -77,10 +77,15 @@ def output_template(schema: dict[str, Any], root: dict[str, Any] | None = None) 
             name: output_template(sub, root) for name, sub in schema.get("properties", {}).items()
         }
     if kind == "array":
-        return []
-    return {"integer": 0, "number": 0, "boolean": False, "null": None}.get(
-        kind if isinstance(kind, str) else "", f"<{describe_schema(schema, root)}>"
-    )
+        items = schema.get("items")
+        return [output_template(items, root)] if isinstance(items, dict) and items else []
+    if kind == "null":
+        return None
+    return _placeholder(schema, root)
+
+
+def _placeholder(schema: dict[str, Any], root: dict[str, Any]) -> str:
+    return f"<{describe_schema(schema, root)}>"
 
 
 def _resolve(schema: dict[str, Any], root: dict[str, Any]) -> dict[str, Any]:
@@ -122,6 +127,8 @@ def _problems(schema: dict[str, Any], value: Any, *, path: str, root: dict[str, 
         ]
     if "const" in schema and value != schema["const"]:
         return [*problems, f"{where}: expected {schema['const']!r}, got {_shown(value)}"]
+    if isinstance(value, str) and value == _placeholder(schema, root) and "const" not in schema:
+        return [*problems, f"{where}: still the template's placeholder {value!r}: fill it in"]
     kind = schema.get("type")
     kinds = kind if isinstance(kind, list) else [kind] if isinstance(kind, str) else []
     if value is None and kinds == ["object"] and schema.get("required"):

@@ -6,8 +6,13 @@ one that acts and then fails to report.
 
 from __future__ import annotations
 
+import json
+import os
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
+from temporal_ledger.activities import ProbeAnswer, absent, present
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -24,7 +29,18 @@ async def refund_and_lose_reply(order: str, cents: int) -> str:
     raise ConnectionResetError("the payment service hung up after taking the refund")
 
 
+async def find_refund(key: str, args: list[Any]) -> ProbeAnswer:
+    """The refund book as a far side that can be asked: is this order refunded?"""
+    order, cents = args
+    book = Path(os.environ["SUPPORT_DIR"]) / "refunds.jsonl"
+    entries = [json.loads(line) for line in book.read_text().splitlines()] if book.exists() else []
+    if {"order": order, "cents": cents} in entries:
+        return present(f"refunded {cents} cents on {order}", [f"{book}: {order}"])
+    return absent([f"{book}: no refund of {order}"])
+
+
 TOOLS = [issue_refund, refund_and_lose_reply]
+PROBES = {"refund_and_lose_reply": find_refund}
 
 
 @workflow.defn

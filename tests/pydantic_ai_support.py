@@ -15,21 +15,15 @@ import sys
 import tempfile
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from fastmcp.client.transports import StdioTransport
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.durable_exec.temporal import TemporalDurability
 from pydantic_ai.mcp import MCPToolset
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelResponse,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
-)
+from pydantic_ai.messages import ModelMessage, ModelResponse, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from examples.pydantic_ai.activities import scripted
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT_NAME = "ledger_support"
@@ -39,7 +33,7 @@ MODEL_CALLS: dict[str, int] = {}
 
 
 def _script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    """The prompt is the script: one ``tool {json arguments}`` line per call, in order."""
+    """The example's scripted model (the prompt is its script), counting its calls."""
     prompt = next(
         str(part.content)
         for message in messages
@@ -48,27 +42,7 @@ def _script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     )
     first = prompt.splitlines()[0]
     MODEL_CALLS[first] = MODEL_CALLS.get(first, 0) + 1
-    returned = [
-        part
-        for message in messages
-        for part in getattr(message, "parts", [])
-        if isinstance(part, ToolReturnPart)
-    ]
-    calls = [line.strip().partition(" ") for line in prompt.splitlines() if line.strip()]
-    if len(returned) < len(calls):
-        name, _, arguments = calls[len(returned)]
-        return ModelResponse(
-            parts=[
-                ToolCallPart(name, json.loads(arguments or "{}"), tool_call_id=f"c{len(returned)}")
-            ]
-        )
-    return ModelResponse(
-        parts=[TextPart("done: " + " | ".join(_text(r.content) for r in returned))]
-    )
-
-
-def _text(content: Any) -> str:
-    return " ".join(map(str, content)) if isinstance(content, list) else str(content)
+    return scripted(messages, info)
 
 
 notes = MCPToolset(

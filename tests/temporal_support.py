@@ -258,3 +258,54 @@ async def keep_history(client: Client, workflow_id: str, run_id: str | None, nam
     history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
     AGENT_HISTORIES.mkdir(parents=True, exist_ok=True)
     (AGENT_HISTORIES / f"{name}.json").write_text(history.to_json(), encoding="utf-8")
+
+
+@contextlib.asynccontextmanager
+async def worker_in_process(
+    module: str, *args: str, env: dict[str, str] | None = None
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``python -m MODULE ARGS``: a worker in a process (group) of its own, so that a test
+    can kill it; yielded once it prints ``WORKER READY``, killed on the way out."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-u",
+        "-m",
+        module,
+        *args,
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        seen = b""
+        while b"WORKER READY" not in seen:
+            line = await asyncio.wait_for(process.stdout.readline(), 60)
+            if not line:
+                raise AssertionError("the worker died: " + seen.decode())
+            seen += line
+        yield process
+    finally:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+
+
+async def send_update(address: str, workflow_id: str, name: str, payload: Any) -> tuple[int, str]:
+    """``temporal workflow update execute``: its exit status and what it printed."""
+    return await temporal_cli(
+        address,
+        "workflow",
+        "update",
+        "execute",
+        "--workflow-id",
+        workflow_id,
+        "--name",
+        name,
+        "--input",
+        json.dumps(payload),
+        check=False,
+    )

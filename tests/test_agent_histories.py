@@ -7,6 +7,7 @@ written by the tests that make those runs, with ``LEDGER_RECORD_HISTORIES=1``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,27 +29,29 @@ def histories(prefix: str) -> list[Path]:
     return found
 
 
-async def test_openai_agents_histories_replay_with_both_plugins(tmp_path: Path) -> None:
-    found = histories("openai")
-    text = " ".join(path.read_text() for path in found)
-    assert "ledger.reconcile" in text and "ledger.approve" in text
+def openai_plugins(tmp_path: Path) -> list[object]:
     desk = test_openai_agents.Desk("unused:7233", tmp_path)
-    reports = await replay_histories(
-        found,
-        workflows=[LedgeredSupportWorkflow],
-        plugins=[test_openai_agents.agents_plugin(tmp_path), desk.ledger_plugin()],
-    )
-    assert all(r.ok for r in reports), [r.error for r in reports]
+    # In the order the OpenAI integration refuses on a Replayer of its own.
+    return [desk.ledger_plugin(), test_openai_agents.agents_plugin(tmp_path)]
 
 
-async def test_pydantic_ai_histories_replay_with_both_plugins(tmp_path: Path) -> None:
-    found = histories("pydantic-ai")
+def pydantic_ai_plugins(tmp_path: Path) -> list[object]:
+    desk = test_pydantic_ai_durability.Desk("unused:7233", tmp_path)
+    return [PydanticAIPlugin(), desk.ledger_plugin()]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "workflow", "plugins"),
+    [
+        ("openai", LedgeredSupportWorkflow, openai_plugins),
+        ("pydantic-ai", DurableSupportWorkflow, pydantic_ai_plugins),
+    ],
+)
+async def test_agent_histories_replay_with_the_frameworks_plugin_and_the_ledgers(
+    prefix: str, workflow: type, plugins: Callable[[Path], list[object]], tmp_path: Path
+) -> None:
+    found = histories(prefix)
     text = " ".join(path.read_text() for path in found)
     assert "ledger.reconcile" in text and "ledger.approve" in text
-    desk = test_pydantic_ai_durability.Desk("unused:7233", tmp_path)
-    reports = await replay_histories(
-        found,
-        workflows=[DurableSupportWorkflow],
-        plugins=[PydanticAIPlugin(), desk.ledger_plugin()],
-    )
+    reports = await replay_histories(found, workflows=[workflow], plugins=plugins(tmp_path))
     assert all(r.ok for r in reports), [r.error for r in reports]

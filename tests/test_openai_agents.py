@@ -29,7 +29,7 @@ from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgen
 from temporalio.worker import Worker
 
 from examples.openai_agents.model import ScriptedProvider
-from tests.openai_support import TOOLS, LedgeredSupportWorkflow
+from tests.openai_support import PROBES, TOOLS, LedgeredSupportWorkflow
 from tests.temporal_support import (
     ROOT,
     keep_history,
@@ -37,8 +37,10 @@ from tests.temporal_support import (
     open_effects,
     query_json,
     reset_to_first_task,
+    send_update,
     temporal_cli,
     wait_for,
+    worker_in_process,
 )
 
 pytestmark = pytest.mark.timeout(180)
@@ -86,14 +88,21 @@ class Desk:
             approvers=["lead-*"],
         )
 
-    def ledger_plugin(self) -> LedgerPlugin:
+    def ledger_plugin(self, *, probes: bool = False) -> LedgerPlugin:
         return ledgered_plugin(
-            self.ledger_url, tools=TOOLS, mcp_servers=["notes"], policy=self.policy, lease=2.0
+            self.ledger_url,
+            tools=TOOLS,
+            mcp_servers=["notes"],
+            probes=PROBES if probes else None,
+            policy=self.policy,
+            lease=2.0,
         )
 
     @contextlib.asynccontextmanager
-    async def running(self, *, ledger_first: bool = False) -> AsyncIterator[Client]:
-        plugins: list[Any] = [agents_plugin(self.folder), self.ledger_plugin()]
+    async def running(
+        self, *, ledger_first: bool = False, probes: bool = False
+    ) -> AsyncIterator[Client]:
+        plugins: list[Any] = [agents_plugin(self.folder), self.ledger_plugin(probes=probes)]
         if ledger_first:
             plugins.reverse()
         client = await Client.connect(self.address, plugins=plugins)
@@ -105,37 +114,15 @@ class Desk:
         ):
             yield client
 
-    @contextlib.asynccontextmanager
-    async def worker_process(self) -> AsyncIterator[asyncio.subprocess.Process]:
+    def worker_process(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """This desk's worker in a process of its own, so that a test can kill it."""
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-u",
-            "-m",
+        return worker_in_process(
             "tests.openai_worker",
             self.address,
             self.task_queue,
             str(self.folder),
-            cwd=ROOT,
-            env=dict(os.environ, PYTHONPATH=str(ROOT), SUPPORT_DIR=str(self.folder)),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
+            env={"SUPPORT_DIR": str(self.folder)},
         )
-        try:
-            assert process.stdout is not None
-            seen = b""
-            while b"WORKER READY" not in seen:
-                line = await asyncio.wait_for(process.stdout.readline(), 60)
-                if not line:
-                    raise AssertionError("the worker died: " + seen.decode())
-                seen += line
-            yield process
-        finally:
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)  # the MCP server with it
-                await process.wait()
 
     async def start(self, client: Client, *calls: str) -> WorkflowHandle[Any, str]:
         workflow_id = f"support-{uuid.uuid4().hex[:8]}"
@@ -192,19 +179,7 @@ async def test_a_finished_run_reset_to_its_start_asks_no_model_and_acts_on_nothi
 
 
 async def reconcile(address: str, workflow_id: str, verdict: dict[str, Any]) -> tuple[int, str]:
-    return await temporal_cli(
-        address,
-        "workflow",
-        "update",
-        "execute",
-        "--workflow-id",
-        workflow_id,
-        "--name",
-        "reconcile",
-        "--input",
-        json.dumps(verdict),
-        check=False,
-    )
+    return await send_update(address, workflow_id, "reconcile", verdict)
 
 
 def template_of(command: str) -> dict[str, Any]:
@@ -246,6 +221,11 @@ async def test_an_mcp_tool_that_acted_and_lost_its_reply_parks_the_run_until_rec
         assert status == 0, answer
         result = await handle.result()
         await keep_history(client, handle.id, None, "openai-mcp-reconciled")
+        # Reset to the start: the operator's output is replayed from the ledger.
+        new_run = await reset_to_first_task(
+            desk.address, client, handle.id, handle.result_run_id, reason="test: replay"
+        )
+        assert await client.get_workflow_handle(handle.id, run_id=new_run).result() == result
     # The agent went on with the operator's output, and the note was added once.
     assert result == "done: note 1 on T-9 | 1"
     assert desk.notes() == ["T-9: customer called"]
@@ -303,19 +283,7 @@ async def test_a_read_only_mcp_tool_that_dies_mid_call_runs_again_and_never_park
 
 
 async def approve(address: str, workflow_id: str, decision: dict[str, Any]) -> tuple[int, str]:
-    return await temporal_cli(
-        address,
-        "workflow",
-        "update",
-        "execute",
-        "--workflow-id",
-        workflow_id,
-        "--name",
-        "approve",
-        "--input",
-        json.dumps(decision),
-        check=False,
-    )
+    return await send_update(address, workflow_id, "approve", decision)
 
 
 async def test_a_tool_that_may_destroy_waits_for_an_approval_of_its_exact_call(
@@ -422,4 +390,25 @@ async def test_a_worker_killed_between_the_effect_and_its_report_never_acts_twic
         assert await handle.result() == "done: note 1 on T-4"
     assert desk.notes() == ["T-4: hello"]
     with Ledger.open(desk.ledger_url) as ledger:
+        assert ledger.verify().ok
+
+
+async def test_a_probe_finds_the_lost_refund_and_the_run_goes_on_without_parking(
+    desk: Desk,
+) -> None:
+    async with desk.running(probes=True) as client:
+        handle = await desk.start(client, call("refund_and_lose_reply", order="D-4", cents=90))
+        result = await handle.result()
+        history = await handle.fetch_history()
+    assert result == "done: refunded 90 cents on D-4"
+    assert len(desk.refunds()) == 1
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert "ledger.probe" in scheduled and "ledger.reconcile" not in scheduled
+    with Ledger.open(desk.ledger_url) as ledger:
+        shown = ledger.state(next(e.key for e in ledger.events() if e.key.endswith("/3")))
+        assert shown.effect.value == "observed"
         assert ledger.verify().ok

@@ -35,7 +35,13 @@ from temporalio.worker import (
 )
 
 from tests.pydantic_ai_agent import AGENT_NAME, MODEL_CALLS, LedgeredAgentWorkflow, temporal_agent
-from tests.temporal_support import open_effects, reset_to_first_task, temporal_cli, wait_for
+from tests.temporal_support import (
+    open_effects,
+    reset_to_first_task,
+    send_update,
+    temporal_cli,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -200,33 +206,11 @@ async def test_a_tool_that_acted_and_lost_its_reply_parks_the_agent_until_reconc
         template = json.loads(shlex.split(parked["update_command"])[-1])
         assert template["output"] == PLACEHOLDER
         verdict = {**template, "actor": "ops-ann", "basis": "line 1 of the file"}
-        refused, answer = await temporal_cli(
-            temporal_address,
-            "workflow",
-            "update",
-            "execute",
-            "--workflow-id",
-            workflow_id,
-            "--name",
-            "reconcile",
-            "--input",
-            json.dumps(verdict),
-            check=False,
-        )
+        refused, answer = await send_update(temporal_address, workflow_id, "reconcile", verdict)
         assert refused != 0 and "placeholder" in answer, answer
         verdict["output"] = "appended by hand-check (line 1)"
-        await temporal_cli(
-            temporal_address,
-            "workflow",
-            "update",
-            "execute",
-            "--workflow-id",
-            workflow_id,
-            "--name",
-            "reconcile",
-            "--input",
-            json.dumps(verdict),
-        )
+        done, answer = await send_update(temporal_address, workflow_id, "reconcile", verdict)
+        assert done == 0, answer
         answer = await handle.result()
     assert answer == "done: appended by hand-check (line 1)"
     assert MODEL_CALLS[prompt] == 2

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,7 +24,6 @@ from temporalio.worker import Worker
 from tests.pydantic_ai_support import AGENT_NAME, MODEL_CALLS, NOTES_DIR
 from tests.pydantic_ai_workflows import DurableSupportWorkflow
 from tests.temporal_support import (
-    ROOT,
     keep_history,
     lines,
     open_effects,
@@ -33,6 +31,7 @@ from tests.temporal_support import (
     reset_to_first_task,
     temporal_cli,
     wait_for,
+    worker_in_process,
 )
 from tests.test_openai_agents import approve, call, reconcile, template_of
 
@@ -69,36 +68,15 @@ class Desk:
         async with Worker(client, task_queue=self.task_queue, workflows=[DurableSupportWorkflow]):
             yield client
 
-    @contextlib.asynccontextmanager
-    async def worker_process(self) -> AsyncIterator[asyncio.subprocess.Process]:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-u",
-            "-m",
+    def worker_process(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """This desk's worker in a process of its own, so that a test can kill it."""
+        return worker_in_process(
             "tests.pydantic_ai_worker",
             self.address,
             self.task_queue,
             str(self.folder),
-            cwd=ROOT,
-            env=dict(os.environ, PYTHONPATH=str(ROOT), PYDANTIC_NOTES_DIR=str(NOTES_DIR)),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
+            env={"PYDANTIC_NOTES_DIR": str(NOTES_DIR)},
         )
-        try:
-            assert process.stdout is not None
-            seen = b""
-            while b"WORKER READY" not in seen:
-                line = await asyncio.wait_for(process.stdout.readline(), 60)
-                if not line:
-                    raise AssertionError("the worker died: " + seen.decode())
-                seen += line
-            yield process
-        finally:
-            if process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                await process.wait()
 
     async def start(self, client: Client, *calls: str) -> WorkflowHandle[Any, str]:
         return await client.start_workflow(
@@ -177,6 +155,11 @@ async def test_an_mcp_tool_that_acted_and_lost_its_reply_parks_the_run_until_rec
         assert status == 0, answer
         result = await handle.result()
         await keep_history(client, handle.id, None, "pydantic-ai-mcp-reconciled")
+        # Reset to the start: the operator's output is replayed from the ledger.
+        new_run = await reset_to_first_task(
+            desk.address, client, handle.id, handle.result_run_id, reason="test: replay"
+        )
+        assert await client.get_workflow_handle(handle.id, run_id=new_run).result() == result
     assert result == "done: note added by hand-check"
     assert desk.notes() == [f"{desk.ticket}: customer called"]
 
@@ -208,7 +191,9 @@ async def test_a_read_only_mcp_tool_that_dies_mid_call_runs_again_and_never_park
             for e in ledger.events()
             if e.type == "action.execution_started" and requested[e.action_id].endswith("call_tool")
         ]
-        assert len(started) == 2, "the call that died, and the call again under its key"
+        # The call that died, then the call again under its key (more than once when the
+        # MCP client's reconnection to the restarted server fails at first).
+        assert len(started) >= 2 and len({e.key for e in started}) == 1, started
         assert ledger.open_effects() == [] and ledger.verify().ok
 
 

@@ -54,6 +54,23 @@ def test_each_problem_names_the_field_and_the_expected_type() -> None:
 def test_the_template_has_every_field_and_fits_once_filled() -> None:
     shape = output_template(SCHEMA)
     assert set(shape) == {"entry", "channel", "lines", "note", "amount"}
-    assert shape["channel"] == "mail" and shape["lines"] == [] and shape["entry"] == 0
+    assert shape["channel"] == "<one of 'mail', 'sms'>" and shape["entry"] == "<integer>"
+    assert shape["lines"] == [{"number": "<integer>", "text": "<string>"}]
     assert describe_schema(SCHEMA) == "object Receipt"
-    assert output_problems(SCHEMA, {**shape, "note": None}) == []
+    filled = {
+        **shape,
+        "entry": 3,
+        "channel": "sms",
+        "lines": [{"number": 1, "text": "hi"}],
+        "note": None,
+        "amount": 2.5,
+    }
+    assert output_problems(SCHEMA, filled) == []
+
+
+def test_a_template_sent_back_unchanged_is_refused_field_by_field() -> None:
+    shape = output_template(SCHEMA)
+    problems = output_problems(SCHEMA, shape)
+    named = {problem.split(":", 1)[0] for problem in problems}
+    assert {"entry", "channel", "lines[0].number", "lines[0].text", "note"} <= named
+    assert any("still the template's placeholder '<string>'" in p for p in problems)

@@ -10,10 +10,11 @@ that the plugin ledgers wait here alike. Deterministic and sandbox-safe.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
@@ -36,7 +37,7 @@ from ..activities import (
     UnknownEffect,
 )
 from ..ledger import Decision, Signers, Verdict
-from . import _render
+from . import _render, _tracing
 from ._scheduling import start_own_activity
 
 SIGNAL = _render.SIGNAL
@@ -317,8 +318,7 @@ class Inbox:
             needed.fingerprint,
             self.approvals[key].approve_command,
         )
-        evicted = False
-        try:
+        with _until_done(lambda: self._approval_over(key)):
             pending = await self._record_next(
                 self.decisions[key],
                 APPROVE_ACTIVITY,
@@ -327,12 +327,6 @@ class Inbox:
                 decided_elsewhere=ErrorType.APPROVE_ALREADY_DECIDED,
             )
             return None if pending is None else pending.given.decision
-        except GeneratorExit:
-            evicted = True  # the worker drops the run: its next replay rebuilds all this
-            raise
-        finally:
-            if not evicted:
-                self._approval_over(key)
 
     def _approval_over(self, key: str) -> None:
         self.approvals.pop(key, None)
@@ -385,8 +379,7 @@ class Inbox:
             unknown.error,
             self.open[key].update_command,
         )
-        evicted = False
-        try:
+        with _until_done(lambda: self._unparked(key)):
             while True:
                 pending = await self._record_next(
                     self.verdicts[key],
@@ -403,12 +396,6 @@ class Inbox:
                     )
                     continue
                 return pending.given
-        except GeneratorExit:
-            evicted = True  # the worker drops the run: its next replay rebuilds all this
-            raise
-        finally:
-            if not evicted:
-                self._unparked(key)
 
     def _unparked(self, key: str) -> None:
         self.open.pop(key, None)
@@ -450,6 +437,7 @@ class Inbox:
                 continue
             finally:
                 pending.done = True
+            _traced(pending.given)
             return pending
 
     def _drop_leftovers(self, leftovers: list[_Pending[Any, Any]], why: str) -> None:
@@ -459,6 +447,21 @@ class Inbox:
             leftover.error = f"{why}; the input was not applied"
             leftover.done = True
             self.reject("ledger", leftover.given.model_dump(), leftover.error)
+
+
+@contextlib.contextmanager
+def _until_done(done: Callable[[], None]) -> Iterator[None]:
+    """Runs ``done`` when a wait ends, however it ends, except when the worker drops the
+    run (eviction closes its coroutines): the next replay rebuilds the wait from history."""
+    try:
+        yield
+    except GeneratorExit:
+        raise
+    except BaseException:
+        done()
+        raise
+    else:
+        done()
 
 
 async def _answer(
@@ -512,6 +515,20 @@ def _signature_problem(given: ReconcileInput | ApproveInput, signers: Signers) -
         )
     except ImportError as exc:
         return f"this workflow worker cannot check signatures: {exc}"
+
+
+def _traced(given: ReconcileInput | ApproveInput) -> None:
+    """A decision the ledger recorded, as a span event (see ``_tracing``)."""
+    if isinstance(given, ReconcileInput):
+        _tracing.decided("verdict", given.key, verdict=given.verdict.value, actor=given.actor)
+    else:
+        _tracing.decided(
+            "approval",
+            given.key,
+            decision=given.decision.value,
+            actor=given.actor,
+            fingerprint=given.fingerprint,
+        )
 
 
 def _glob(name: str, pattern: str) -> bool:

@@ -44,6 +44,7 @@ from ..activities._payloads import ANCHOR_HEADER, HINTS_HEADER, RunAnchor, ToolH
 from ..activities._results import PLACEHOLDER, holds_placeholder
 from ..ledger import Verdict
 from ._inbox import Call, inbox
+from ._probe import ask_probe
 from ._scheduling import scheduling_own
 
 #: Waits between asking the ledger again about a call whose attempt was lost.
@@ -192,6 +193,18 @@ class _Ledgered:
                 elif kind == ErrorType.EFFECT_UNKNOWN:
                     assert isinstance(cause, ApplicationError)
                     unknown = UnknownEffect.model_validate(cause.details[0])
+                    if unknown.probe:
+                        found = await ask_probe(
+                            self._input.activity,
+                            unknown,
+                            {"args": _as_json(self._input.args)},
+                            task_queue=self._input.task_queue,
+                        )
+                        if found is not None and found.finding == "present":
+                            return self._decode(self._rule.output.result(found.output))
+                        if found is not None and found.finding in ("absent", "resolved"):
+                            self._again()
+                            continue
                     verdict = await inbox().park(self._call(None), unknown)
                     if verdict is not None and verdict.verdict is Verdict.EFFECT_CONFIRMED:
                         return self._decode(self._rule.output.result(verdict.output))
@@ -206,8 +219,11 @@ class _Ledgered:
                 if self._listed is not None and self._rule.server:
                     self._listed(self._rule.server, result)
                 return result
-            # Again under the same key (same anchor header); not numbered (_scheduling).
-            self._attempt = self._next.start_activity(dataclasses.replace(self._input))
+            self._again()
+
+    def _again(self) -> None:
+        # Again under the same key (same anchor header); not numbered (_scheduling).
+        self._attempt = self._next.start_activity(dataclasses.replace(self._input))
 
     def _call(self, arguments: Any) -> Call:
         template = self._rule.output.template(self._input.ret_type)

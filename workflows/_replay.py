@@ -37,12 +37,18 @@ async def replay_histories(
     """Replay each exported history (``temporal workflow show -o json``); report per file.
 
     ``plugins`` defaults to a ledger-less :class:`~activities.LedgerPlugin`, which is
-    what replay needs: the pydantic converter and the sandbox pass-through.
+    what replay needs for ``run_tool`` steps: the pydantic converter and the sandbox
+    pass-through. Runs of an agent framework's app replay with that framework's plugin
+    and the ledger's as the worker had them (its ``ledger_activities`` rules included:
+    a run that waited scheduled what a run that did not never does), in any order.
     """
-    if plugins is None:
-        from ..activities import LedgerPlugin
+    from ..activities import LedgerPlugin
 
+    if plugins is None:
         plugins = [LedgerPlugin()]
+    # The ledger's plugin last: a framework's plugin that installs a converter of its own
+    # (the OpenAI Agents integration's refuses any other) sets it first, and ours keeps it.
+    plugins = sorted(plugins, key=lambda plugin: isinstance(plugin, LedgerPlugin))
     replayer = Replayer(workflows=list(workflows), plugins=list(plugins))  # type: ignore[arg-type]
     reports = []
     for path in map(Path, paths):

@@ -16,12 +16,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from ..activities import (
     FINAL_ERROR_TYPES,
-    PROBE_ACTIVITY,
     ApprovalNeeded,
     ConflictDetails,
     ErrorType,
-    ProbeInput,
-    ProbeResult,
     Tool,
     ToolCall,
     ToolOutcome,
@@ -32,7 +29,8 @@ from ..activities import (
 )
 from ..ledger import Decision, Verdict, output_misfit, output_template
 from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError, ToolRejectedError
-from ._inbox import Call, cause_message, inbox
+from ._inbox import Call, inbox
+from ._probe import ask_probe
 from ._scheduling import start_own_activity
 
 OutT = TypeVar("OutT")
@@ -44,14 +42,6 @@ TOOL_RETRY_POLICY = RetryPolicy(
     maximum_interval=timedelta(seconds=60),
     maximum_attempts=0,
     non_retryable_error_types=list(FINAL_ERROR_TYPES),
-)
-#: A probe only reads; a few tries, then the step parks for a person as it would without one.
-PROBE_TIMEOUT = timedelta(seconds=30)
-PROBE_RETRY_POLICY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_attempts=3,
-    non_retryable_error_types=[ErrorType.PROBE_UNAVAILABLE, ErrorType.RECONCILE_REFUSED],
 )
 
 
@@ -146,7 +136,7 @@ async def run_tool(
             if cause.type == ErrorType.EFFECT_UNKNOWN:
                 unknown = UnknownEffect.model_validate(cause.details[0])
                 if unknown.probe:
-                    found = await _probe(spec, call, unknown, task_queue=task_queue)
+                    found = await ask_probe(spec.name, unknown, call.arg, task_queue=task_queue)
                     if found is not None and found.finding == "present":
                         return _typed_output(spec, found.output, key=key, step=step)
                     if found is not None and found.finding in ("absent", "resolved"):
@@ -171,29 +161,6 @@ def _call(spec: ToolSpec[Any, Any], call: ToolCall) -> Call:
         template=None if schema is None else output_template(schema),
         misfit=lambda output: _output_misfit(spec, output),
     )
-
-
-async def _probe(
-    spec: ToolSpec[Any, Any], call: ToolCall, unknown: UnknownEffect, *, task_queue: str | None
-) -> ProbeResult | None:
-    """Ask the tool's probe about the unknown effect; ``None`` if it could not answer."""
-    try:
-        return await start_own_activity(
-            PROBE_ACTIVITY,
-            ProbeInput(key=unknown.key, tool=spec.name, action_id=unknown.action_id, arg=call.arg),
-            result_type=ProbeResult,
-            start_to_close_timeout=PROBE_TIMEOUT,
-            retry_policy=PROBE_RETRY_POLICY,
-            task_queue=task_queue,
-        )
-    except ActivityError as err:
-        workflow.logger.warning(
-            "the probe of %s for key %r failed (%s); the step parks for an operator",
-            spec.name,
-            unknown.key,
-            cause_message(err),
-        )
-        return None
 
 
 def _typed_output(spec: ToolSpec[Any, Any], output: Any, *, key: str, step: str) -> Any:

@@ -1,0 +1,111 @@
+"""A span per ledgered call that says what the ledger decided, per OpenTelemetry's GenAI
+conventions for tool calls (``execute_tool {gen_ai.tool.name}``).
+
+With the ``[otel]`` extra (the OpenTelemetry API) a ledgered call, a ``@tool`` or an
+activity ledgered by pattern, runs in a span of its own: a child of temporalio's
+``RunActivity`` span where its ``OpenTelemetryPlugin`` or ``TracingInterceptor`` is on,
+a root otherwise. The GenAI attributes say which tool; the ledger's, in the
+``temporal_ledger.*`` namespace, what the ledger did: acted, replayed, refused, denied,
+failed, unknown or awaiting approval, with the key, fingerprint, replayed action and
+lease token. Arguments and outputs are recorded only when asked for
+(``LedgerPlugin(trace_content=True)``), as the conventions make them opt-in. Without the
+extra nothing is imported and nothing is recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+try:
+    from opentelemetry import trace
+except ImportError:  # the [otel] extra is not installed: no spans
+    trace = None  # type: ignore[assignment]
+
+#: The namespace of the ledger's own span attributes.
+NAMESPACE = "temporal_ledger"
+
+_current: contextvars.ContextVar[CallSpan | None] = contextvars.ContextVar(
+    "temporal_ledger_call_span", default=None
+)
+
+
+class CallSpan:
+    """The span of one ledgered call, or nothing where tracing is off."""
+
+    def __init__(self, span: Any = None, *, content: bool = False) -> None:
+        self._span = span
+        self.content = content
+
+    @property
+    def recording(self) -> bool:
+        return self._span is not None and self._span.is_recording()
+
+    def set(self, name: str, value: Any) -> None:
+        """A ``temporal_ledger.<name>`` attribute (lists of strings as they are)."""
+        if self._span is not None and value is not None:
+            self._span.set_attribute(f"{NAMESPACE}.{name}", _attribute(value))
+
+    def set_content(self, name: str, value: Any) -> None:
+        """An opt-in GenAI content attribute (``gen_ai.tool.call.arguments``, ``.result``)."""
+        if self._span is not None and self.content:
+            self._span.set_attribute(f"gen_ai.tool.call.{name}", _json(value))
+
+    def failed(self, error_type: str) -> None:
+        if self._span is not None:
+            self._span.set_attribute("error.type", error_type)
+
+
+@contextlib.contextmanager
+def call_span(tool: str, key: str, *, content: bool = False) -> Iterator[CallSpan]:
+    """The span of one ledgered call of ``tool`` under ``key``, current while it runs."""
+    if trace is None:
+        yield CallSpan()
+        return
+    tracer = trace.get_tracer("temporal_ledger")
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.call.id": key,
+        f"{NAMESPACE}.key": key,
+    }
+    with tracer.start_as_current_span(
+        f"execute_tool {tool}",
+        kind=trace.SpanKind.INTERNAL,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        call = CallSpan(span, content=content)
+        token = _current.set(call)
+        try:
+            yield call
+        except BaseException as exc:
+            error_type = getattr(exc, "type", None) or type(exc).__name__
+            call.failed(str(error_type))
+            raise
+        finally:
+            _current.reset(token)
+
+
+def current_call() -> CallSpan:
+    """The span of the ledgered call running now (a span that records nothing if none)."""
+    return _current.get() or CallSpan()
+
+
+def _attribute(value: Any) -> Any:
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        return list(value)
+    return _json(value)
+
+
+def _json(value: Any) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return repr(value)

@@ -1,0 +1,106 @@
+"""The scripted ten-turn agent of ``agent_overhead.py`` on each agent framework.
+
+One agent per framework (the OpenAI Agents SDK's Temporal integration and pydantic-ai's
+``TemporalDurability``), each with one function tool, ``append_line(path, line)``, that
+appends a line to a file with the same function as the ``run_tool`` arm's ``@tool``
+(``examples.plan``'s write + flush + fsync, on a thread). Their models are the examples'
+scripted ones: the prompt is the script, one ``append_line {json}`` line per tool call,
+one call per turn, then an answer. Nothing here knows about the ledger: the benchmark
+runs the same workflows with and without the ledger's plugin.
+
+``agent_overhead.py`` passes this module through the workflow sandbox, so its
+module-level work (imports, building the pydantic-ai agent) runs once, outside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from datetime import timedelta
+from pathlib import Path
+
+from agents import Agent as OpenAIAgent
+from agents import Runner
+from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai.durable_exec.temporal import PydanticAIWorkflow, TemporalDurability
+from pydantic_ai.models.function import FunctionModel
+from temporalio import activity, workflow
+from temporalio.contrib.openai_agents.workflow import activity_as_tool
+
+from examples.plan.activities import _append
+from examples.pydantic_ai.activities import scripted
+
+TOOL = "append_line"
+#: The tool activities' timeout, the same on both frameworks.
+START_TO_CLOSE = timedelta(minutes=5)
+#: The workflow types (the ledger's performers).
+OPENAI_WORKFLOW = "BenchOpenAIAgent"
+PYDANTIC_WORKFLOW = "BenchPydanticAgent"
+
+
+def prompt(path: str, turns: int) -> str:
+    """The scripted models' script: ``turns`` calls of ``append_line``, one per line."""
+    return "\n".join(
+        f"{TOOL} {json.dumps({'path': path, 'line': f'line {n}'})}" for n in range(turns)
+    )
+
+
+async def _append_line(path: str, line: str) -> str:
+    lines = await asyncio.to_thread(_append, Path(path), line)
+    return f"{path} has {lines} lines"
+
+
+# -- the OpenAI Agents SDK: the tool is an activity the agent calls through activity_as_tool
+
+
+@activity.defn(name=TOOL)
+async def append_line(path: str, line: str) -> str:
+    """Append one line to a file."""
+    return await _append_line(path, line)
+
+
+@workflow.defn(name=OPENAI_WORKFLOW)
+class OpenAIAgentWorkflow:
+    """One ``Runner.run`` of an agent whose only tool is ``append_line``."""
+
+    @workflow.run
+    async def run(self, script: str, max_turns: int) -> str:
+        agent = OpenAIAgent(
+            name="Bench",
+            instructions="Call the tools the prompt lists, one per turn, then answer.",
+            tools=[activity_as_tool(append_line, start_to_close_timeout=START_TO_CLOSE)],
+        )
+        result = await Runner.run(agent, script, max_turns=max_turns)
+        return str(result.final_output)
+
+
+OPENAI_ACTIVITIES: Sequence[object] = (append_line,)
+
+
+# -- pydantic-ai: the tool is the agent's own; TemporalDurability runs it as an activity
+
+pydantic_agent = PydanticAgent(
+    FunctionModel(scripted),
+    name="bench",
+    capabilities=[TemporalDurability(activity_config={"start_to_close_timeout": START_TO_CLOSE})],
+)
+
+
+@pydantic_agent.tool_plain(name=TOOL)
+async def _pydantic_append_line(path: str, line: str) -> str:
+    """Append one line to a file."""
+    return await _append_line(path, line)
+
+
+@workflow.defn(name=PYDANTIC_WORKFLOW)
+class PydanticAgentWorkflow(PydanticAIWorkflow):
+    """One ``agent.run`` of an agent whose only tool is ``append_line``."""
+
+    __pydantic_ai_agents__ = [pydantic_agent]
+
+    @workflow.run
+    async def run(self, script: str, max_turns: int) -> str:
+        del max_turns  # pydantic-ai's default request limit (50) is enough
+        result = await pydantic_agent.run(script)
+        return result.output
