@@ -489,7 +489,7 @@ class Signers:
             )
         if not _verifies(parse_public_key(found), statement(signature), signature.value):
             return (
-                f"the signature with {actor!r}'s key {signature.key_id} does not match this "
+                f"the signature with key {signature.key_id} of {actor!r} does not match this "
                 f"{kind}: it was made over other fields (key, "
                 f"{'fingerprint' if kind == 'decision' else 'action, evidence, output'}, "
                 f"{kind}, actor, basis, workflow or namespace)"

@@ -290,7 +290,10 @@ async def test_an_approval_counts_only_when_signed_by_the_actors_key_for_this_ca
         f"seq {unsigned_seq} (action.approved, key {key!r}): the decision of 'lead-ann' is "
         "unsigned" in out
     )
-    assert f"seq {copied_seq} (action.approved, key {key!r}): the signature with 'lead-ann'" in out
+    assert (
+        f"seq {copied_seq} (action.approved, key {key!r}): the signature with key {ann_id} "
+        "of 'lead-ann' does not match this decision" in out
+    )
     assert f"seq {recorded.seq} " not in out  # the genuine one still verifies
     assert "2 problem(s)" in out
 
