@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -486,3 +487,20 @@ async def test_decisions_recorded_with_the_cli_are_signed_and_verified(
     assert "signed with lead-bo's key" in out and "for workflow wf-7 in namespace default" in out
     code, out = await cli("verify", "--policy", str(tmp_path / "missing.toml"), db=ledger_url)
     assert code == 2 and "policy file not found" in out
+
+
+def test_keys_without_the_signing_extra_name_it(tmp_path: Path) -> None:
+    """A policy with keys on a machine without ``cryptography``: an ImportError naming the
+    extra when the policy loads, not a failure at the first signature."""
+    path = tmp_path / "policy.toml"
+    path.write_text(f'[keys]\n"lead-ann" = "{public(generate_private_key())}"\n')
+    code = (
+        "import sys; sys.modules['cryptography'] = None\n"
+        "from temporal_ledger.activities import Policy\n"
+        "try:\n"
+        f"    Policy.load({str(path)!r})\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "pip install 'temporal-ledger[signing]'" in done.stdout, done.stderr
