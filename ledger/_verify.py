@@ -15,7 +15,9 @@ if TYPE_CHECKING:
     from ._models import LedgerEvent
     from ._recorder import Recorder
 
-#: Events that answer a request; every request gets exactly one.
+#: Events that answer a request. Every request gets exactly one final answer (a
+#: completion or a refusal), or is deferred; a deferred request that is submitted again
+#: (its ``action_id`` again) may get its final answer later, never two of them.
 RESOLUTIONS = frozenset({EventType.COMPLETED, EventType.REPLAY_REFUSED, EventType.DEFERRED})
 
 
@@ -113,11 +115,17 @@ def _check_resolutions(events: list[LedgerEvent], records: dict) -> list[str]:
             )
         elif any(answer.key != request.key for answer in answers):
             problems.append(f"action {action_id}: answered under a different key")
-        if len(answers) > 1:
-            seqs = ", ".join(str(a.seq) for a in answers)
+        finals = [a for a in answers if a.type != EventType.DEFERRED]
+        if len(finals) > 1:
+            seqs = ", ".join(str(a.seq) for a in finals)
             problems.append(
-                f"action {action_id} (key {answers[0].key!r}): resolved {len(answers)} times "
+                f"action {action_id} (key {answers[0].key!r}): resolved {len(finals)} times "
                 f"(seq {seqs}); a request is resolved exactly once (inserted record?)"
+            )
+        elif finals and any(a.seq > finals[0].seq for a in answers):
+            problems.append(
+                f"action {action_id} (key {answers[0].key!r}): deferred after it was answered "
+                f"at seq {finals[0].seq} (inserted record?)"
             )
     for action_id, request in requests.items():
         if action_id in resolved:
