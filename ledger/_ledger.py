@@ -9,7 +9,7 @@ import inspect
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, TypeAlias, TypeVar
 
@@ -180,6 +180,8 @@ class Ledger:
         self._submit_audits()
         if self._audits:  # the batched replays' audit records are written before closing
             await asyncio.gather(*self._audits, return_exceptions=True)
+        if not self._closed:
+            await self._recorder.close_on_loop()
         await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     def __enter__(self) -> Ledger:
@@ -189,6 +191,7 @@ class Ledger:
         self.close()
 
     async def __aenter__(self) -> Ledger:
+        await self._recorder.open_on_loop()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -342,6 +345,11 @@ class Ledger:
                 if exc.maybe_committed:
                     await self._release_unused_claim(request.key, request.action_id)
                 raise
+            except asyncio.CancelledError:
+                # The caller stopped waiting. A claim sent before it did may land all the
+                # same, and its adapter will never run: released as no effect.
+                self._in_background(self._release_unused_claim(request.key, request.action_id))
+                raise
             first = False
             if isinstance(decision, Answer):
                 return decision.result
@@ -446,6 +454,17 @@ class Ledger:
             )
             self._audits.add(pending)
             pending.add_done_callback(self._audit_done)
+
+    def _in_background(self, write: Coroutine[Any, Any, Any]) -> None:
+        """Run a write the caller no longer waits for; ``aclose`` waits for it."""
+        pending = asyncio.ensure_future(write)
+        self._audits.add(pending)
+        pending.add_done_callback(self._background_done)
+
+    def _background_done(self, pending: asyncio.Future[Any]) -> None:
+        self._audits.discard(pending)
+        if not pending.cancelled() and pending.exception() is not None:
+            logger.error("a write nobody waited for failed: %s", pending.exception())
 
     def _audit_done(self, pending: asyncio.Future[Any]) -> None:
         self._audits.discard(pending)
@@ -584,7 +603,14 @@ class Ledger:
                     raise
             else:
                 fields = success_fields(output)
-            return await self._complete_now(key, action_id, token, fields, claim=claim)
+            try:
+                return await self._complete_now(key, action_id, token, fields, claim=claim)
+            except asyncio.CancelledError:
+                # The caller stopped waiting while its completion was written (and may have
+                # been cancelled on the server): the adapter acted, so it is written all
+                # the same, the durable way.
+                self._in_background(self._complete_now(key, action_id, token, fields))
+                raise
         finally:
             timer.cancel()
             if renewal is not None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from ._models import EventType
-from ._recorder import body_hash, chain_hash
+from ._recorder import TALLY_STRIPES, Tally, body_hash, chain_hash, head_mark, stripe_of
 
 if TYPE_CHECKING:
     from ._models import LedgerEvent
@@ -29,10 +29,13 @@ class VerifyReport(BaseModel):
 
 
 def verify_ledger(recorder: Recorder, *, gated: tuple[str, ...] = ()) -> VerifyReport:
+    tally = recorder.tally()
     events = recorder.events()
     records = {r.key: r for r in recorder.records()}
     problems: list[str] = []
     problems += _check_chains(events, records)
+    if tally is not None:
+        problems += _check_tally(events, records, tally)
     problems += _check_resolutions(events, records)
     problems += _check_replays(events)
     problems += _check_fencing(events)
@@ -92,6 +95,44 @@ def _check_chains(events: list[LedgerEvent], records: dict) -> list[str]:
             )
     for key in heads.keys() - records.keys():
         problems.append(f"key {key!r}: records in the log but no key state")
+    return problems
+
+
+def _check_tally(events: list[LedgerEvent], records: dict, stored: dict[int, Tally]) -> list[str]:
+    """The ledger-wide tally against the log and the key states: a key deleted whole (its
+    records and its state) is missing from both, but not from the tally."""
+    heads: dict[str, str] = {}
+    counts: dict[str, int] = defaultdict(int)
+    for event in events:
+        heads[event.key] = event.hash
+        counts[event.key] += 1
+    keys = [0] * TALLY_STRIPES
+    held = [0] * TALLY_STRIPES
+    digests = [0] * TALLY_STRIPES
+    for key in records:
+        keys[stripe_of(key)] += 1
+    for key, head in heads.items():
+        stripe = stripe_of(key)
+        held[stripe] += counts[key]
+        digests[stripe] ^= head_mark(head)
+    problems = []
+    for stripe in range(TALLY_STRIPES):
+        counted = stored.get(stripe)
+        if counted is None:
+            problems.append(f"tally stripe {stripe}: missing from ledger_stripes (deleted?)")
+            continue
+        if (counted.keys, counted.events) != (keys[stripe], held[stripe]):
+            problems.append(
+                f"tally stripe {stripe}: the ledger counted {counted.keys} keys holding "
+                f"{counted.events} records, the key states and the log hold {keys[stripe]} "
+                f"keys and {held[stripe]} records (a whole key was deleted, or records were "
+                "dropped or added outside the ledger)"
+            )
+        elif counted.digest != digests[stripe]:
+            problems.append(
+                f"tally stripe {stripe}: the chain heads of its keys are not the ones the "
+                "ledger counted (a key was replaced outside the ledger)"
+            )
     return problems
 
 

@@ -31,6 +31,7 @@ from ._recorder import (
     Phase,
     Recorder,
     T,
+    Tally,
     Transaction,
     event_from_row,
     event_values,
@@ -39,6 +40,7 @@ from ._recorder import (
     record_values,
     resolve,
     row_values,
+    tally_of_records,
     update_row_sql,
     write_record_sql,
 )
@@ -89,7 +91,29 @@ MIGRATIONS: list[tuple[str, ...]] = [
         CREATE INDEX IF NOT EXISTS ledger_keys_settled ON ledger_keys (compacted, settled_at)
         """,
     ),
+    (
+        # The key's chain head in a column of its own (PostgreSQL guards writes by it).
+        "ALTER TABLE ledger_keys ADD COLUMN head_hash TEXT NOT NULL DEFAULT ''",
+        "UPDATE ledger_keys SET head_hash = json_extract(record, '$.head_hash')",
+        # The ledger-wide tally (see TALLY_STRIPES); filled by _migrate.
+        """
+        CREATE TABLE ledger_stripes (
+            stripe INTEGER PRIMARY KEY,
+            keys INTEGER NOT NULL,
+            events INTEGER NOT NULL,
+            digest INTEGER NOT NULL
+        )
+        """,
+    ),
 ]
+
+# The version whose migration adds the tally, which _migrate fills from the records.
+_TALLY_VERSION = 2
+
+_ADD_TO_TALLY = (
+    "UPDATE ledger_stripes SET keys = keys + ?, events = events + ?,"
+    " digest = (digest | ?) & ~(digest & ?) WHERE stripe = ?"  # digest XOR the change
+)
 
 
 def path_from_url(url: str) -> Path:
@@ -170,6 +194,17 @@ class _SQLiteTransaction(Transaction):
 
     def _insert_event(self, event: PendingEvent) -> None:
         self._pending.append(event)
+
+    def finish(self) -> None:
+        """Write what is held and the transition's share of the ledger-wide tally."""
+        self.flush()
+        added = self.tally()
+        if added is not None:
+            stripe, tally = added
+            self._conn.execute(
+                _ADD_TO_TALLY, (tally.keys, tally.events, tally.digest, tally.digest, stripe)
+            )
+            self.wrote = True
 
     def flush(self) -> None:
         """Insert the events held so far (a unique index's refusal is raised here)."""
@@ -273,6 +308,16 @@ class SQLiteRecorder(Recorder):
                 for statements in MIGRATIONS[current:]:
                     for statement in statements:
                         self._conn.execute(statement)
+                if current < _TALLY_VERSION <= target:
+                    rows = self._conn.execute(
+                        "SELECT key, head_hash, json_extract(record, '$.events') FROM ledger_keys"
+                    )
+                    tally = tally_of_records(rows)
+                    self._conn.executemany(
+                        "INSERT INTO ledger_stripes (stripe, keys, events, digest)"
+                        " VALUES (?, ?, ?, ?)",
+                        [(s, t.keys, t.events, t.digest) for s, t in tally.items()],
+                    )
                 if current < target:
                     self._conn.execute(
                         "INSERT OR REPLACE INTO ledger_meta (name, value)"
@@ -390,7 +435,7 @@ class SQLiteRecorder(Recorder):
     def _run_item(self, item: _Queued) -> Any:
         tx = self._item_transaction(item)
         result = item.fn(tx)
-        tx.flush()
+        tx.finish()
         return result
 
     def _together(self, batch: list[_Queued]) -> list[_Answer] | None:
@@ -402,7 +447,7 @@ class SQLiteRecorder(Recorder):
             try:
                 tx = self._item_transaction(item)
                 result = item.fn(tx)
-                tx.flush()
+                tx.finish()
             except sqlite3.OperationalError:
                 raise  # the whole transaction is in doubt: fail the batch
             except Exception as exc:
@@ -456,7 +501,7 @@ class SQLiteRecorder(Recorder):
             record = KeyRecord.from_json(row[0]) if row else None
             tx = _SQLiteTransaction(conn, key, record, self.now())
             result = fn(tx)
-            tx.flush()
+            tx.finish()
             conn.execute("COMMIT")
             return result
         except sqlite3.IntegrityError as exc:
@@ -489,6 +534,13 @@ class SQLiteRecorder(Recorder):
         finally:
             self._loop_read_lock.release()
         return (KeyRecord.from_json(row[0]) if row else None), self.now()
+
+    def tally(self) -> dict[int, Tally]:
+        with self._read_lock:
+            rows = self._read_conn.execute(
+                "SELECT stripe, keys, events, digest FROM ledger_stripes"
+            ).fetchall()
+        return {stripe: Tally(keys, events, digest) for stripe, keys, events, digest in rows}
 
     def get(self, key: str) -> KeyRecord | None:
         with self._read_lock:
