@@ -112,7 +112,8 @@ def resolve(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 
 def iso(epoch: float) -> str:
     """``datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")``, with the
-    date and time of day formatted once per second: every transaction stamps its events."""
+    date and time of day formatted once per second: every transaction stamps its events
+    (and a claim its lease's end, a lease later: a few seconds are kept)."""
     if epoch < 0:
         return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
     fraction, whole = math.modf(epoch)
@@ -122,15 +123,16 @@ def iso(epoch: float) -> str:
         whole += 1.0
         micros -= 1_000_000
     second = int(whole)
-    global _iso_second
-    cached = _iso_second  # read once: another thread may replace it meanwhile
-    if cached[0] != second:
-        cached = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
-        _iso_second = cached
-    return f"{cached[1]}.{micros:06d}+00:00"
+    text = _ISO_SECONDS.get(second)
+    if text is None:
+        if len(_ISO_SECONDS) >= 64:
+            _ISO_SECONDS.clear()  # a cache: another thread's entry may go too
+        text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _ISO_SECONDS[second] = text
+    return f"{text}.{micros:06d}+00:00"
 
 
-_iso_second: tuple[int, str] = (-1, "")
+_ISO_SECONDS: dict[int, str] = {}
 
 
 # Built once: json.dumps with options builds a new encoder on every call.

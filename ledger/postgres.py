@@ -284,10 +284,11 @@ def _describe(conninfo: str) -> str:
 
 @functools.cache
 def _write_sql(events: int) -> str:
-    """The call of ``ledger_write`` with ``events`` events (the rest default to none)."""
-    return "SELECT o_clock, o_wrote, o_record FROM ledger_write(" + ", ".join(
-        ["%s"] * (16 + len(_EVENT_FIELDS) * events)
-    ) + ")"
+    """The call of ``ledger_write`` with ``events`` events (the rest default to none), in
+    the server's own placeholders: it runs on a raw cursor, which has nothing to rewrite."""
+    count = 16 + len(_EVENT_FIELDS) * events
+    placeholders = ", ".join(f"${n}" for n in range(1, count + 1))
+    return f"SELECT o_clock, o_wrote, o_record FROM ledger_write({placeholders})"
 
 
 def _event_values(event: PendingEvent) -> tuple[Any, ...]:
@@ -380,7 +381,7 @@ class _PostgresTransaction(Transaction):
         compact = self._conn.cursor()
         with self._conn.pipeline():
             for sql, params in self._calls(tally=False):
-                self._conn.execute(sql, params)
+                psycopg.RawCursor(self._conn).execute(sql, params)
             compact.execute(_COMPACT, (tombstone, self.key, through_seq, tombstone))
         return max(compact.rowcount, 0)
 
@@ -391,7 +392,7 @@ class _PostgresTransaction(Transaction):
         try:
             with conn.pipeline():
                 for sql, params in self._calls():
-                    conn.execute(sql, params)
+                    psycopg.RawCursor(conn).execute(sql, params)
                 commit.execute("COMMIT", prepare=False)
         except psycopg.Error:
             result = commit.pgresult
@@ -489,9 +490,14 @@ class PostgresRecorder(Recorder):
         # loop takes the usual way. A cursor per connection is kept: one execute each.
         self._loop_pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._cursors: weakref.WeakKeyDictionary[Any, psycopg.AsyncCursor[Any]] = (
+        self._cursors: weakref.WeakKeyDictionary[Any, psycopg.AsyncRawCursor[Any]] = (
             weakref.WeakKeyDictionary()
         )
+        # Connections the loop took from its pool and keeps, idle, for its next calls:
+        # the pool's checkout and return cost more instructions than the rest of a
+        # one-message transaction's psycopg work (bench/README.md). The pool still opens,
+        # sizes and replaces them; a broken one goes back to it.
+        self._loop_idle: list[psycopg.AsyncConnection[Any]] = []
 
         # One direct connection first: it gives libpq's own error ("connection
         # refused", "database does not exist") instead of a pool timeout.
@@ -774,7 +780,7 @@ class PostgresRecorder(Recorder):
         try:
             cursor = self._cursors.get(conn)
             if cursor is None:
-                cursor = self._cursors[conn] = conn.cursor()
+                cursor = self._cursors[conn] = psycopg.AsyncRawCursor(conn)
             sent = time.monotonic()
             # Not prepared: a statement prepared on first use would cost that call a
             # round trip of its own.
@@ -787,7 +793,7 @@ class PostgresRecorder(Recorder):
                 return None
             raise self._write_failed(key, exc, committing=_lost(exc)) from exc
         finally:
-            await pool.putconn(conn)
+            await self._given_back_on_loop(pool, conn)
         assert row is not None
         clock, wrote, seen = row
         received = time.monotonic()
@@ -834,6 +840,15 @@ class PostgresRecorder(Recorder):
     ) -> psycopg.AsyncConnection[Any] | None:
         """:meth:`_taken` on the event loop's pool: a connection, or ``None`` if none
         came within the pool's timeout."""
+        idle = self._loop_idle
+        while idle:
+            conn = idle.pop()
+            try:
+                _check_pooled(conn)
+            except psycopg.Error:
+                await pool.putconn(conn)
+                continue
+            return conn
         deadline = time.monotonic() + self._timeout
         while True:
             try:
@@ -846,6 +861,24 @@ class PostgresRecorder(Recorder):
                 await pool.putconn(conn)
                 continue
             return conn
+
+    async def _given_back_on_loop(
+        self,
+        pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]],
+        conn: psycopg.AsyncConnection[Any],
+    ) -> None:
+        """A connection done with: kept for the loop's next call while it is idle and
+        healthy, else handed back to the pool, which closes a broken one and opens
+        another."""
+        pgconn = conn.pgconn
+        if (
+            self._loop_pool is pool
+            and pgconn.status == ConnStatus.OK
+            and pgconn.transaction_status == TransactionStatus.IDLE
+        ):
+            self._loop_idle.append(conn)
+        else:
+            await pool.putconn(conn)
 
     def tally(self) -> dict[int, Tally]:
         rows = self._read(
@@ -907,7 +940,7 @@ class PostgresRecorder(Recorder):
         pool, loop = self._loop_pool, self._loop
         if pool is not None and loop is asyncio.get_running_loop():
             self._loop_pool = None
-            await pool.close()
+            await _close_pool(pool, self._loop_idle)
 
     def close(self) -> None:
         if self._closed.is_set():
@@ -934,13 +967,16 @@ class PostgresRecorder(Recorder):
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
+        closing = _close_pool(pool, self._loop_idle)
         if running is loop:
-            closing = loop.create_task(pool.close())
-            _CLOSING.add(closing)
-            closing.add_done_callback(_CLOSING.discard)
+            task = loop.create_task(closing)
+            _CLOSING.add(task)
+            task.add_done_callback(_CLOSING.discard)
         elif loop.is_running():
             with suppress(Exception):
-                asyncio.run_coroutine_threadsafe(pool.close(), loop).result(self._timeout)
+                asyncio.run_coroutine_threadsafe(closing, loop).result(self._timeout)
+        else:
+            closing.close()
 
 
 class _Job:
@@ -963,6 +999,16 @@ class _DeadOnArrival(psycopg.OperationalError):
 
 # Pools being closed from their own loop's thread (see _close_loop_pool).
 _CLOSING: set[asyncio.Task[None]] = set()
+
+
+async def _close_pool(
+    pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]],
+    idle: list[psycopg.AsyncConnection[Any]],
+) -> None:
+    """Close the event loop's pool, with the connections kept out of it."""
+    while idle:
+        await pool.putconn(idle.pop())
+    await pool.close()
 
 
 def _begin(conn: psycopg.Connection[Any], key: str) -> tuple[float, str | None]:
