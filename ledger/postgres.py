@@ -27,10 +27,13 @@ COMMIT in the second (one pipeline). These run on the recorder's threads.
 Most transactions need only one, because the process can expect what it would read:
 the record it last wrote or read of the key (none, for a key it never met), and the
 database clock estimated from its last reading plus the time elapsed since (never
-ahead of the database's). The rule decides on that expectation, and its writes go out
-as one ``ledger_write`` call in an implicit transaction, on the event loop, through an
-``AsyncConnectionPool``. If the key was not as expected, nothing is written, and what
-the call answers is what the next try expects. A claimed or running key is never
+ahead of the database's; a reading that took longer than 50 ms to arrive is not kept).
+The rule decides on that expectation, and its writes go out as one ``ledger_write``
+call in an implicit transaction, on the event loop, through an ``AsyncConnectionPool``.
+If the key was not as expected, nothing is written, and what the call answers is what
+the next try expects. A call that the server answers with an error (a SQLSTATE, even
+"terminating connection") did not commit; only a connection lost without the server's
+word may have. A claimed or running key is never
 expected (its lease moves without an event), except by the completion of the claim this
 process holds, which reads no lease. A fresh call costs two round trips, the limit (its
 claim, its completion); a replay of a call this process made or saw recently one, and
