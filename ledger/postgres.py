@@ -843,21 +843,15 @@ class PostgresRecorder(Recorder):
     ) -> psycopg.AsyncConnection[Any] | None:
         """:meth:`_taken` on the event loop's pool: a connection, or ``None`` if none
         came within the pool's timeout."""
-        idle = self._loop_idle
-        while idle:
-            conn = idle.pop()
-            try:
-                _check_pooled(conn)
-            except psycopg.Error:
-                await pool.putconn(conn)
-                continue
-            return conn
         deadline = time.monotonic() + self._timeout
         while True:
-            try:
-                conn = await pool.getconn(timeout=max(0.0, deadline - time.monotonic()))
-            except (PoolTimeout, psycopg.Error):
-                return None
+            if self._loop_idle:
+                conn = self._loop_idle.pop()
+            else:
+                try:
+                    conn = await pool.getconn(timeout=max(0.0, deadline - time.monotonic()))
+                except (PoolTimeout, psycopg.Error):
+                    return None
             try:
                 _check_pooled(conn)
             except psycopg.Error:

@@ -409,13 +409,7 @@ class LedgerContract:
     ) -> None:
         effects = tmp_path / "effects.txt"
         lease = 1.5
-        child = _spawn_hanging_child(ledger_url, "k", effects, lease, forever=True)
-        try:
-            _wait_for_line(child, "ACTED")
-            child.send_signal(signal.SIGKILL)
-            child.wait(timeout=10)
-        finally:
-            _reap(child)
+        _crash_after_acting(ledger_url, "k", effects, lease)
         far_side = Counter()
         async with Ledger.open(ledger_url, lease=lease) as ledger:
             state = ledger.state("k")
@@ -1110,13 +1104,7 @@ class LedgerContract:
         (failed, effect unknown) like a new submission, and never acts."""
         effects = tmp_path / "effects.txt"
         lease = 3.0  # long enough to be deferred first, on a slow machine too
-        child = _spawn_hanging_child(ledger_url, "k", effects, lease, forever=True)
-        try:
-            _wait_for_line(child, "ACTED")
-            child.send_signal(signal.SIGKILL)
-            child.wait(timeout=10)
-        finally:
-            _reap(child)
+        _crash_after_acting(ledger_url, "k", effects, lease)
         far_side = Counter()
         async with Ledger.open(ledger_url, lease=lease) as ledger:
             holder = ledger.state("k").holder_action_id
@@ -1149,13 +1137,7 @@ class LedgerContract:
     ) -> None:
         effects = tmp_path / "effects.txt"
         lease = 1.5
-        child = _spawn_hanging_child(ledger_url, "k", effects, lease, forever=True)
-        try:
-            _wait_for_line(child, "ACTED")
-            child.send_signal(signal.SIGKILL)
-            child.wait(timeout=10)
-        finally:
-            _reap(child)
+        _crash_after_acting(ledger_url, "k", effects, lease)
         far_side = Counter()
         async with Ledger.open(ledger_url, lease=lease) as ledger:
             holder = ledger.state("k").holder_action_id
@@ -1178,6 +1160,17 @@ class LedgerContract:
             assert report.ok, report.problems
         assert far_side.calls == []
         assert count_effects(effects) == {"k": 1}
+
+
+def _crash_after_acting(url: str, key: str, effects: Path, lease: float) -> None:
+    """A worker in another process claims ``key``, acts, and is killed before it reports."""
+    child = _spawn_hanging_child(url, key, effects, lease, forever=True)
+    try:
+        _wait_for_line(child, "ACTED")
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+    finally:
+        _reap(child)
 
 
 def _spawn_hanging_child(
