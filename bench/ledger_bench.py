@@ -1669,7 +1669,25 @@ def compared(rev: str, runs: dict[str, list[dict[str, Any]]]) -> str:
             row(f"{backend} CPU / replay", cpu(backend, "replay_us"), "us"),
             row(f"{backend} CPU / raw durable tx (baseline)", cpu(backend, "raw_us"), "us"),
         ]
-    return "\n".join(lines)
+    for backend, callers in (("sqlite", 64), ("postgresql", 10), ("postgresql", 16)):
+        lines.append(row(f"{backend} {callers} callers, calls/s", rate(backend, callers), "  "))
+    return "\n".join(line for line in lines if not line.endswith(" -"))
+
+
+def rate(backend: str, callers: int) -> Callable[[dict[str, Any]], float | None]:
+    """The concurrent rate of ``backend`` with ``callers`` in a ``--json`` report."""
+
+    def pick(run: dict[str, Any]) -> float | None:
+        return next(
+            (
+                r["calls_per_s"]
+                for r in run.get("rates", [])
+                if (r["backend"], r["callers"]) == (backend, callers)
+            ),
+            None,
+        )
+
+    return pick
 
 
 if __name__ == "__main__":

@@ -501,6 +501,7 @@ class PostgresRecorder(Recorder):
         # one-message transaction's psycopg work (bench/README.md). The pool still opens,
         # sizes and replaces them; a broken one goes back to it.
         self._loop_idle: list[psycopg.AsyncConnection[Any]] = []
+        self._loop_waiting = 0  # calls of the loop waiting on its pool for a connection
 
         # One direct connection first: it gives libpq's own error ("connection
         # refused", "database does not exist") instead of a pool timeout.
@@ -848,10 +849,13 @@ class PostgresRecorder(Recorder):
             if self._loop_idle:
                 conn = self._loop_idle.pop()
             else:
+                self._loop_waiting += 1
                 try:
                     conn = await pool.getconn(timeout=max(0.0, deadline - time.monotonic()))
                 except (PoolTimeout, psycopg.Error):
                     return None
+                finally:
+                    self._loop_waiting -= 1
             try:
                 _check_pooled(conn)
             except psycopg.Error:
@@ -870,6 +874,7 @@ class PostgresRecorder(Recorder):
         pgconn = conn.pgconn
         if (
             self._loop_pool is pool
+            and not self._loop_waiting  # a call waits on the pool: the pool gets it back
             and pgconn.status == ConnStatus.OK
             and pgconn.transaction_status == TransactionStatus.IDLE
         ):
