@@ -137,6 +137,21 @@ def integrity_error(exc: Exception) -> InvalidRequest:
     return InvalidRequest(f"the ledger refused the write: {exc}")
 
 
+def _into_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """Put the file in WAL mode. The switch does not wait on the busy handler: while
+    another process creates the same new file (its first transaction holds it), it says
+    "database is locked" at once, so it is tried again until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 #: How many queued transitions one commit takes at most.
 _MAX_BATCH = 256
 
@@ -257,7 +272,7 @@ class SQLiteRecorder(Recorder):
             self._conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
             )
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            _into_wal(self._conn, busy_timeout)
             # The started marker must be on disk before the adapter acts.
             self._conn.execute("PRAGMA synchronous=FULL")
             # Key lookups touch a few index pages of a large file; keep them cached
