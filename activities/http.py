@@ -149,7 +149,7 @@ async def request_json(
             "pass idempotency_key= instead",
             retryable=False,
         )
-    send_headers[IDEMPOTENCY_HEADER] = urllib.parse.quote(key, safe=_HEADER_SAFE)
+    send_headers[IDEMPOTENCY_HEADER] = _header_form(key)
     content: bytes | None = None
     if json is not None:
         # Serialised here so that a body JSON cannot carry fails before anything is sent.
@@ -178,6 +178,20 @@ async def request_json(
         # Resets, protocol errors and anything unforeseen: the bytes may have arrived.
         raise HttpEffectUnknown(method, url, f"{type(exc).__name__}: {exc}") from exc
     return _classify(method, url, response)
+
+
+def _header_form(key: str) -> str:
+    """The key as an ``Idempotency-Key`` header value: one form for every key."""
+    return urllib.parse.quote(key, safe=_HEADER_SAFE)
+
+
+def _echoes(response: httpx.Response, key: str) -> bool:
+    """Whether a far side's answer names ``key`` as the key it looked up."""
+    echoed = response.headers.get(IDEMPOTENCY_HEADER)
+    if echoed is not None and key in (echoed, urllib.parse.unquote(echoed)):
+        return True
+    body = _body(response)
+    return isinstance(body, dict) and body.get("idempotency_key") == key
 
 
 @functools.cache
@@ -249,23 +263,34 @@ def lookup_probe(
     absent_statuses: Collection[int] = (404,),
     headers: dict[str, str] | None = None,
     timeout: float = 10.0,
+    require_echo: bool = True,
 ) -> Probe:
     """A probe for ``@tool(probe=...)`` that GETs the operation by its idempotency key.
 
-    ``url`` is a template: ``{key}`` is the key, percent-encoded as one path segment
-    (a ``/`` in the key too), and ``{field}`` any field of the tool's argument, e.g.
-    ``"{base_url}/tickets/by-key/{key}"``. A 2xx answer is ``present``, with
-    ``output(result)`` as the tool's output (the :class:`HttpResult` itself without
-    ``output``); a status in ``absent_statuses`` is ``absent``; anything else, or no
-    answer, is ``inconclusive``. Every answer is recorded as evidence.
+    ``url`` is a template: ``{key}`` is the key, percent-encoded (a ``/`` in the key too),
+    and ``{field}`` any field of the tool's argument. Put the key in the query, e.g.
+    ``"{base_url}/orders?idempotency_key={key}"``: every router passes a query through
+    as it was sent, while many (Starlette, FastAPI: every ASGI app) decode ``%2F`` in a
+    path before routing, so a key in a path segment can meet no route at all. The GET
+    carries the key as ``Idempotency-Key`` too, in :func:`request_json`'s form.
+
+    A 2xx answer is ``present``, with ``output(result)`` as the tool's output (the
+    :class:`HttpResult` itself without ``output``). A status in ``absent_statuses`` is
+    ``absent`` only when the answer shows the far side looked this key up: its
+    ``Idempotency-Key`` response header (percent-encoded or not), or an
+    ``idempotency_key`` field of its JSON body, is the key (any router answers 404 for a
+    route it does not have, and that says nothing about the operation);
+    ``require_echo=False`` takes the status alone. Anything
+    else, or no answer, is ``inconclusive``. Every answer is recorded as evidence.
     """
 
     async def probe(key: str, arg: BaseModel) -> ProbeAnswer:
         fields = arg.model_dump() if isinstance(arg, BaseModel) else {}
         where = url.format(**{**fields, "key": urllib.parse.quote(key, safe="")})
+        send = {**(headers or {}), IDEMPOTENCY_HEADER: _header_form(key)}
         try:
             async with httpx.AsyncClient(timeout=timeout, verify=_tls()) as client:
-                response = await client.get(where, headers=headers, follow_redirects=False)
+                response = await client.get(where, headers=send, follow_redirects=False)
         except httpx.HTTPError as exc:
             return inconclusive(f"GET {where}: {type(exc).__name__}: {exc}")
         seen = {"GET": where, "status": response.status_code, "body": _excerpt(response)}
@@ -274,7 +299,14 @@ def lookup_probe(
             found = output(result) if output is not None else result
             return present(found, [seen], basis=f"GET {where} found the operation")
         if response.status_code in absent_statuses:
-            return absent([seen], basis=f"GET {where} answered {response.status_code}")
+            if not require_echo or _echoes(response, key):
+                return absent([seen], basis=f"GET {where} answered {response.status_code}")
+            return inconclusive(
+                f"GET {where} answered {response.status_code} without naming the key it "
+                f"looked up (its {IDEMPOTENCY_HEADER} header or an idempotency_key field): "
+                "a route that does not exist answers so too",
+                [seen],
+            )
         return inconclusive(f"GET {where} answered {response.status_code}", [seen])
 
     return probe

@@ -31,6 +31,8 @@ afterwards; SQLite files live in a temporary directory that is removed.
     python bench/ledger_bench.py                # the full run, under ~10 minutes
     python bench/ledger_bench.py --growth-actions 1000000   # the 10^6 growth figure
     python bench/ledger_bench.py --no-postgres  # SQLite only
+    python bench/ledger_bench.py --only rt,cpu --against main --rounds 5
+                                                # main's code and this tree's, in turns
 
 It is a measurement: it exits 0 whatever the figures, 1 if the script itself failed,
 2 on bad usage.
@@ -1508,6 +1510,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=list(SECTIONS),
         help=f"a comma-separated subset of {','.join(SECTIONS)} (default: all)",
     )
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="also run the chosen figures on git revision REV's ledger, activities and "
+        "workflows (unpacked beside, first on PYTHONPATH), alternating with this tree's "
+        "--rounds times, and print both side by side (medians)",
+    )
+    parser.add_argument("--rounds", type=_positive, default=3, help="rounds of --against")
     parser.add_argument("--json", action="store_true", help="print one JSON object, no table")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     # The traced child of figure 1 (internal).
@@ -1534,6 +1544,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     QUIET = args.quiet
+    if args.against:
+        return compare(args)
     report = Report(
         machine=f"{os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
         f"Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}",
@@ -1581,6 +1593,101 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(report.text())
     return 0
+
+
+def compare(args: argparse.Namespace) -> int:
+    """``--against REV``: this script's figures on REV's code and on this tree's, run in
+    turns (before, after, before, ...) so that both meet the same load, side by side."""
+    root = Path(__file__).resolve().parent.parent
+    before = Path(tempfile.mkdtemp(prefix="ledger-bench-before-"))
+    try:
+        package = before / "temporal_ledger"
+        package.mkdir()
+        (package / "__init__.py").write_text("")
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", args.against, "ledger", "activities", "workflows"],
+            capture_output=True,
+            check=True,
+        )
+        subprocess.run(["tar", "-x", "-C", str(package)], input=archive.stdout, check=True)
+        child = [sys.executable, str(Path(__file__).resolve()), "--json", "--quiet"]
+        child += ["--only", ",".join(args.only), "--pg-admin", args.pg_admin]
+        child += ["--no-postgres"] * args.no_postgres + ["--quick"] * args.quick
+        runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+        for round_ in range(args.rounds):
+            for label in ("before", "after"):
+                progress(f"round {round_ + 1}/{args.rounds}: {label} ...")
+                env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+                if label == "before":
+                    env["PYTHONPATH"] = str(before)
+                done = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
+                runs[label].append(json.loads(done.stdout))
+    finally:
+        shutil.rmtree(before, ignore_errors=True)
+    print(compared(args.against, runs))
+    return 0
+
+
+def compared(rev: str, runs: dict[str, list[dict[str, Any]]]) -> str:
+    """The side-by-side table of :func:`compare` (medians of the rounds)."""
+
+    def median(label: str, pick: Callable[[dict[str, Any]], float | None]) -> float | None:
+        values = [v for v in (pick(run) for run in runs[label]) if v is not None]
+        return statistics.median(values) if values else None
+
+    def row(name: str, pick: Callable[[dict[str, Any]], float | None], unit: str) -> str:
+        old, new = median("before", pick), median("after", pick)
+        if old is None or new is None:
+            return f"{name:<44} {'-':>12} {'-':>12}"
+        ratio = f"{new / old:8.3f}" if old else ""
+        return f"{name:<44} {old:>10.2f}{unit} {new:>10.2f}{unit} {ratio}"
+
+    def cpu(backend: str, field: str) -> Callable[[dict[str, Any]], float | None]:
+        def pick(run: dict[str, Any]) -> float | None:
+            return next((c[field] for c in run.get("cpu", []) if c["backend"] == backend), None)
+
+        return pick
+
+    def trips(field: str) -> Callable[[dict[str, Any]], float | None]:
+        return lambda run: (run.get("round_trips") or {}).get(field)
+
+    first = runs["after"][0]
+    loads = [run["load_before"][0] for label in runs for run in runs[label]]
+    lines = [
+        f"before ({rev}) and after (this tree), {len(runs['after'])} rounds each, in turns; "
+        f"load average {min(loads):.1f}-{max(loads):.1f}",
+        f"  {first['machine']}",
+        "",
+        f"{'figure (median of the rounds)':<44} {'before':>12} {'after':>12} after/before",
+        "-" * 84,
+        row("PostgreSQL round trips / fresh call", trips("fresh"), "  "),
+        row("PostgreSQL round trips / replay", trips("replay"), "  "),
+    ]
+    for backend in ("postgresql", "sqlite"):
+        lines += [
+            row(f"{backend} CPU / fresh call", cpu(backend, "fresh_us"), "us"),
+            row(f"{backend} CPU / replay", cpu(backend, "replay_us"), "us"),
+            row(f"{backend} CPU / raw durable tx (baseline)", cpu(backend, "raw_us"), "us"),
+        ]
+    for backend, callers in (("sqlite", 64), ("postgresql", 10), ("postgresql", 16)):
+        lines.append(row(f"{backend} {callers} callers, calls/s", rate(backend, callers), "  "))
+    return "\n".join(line for line in lines if not line.endswith(" -"))
+
+
+def rate(backend: str, callers: int) -> Callable[[dict[str, Any]], float | None]:
+    """The concurrent rate of ``backend`` with ``callers`` in a ``--json`` report."""
+
+    def pick(run: dict[str, Any]) -> float | None:
+        return next(
+            (
+                r["calls_per_s"]
+                for r in run.get("rates", [])
+                if (r["backend"], r["callers"]) == (backend, callers)
+            ),
+            None,
+        )
+
+    return pick
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ effect whose outcome is unknown stays open until an operator reconciles it.
 This package never imports Temporal.
 """
 
-from ._canonical import FINGERPRINT_VERSION
+from ._canonical import FINGERPRINT_VERSION, MAX_JSON_DEPTH, MAX_JSON_TEXT
 from ._errors import (
     ActionInProgressError,
     ApprovalRefused,
@@ -55,6 +55,8 @@ __all__ = [
     "APPROVAL_REJECTED",
     "APPROVAL_REQUIRED",
     "FINGERPRINT_VERSION",
+    "MAX_JSON_DEPTH",
+    "MAX_JSON_TEXT",
     "ActionInProgressError",
     "ActionRequest",
     "ActionResult",

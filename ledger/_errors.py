@@ -185,8 +185,10 @@ class NoEffect(Exception):
         retryable: bool = False,
         retry_after: float | None = None,
     ) -> None:
-        if retry_after is not None and retry_after < 0:
-            raise ValueError("retry_after must be >= 0 seconds")
+        if retry_after is not None and not 0 <= retry_after < float("inf"):
+            raise ValueError(
+                f"retry_after must be a finite number of seconds >= 0, not {retry_after!r}"
+            )
         self.retryable = retryable
         self.retry_after = retry_after
         super().__init__(message)

@@ -9,7 +9,7 @@ import inspect
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, TypeAlias, TypeVar
 
@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from ._canonical import (
     canonical_json,
     check_json,
+    check_text,
     combine,
     fingerprint_dimensions,
 )
@@ -67,6 +68,7 @@ from ._rule import (
     release_without_effect,
     stopped_waiting,
     success_fields,
+    unrecordable_output,
 )
 from ._signatures import DecisionSignature, Signers, recorded_problems
 from ._verify import VerifyReport, verify_ledger
@@ -179,6 +181,8 @@ class Ledger:
         self._submit_audits()
         if self._audits:  # the batched replays' audit records are written before closing
             await asyncio.gather(*self._audits, return_exceptions=True)
+        if not self._closed:
+            await self._recorder.close_on_loop()
         await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     def __enter__(self) -> Ledger:
@@ -188,6 +192,7 @@ class Ledger:
         self.close()
 
     async def __aenter__(self) -> Ledger:
+        await self._recorder.open_on_loop()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -316,9 +321,13 @@ class Ledger:
 
         deadline = time.monotonic() + wait
         first = True
+        resubmitted = False
         delay = 0.02
         while True:
-            decide = functools.partial(admission, first=first, give_up=time.monotonic() >= deadline)
+            give_up = time.monotonic() >= deadline
+            decide = functools.partial(
+                admission, first=first, give_up=give_up, resubmitted=resubmitted
+            )
             try:
                 decision = await self._admit_unchanged(request.key, decide) if first else None
                 if decision is None:
@@ -326,10 +335,21 @@ class Ledger:
             except DuplicateActionId:
                 if not first:
                     raise
-                return await self._answer_resubmission(request, fingerprint)
+                answered = await self._answer_resubmission(request, fingerprint)
+                if answered is not None:
+                    return answered
+                # Recorded before and never answered (it was deferred, or its claim is
+                # still the key's): admitted as a new submission whose request is recorded.
+                first, resubmitted = False, True
+                continue
             except LedgerUnavailable as exc:
                 if exc.maybe_committed:
                     await self._release_unused_claim(request.key, request.action_id)
+                raise
+            except asyncio.CancelledError:
+                # The caller stopped waiting. A claim sent before it did may land all the
+                # same, and its adapter will never run: released as no effect.
+                self._in_background(self._release_unused_claim(request.key, request.action_id))
                 raise
             first = False
             if isinstance(decision, Answer):
@@ -337,7 +357,7 @@ class Ledger:
             if isinstance(decision, Conflict):
                 raise decision.error
             if isinstance(decision, Busy):
-                if decision.recorded:
+                if decision.recorded or give_up:
                     raise ActionInProgressError(
                         key=request.key,
                         holder_action_id=decision.holder_action_id,
@@ -436,6 +456,17 @@ class Ledger:
             self._audits.add(pending)
             pending.add_done_callback(self._audit_done)
 
+    def _in_background(self, write: Coroutine[Any, Any, Any]) -> None:
+        """Run a write the caller no longer waits for; ``aclose`` waits for it."""
+        pending = asyncio.ensure_future(write)
+        self._audits.add(pending)
+        pending.add_done_callback(self._background_done)
+
+    def _background_done(self, pending: asyncio.Future[Any]) -> None:
+        self._audits.discard(pending)
+        if not pending.cancelled() and pending.exception() is not None:
+            logger.error("a write nobody waited for failed: %s", pending.exception())
+
     def _audit_done(self, pending: asyncio.Future[Any]) -> None:
         self._audits.discard(pending)
         if not pending.cancelled() and pending.exception() is not None:
@@ -444,9 +475,12 @@ class Ledger:
     def _read_key(self, key: str) -> tuple[KeyRecord | None, float]:
         return self._recorder.get(key), self._recorder.now()
 
-    async def _answer_resubmission(self, request: ActionRequest, fingerprint: str) -> ActionResult:
-        """The same submission (``action_id``) again: answer what was recorded for it."""
-        events, record, now = await self._run(self._key_history, request.key)
+    async def _answer_resubmission(
+        self, request: ActionRequest, fingerprint: str
+    ) -> ActionResult | None:
+        """The same submission (``action_id``) again: its recorded answer, or ``None`` when
+        none was recorded (it was deferred, or it holds the key), to admit it again."""
+        events, record = await self._run(self._key_history, request.key)
         own = [e for e in events if e.action_id == request.action_id]
         requested = next((e for e in own if e.type == EventType.REQUESTED), None)
         recorded_fingerprint = (
@@ -490,17 +524,10 @@ class Ledger:
                     fingerprint_version=event.payload["fingerprint_version"],
                     action_id=request.action_id,
                 )
-        holder = record.holder_action_id if record is not None else None
-        remaining = (record.lease_expires or 0) - now if record else 0.0
-        raise ActionInProgressError(
-            key=request.key,
-            holder_action_id=holder or request.action_id,
-            lease_remaining=max(remaining, 0.0),
-            action_id=request.action_id,
-        )
+        return None
 
-    def _key_history(self, key: str) -> tuple[list[LedgerEvent], KeyRecord | None, float]:
-        return self._recorder.events(key), self._recorder.get(key), self._recorder.now()
+    def _key_history(self, key: str) -> tuple[list[LedgerEvent], KeyRecord | None]:
+        return self._recorder.events(key), self._recorder.get(key)
 
     async def _perform(
         self,
@@ -577,7 +604,14 @@ class Ledger:
                     raise
             else:
                 fields = success_fields(output)
-            return await self._complete_now(key, action_id, token, fields, claim=claim)
+            try:
+                return await self._complete_now(key, action_id, token, fields, claim=claim)
+            except asyncio.CancelledError:
+                # The caller stopped waiting while its completion was written (and may have
+                # been cancelled on the server): the adapter acted, so it is written all
+                # the same, the durable way.
+                self._in_background(self._complete_now(key, action_id, token, fields))
+                raise
         finally:
             timer.cancel()
             if renewal is not None:
@@ -627,10 +661,19 @@ class Ledger:
     ) -> ActionResult:
         completion = functools.partial(complete, action_id=action_id, token=token, fields=fields)
         result: ActionResult | ActionInProgressError | None = None
-        if claim is not None and claim.committed is not None:
-            result = await self._complete_unchanged(key, claim, completion)
-        if result is None:
-            result = await self._transact_durably(key, completion, what="the completion")
+        try:
+            if claim is not None and claim.committed is not None:
+                result = await self._complete_unchanged(key, claim, completion)
+            if result is None:
+                result = await self._transact_durably(key, completion, what="the completion")
+        except InvalidRequest as exc:
+            if "output" not in fields:
+                raise
+            # The storage refused the report of an adapter that acted: what it did is
+            # still recorded, as an output that cannot be recorded, so the key answers.
+            logger.error("the completion of %r was refused by the storage: %s", key, exc)
+            unrecordable = unrecordable_output(fields["output"], exc)
+            return await self._complete_now(key, action_id, token, unrecordable)
         if isinstance(result, ActionInProgressError):
             raise result
         return result
@@ -857,10 +900,12 @@ def _one_of(kind: type[E], value: Any, name: str) -> E:
 
 
 def _non_empty(**values: Any) -> None:
-    """Bad input naming the first of ``values`` that is not a non-empty string."""
+    """Bad input naming the first of ``values`` that is not a non-empty string the ledger
+    can record."""
     for name, value in values.items():
         if not isinstance(value, str) or not value.strip():
             raise InvalidRequest(f"{name} must be a non-empty string")
+        check_text(value, where=name)
 
 
 class _Draft(Transaction):

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ._canonical import check_json, combine, fingerprint_dimensions
+from ._canonical import check_json, check_text, combine, fingerprint_dimensions
 from ._errors import InvalidRequest
 
 
@@ -197,6 +197,11 @@ class ActionRequest(_Frozen):
             validate_key(data.key)
             for name in ("payload", "precondition", "context", "output_schema"):
                 check_json(getattr(data, name), where=name)
+            for name in ("instruction", "performer", "action_id"):
+                text = getattr(data, name)
+                if not isinstance(text, str):
+                    return cls(**data.model_dump())  # built with model_construct: validate
+                check_text(text, where=name, raw=name == "action_id")
             if not isinstance(data.payload, dict):
                 raise InvalidRequest("payload must be a JSON object")
             return data
@@ -231,6 +236,7 @@ class ActionRequest(_Frozen):
     def _instruction(cls, value: Any) -> str:
         if not isinstance(value, str):
             raise ValueError(f"instruction must be a string, not {type(value).__name__}")
+        check_text(value, where="instruction")
         return value
 
     @field_validator("performer", "action_id", mode="before")
@@ -240,6 +246,8 @@ class ActionRequest(_Frozen):
             raise ValueError(f"{info.field_name} must be a non-empty string")
         if len(value) > 255:
             raise ValueError(f"{info.field_name} must be at most 255 characters")
+        # An action id is a column of its own in both backends: no NUL there.
+        check_text(value, where=info.field_name, raw=info.field_name == "action_id")
         return value
 
     def fingerprint(self) -> str:
@@ -277,6 +285,19 @@ class Authority(_Frozen):
             super().__init__(principal=principal, capabilities=tuple(capabilities), **data)
         except ValidationError as exc:
             raise InvalidRequest(_describe(exc)) from exc
+
+    @field_validator("principal", mode="after")
+    @classmethod
+    def _principal(cls, value: str) -> str:
+        check_text(value, where="principal")
+        return value
+
+    @field_validator("capabilities", mode="after")
+    @classmethod
+    def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            check_text(pattern, where="capabilities")
+        return value
 
     def allows(self, capability: str) -> bool:
         return any(fnmatch.fnmatchcase(capability, pattern) for pattern in self.capabilities)

@@ -12,8 +12,9 @@ import dataclasses
 import functools
 import json
 import math
+import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -26,7 +27,13 @@ T = TypeVar("T")
 #: The payload a compacted event keeps: its body is gone, its hash is not.
 TOMBSTONE: dict[str, Any] = {"compacted": True}
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+#: The ledger-wide tally (``ledger_stripes``) keeps, per stripe of the keys, how many
+#: keys have a record, how many events they hold, and the XOR of their chain heads: a
+#: whole key deleted (its events and its record) leaves the stripe short. A transaction
+#: updates only its key's stripe, so writers of different keys rarely meet on one row.
+TALLY_STRIPES = 256
 
 
 class Phase:
@@ -105,7 +112,8 @@ def resolve(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 
 def iso(epoch: float) -> str:
     """``datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")``, with the
-    date and time of day formatted once per second: every transaction stamps its events."""
+    date and time of day formatted once per second: every transaction stamps its events
+    (and a claim its lease's end, a lease later: a few seconds are kept)."""
     if epoch < 0:
         return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
     fraction, whole = math.modf(epoch)
@@ -115,15 +123,16 @@ def iso(epoch: float) -> str:
         whole += 1.0
         micros -= 1_000_000
     second = int(whole)
-    global _iso_second
-    cached = _iso_second  # read once: another thread may replace it meanwhile
-    if cached[0] != second:
-        cached = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
-        _iso_second = cached
-    return f"{cached[1]}.{micros:06d}+00:00"
+    text = _ISO_SECONDS.get(second)
+    if text is None:
+        if len(_ISO_SECONDS) >= 64:
+            _ISO_SECONDS.clear()  # a cache: another thread's entry may go too
+        text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _ISO_SECONDS[second] = text
+    return f"{text}.{micros:06d}+00:00"
 
 
-_iso_second: tuple[int, str] = (-1, "")
+_ISO_SECONDS: dict[int, str] = {}
 
 
 # Built once: json.dumps with options builds a new encoder on every call.
@@ -156,6 +165,42 @@ def chain_hash(
     return sha256_hex("\x1f".join(fields).encode())
 
 
+def stripe_of(key: str) -> int:
+    """The tally stripe a key counts in."""
+    return zlib.crc32(key.encode()) % TALLY_STRIPES
+
+
+def head_mark(head: str) -> int:
+    """A chain head as the signed 64-bit number the tally XORs (0 for no events)."""
+    if not head:
+        return 0
+    value = int(head[:16], 16)
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+@dataclasses.dataclass(frozen=True)
+class Tally:
+    """One stripe of the ledger-wide tally, or what one transaction adds to its stripe."""
+
+    keys: int
+    events: int
+    digest: int
+
+
+def tally_of_records(records: Iterable[tuple[str, str, int]]) -> dict[int, Tally]:
+    """The tally of ``(key, head hash, events)`` rows: what a migration writes for a
+    ledger that had none, and what ``verify`` recomputes."""
+    keys = [0] * TALLY_STRIPES
+    events = [0] * TALLY_STRIPES
+    digests = [0] * TALLY_STRIPES
+    for key, head, count in records:
+        stripe = stripe_of(key)
+        keys[stripe] += 1
+        events[stripe] += count
+        digests[stripe] ^= head_mark(head)
+    return {s: Tally(keys[s], events[s], digests[s]) for s in range(TALLY_STRIPES)}
+
+
 @dataclasses.dataclass
 class PendingEvent:
     key: str
@@ -184,6 +229,8 @@ class Transaction(ABC):
         self.recorded_at = iso(now)
         self._head = record.head_hash if record else ""
         self._count = record.events if record else 0
+        self._start = (self._head, self._count)
+        self._created = False
         # The indexed columns as stored: a save that leaves them as they were (a replay,
         # a lease renewal) rewrites only the row, not the indexes (SQLite skips an index
         # whose columns an UPDATE does not set; PostgreSQL can update the row in place).
@@ -220,9 +267,24 @@ class Transaction(ABC):
         record.head_hash = self._head
         record.events = self._count
         record.updated_at = self.recorded_at
-        self._write_record(record, created=self.record is None)
+        created = self.record is None
+        self._created = self._created or created
+        self._write_record(record, created=created)
         self.record = record
         self._stored_index = indexed_values(record)
+
+    def tally(self) -> tuple[int, Tally] | None:
+        """What this transaction adds to the ledger-wide tally (its key's stripe, and the
+        keys, events and head it adds there), or ``None`` if it wrote nothing that counts.
+        A backend writes it in the same transaction as the events."""
+        head, count = self._start
+        if count == self._count and not self._created:
+            return None
+        return stripe_of(self.key), Tally(
+            keys=int(self._created),
+            events=self._count - count,
+            digest=head_mark(head) ^ head_mark(self._head),
+        )
 
     def index_unchanged(self, record: KeyRecord) -> bool:
         """Whether saving ``record`` leaves the indexed columns of the stored row as they
@@ -306,6 +368,21 @@ class Recorder(ABC):
         """
         return None
 
+    def tally(self) -> dict[int, Tally] | None:
+        """The ledger-wide tally by stripe, or ``None`` for a backend that keeps none
+        (``verify`` then cannot see a whole key deleted)."""
+        return None
+
+    async def open_on_loop(self) -> None:
+        """Get ready to serve the running event loop (``Ledger.__aenter__`` calls it: a
+        server backend connects now rather than during its first call)."""
+        return None
+
+    async def close_on_loop(self) -> None:
+        """Release what this recorder holds on the running event loop (``Ledger.aclose``
+        calls it before :meth:`close`, which may run on another thread)."""
+        return None
+
     @abstractmethod
     def get(self, key: str) -> KeyRecord | None: ...
 
@@ -365,7 +442,16 @@ _EVENT_INSERT_COLUMNS = (
     "prev_hash",
     "hash",
 )
-_RECORD_COLUMNS = ("phase", "effect", "settled_at", "compacted", "token", "lease_expires", "record")
+_RECORD_COLUMNS = (
+    "phase",
+    "effect",
+    "settled_at",
+    "compacted",
+    "token",
+    "lease_expires",
+    "head_hash",
+    "record",
+)
 
 
 def events_sql(
@@ -417,7 +503,7 @@ def write_record_sql(placeholder: str, *, created: bool) -> str:
     return f"UPDATE ledger_keys SET {sets} WHERE key = {placeholder}"
 
 
-_ROW_COLUMNS = ("token", "lease_expires", "record")
+_ROW_COLUMNS = ("token", "lease_expires", "head_hash", "record")
 
 
 def indexed_values(record: KeyRecord) -> tuple[Any, ...]:
@@ -447,7 +533,7 @@ RECORD_TEXT = -2
 
 
 def row_values(record: KeyRecord) -> tuple[Any, ...]:
-    return (record.token, record.lease_expires, record.to_json(), record.key)
+    return (record.token, record.lease_expires, record.head_hash, record.to_json(), record.key)
 
 
 def record_values(record: KeyRecord) -> tuple[Any, ...]:

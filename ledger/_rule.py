@@ -10,11 +10,18 @@ loads the state, runs these in transactions, and runs the adapter between them.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from pydantic import BaseModel
 
-from ._canonical import FINGERPRINT_VERSION, check_json, differing
+from ._canonical import (
+    FINGERPRINT_VERSION,
+    check_json,
+    differing,
+    recordable_text,
+    value_digest,
+)
 from ._errors import ActionInProgressError, IdempotencyConflictError, InvalidRequest, NoEffect
 from ._models import (
     APPROVAL_REJECTED,
@@ -298,36 +305,61 @@ def failure_fields(exc: BaseException) -> dict[str, Any]:
     """The completion of an adapter that raised: whatever it did may have reached the world,
     unless it raised :class:`NoEffect` because it knows nothing happened."""
     if isinstance(exc, NoEffect):
+        retry_after = exc.retry_after
         return dict(
             status=ActionStatus.FAILED,
             effect=EffectState.NONE,
-            error=str(exc),
+            error=_message(exc),
             error_type="NoEffect",
             retryable=exc.retryable,
-            retry_after=exc.retry_after,
+            retry_after=retry_after if _finite_number(retry_after) else None,
         )
     return dict(
         status=ActionStatus.FAILED,
         effect=EffectState.UNKNOWN,
-        error=f"{type(exc).__name__}: {exc}",
+        error=f"{type(exc).__name__}: {_message(exc)}",
         error_type=type(exc).__name__,
     )
 
 
-def success_fields(output: Any) -> dict[str, Any]:
-    if isinstance(output, BaseModel):
-        output = output.model_dump(mode="json")
+def _message(exc: BaseException) -> str:
+    """An exception's message as the ledger can record it, whatever the far side put in it."""
     try:
+        text = str(exc)
+    except Exception:  # a message that cannot even be built is still an outcome
+        text = f"<{type(exc).__name__} whose message could not be read>"
+    return recordable_text(text)
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def success_fields(output: Any) -> dict[str, Any]:
+    """The completion of an adapter that returned ``output``. It acted, so an output the
+    ledger cannot record (not JSON, too deep, too long) is recorded as what it is: an
+    observed effect whose report is unusable, identified by its hash, never as nothing."""
+    try:
+        if isinstance(output, BaseModel):
+            output = output.model_dump(mode="json")
         check_json(output, where="output")
-    except InvalidRequest as exc:
-        # The adapter returned, so it acted; only its report is unusable.
-        return dict(
-            status=ActionStatus.FAILED,
-            effect=EffectState.OBSERVED,
-            error=f"the adapter returned output that cannot be recorded: {exc}",
-            error_type="UnrecordableOutput",
-        )
+    except Exception as exc:
+        return unrecordable_output(output, exc)
     return dict(status=ActionStatus.SUCCEEDED, effect=EffectState.OBSERVED, output=output)
+
+
+def unrecordable_output(output: Any, reason: BaseException | str) -> dict[str, Any]:
+    """The completion of an adapter whose output cannot be recorded: FAILED with its effect
+    observed (error type ``UnrecordableOutput``), and the output's :func:`value_digest`."""
+    digest = value_digest(output)
+    why = reason if isinstance(reason, str) else _message(reason)
+    return dict(
+        status=ActionStatus.FAILED,
+        effect=EffectState.OBSERVED,
+        error=f"the adapter returned output that cannot be recorded (sha256 {digest}): {why}",
+        error_type="UnrecordableOutput",
+        output_sha256=digest,
+    )
 
 
 def admit(
@@ -342,9 +374,17 @@ def admit(
     give_up: bool,
     lease: float,
     requires_approval: bool = False,
+    resubmitted: bool = False,
 ) -> Admission:
+    """Decide a request's admission under its key: ``first`` records the request;
+    ``resubmitted`` admits again a request recorded before and never answered (deferred,
+    or holding a claim), as a new submission would be but without a second request."""
     key, action_id = request.key, request.action_id
     record = tx.record or KeyRecord(key=key)
+    if resubmitted:
+        own = own_claim(tx, record, action_id)
+        if own is not None:
+            return own
     if first:
         tx.append(
             EventType.REQUESTED,
@@ -361,6 +401,7 @@ def admit(
                 "dimensions": dimensions,
             },
         )
+    if first or resubmitted:
         if not authority.allows(request.capability):
             # Refused before any lookup: the answer has the same shape whatever the key holds.
             tx.append(
@@ -487,6 +528,25 @@ def admit(
     tx.save(record)
     # The transaction's record is the caller's once it commits: no copy needed.
     return Claimed(record.token, started, committed=record if started else None, now=tx.now)
+
+
+def own_claim(tx: Transaction, record: KeyRecord, action_id: str) -> Admission | None:
+    """A resubmitted request that holds the key itself, or whose claim already settled:
+    its own answer, never a replay of itself. ``None`` for any other key."""
+    outcome = record.outcome
+    if record.holder_action_id == action_id and record.phase in (Phase.CLAIMED, Phase.RUNNING):
+        if not is_expired(record, tx.now):
+            remaining = (record.lease_expires or 0) - tx.now
+            return Busy(action_id, remaining, recorded=False)
+        recover_expired(tx, record)  # the crash gap of its own claim: settled once, here
+        tx.save(record)
+        outcome = record.outcome
+        assert outcome is not None
+        return Answer(result_of(outcome, key=tx.key, action_id=action_id, replayed=False))
+    if outcome is not None and outcome.get("action_id") == action_id:
+        # Its claim settled between the lookup of its history and this transaction.
+        return Answer(result_of(outcome, key=tx.key, action_id=action_id, replayed=False))
+    return None
 
 
 def await_approval(

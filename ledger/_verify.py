@@ -9,13 +9,15 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from ._models import EventType
-from ._recorder import body_hash, chain_hash
+from ._recorder import TALLY_STRIPES, Tally, body_hash, chain_hash, head_mark, stripe_of
 
 if TYPE_CHECKING:
     from ._models import LedgerEvent
     from ._recorder import Recorder
 
-#: Events that answer a request; every request gets exactly one.
+#: Events that answer a request. Every request gets exactly one final answer (a
+#: completion or a refusal), or is deferred; a deferred request that is submitted again
+#: (its ``action_id`` again) may get its final answer later, never two of them.
 RESOLUTIONS = frozenset({EventType.COMPLETED, EventType.REPLAY_REFUSED, EventType.DEFERRED})
 
 
@@ -27,10 +29,13 @@ class VerifyReport(BaseModel):
 
 
 def verify_ledger(recorder: Recorder, *, gated: tuple[str, ...] = ()) -> VerifyReport:
+    tally = recorder.tally()
     events = recorder.events()
     records = {r.key: r for r in recorder.records()}
     problems: list[str] = []
     problems += _check_chains(events, records)
+    if tally is not None:
+        problems += _check_tally(events, records, tally)
     problems += _check_resolutions(events, records)
     problems += _check_replays(events)
     problems += _check_fencing(events)
@@ -93,6 +98,44 @@ def _check_chains(events: list[LedgerEvent], records: dict) -> list[str]:
     return problems
 
 
+def _check_tally(events: list[LedgerEvent], records: dict, stored: dict[int, Tally]) -> list[str]:
+    """The ledger-wide tally against the log and the key states: a key deleted whole (its
+    records and its state) is missing from both, but not from the tally."""
+    heads: dict[str, str] = {}
+    counts: dict[str, int] = defaultdict(int)
+    for event in events:
+        heads[event.key] = event.hash
+        counts[event.key] += 1
+    keys = [0] * TALLY_STRIPES
+    held = [0] * TALLY_STRIPES
+    digests = [0] * TALLY_STRIPES
+    for key in records:
+        keys[stripe_of(key)] += 1
+    for key, head in heads.items():
+        stripe = stripe_of(key)
+        held[stripe] += counts[key]
+        digests[stripe] ^= head_mark(head)
+    problems = []
+    for stripe in range(TALLY_STRIPES):
+        counted = stored.get(stripe)
+        if counted is None:
+            problems.append(f"tally stripe {stripe}: missing from ledger_stripes (deleted?)")
+            continue
+        if (counted.keys, counted.events) != (keys[stripe], held[stripe]):
+            problems.append(
+                f"tally stripe {stripe}: the ledger counted {counted.keys} keys holding "
+                f"{counted.events} records, the key states and the log hold {keys[stripe]} "
+                f"keys and {held[stripe]} records (a whole key was deleted, or records were "
+                "dropped or added outside the ledger)"
+            )
+        elif counted.digest != digests[stripe]:
+            problems.append(
+                f"tally stripe {stripe}: the chain heads of its keys are not the ones the "
+                "ledger counted (a key was replaced outside the ledger)"
+            )
+    return problems
+
+
 def _check_resolutions(events: list[LedgerEvent], records: dict) -> list[str]:
     problems = []
     requests: dict[str, LedgerEvent] = {}
@@ -113,11 +156,17 @@ def _check_resolutions(events: list[LedgerEvent], records: dict) -> list[str]:
             )
         elif any(answer.key != request.key for answer in answers):
             problems.append(f"action {action_id}: answered under a different key")
-        if len(answers) > 1:
-            seqs = ", ".join(str(a.seq) for a in answers)
+        finals = [a for a in answers if a.type != EventType.DEFERRED]
+        if len(finals) > 1:
+            seqs = ", ".join(str(a.seq) for a in finals)
             problems.append(
-                f"action {action_id} (key {answers[0].key!r}): resolved {len(answers)} times "
+                f"action {action_id} (key {answers[0].key!r}): resolved {len(finals)} times "
                 f"(seq {seqs}); a request is resolved exactly once (inserted record?)"
+            )
+        elif finals and any(a.seq > finals[0].seq for a in answers):
+            problems.append(
+                f"action {action_id} (key {answers[0].key!r}): deferred after it was answered "
+                f"at seq {finals[0].seq} (inserted record?)"
             )
     for action_id, request in requests.items():
         if action_id in resolved:

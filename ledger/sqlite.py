@@ -31,6 +31,7 @@ from ._recorder import (
     Phase,
     Recorder,
     T,
+    Tally,
     Transaction,
     event_from_row,
     event_values,
@@ -39,6 +40,7 @@ from ._recorder import (
     record_values,
     resolve,
     row_values,
+    tally_of_records,
     update_row_sql,
     write_record_sql,
 )
@@ -89,7 +91,29 @@ MIGRATIONS: list[tuple[str, ...]] = [
         CREATE INDEX IF NOT EXISTS ledger_keys_settled ON ledger_keys (compacted, settled_at)
         """,
     ),
+    (
+        # The key's chain head in a column of its own (PostgreSQL guards writes by it).
+        "ALTER TABLE ledger_keys ADD COLUMN head_hash TEXT NOT NULL DEFAULT ''",
+        "UPDATE ledger_keys SET head_hash = json_extract(record, '$.head_hash')",
+        # The ledger-wide tally (see TALLY_STRIPES); filled by _migrate.
+        """
+        CREATE TABLE ledger_stripes (
+            stripe INTEGER PRIMARY KEY,
+            keys INTEGER NOT NULL,
+            events INTEGER NOT NULL,
+            digest INTEGER NOT NULL
+        )
+        """,
+    ),
 ]
+
+# The version whose migration adds the tally, which _migrate fills from the records.
+_TALLY_VERSION = 2
+
+_ADD_TO_TALLY = (
+    "UPDATE ledger_stripes SET keys = keys + ?, events = events + ?,"
+    " digest = (digest | ?) & ~(digest & ?) WHERE stripe = ?"  # digest XOR the change
+)
 
 
 def path_from_url(url: str) -> Path:
@@ -111,6 +135,21 @@ def integrity_error(exc: Exception) -> InvalidRequest:
             "submission needs its own action_id"
         )
     return InvalidRequest(f"the ledger refused the write: {exc}")
+
+
+def _into_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """Put the file in WAL mode. The switch does not wait on the busy handler: while
+    another process creates the same new file (its first transaction holds it), it says
+    "database is locked" at once, so it is tried again until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 #: How many queued transitions one commit takes at most.
@@ -171,6 +210,17 @@ class _SQLiteTransaction(Transaction):
     def _insert_event(self, event: PendingEvent) -> None:
         self._pending.append(event)
 
+    def finish(self) -> None:
+        """Write what is held and the transition's share of the ledger-wide tally."""
+        self.flush()
+        added = self.tally()
+        if added is not None:
+            stripe, tally = added
+            self._conn.execute(
+                _ADD_TO_TALLY, (tally.keys, tally.events, tally.digest, tally.digest, stripe)
+            )
+            self.wrote = True
+
     def flush(self) -> None:
         """Insert the events held so far (a unique index's refusal is raised here)."""
         pending = self._pending
@@ -222,7 +272,7 @@ class SQLiteRecorder(Recorder):
             self._conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
             )
-            self._conn.execute("PRAGMA journal_mode=WAL")
+            _into_wal(self._conn, busy_timeout)
             # The started marker must be on disk before the adapter acts.
             self._conn.execute("PRAGMA synchronous=FULL")
             # Key lookups touch a few index pages of a large file; keep them cached
@@ -273,6 +323,16 @@ class SQLiteRecorder(Recorder):
                 for statements in MIGRATIONS[current:]:
                     for statement in statements:
                         self._conn.execute(statement)
+                if current < _TALLY_VERSION <= target:
+                    rows = self._conn.execute(
+                        "SELECT key, head_hash, json_extract(record, '$.events') FROM ledger_keys"
+                    )
+                    tally = tally_of_records(rows)
+                    self._conn.executemany(
+                        "INSERT INTO ledger_stripes (stripe, keys, events, digest)"
+                        " VALUES (?, ?, ?, ?)",
+                        [(s, t.keys, t.events, t.digest) for s, t in tally.items()],
+                    )
                 if current < target:
                     self._conn.execute(
                         "INSERT OR REPLACE INTO ledger_meta (name, value)"
@@ -390,7 +450,7 @@ class SQLiteRecorder(Recorder):
     def _run_item(self, item: _Queued) -> Any:
         tx = self._item_transaction(item)
         result = item.fn(tx)
-        tx.flush()
+        tx.finish()
         return result
 
     def _together(self, batch: list[_Queued]) -> list[_Answer] | None:
@@ -402,7 +462,7 @@ class SQLiteRecorder(Recorder):
             try:
                 tx = self._item_transaction(item)
                 result = item.fn(tx)
-                tx.flush()
+                tx.finish()
             except sqlite3.OperationalError:
                 raise  # the whole transaction is in doubt: fail the batch
             except Exception as exc:
@@ -456,7 +516,7 @@ class SQLiteRecorder(Recorder):
             record = KeyRecord.from_json(row[0]) if row else None
             tx = _SQLiteTransaction(conn, key, record, self.now())
             result = fn(tx)
-            tx.flush()
+            tx.finish()
             conn.execute("COMMIT")
             return result
         except sqlite3.IntegrityError as exc:
@@ -489,6 +549,13 @@ class SQLiteRecorder(Recorder):
         finally:
             self._loop_read_lock.release()
         return (KeyRecord.from_json(row[0]) if row else None), self.now()
+
+    def tally(self) -> dict[int, Tally]:
+        with self._read_lock:
+            rows = self._read_conn.execute(
+                "SELECT stripe, keys, events, digest FROM ledger_stripes"
+            ).fetchall()
+        return {stripe: Tally(keys, events, digest) for stripe, keys, events, digest in rows}
 
     def get(self, key: str) -> KeyRecord | None:
         with self._read_lock:

@@ -409,13 +409,7 @@ class LedgerContract:
     ) -> None:
         effects = tmp_path / "effects.txt"
         lease = 1.5
-        child = _spawn_hanging_child(ledger_url, "k", effects, lease, forever=True)
-        try:
-            _wait_for_line(child, "ACTED")
-            child.send_signal(signal.SIGKILL)
-            child.wait(timeout=10)
-        finally:
-            _reap(child)
+        _crash_after_acting(ledger_url, "k", effects, lease)
         far_side = Counter()
         async with Ledger.open(ledger_url, lease=lease) as ledger:
             state = ledger.state("k")
@@ -979,6 +973,204 @@ class LedgerContract:
         assert isinstance(decision, Answer) and decision.result.replayed
         assert types(ledger, "k")[len(before) :] == ["action.requested", "action.completed"]
         assert ledger.verify().ok
+
+
+    # Hostile values: what tool arguments and outputs written by models can hold --------
+    async def test_an_output_holding_nul_replays_for_ever(
+        self, ledger: Ledger, ledger_url: str
+    ) -> None:
+        """A NUL in an output is recorded like any character: the key replays, also after
+        the ledger is reopened (no write of the same output is refused later)."""
+        output = {"ok": "a\u0000b", "\u0000key": ["\u0000"]}
+        far_side = Counter(output)
+        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        again = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert first.ok and first.output == output
+        assert again.replayed and again.output == output
+        async with Ledger.open(ledger_url) as reopened:
+            third = await reopened.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert third.replayed and third.output == output
+        assert len(far_side.calls) == 1
+        assert ledger.state("k").output == output
+
+    async def test_nesting_past_the_limit_is_bad_input_naming_it(self, ledger: Ledger) -> None:
+        deep: Any = "bottom"
+        for _ in range(5000):
+            deep = {"a": deep}
+        with pytest.raises(InvalidRequest, match=r"nested deeper than 100 arrays and objects"):
+            await ledger.execute(
+                request("k", payload={"deep": deep}), authority=AUTHORITY, adapter=Counter()
+            )
+        with pytest.raises(InvalidRequest, match="payload"):
+            request("k", payload={"deep": deep})
+        assert ledger.events() == []
+
+    async def test_an_output_that_cannot_be_recorded_is_an_observed_effect(
+        self, ledger: Ledger, ledger_url: str
+    ) -> None:
+        """The adapter acted; its output is too deep (or not JSON) to record. The outcome is
+        FAILED with its effect observed, naming the output's hash, and the key answers that
+        for ever after instead of acting again."""
+        deep: Any = 1
+        for _ in range(5000):
+            deep = [deep]
+        for key, output in (("deep", deep), ("nan", {"x": float("nan")}), ("set", {1, 2})):
+            far_side = Counter(output)
+            first = await ledger.execute(request(key), authority=AUTHORITY, adapter=far_side)
+            assert (first.status, first.effect, first.error_type) == (
+                ActionStatus.FAILED,
+                EffectState.OBSERVED,
+                "UnrecordableOutput",
+            )
+            assert first.error is not None and "sha256 " in first.error
+            again = await ledger.execute(request(key), authority=AUTHORITY, adapter=far_side)
+            assert again.replayed and again.error == first.error
+            async with Ledger.open(ledger_url) as reopened:
+                third = await reopened.execute(
+                    request(key), authority=AUTHORITY, adapter=far_side
+                )
+            assert third.replayed and third.error_type == "UnrecordableOutput"
+            assert len(far_side.calls) == 1
+        assert ledger.open_effects() == []
+
+    async def test_failures_with_unrecordable_messages_are_recorded(self, ledger: Ledger) -> None:
+        class Hostile(Exception):
+            def __str__(self) -> str:
+                return "lone \ud800 surrogate, NUL \u0000, and " + "x" * 100_000
+
+        far_side = Counter(raise_after=Hostile())
+        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert (first.status, first.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
+        assert first.error is not None and "\\ud800" in first.error and "\u0000" in first.error
+        assert len(first.error) < 70_000
+        again = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        assert again.replayed and again.error == first.error
+
+    @pytest.mark.parametrize("field", ["instruction", "performer", "action_id"])
+    async def test_text_that_cannot_be_recorded_is_refused_before_acting(
+        self, ledger: Ledger, field: str
+    ) -> None:
+        for bad in ("lone \ud800 surrogate", "nul \u0000 inside"):
+            if bad.startswith("nul") and field != "action_id":
+                continue  # inside JSON a NUL is an escape like any other
+            with pytest.raises(InvalidRequest, match=field):
+                await ledger.execute(
+                    request("k", **{field: bad}), authority=AUTHORITY, adapter=Counter()
+                )
+        with pytest.raises(InvalidRequest, match="principal"):
+            Authority("lone \ud800", ["files.*"])
+        with pytest.raises(InvalidRequest, match="actor"):
+            await ledger.reconcile("k", "still_unknown", "ops \ud800", "seen")
+        assert ledger.events() == []
+
+    async def test_sql_like_text_round_trips_exactly(self, ledger: Ledger, ledger_url: str) -> None:
+        texts = [
+            "'); DROP TABLE ledger_events; --",
+            "$$; DROP TABLE ledger_keys; $$",
+            "$tag$ $$ $1 %s %(x)s ? :name",
+            "back\\slash \\' \\\\ E'\\x00' e'\\n'",
+            "E'it''s' U&'\\0041' B'101' X'ff'",
+            "\";\n\r\t\u2028\u2029\U0001f600 \u00e9",
+        ]
+        key = "k'\\;--$$ E'\\x41'"
+        payload = {text: [text, {"nested": text}] for text in texts}
+        far_side = Counter({"echo": texts})
+        first = await ledger.execute(
+            request(key, instruction=texts[0], payload=payload, performer=texts[3]),
+            authority=AUTHORITY,
+            adapter=far_side,
+        )
+        assert first.ok and first.output == {"echo": texts}
+        async with Ledger.open(ledger_url) as reopened:
+            again = await reopened.execute(
+                request(key, instruction=texts[0], payload=payload, performer=texts[3]),
+                authority=AUTHORITY,
+                adapter=far_side,
+            )
+            requested = reopened.events(key)[0]
+        assert again.replayed and again.output == {"echo": texts}
+        assert requested.payload["payload"] == payload
+        assert requested.payload["instruction"] == texts[0]
+        assert len(far_side.calls) == 1
+        assert {s.key for s in ledger.open_effects()} == set()
+        assert [e.key for e in ledger.events(key)] == [key] * len(ledger.events(key))
+
+    # A resubmission: the same ActionRequest (same action_id) again ----------------------
+    async def test_a_deferred_submission_is_answered_once_the_holders_lease_expired(
+        self, ledger_url: str, tmp_path: Path
+    ) -> None:
+        """The holder acted and died. A request deferred while its lease was live, submitted
+        again (the same action_id) after the lease expired, gets the crash-gap answer
+        (failed, effect unknown) like a new submission, and never acts."""
+        effects = tmp_path / "effects.txt"
+        lease = 3.0  # long enough to be deferred first, on a slow machine too
+        _crash_after_acting(ledger_url, "k", effects, lease)
+        far_side = Counter()
+        async with Ledger.open(ledger_url, lease=lease) as ledger:
+            holder = ledger.state("k").holder_action_id
+            assert holder is not None
+            deferred = request("k")
+            with pytest.raises(ActionInProgressError):
+                await ledger.execute(deferred, authority=AUTHORITY, adapter=far_side)
+            while ledger.state("k").next_operation is NextOperation.WAIT:
+                await asyncio.sleep(0.1)
+            answered = await ledger.execute(deferred, authority=AUTHORITY, adapter=far_side)
+            assert (answered.status, answered.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
+            assert answered.error_type == "Interrupted" and answered.replayed
+            assert answered.reused_from_action_id == holder
+            assert answered.action_id == deferred.action_id
+            again = await ledger.execute(deferred, authority=AUTHORITY, adapter=far_side)
+            assert again == answered
+            # The holder's own submission again: its own interruption, not a replay.
+            own = await ledger.execute(
+                request("k", action_id=holder), authority=AUTHORITY, adapter=far_side
+            )
+            assert own.action_id == holder and not own.replayed
+            assert own.error_type == "Interrupted"
+            report = ledger.verify()
+            assert report.ok, report.problems
+        assert far_side.calls == []
+        assert count_effects(effects) == {"k": 1}
+
+    async def test_the_holders_own_submission_again_settles_its_crash_gap(
+        self, ledger_url: str, tmp_path: Path
+    ) -> None:
+        effects = tmp_path / "effects.txt"
+        lease = 1.5
+        _crash_after_acting(ledger_url, "k", effects, lease)
+        far_side = Counter()
+        async with Ledger.open(ledger_url, lease=lease) as ledger:
+            holder = ledger.state("k").holder_action_id
+            assert holder is not None
+            own = request("k", action_id=holder)
+            with pytest.raises(ActionInProgressError) as busy:
+                await ledger.execute(own, authority=AUTHORITY, adapter=far_side)
+            assert busy.value.holder_action_id == holder
+            await asyncio.sleep(busy.value.lease_remaining + 0.2)
+            answered = await ledger.execute(own, authority=AUTHORITY, adapter=far_side)
+            assert (answered.status, answered.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
+            assert answered.error_type == "Interrupted" and not answered.replayed
+            completions = [
+                e for e in ledger.events("k") if e.type == "action.completed"
+            ]
+            assert [e.action_id for e in completions] == [holder]
+            later = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+            assert later.replayed and later.reused_from_action_id == holder
+            report = ledger.verify()
+            assert report.ok, report.problems
+        assert far_side.calls == []
+        assert count_effects(effects) == {"k": 1}
+
+
+def _crash_after_acting(url: str, key: str, effects: Path, lease: float) -> None:
+    """A worker in another process claims ``key``, acts, and is killed before it reports."""
+    child = _spawn_hanging_child(url, key, effects, lease, forever=True)
+    try:
+        _wait_for_line(child, "ACTED")
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+    finally:
+        _reap(child)
 
 
 def _spawn_hanging_child(

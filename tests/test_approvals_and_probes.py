@@ -83,7 +83,9 @@ class Payments:
                 key = urllib.parse.unquote(self.path.rsplit("/", 1)[-1])
                 with far.lock:
                     found = far.by_key.get(key)
-                self.reply(200, found) if found else self.reply(404, {"error": "no such key"})
+                # A 404 that names the key it looked up: the probe may take it as absence.
+                missing = {"error": "no such key", "idempotency_key": key}
+                self.reply(200, found) if found else self.reply(404, missing)
 
             def reply(self, status: int, body: Any) -> None:
                 data = json.dumps(body).encode()

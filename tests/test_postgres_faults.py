@@ -183,19 +183,60 @@ class _Line:
             sock.close()
 
 
-# A simple-protocol query that commits: "COMMIT" alone or last of the statements that
-# carry a transaction's writes, or followed by the read-back of a one-message one.
-COMMIT_QUERIES = (b"COMMIT\x00", b"; COMMIT; SELECT")
-COMMIT_DONE = b"C\x00\x00\x00\x0bCOMMIT\x00"  # its CommandComplete: the server committed
+# The statements that commit: an explicit COMMIT, or the ledger's write function run in
+# an implicit transaction (a one-message transaction commits when the server finishes it).
+COMMITTING = (b"COMMIT", b"ledger_write(")
+# The server's ReadyForQuery, idle: whatever transaction the message ran has committed.
+COMMIT_DONE = b"Z\x00\x00\x00\x05I"
+
+
+class _Frontend:
+    """The client's side of one line, framed into protocol messages, to see which sends
+    run a statement that commits (by its SQL, or by the name it was prepared under)."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.started = False  # the startup message, which has no type byte, is past
+        self.committing: set[bytes] = set()  # prepared statements that commit
+
+    def commits(self, data: bytes) -> bool:
+        self.buffer += data
+        found = False
+        while True:
+            if not self.started:
+                if len(self.buffer) < 4:
+                    return found
+                length = int.from_bytes(self.buffer[:4], "big")
+                if len(self.buffer) < length:
+                    return found
+                self.buffer, self.started = self.buffer[length:], True
+                continue
+            if len(self.buffer) < 5:
+                return found
+            kind, length = self.buffer[:1], int.from_bytes(self.buffer[1:5], "big")
+            if len(self.buffer) < 1 + length:
+                return found
+            body, self.buffer = self.buffer[5 : 1 + length], self.buffer[1 + length :]
+            if kind == b"Q":  # a simple query
+                found = found or any(c in body for c in COMMITTING)
+            elif kind == b"P":  # Parse: a statement's name and its SQL
+                name, _, rest = body.partition(b"\x00")
+                if any(c in rest.partition(b"\x00")[0] for c in COMMITTING):
+                    self.committing.add(name)
+                else:
+                    self.committing.discard(name)
+            elif kind == b"B":  # Bind: runs a parsed statement, by name
+                statement = body.partition(b"\x00")[2].partition(b"\x00")[0]
+                found = found or statement in self.committing
 
 
 class Relay:
     """A TCP relay between the ledger and PostgreSQL that can fail the network.
 
-    ``lose_next_commit_answer()`` lets the next COMMIT through and, once the server
-    answered that it committed, cuts the line instead of passing the answer on: the
-    client cannot tell whether its transaction landed. ``cut()`` drops every line and
-    refuses new ones until ``restore()``.
+    ``lose_next_commit_answer()`` lets the next message that commits through and, once
+    the server answered that it is done (idle again: committed), cuts the line instead of
+    passing the answer on: the client cannot tell whether its transaction landed.
+    ``cut()`` drops every line and refuses new ones until ``restore()``.
     """
 
     def __init__(self, url: str) -> None:
@@ -255,9 +296,10 @@ class Relay:
             threading.Thread(target=self._downstream, args=(line,), daemon=True).start()
 
     def _upstream(self, line: _Line) -> None:
+        frontend = _Frontend()
         with contextlib.suppress(OSError):
             while data := line.client.recv(65536):
-                if any(q in data for q in COMMIT_QUERIES) and self._armed.is_set():
+                if frontend.commits(data) and self._armed.is_set():
                     with self._lock:
                         if self._armed.is_set():
                             self._armed.clear()

@@ -3,10 +3,12 @@
 ``place_order`` POSTs an order with the ledger's key as ``Idempotency-Key``. When the
 reply is lost (a timeout, a dropped connection, a 5xx) the effect is unknown; instead of
 parking the step for a person, the workflow runs the tool's probe, a GET of
-``{base_url}/orders/by-key/{key}``: 2xx means the order exists (recorded as
-``effect_confirmed`` by ``probe:place_order``, with the response as evidence, and its
-body is the step's output), 404 means it does not (conclusive for this far side, so the
-step places the order again under the same key), anything else parks the step as before.
+``{base_url}/orders?idempotency_key={key}`` (the key in the query, which every router
+passes through as sent): 2xx means the order exists (recorded as ``effect_confirmed`` by
+``probe:place_order``, with the response as evidence, and its body is the step's output),
+a 404 that names the key it looked up means it does not (conclusive for this far side, so
+the step places the order again under the same key), anything else parks the step as
+before.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def _order(result: HttpResult) -> Order:
 
 @tool(
     capability="orders.place",
-    probe=lookup_probe("{base_url}/orders/by-key/{key}", output=_order),
+    probe=lookup_probe("{base_url}/orders?idempotency_key={key}", output=_order),
     # This far side lists every order it ever accepted: a 404 proves there is none.
     probe_absence_conclusive=True,
 )

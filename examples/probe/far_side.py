@@ -5,7 +5,9 @@
 ``POST /orders`` files an order under the request's ``Idempotency-Key`` (the same key
 again returns the same order); the first ``--lose-replies`` POSTs file the order and then
 drop the connection without answering, as a crash or a network fault would.
-``GET /orders/by-key/{key}`` answers the order (200) or 404.
+``GET /orders?idempotency_key=KEY`` answers the order (200) or 404; both name the key it
+looked up in their ``Idempotency-Key`` header, so a 404 says "no such order", not "no
+such route".
 """
 
 from __future__ import annotations
@@ -48,17 +50,24 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(201, order)
 
     def do_GET(self) -> None:
-        prefix = "/orders/by-key/"
-        key = urllib.parse.unquote(self.path.removeprefix(prefix))
+        path, _, query = self.path.partition("?")
+        keys = urllib.parse.parse_qs(query).get("idempotency_key")
+        if path != "/orders" or not keys:
+            self._reply(404, {"error": "no such route"})
+            return
+        key = keys[0]
         with self.server.lock:
-            order = self.server.orders.get(key) if self.path.startswith(prefix) else None
-        self._reply(200, order) if order else self._reply(404, {"error": "no order"})
+            order = self.server.orders.get(key)
+        echo = urllib.parse.quote(key, safe="")
+        self._reply(200, order, echo) if order else self._reply(404, {"error": "no order"}, echo)
 
-    def _reply(self, status: int, body: Any) -> None:
+    def _reply(self, status: int, body: Any, key: str | None = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if key is not None:
+            self.send_header("Idempotency-Key", key)
         self.end_headers()
         self.wfile.write(data)
 
