@@ -23,12 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporal_ledger.activities import (
-    AWAITING_APPROVAL_ATTRIBUTE,
-    OPEN_EFFECTS_ATTRIBUTE,
-    LedgerPlugin,
-    Policy,
-)
+from temporal_ledger.activities import LedgerPlugin, Policy
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -113,10 +108,11 @@ async def dev_server(
         "frontend.enableUpdateWorkflowExecution=true",
         # List the runs that wait for a person: LedgerOpenEffects > 0 (an unknown effect),
         # LedgerAwaitingApproval > 0 (a call to approve).
-        "--search-attribute",
-        f"{OPEN_EFFECTS_ATTRIBUTE}=Int",
-        "--search-attribute",
-        f"{AWAITING_APPROVAL_ATTRIBUTE}=Int",
+        *(
+            option
+            for name in LedgerPlugin.search_attributes
+            for option in ("--search-attribute", f"{name}=Int")
+        ),
     ]
     if ui_port is None:
         args.append("--headless")

@@ -57,21 +57,14 @@ from ..ledger import (
     ExecutionContext,
     NoEffect,
 )
-from . import _payloads as p
+from ._attempt import execute_ledgered, treated
 from ._keys import step_key
-from ._payloads import ANCHOR_HEADER, HINTS_HEADER, RunAnchor, ToolHints
+from ._outcomes import outcome_or_raise, record_outcome
 from ._probe import Probe
+from ._protocol import ANCHOR_HEADER, HINTS_HEADER, ErrorType, RunAnchor, ToolHints, ToolSpec
 from ._results import AsReturned, ResultShape
 from ._runtime import Runtime
-from ._tool import (
-    ToolSpec,
-    _outcome_or_raise,
-    describe_request,
-    execute_ledgered,
-    record_outcome,
-    treated,
-)
-from ._tracing import call_span, current_call
+from ._tracing import call_span, current_call, describe_request
 
 #: Turns the activity's arguments (JSON) into the payload that is fingerprinted.
 Normalizer = Callable[[str, list[Any]], dict[str, Any]]
@@ -193,7 +186,7 @@ def _return_type(fn: Callable[..., Any]) -> Any:
 
 
 def _refuse(message: str) -> ApplicationError:
-    return ApplicationError(message, type=p.ErrorType.INVALID_REQUEST, non_retryable=True)
+    return ApplicationError(message, type=ErrorType.INVALID_REQUEST, non_retryable=True)
 
 
 async def execute_through_ledger(
@@ -209,7 +202,7 @@ async def execute_through_ledger(
     runs, and its return value is recorded as JSON. Replay (same key, same normalised
     arguments): the recorded value is decoded to the activity's return type and
     returned; the activity does not run. Outcomes map to the same typed
-    ``ApplicationError`` s as ``@tool`` (see ``activities._payloads``).
+    ``ApplicationError`` s as ``@tool`` (see ``activities._outcomes``).
     """
     info = activity.info()
     rule = rule or LedgeredActivity(info.activity_type)
@@ -263,7 +256,28 @@ async def execute_through_ledger(
         # workflow, so decoding it on replay gives the workflow the same object.
         return _to_json(converter.to_payload(value))
 
-    request = {
+    request = _request(info, anchor, key, spec, payload, performer, tool=tool, hints=hints)
+    with call_span(
+        tool if isinstance(tool, str) else info.activity_type, key, content=runtime.trace_content
+    ) as span:
+        describe_request(span, request)
+        return await _settle(runtime, input, rule, spec, request, adapter, ran, converter)
+
+
+def _request(
+    info: activity.Info,
+    anchor: RunAnchor,
+    key: str,
+    spec: ToolSpec[Any, Any],
+    payload: dict[str, Any],
+    performer: str,
+    *,
+    tool: Any,
+    hints: ToolHints | None,
+) -> dict[str, Any]:
+    """What the activity asks the ledger, with where it comes from (recorded, never
+    fingerprinted, as are the tool's name and its server's hints)."""
+    return {
         "key": key,
         "capability": spec.capability,
         "instruction": info.activity_type,
@@ -278,16 +292,10 @@ async def execute_through_ledger(
             "activity_id": info.activity_id,
             "activity_type": info.activity_type,
             "attempt": info.attempt,
-            # Recorded, never fingerprinted: hints from the tool's server.
             **({"tool": tool} if isinstance(tool, str) else {}),
             **({"hints": hints.model_dump(by_alias=True)} if hints else {}),
         },
     }
-    with call_span(
-        tool if isinstance(tool, str) else info.activity_type, key, content=runtime.trace_content
-    ) as span:
-        describe_request(span, request)
-        return await _settle(runtime, input, rule, spec, request, adapter, ran, converter)
 
 
 async def _settle(
@@ -314,7 +322,7 @@ async def _settle(
         # mapping on the workflow side) the original exception, as if we were not here.
         record_outcome(spec, result)
         raise ran["error"]
-    outcome = _outcome_or_raise(spec, result, runtime, request=request)
+    outcome = outcome_or_raise(spec, result, runtime, request=request)
     # An operator's or a probe's effect_confirmed output is the tool's own; the activity
     # returns the framework's record of it.
     try:
@@ -324,7 +332,7 @@ async def _settle(
         raise ApplicationError(
             f"{info.activity_type}: the recorded output of {key!r} does not decode to the "
             f"activity's return type: {exc}",
-            type=p.ErrorType.FAILED,
+            type=ErrorType.FAILED,
             non_retryable=True,
         ) from None
 

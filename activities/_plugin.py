@@ -10,7 +10,7 @@ import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import temporalio.client
 from temporalio import activity
@@ -38,7 +38,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from ..ledger import Ledger
 from ..ledger.sqlite import path_from_url
 from ._generic import LedgeredActivity, execute_through_ledger
+from ._options import LedgerOptions
 from ._policy import Policy
+from ._protocol import AWAITING_APPROVAL_ATTRIBUTE, OPEN_EFFECTS_ATTRIBUTE, workflow_interceptor
 from ._reconcile import approve_call, probe_effect, reconcile_effect
 from ._runtime import Runtime, _runtime
 
@@ -105,27 +107,55 @@ def _sandbox(existing: WorkflowRunner | None) -> WorkflowRunner:
 class LedgerPlugin(SimplePlugin):
     """Puts the ledger between Temporal and every ``@tool`` activity.
 
-    ``ledger`` is a URL (``sqlite:///path``, ``postgresql://...``) opened when a worker
-    starts, or an open :class:`~ledger.Ledger` that the caller owns. ``policy`` says
-    which performers may use which capabilities and who may reconcile: a
-    :class:`Policy`, a TOML file, or ``None`` for the logged allow-all of local
-    development. Use it on ``Client.connect(plugins=[...])`` or ``Worker(plugins=[...])``,
-    and on ``Replayer(plugins=[...])`` (no ledger is needed to replay).
-    ``ledger_activities`` puts activities you did not write with ``@tool`` (glob
-    patterns of activity types, such as pydantic-ai's ``agent__*``) through the ledger
-    too, keyed by workflow, first run and the call's number. With the ``[otel]`` extra,
-    every ledgered call gets a span saying what the ledger decided; ``trace_content``
-    records its arguments and output on it too.
+    A ``temporalio.plugin`` plugin: use it on ``Client.connect(plugins=[...])`` (its
+    workers inherit it) or ``Worker(plugins=[...])``, and on ``Replayer(plugins=[...])``
+    (no ledger is needed to replay). It adds the ledger, the activities that record
+    verdicts, decisions and probes' findings, the pydantic data converter (keeping a
+    user's codec), sandbox pass-through of this library, and the workflow interceptor
+    that keys activities and lets waiting calls wait in their run.
+
+    Args:
+        ledger: A URL (``sqlite:///path``, ``postgresql://...``) opened when the first
+            worker starts and closed when the last one stops, or an open
+            :class:`~temporal_ledger.ledger.Ledger` that stays the caller's.
+        policy: Which performers may use which capabilities, who may reconcile and who
+            may approve: a :class:`Policy`, the path of its TOML file, or ``None`` for
+            the logged allow-all of local development.
+        lease: Seconds a started execution holds its key; the same as
+            ``options=LedgerOptions(lease=...)``, which it overrides.
+        ledger_activities: Activities you did not write with ``@tool`` to put through
+            the ledger too: glob patterns of activity types (such as pydantic-ai's
+            ``agent__*``) or :class:`LedgeredActivity` rules. They are keyed by workflow,
+            first run and the call's number.
+        trace_content: With the ``[otel]`` extra, every ledgered call gets a span saying
+            what the ledger decided; this records its arguments and output on it too.
+        options: The lease, and how every run schedules the ledger's activities (tool
+            calls without options of their own, recording verdicts and decisions,
+            probes).
+
+    Attributes:
+        search_attributes: The Int search attributes a namespace needs registered for
+            operators to list the runs that wait (``temporal workflow list --query
+            'LedgerOpenEffects > 0'``); without them calls still wait, unlisted.
+
+    Raises:
+        TypeError: ``ledger`` is neither a URL nor a ``Ledger``.
     """
+
+    search_attributes: ClassVar[tuple[str, ...]] = (
+        OPEN_EFFECTS_ATTRIBUTE,
+        AWAITING_APPROVAL_ATTRIBUTE,
+    )
 
     def __init__(
         self,
         ledger: str | Ledger | None = None,
         *,
         policy: Policy | str | Path | None = None,
-        lease: float = 30.0,
+        lease: float | None = None,
         ledger_activities: Sequence[str | LedgeredActivity] = (),
         trace_content: bool = False,
+        options: LedgerOptions | None = None,
     ) -> None:
         if ledger is not None and not isinstance(ledger, (str, Ledger)):
             raise TypeError("ledger must be a URL or a Ledger")
@@ -136,7 +166,10 @@ class LedgerPlugin(SimplePlugin):
             rule if isinstance(rule, LedgeredActivity) else LedgeredActivity(rule)
             for rule in ledger_activities
         )
-        self._lease = lease
+        options = options or LedgerOptions()
+        if lease is not None:
+            options = dataclasses.replace(options, lease=lease)
+        self.options = options
         self._trace_content = trace_content
         self._policy_source = policy
         self._runtime: Runtime | None = None
@@ -148,20 +181,17 @@ class LedgerPlugin(SimplePlugin):
         self._awaiting_approval_attribute = False
         #: Every @tool on this plugin's workers, by name: the probe activity finds them here.
         self._tools: dict[str, Any] = {}
-        # The workflow side builds on this package (it imports it), so it is imported
-        # here, once both are loaded, rather than at the top.
-        from ..workflows import LedgerWorkflowInterceptor
-
         super().__init__(
             "temporal_ledger.LedgerPlugin",
             data_converter=_pydantic_converter,
             activities=_add_once(*_LEDGER_ACTIVITIES),
             workflow_runner=_sandbox,
             # The workflow interceptor stamps the anchor header (keys that survive a
-            # reset) and lets ledger_activities calls wait in the run's inbox.
+            # reset), lets ledger_activities calls wait in the run's inbox, and gives
+            # every run the options its ledger activities are scheduled with.
             interceptors=[
                 _ActivityInterceptor(self),
-                LedgerWorkflowInterceptor(self.ledger_activities),
+                workflow_interceptor(self.ledger_activities, options),
             ],
             run_context=self._worker_running,
         )
@@ -232,7 +262,7 @@ class LedgerPlugin(SimplePlugin):
                 if source is None:
                     raise RuntimeError("LedgerPlugin has no ledger: pass ledger=URL or a Ledger")
                 if isinstance(source, str):
-                    self._owned = await asyncio.to_thread(_open_logged, source, self._lease)
+                    self._owned = await asyncio.to_thread(_open_logged, source, self.options.lease)
                     ledger = self._owned
                 else:
                     ledger = source
@@ -257,11 +287,7 @@ class LedgerPlugin(SimplePlugin):
         return Policy.load(source)
 
 
-#: The search attribute that lists runs with steps parked on an unknown effect.
-OPEN_EFFECTS_ATTRIBUTE = "LedgerOpenEffects"
-#: The search attribute that lists runs with calls waiting for a person's approval.
-AWAITING_APPROVAL_ATTRIBUTE = "LedgerAwaitingApproval"
-_ATTRIBUTES = (OPEN_EFFECTS_ATTRIBUTE, AWAITING_APPROVAL_ATTRIBUTE)
+_ATTRIBUTES = LedgerPlugin.search_attributes
 
 
 def register_command(name: str) -> str:

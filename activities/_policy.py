@@ -18,8 +18,8 @@ from pydantic import (
     model_validator,
 )
 
-from ..ledger import Authority, InvalidRequest, Signers
-from ._payloads import ToolHints
+from ..ledger import Authority, InvalidRequest
+from ._protocol import Signers, ToolHints
 
 logger = logging.getLogger(__name__)
 

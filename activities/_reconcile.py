@@ -20,16 +20,14 @@ from ..ledger import (
     ReconciliationRefused,
     Verdict,
 )
-from . import _payloads as p
+from . import _protocol as p
+from ._metrics import count_approval, count_reconciliation
 from ._probe import Finding, ProbeAnswer
+from ._protocol import APPROVE_ACTIVITY, PROBE_ACTIVITY, RECONCILE_ACTIVITY, ProbeOutcome
 from ._runtime import Runtime, current_runtime
 from ._tool import argument_of
 
 logger = logging.getLogger(__name__)
-
-RECONCILE_ACTIVITY = "ledger.reconcile"
-APPROVE_ACTIVITY = "ledger.approve"
-PROBE_ACTIVITY = "ledger.probe"
 
 
 @activity.defn(name=RECONCILE_ACTIVITY)
@@ -100,13 +98,6 @@ def _ledger_answers(*, refused: p.ErrorType, first: p.ErrorType) -> Iterator[Non
         raise ApplicationError(str(exc), type=p.ErrorType.LEDGER_UNAVAILABLE) from None
 
 
-def count_reconciliation(verdict: Verdict, *, actor: str) -> None:
-    """One verdict recorded, by verdict and by who gave it (``operator`` or ``probe:<tool>``)."""
-    activity.metric_meter().create_counter(
-        "ledger_reconciliations", "verdicts on unknown effects recorded in the ledger"
-    ).add(1, {"verdict": verdict.value, "actor": actor})
-
-
 @activity.defn(name=APPROVE_ACTIVITY)
 async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
     """Check the approver and its signature against the policy, then record the decision
@@ -131,9 +122,7 @@ async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
             decision=decision.decision,
             signature=decision.signature,
         )
-    activity.metric_meter().create_counter(
-        "ledger_approvals", "approvers' decisions recorded in the ledger"
-    ).add(1, {"decision": decision.decision.value})
+    count_approval(decision.decision)
     return p.ApproveResult(
         key=decision.key,
         fingerprint=approval.fingerprint,
@@ -172,17 +161,7 @@ async def probe_effect(probe: p.ProbeInput) -> p.ProbeResult:
             type=p.ErrorType.PROBE_UNAVAILABLE,
             non_retryable=True,
         )
-    verdict = {
-        Finding.PRESENT: Verdict.EFFECT_CONFIRMED,
-        Finding.ABSENT: (Verdict.NO_EFFECT_CONFIRMED if conclusive else Verdict.STILL_UNKNOWN),
-        Finding.INCONCLUSIVE: Verdict.STILL_UNKNOWN,
-    }[answer.finding]
-    basis = answer.basis
-    if answer.finding is Finding.ABSENT and verdict is Verdict.STILL_UNKNOWN:
-        basis += " (not conclusive for this tool: declare probe_absence_conclusive=True)"
-    output: Any = answer.output if verdict is Verdict.EFFECT_CONFIRMED else None
-    if isinstance(output, BaseModel):
-        output = output.model_dump(mode="json")
+    verdict, basis, output = _verdict_for(answer, conclusive)
     if verdict is Verdict.EFFECT_CONFIRMED:
         try:
             check_output(output)
@@ -206,10 +185,35 @@ async def probe_effect(probe: p.ProbeInput) -> p.ProbeResult:
             raise ApplicationError(
                 str(exc), type=p.ErrorType.RECONCILE_REFUSED, non_retryable=True
             ) from None
-        return p.ProbeResult(finding="resolved")  # settled meanwhile: that outcome stands
+        # Settled meanwhile: that outcome stands.
+        return p.ProbeResult(finding=ProbeOutcome.RESOLVED)
     count_reconciliation(verdict, actor=actor)
-    finding = answer.finding.value if verdict is not Verdict.STILL_UNKNOWN else "inconclusive"
+    finding = _RECORDED[verdict]
     return p.ProbeResult(finding=finding, verdict=verdict, output=output)
+
+
+#: What the workflow is told, by the verdict recorded for the probe's answer.
+_RECORDED = {
+    Verdict.EFFECT_CONFIRMED: ProbeOutcome.PRESENT,
+    Verdict.NO_EFFECT_CONFIRMED: ProbeOutcome.ABSENT,
+    Verdict.STILL_UNKNOWN: ProbeOutcome.INCONCLUSIVE,
+}
+
+
+def _verdict_for(answer: ProbeAnswer, conclusive: bool) -> tuple[Verdict, str, Any]:
+    """The verdict a probe's answer is recorded as, what it rests on, and the output."""
+    verdict = {
+        Finding.PRESENT: Verdict.EFFECT_CONFIRMED,
+        Finding.ABSENT: (Verdict.NO_EFFECT_CONFIRMED if conclusive else Verdict.STILL_UNKNOWN),
+        Finding.INCONCLUSIVE: Verdict.STILL_UNKNOWN,
+    }[answer.finding]
+    basis = answer.basis
+    if answer.finding is Finding.ABSENT and verdict is Verdict.STILL_UNKNOWN:
+        basis += " (not conclusive for this tool: declare probe_absence_conclusive=True)"
+    output: Any = answer.output if verdict is Verdict.EFFECT_CONFIRMED else None
+    if isinstance(output, BaseModel):
+        output = output.model_dump(mode="json")
+    return verdict, basis, output
 
 
 def _probe_for(

@@ -16,10 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import TypeAdapter
 
-from ..ledger import output_template
-
-#: Stands for a value the operator must fill in; refused if sent back unchanged.
-PLACEHOLDER = "<what the tool returned>"
+from ._protocol import PLACEHOLDER, output_template
 
 
 class ResultShape(Protocol):
@@ -52,25 +49,3 @@ class AsReturned:
 
     def result(self, output: Any) -> Any:
         return output
-
-
-def holds_placeholder(output: Any, template: Any) -> bool:
-    """Whether ``output`` still holds a placeholder string of ``template``."""
-    placeholders = set(_strings(template, placeholders_only=True))
-    return any(text in placeholders for text in _strings(output, placeholders_only=False))
-
-
-def _strings(value: Any, *, placeholders_only: bool) -> list[str]:
-    if isinstance(value, str):
-        if placeholders_only and not (value.startswith("<") and value.endswith(">")):
-            return []
-        return [value]
-    if isinstance(value, dict):
-        return [
-            s
-            for item in value.values()
-            for s in _strings(item, placeholders_only=placeholders_only)
-        ]
-    if isinstance(value, list):
-        return [s for item in value for s in _strings(item, placeholders_only=placeholders_only)]
-    return []

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio.exceptions import ApplicationError
 
-from ._payloads import ErrorType
+from ._protocol import ErrorType
 
 if TYPE_CHECKING:
     from ..ledger import ExecutionContext, Ledger

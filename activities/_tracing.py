@@ -20,6 +20,8 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..ledger import ActionRequest, ActionResult, ActionStatus, Verdict
+
 try:
     from opentelemetry import trace
 except ImportError:  # the [otel] extra is not installed: no spans
@@ -109,3 +111,19 @@ def _json(value: Any) -> str:
         return json.dumps(value, sort_keys=True, default=str)
     except (TypeError, ValueError):
         return repr(value)
+
+
+def describe_request(span: CallSpan, request: dict[str, Any]) -> None:
+    """What the call asks for, on its span: the fingerprint, and the arguments if opted in."""
+    if span.recording:
+        span.set("fingerprint", ActionRequest.parse(request).fingerprint())
+        span.set_content("arguments", request.get("payload"))
+
+
+def describe_result(span: CallSpan, result: ActionResult) -> None:
+    """What the ledger answered, on the call's span."""
+    span.set("action_id", result.action_id)
+    span.set("reused_from_action_id", result.reused_from_action_id)
+    span.set("effect", result.effect.value)
+    if result.status is ActionStatus.SUCCEEDED or result.verdict is Verdict.EFFECT_CONFIRMED:
+        span.set_content("result", result.output)

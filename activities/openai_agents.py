@@ -55,7 +55,7 @@ from ._generic import LedgeredActivity
 from ._plugin import LedgerPlugin
 from ._policy import Policy
 from ._probe import Probe
-from ._results import PLACEHOLDER
+from ._protocol import PLACEHOLDER
 
 __all__ = [
     "MODEL_ACTIVITIES",

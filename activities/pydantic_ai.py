@@ -48,7 +48,7 @@ from ..ledger import Ledger
 from ._generic import LedgeredActivity
 from ._plugin import LedgerPlugin
 from ._policy import Policy
-from ._results import PLACEHOLDER
+from ._protocol import PLACEHOLDER
 
 __all__ = [
     "activity_rules",

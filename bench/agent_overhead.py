@@ -19,7 +19,7 @@ with ``LedgerPlugin`` on the client serves both arms:
   ``workflow.execute_activity`` on plain ``@activity.defn`` wrappers of the same model
   function (``ScriptedModel.complete``) and the same tool function (the function under
   ``activities.tools.append_line``), with the same activity options (start-to-close
-  5 min, heartbeat 30 s, ``TOOL_RETRY_POLICY``).
+  5 min, heartbeat 30 s, and its retry policy).
 
 The offline model (``ScriptedModel``) asks for ``--tool-calls`` calls of
 ``append_line``, ``--calls-per-turn`` per model turn (default 1: 20 turns of one call),
@@ -81,7 +81,7 @@ for folder in (ROOT, BENCH):
 
 with workflow.unsafe.imports_passed_through():
     from temporal_ledger.activities import LedgerPlugin, Policy
-    from temporal_ledger.workflows._run_tool import TOOL_RETRY_POLICY
+    from temporal_ledger.workflows._scheduling import scheduling
 
     from examples.agent.models import (
         MODEL_CALL,
@@ -94,6 +94,9 @@ with workflow.unsafe.imports_passed_through():
     from examples.agent.workflows import AgentInput, AgentResult, AgentWorkflow, ToolObservation
     from examples.agent.workflows import tool_schemas as agent_tool_schemas
     from examples.plan.activities import Appended, AppendLine, append_line
+
+#: run_tool's retry policy, for the plain arm too.
+TOOL_RETRY_POLICY = scheduling("tool")["retry_policy"]
 
 # ledgered wall time / plain wall time, at most
 RUN_TOOL_TARGET = 1.10  # issue 5

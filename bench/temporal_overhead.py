@@ -60,7 +60,11 @@ if str(ROOT) not in sys.path:
 
 with workflow.unsafe.imports_passed_through():
     from temporal_ledger.activities import LedgerPlugin, Policy, tool
-    from temporal_ledger.workflows._run_tool import TOOL_RETRY_POLICY, run_tool
+    from temporal_ledger.workflows import run_tool
+    from temporal_ledger.workflows._scheduling import scheduling
+
+#: run_tool's retry policy, for the plain arm too.
+TOOL_RETRY_POLICY = scheduling("tool")["retry_policy"]
 
 # Targets.
 SEQUENTIAL_LIMIT = 1.10  # ledgered wall time / plain wall time, at most

@@ -506,7 +506,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "replay":
         # Replaying needs Temporal; importing it here, and only for this command, keeps
         # ``import temporal_ledger.ledger`` free of any temporalio module.
-        from ..workflows import replay_command
+        from ..activities._protocol import replay_command
 
         return replay_command(args.histories, args.workflow)
     if args.command in ("keygen", "public-key", "sign"):

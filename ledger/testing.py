@@ -29,13 +29,10 @@ from typing import Any
 
 import pytest
 from temporal_ledger.ledger import (
-    APPROVAL_REJECTED,
-    APPROVAL_REQUIRED,
     ActionInProgressError,
     ActionRequest,
     ActionStatus,
     ApprovalRefused,
-    ApprovalState,
     Authority,
     EffectState,
     IdempotencyConflictError,
@@ -48,6 +45,7 @@ from temporal_ledger.ledger import (
 )
 
 from ._canonical import combine, fingerprint_dimensions
+from ._models import APPROVAL_REJECTED, APPROVAL_REQUIRED, ApprovalState
 from ._rule import Answer, admit
 from ._testing_child import AUTHORITY, count_effects, hammer_worker, request
 

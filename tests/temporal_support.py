@@ -15,11 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporal_ledger.activities import (
-    AWAITING_APPROVAL_ATTRIBUTE,
-    OPEN_EFFECTS_ATTRIBUTE,
-    LedgerPlugin,
-)
+from temporal_ledger.activities import LedgerPlugin
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -136,8 +132,8 @@ async def start_dev_server(*, open_effects_attribute: bool = True) -> WorkflowEn
     extra = ["--http-port", str(free_port()), "--metrics-port", str(free_port())]
     extra += ["--dynamic-config-value", "frontend.enableServerVersionCheck=false"]
     if open_effects_attribute:
-        extra += ["--search-attribute", f"{OPEN_EFFECTS_ATTRIBUTE}=Int"]
-        extra += ["--search-attribute", f"{AWAITING_APPROVAL_ATTRIBUTE}=Int"]
+        for name in LedgerPlugin.search_attributes:
+            extra += ["--search-attribute", f"{name}=Int"]
     return await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         ip="127.0.0.1",

@@ -21,7 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from temporal_ledger.ledger import ActionRequest, ApprovalState, EventType, Ledger
+from temporal_ledger.ledger import ActionRequest, EventType, Ledger
+from temporal_ledger.ledger._models import ApprovalState
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -393,7 +394,7 @@ async def test_metrics_count_approvals_and_probe_verdicts_by_actor(
 
 
 async def test_lookup_probe_reads_the_far_sides_answer(payments: Payments) -> None:
-    from temporal_ledger.activities import Finding
+    from temporal_ledger.activities._probe import Finding
     from temporal_ledger.activities.http import lookup_probe
 
     from tests.approval_tools import Payment, Receipt, by_key

@@ -27,9 +27,9 @@ from temporal_ledger.ledger import (
     Authority,
     IdempotencyConflictError,
     Ledger,
-    output_problems,
 )
 from temporal_ledger.ledger._cli import _parser
+from temporal_ledger.ledger._schema import output_problems
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,7 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_ledger.activities import AWAITING_APPROVAL_ATTRIBUTE, OPEN_EFFECTS_ATTRIBUTE
+from temporal_ledger.activities._protocol import (
+    AWAITING_APPROVAL_ATTRIBUTE,
+    OPEN_EFFECTS_ATTRIBUTE,
+)
 from temporal_ledger.ledger import Ledger
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError

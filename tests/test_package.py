@@ -29,9 +29,12 @@ def test_the_library_never_imports_the_old_top_level_names() -> None:
     assert offenders == []
 
 
-#: The one exception: the wire between a workflow and the activities (the payload models,
-#: the anchor header, the shape of an operator's output) is private to both sides.
-PROTOCOL = r"\.\.activities\._(payloads|results)\b"
+#: The one exception: the protocol between the sides (the payload models, names and
+#: headers, what a tool is to a workflow, the ledger's parts both sides build on). The
+#: workflow side, and the ledger's CLI for ``replay``, import it; it alone reaches into
+#: the ledger's private modules and, late, into the workflow side's.
+PROTOCOL_FILE = "activities/_protocol.py"
+PROTOCOL_MODULE = "..activities._protocol"
 
 
 def test_no_subpackage_reaches_into_another_ones_private_modules() -> None:
@@ -40,9 +43,19 @@ def test_no_subpackage_reaches_into_another_ones_private_modules() -> None:
         f"{name}: {match.group(1)}"
         for name, text in library_sources()
         for match in private.finditer(text)
-        if not (name.startswith("workflows/") and re.fullmatch(PROTOCOL, match.group(1)))
+        if name != PROTOCOL_FILE and match.group(1) != PROTOCOL_MODULE
     ]
     assert offenders == []
+
+
+def test_the_protocol_is_the_only_crossing_the_workflow_side_uses() -> None:
+    crossings = {
+        match.group(1)
+        for name, text in library_sources()
+        if name.startswith("workflows/")
+        for match in re.finditer(r"^\s*from\s+(\.\.activities\._\w+)", text, re.M)
+    }
+    assert crossings == {PROTOCOL_MODULE}
 
 
 def test_the_ledger_sources_never_import_temporal_at_module_level() -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from temporal_ledger.activities import Finding
+from temporal_ledger.activities._probe import Finding
 from temporal_ledger.activities.http import lookup_probe
 from temporal_ledger.ledger import Ledger
 from temporalio.worker import Worker

@@ -18,11 +18,11 @@ import pytest
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporal_ledger.activities import Policy, step_key
 from temporal_ledger.activities._generic import capability_for, execute_through_ledger
-from temporal_ledger.activities._payloads import ANCHOR_HEADER
-from temporal_ledger.activities._results import PLACEHOLDER
+from temporal_ledger.activities._protocol import ANCHOR_HEADER, PLACEHOLDER
 from temporal_ledger.activities._runtime import Runtime
 from temporal_ledger.activities.pydantic_ai import ledgered_plugin
-from temporal_ledger.ledger import Ledger, LedgerEvent
+from temporal_ledger.ledger import Ledger
+from temporal_ledger.ledger._models import LedgerEvent
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError

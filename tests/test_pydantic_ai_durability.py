@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporal_ledger.activities import LedgerPlugin, Policy
-from temporal_ledger.activities._results import PLACEHOLDER
+from temporal_ledger.activities._protocol import PLACEHOLDER
 from temporal_ledger.activities.pydantic_ai import ledgered_plugin
 from temporal_ledger.ledger import Ledger
 from temporalio.client import Client, WorkflowHandle

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from pydantic import BaseModel
-from temporal_ledger.activities._results import PLACEHOLDER, AsReturned, holds_placeholder
+from temporal_ledger.activities._protocol import PLACEHOLDER, holds_placeholder
+from temporal_ledger.activities._results import AsReturned
 from temporal_ledger.activities.openai_agents import McpContent, activity_rules
 from temporal_ledger.activities.pydantic_ai import ToolReturn
 

@@ -17,17 +17,15 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from temporal_ledger.ledger import (
-    APPROVAL_REJECTED,
-    APPROVAL_REQUIRED,
     ActionRequest,
     ActionStatus,
     Authority,
     Decision,
     EffectState,
     Verdict,
-    may_act_again,
 )
 from temporal_ledger.ledger._canonical import combine, fingerprint_dimensions
+from temporal_ledger.ledger._models import APPROVAL_REJECTED, APPROVAL_REQUIRED, may_act_again
 from temporal_ledger.ledger._recorder import KeyRecord, PendingEvent, Transaction
 from temporal_ledger.ledger._rule import (
     Answer,

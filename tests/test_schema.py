@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from pydantic import BaseModel
-from temporal_ledger.ledger import describe_schema, output_problems, output_template
+from temporal_ledger.ledger._schema import describe_schema, output_problems, output_template
 
 
 class Channel(StrEnum):

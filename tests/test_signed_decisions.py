@@ -19,25 +19,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_ledger.activities import ApproveInput, Policy, approve_call
+from temporal_ledger.activities import Policy
+from temporal_ledger.activities._protocol import ApproveInput
+from temporal_ledger.activities._reconcile import approve_call
 from temporal_ledger.activities._runtime import Runtime, _runtime
-from temporal_ledger.ledger import (
-    ActionRequest,
-    ApprovalState,
-    EventType,
-    InvalidRequest,
-    Ledger,
+from temporal_ledger.ledger import ActionRequest, EventType, InvalidRequest, Ledger
+from temporal_ledger.ledger._models import ApprovalState
+from temporal_ledger.ledger._signatures import (
     Signers,
     decision_statement,
+    generate_private_key,
+    public_key_text,
+    raw_public_key,
     read_policy,
     read_private_key,
     sign,
     verdict_statement,
-)
-from temporal_ledger.ledger._signatures import (
-    generate_private_key,
-    public_key_text,
-    raw_public_key,
     write_private_key,
 )
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError

@@ -1,6 +1,13 @@
-"""The workflow side: ``run_tool``, the inbox where calls wait for people (parking and
-approvals), the plugin's workflow interceptor, typed tool errors."""
+"""The workflow side: ``run_tool``, the typed errors it raises, what a waiting run shows
+its operators, and replay of exported histories.
 
+A call that needs a person (an unknown effect, an approval) waits in its run: the run
+answers query ``open_effects`` with :class:`OpenEffect` s and ``pending_approvals`` with
+:class:`PendingApproval` s, and takes update (or signal) ``reconcile`` and update
+``approve``.
+"""
+
+from ..activities import ActivityOptions
 from ._errors import (
     ToolConflictError,
     ToolDeniedError,
@@ -8,26 +15,12 @@ from ._errors import (
     ToolFailedError,
     ToolRejectedError,
 )
-from ._inbox import (
-    APPROVE_UPDATE,
-    QUERY_APPROVALS,
-    QUERY_OPEN,
-    QUERY_REJECTED,
-    OpenEffect,
-    PendingApproval,
-    Rejection,
-    install_reconciliation,
-)
-from ._interceptor import LedgerWorkflowInterceptor
-from ._replay import ReplayReport, replay_command, replay_histories
+from ._inbox import OpenEffect, PendingApproval, Rejection, install_reconciliation
+from ._replay import ReplayReport, replay_histories
 from ._run_tool import default_key, run_tool
 
 __all__ = [
-    "APPROVE_UPDATE",
-    "QUERY_APPROVALS",
-    "QUERY_OPEN",
-    "QUERY_REJECTED",
-    "LedgerWorkflowInterceptor",
+    "ActivityOptions",
     "OpenEffect",
     "PendingApproval",
     "Rejection",
@@ -39,7 +32,6 @@ __all__ = [
     "ToolRejectedError",
     "default_key",
     "install_reconciliation",
-    "replay_command",
     "replay_histories",
     "run_tool",
 ]

@@ -15,56 +15,36 @@ import dataclasses
 import fnmatch
 import json
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from ..activities import (
+from ..activities import ErrorType
+from ..activities._protocol import (
     APPROVE_ACTIVITY,
+    APPROVE_UPDATE,
     AWAITING_APPROVAL_ATTRIBUTE,
     OPEN_EFFECTS_ATTRIBUTE,
+    QUERY_APPROVALS,
+    QUERY_OPEN,
+    QUERY_REJECTED,
     RECONCILE_ACTIVITY,
+    RECONCILE_SIGNAL,
+    RECONCILE_UPDATE,
     ApprovalNeeded,
     ApproveInput,
     ApproveResult,
-    ErrorType,
     ReconcileInput,
     ReconcileResult,
+    Signers,
     UnknownEffect,
 )
-from ..ledger import Decision, Signers, Verdict
+from ..ledger import Decision, Verdict
 from . import _render, _tracing
-from ._scheduling import start_own_activity
-
-SIGNAL = _render.SIGNAL
-UPDATE = _render.UPDATE
-APPROVE_UPDATE = _render.APPROVE_UPDATE
-QUERY_OPEN = "open_effects"
-QUERY_REJECTED = "reconcile_rejections"
-QUERY_APPROVALS = "pending_approvals"
-
-RECONCILE_TIMEOUT = timedelta(seconds=10)
-RECONCILE_HEARTBEAT_TIMEOUT = timedelta(seconds=3)
-RECONCILE_RETRY_POLICY = RetryPolicy(
-    initial_interval=timedelta(seconds=0.5),
-    maximum_interval=timedelta(seconds=5),
-    maximum_attempts=0,
-    non_retryable_error_types=[ErrorType.RECONCILE_REFUSED, ErrorType.RECONCILE_NOT_ALLOWED],
-)
-APPROVE_RETRY_POLICY = RetryPolicy(
-    initial_interval=timedelta(seconds=0.5),
-    maximum_interval=timedelta(seconds=5),
-    maximum_attempts=0,
-    non_retryable_error_types=[
-        ErrorType.APPROVE_REFUSED,
-        ErrorType.APPROVE_NOT_ALLOWED,
-        ErrorType.APPROVE_ALREADY_DECIDED,
-    ],
-)
+from ._scheduling import Kind, options_for, start_own_activity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,7 +303,7 @@ class Inbox:
                 self.decisions[key],
                 APPROVE_ACTIVITY,
                 ApproveResult,
-                APPROVE_RETRY_POLICY,
+                "approve",
                 decided_elsewhere=ErrorType.APPROVE_ALREADY_DECIDED,
             )
             return None if pending is None else pending.given.decision
@@ -385,7 +365,7 @@ class Inbox:
                     self.verdicts[key],
                     RECONCILE_ACTIVITY,
                     ReconcileResult,
-                    RECONCILE_RETRY_POLICY,
+                    "reconcile",
                     decided_elsewhere=ErrorType.RECONCILE_ALREADY_RESOLVED,
                 )
                 if pending is None:
@@ -407,7 +387,7 @@ class Inbox:
         queue: list[_Pending[InT, ResultT]],
         activity: str,
         result_type: type[ResultT],
-        retry_policy: RetryPolicy,
+        kind: Kind,
         *,
         decided_elsewhere: ErrorType,
     ) -> _Pending[InT, ResultT] | None:
@@ -422,11 +402,9 @@ class Inbox:
                     activity,
                     pending.given,
                     result_type=result_type,
-                    # A worker that dies during it is noticed within seconds; the
-                    # input is then retried on another worker, never dropped.
-                    start_to_close_timeout=RECONCILE_TIMEOUT,
-                    heartbeat_timeout=RECONCILE_HEARTBEAT_TIMEOUT,
-                    retry_policy=retry_policy,
+                    # By default, a worker that dies during it is noticed within seconds;
+                    # the input is then retried on another worker, never dropped.
+                    **options_for(kind),
                 )
             except ActivityError as err:
                 pending.error = cause_message(err)
@@ -585,8 +563,10 @@ def inbox() -> Inbox:
         setattr(instance, _ATTRIBUTE, found)
         workflow.set_query_handler(QUERY_OPEN, found.query_open)
         workflow.set_query_handler(QUERY_REJECTED, found.query_rejected)
-        workflow.set_signal_handler(SIGNAL, found.on_signal)
-        workflow.set_update_handler(UPDATE, found.on_update, validator=found.validate_update)
+        workflow.set_signal_handler(RECONCILE_SIGNAL, found.on_signal)
+        workflow.set_update_handler(
+            RECONCILE_UPDATE, found.on_update, validator=found.validate_update
+        )
         workflow.set_query_handler(QUERY_APPROVALS, found.query_approvals)
         workflow.set_update_handler(
             APPROVE_UPDATE, found.on_approve, validator=found.validate_approve

@@ -26,6 +26,7 @@ from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
 from temporalio.worker import (
+    ExecuteWorkflowInput,
     Interceptor,
     StartActivityInput,
     StartLocalActivityInput,
@@ -34,18 +35,20 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from ..activities import (
+from ..activities import ErrorType, LedgeredActivity, LedgerOptions
+from ..activities._protocol import (
+    ANCHOR_HEADER,
+    HINTS_HEADER,
+    PLACEHOLDER,
     ApprovalNeeded,
-    ErrorType,
-    LedgeredActivity,
+    RunAnchor,
+    ToolHints,
     UnknownEffect,
+    holds_placeholder,
 )
-from ..activities._payloads import ANCHOR_HEADER, HINTS_HEADER, RunAnchor, ToolHints
-from ..activities._results import PLACEHOLDER, holds_placeholder
-from ..ledger import Verdict
 from ._inbox import Call, inbox
-from ._probe import ask_probe
-from ._scheduling import scheduling_own
+from ._probe import settle_unknown
+from ._scheduling import give_options, scheduling_own
 
 #: Waits between asking the ledger again about a call whose attempt was lost.
 _FIRST_WAIT = timedelta(seconds=1)
@@ -53,7 +56,8 @@ _LONGEST_WAIT = timedelta(seconds=60)
 
 
 class LedgerWorkflowInterceptor(Interceptor):
-    """Stamps every activity with the run anchor; lets ledgered activities wait for people.
+    """Stamps every activity with the run anchor; lets ledgered activities wait for people;
+    gives every run the options the ledger schedules its activities with.
 
     ``rules`` are the plugin's ``ledger_activities``: the activity types that go through
     the ledger on the activity side, and how an operator's output becomes their result.
@@ -61,17 +65,24 @@ class LedgerWorkflowInterceptor(Interceptor):
     (the plugin does both).
     """
 
-    def __init__(self, rules: Sequence[LedgeredActivity] = ()) -> None:
+    def __init__(
+        self, rules: Sequence[LedgeredActivity] = (), options: LedgerOptions | None = None
+    ) -> None:
         self._rules = tuple(rules)
+        self._options = options or LedgerOptions()
 
     def workflow_interceptor_class(
         self, input: WorkflowInterceptorClassInput
     ) -> type[WorkflowInboundInterceptor]:
-        rules = self._rules
+        rules, options = self._rules, self._options
 
         class _Inbound(WorkflowInboundInterceptor):
             def init(self, outbound: WorkflowOutboundInterceptor) -> None:
                 super().init(_Outbound(outbound, rules))
+
+            async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+                give_options(options)
+                return await super().execute_workflow(input)
 
         return _Inbound
 
@@ -193,21 +204,15 @@ class _Ledgered:
                 elif kind == ErrorType.EFFECT_UNKNOWN:
                     assert isinstance(cause, ApplicationError)
                     unknown = UnknownEffect.model_validate(cause.details[0])
-                    if unknown.probe:
-                        found = await ask_probe(
-                            self._input.activity,
-                            unknown,
-                            {"args": _as_json(self._input.args)},
-                            task_queue=self._input.task_queue,
-                        )
-                        if found is not None and found.finding == "present":
-                            return self._decode(self._rule.output.result(found.output))
-                        if found is not None and found.finding in ("absent", "resolved"):
-                            self._again()
-                            continue
-                    verdict = await inbox().park(self._call(None), unknown)
-                    if verdict is not None and verdict.verdict is Verdict.EFFECT_CONFIRMED:
-                        return self._decode(self._rule.output.result(verdict.output))
+                    confirmed = await settle_unknown(
+                        self._call(None),
+                        unknown,
+                        activity=self._input.activity,
+                        arg={"args": _as_json(self._input.args)},
+                        task_queue=self._input.task_queue,
+                    )
+                    if confirmed is not None:
+                        return self._decode(self._rule.output.result(confirmed.output))
                 elif _attempt_lost(err):
                     # Temporal gave up on an attempt that started: whether it acted is
                     # the ledger's to say (a replay, a wait, or an unknown effect).

@@ -1,27 +1,53 @@
-"""Asking a tool's probe about an unknown effect before the call parks for a person."""
+"""How a call's unknown effect is settled: the tool's probe asks the far side first, and
+the call parks for a person only if the probe cannot tell."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import dataclasses
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
-from ..activities import PROBE_ACTIVITY, ErrorType, ProbeInput, ProbeResult, UnknownEffect
-from ._inbox import cause_message
-from ._scheduling import start_own_activity
+from ..activities._protocol import (
+    PROBE_ACTIVITY,
+    ProbeInput,
+    ProbeOutcome,
+    ProbeResult,
+    UnknownEffect,
+)
+from ..ledger import Verdict
+from ._inbox import Call, cause_message, inbox
+from ._scheduling import options_for, start_own_activity
 from ._tracing import decided
 
-#: A probe only reads; a few tries, then the call parks for a person as it would without one.
-PROBE_TIMEOUT = timedelta(seconds=30)
-PROBE_RETRY_POLICY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_attempts=3,
-    non_retryable_error_types=[ErrorType.PROBE_UNAVAILABLE, ErrorType.RECONCILE_REFUSED],
-)
+
+@dataclasses.dataclass(frozen=True)
+class Confirmed:
+    """The effect happened, with this output (the tool's own, as recorded in the ledger)."""
+
+    output: Any
+
+
+async def settle_unknown(
+    call: Call, unknown: UnknownEffect, *, activity: str, arg: Any, task_queue: str | None
+) -> Confirmed | None:
+    """Wait until the unknown effect of ``call`` is settled: by the probe of the tool
+    ``activity``, if it has one, else by a person's verdict.
+
+    Returns the confirmed effect, or ``None`` when the call should run again under its key
+    (no effect confirmed, or the key settled elsewhere: the ledger answers the next try).
+    """
+    if unknown.probe:
+        found = await ask_probe(activity, unknown, arg, task_queue=task_queue)
+        if found is not None and found.finding is ProbeOutcome.PRESENT:
+            return Confirmed(found.output)
+        if found is not None and found.runs_again:
+            return None
+    verdict = await inbox().park(call, unknown)
+    if verdict is not None and verdict.verdict is Verdict.EFFECT_CONFIRMED:
+        return Confirmed(verdict.output)
+    return None
 
 
 async def ask_probe(
@@ -31,16 +57,15 @@ async def ask_probe(
 
     ``present`` comes back with the output the ledger recorded for the verdict; ``absent``
     (where conclusive) means the call may act again under its key; ``resolved`` that the
-    key was settled meanwhile and the call should run again to read it.
+    key was settled meanwhile and the call should run again to read it. A probe only
+    reads: a few tries, then the call parks for a person as it would without one.
     """
     try:
         found: ProbeResult = await start_own_activity(
             PROBE_ACTIVITY,
             ProbeInput(key=unknown.key, tool=tool, action_id=unknown.action_id, arg=arg),
             result_type=ProbeResult,
-            start_to_close_timeout=PROBE_TIMEOUT,
-            retry_policy=PROBE_RETRY_POLICY,
-            task_queue=task_queue,
+            **options_for("probe", task_queue=task_queue),
         )
     except ActivityError as err:
         workflow.logger.warning(

@@ -9,14 +9,11 @@ import shlex
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..activities._protocol import APPROVE_UPDATE, RECONCILE_SIGNAL, RECONCILE_UPDATE
 from ..ledger import Decision, Verdict
 
 if TYPE_CHECKING:
     from ._inbox import OpenEffect, PendingApproval
-
-SIGNAL = "reconcile"
-UPDATE = "reconcile"
-APPROVE_UPDATE = "approve"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +92,7 @@ def reconcile_command(
         if kind != "signal":
             return where.sign_command("reconcile", fields)
         signing = where.sign_command("reconcile", fields, send=False)
-        command = where.command(kind, SIGNAL, {})
+        command = where.command(kind, RECONCILE_SIGNAL, {})
         return command[: command.rindex("--input ")] + f'--input "$({signing})"'
     template = {
         "key": key,
@@ -106,7 +103,8 @@ def reconcile_command(
         "evidence": [],
         "output": output,
     }
-    return where.command(kind, SIGNAL if kind == "signal" else UPDATE, template)
+    name = RECONCILE_SIGNAL if kind == "signal" else RECONCILE_UPDATE
+    return where.command(kind, name, template)
 
 
 def details(approvals: Iterable[PendingApproval], parked: Iterable[OpenEffect]) -> str:

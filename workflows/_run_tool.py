@@ -7,49 +7,53 @@ approval or whose effect is unknown waits in the run's inbox (``_inbox``).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from ..activities import (
-    FINAL_ERROR_TYPES,
+from ..activities import ActivityOptions, ErrorType, Tool, ToolSpec, step_key
+from ..activities._protocol import (
     ApprovalNeeded,
     ConflictDetails,
-    ErrorType,
-    Tool,
     ToolCall,
     ToolOutcome,
-    ToolSpec,
     UnknownEffect,
-    spec_of,
-    step_key,
+    output_misfit,
+    output_template,
 )
-from ..ledger import Decision, Verdict, output_misfit, output_template
+from ..ledger import Decision
 from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError, ToolRejectedError
 from ._inbox import Call, inbox
-from ._probe import ask_probe
-from ._scheduling import start_own_activity
+from ._probe import settle_unknown
+from ._scheduling import options_for, start_own_activity
 
 OutT = TypeVar("OutT")
 
-#: Temporal retries only what the ledger marks retryable; everything else is final.
-TOOL_RETRY_POLICY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=60),
-    maximum_attempts=0,
-    non_retryable_error_types=list(FINAL_ERROR_TYPES),
-)
+
+class ScheduleKeywords(TypedDict, total=False):
+    """``run_tool``'s keyword arguments from before :class:`ActivityOptions`; each
+    overrides the field of the same name."""
+
+    start_to_close_timeout: timedelta
+    #: ``None``: no heartbeat timeout.
+    heartbeat_timeout: timedelta | None
+    task_queue: str | None
 
 
 def default_key(step: str) -> str:
-    """The key of a step: workflow id, first execution's run id, step.
+    """The idempotency key of a step of this workflow: workflow id, first run, step.
 
     The first execution's run id survives worker crashes, reset and continue-as-new,
     so a reset workflow replays its effects from the ledger instead of repeating them.
+    Call it inside a workflow only.
+
+    Args:
+        step: The step's name, unique within the workflow.
+
+    Returns:
+        The key ``run_tool`` uses for the step when it is given none.
     """
     info = workflow.info()
     return step_key(info.workflow_id, info.first_execution_run_id, step)
@@ -63,21 +67,100 @@ async def run_tool(
     performer: str,
     precondition: Any = None,
     key: str | None = None,
-    start_to_close_timeout: timedelta = timedelta(minutes=5),
-    heartbeat_timeout: timedelta | None = timedelta(seconds=30),
-    task_queue: str | None = None,
+    options: ActivityOptions | None = None,
+    **keywords: Unpack[ScheduleKeywords],
 ) -> OutT:
-    """Run a ledgered tool as one step of this workflow; return its output.
+    """Run a ledgered tool as one step of this workflow and return its output.
 
-    Raises :class:`ToolConflictError`, :class:`ToolDeniedError`,
-    :class:`ToolRejectedError` or :class:`ToolFailedError` for final outcomes. A call
-    that needs approval waits for update ``approve`` of its exact request. An unknown
-    effect is first put to the tool's probe, if it has one, and otherwise parks the step
-    until an operator reconciles it (signal or update ``reconcile``).
+    A call that needs approval waits for update ``approve`` of its exact request. An
+    unknown effect is first put to the tool's probe, if it has one, and otherwise parks
+    the step until an operator reconciles it (update or signal ``reconcile``):
+    ``effect_confirmed`` returns the operator's output, ``no_effect_confirmed`` runs the
+    step again under the same key.
+
+    Args:
+        tool: A ``@tool``, or the :class:`ToolSpec` of one the worker registers.
+        arg: The tool's argument: its pydantic model, or a dict that fits it.
+        step: The step's name, unique within the workflow: the default key holds it.
+        performer: Who acts, as the policy knows it.
+        precondition: The state the call was planned against (JSON), compared with the
+            tool's ``state`` before it acts; part of the request's identity.
+        key: The idempotency key; default: :func:`default_key` of ``step``.
+        options: How the tool's activity is scheduled; fields left ``None`` come from
+            the plugin's ``LedgerOptions.tool``.
+        **keywords: ``start_to_close_timeout``, ``heartbeat_timeout`` (``None``: none)
+            and ``task_queue`` as before :class:`ActivityOptions`; each overrides
+            ``options``.
+
+    Returns:
+        The tool's output (its output model), replayed from the ledger if the step
+        already ran under the key; ``None`` for a tool that returns nothing.
+
+    Raises:
+        ToolConflictError: The key is bound to a different request.
+        ToolDeniedError: The policy does not let ``performer`` use the capability.
+        ToolRejectedError: A person rejected the call.
+        ToolFailedError: The tool failed for good (with no effect, or with one the
+            ledger recorded), the argument does not fit, or the recorded output no
+            longer fits the tool's output model.
     """
-    spec = spec_of(tool)
-    # Bad input fails the workflow with a typed error; a plain exception here would fail
-    # the workflow task instead, and Temporal would retry that task forever.
+    spec = ToolSpec.of(tool)
+    call = _tool_call(spec, arg, step=step, performer=performer, precondition=precondition, key=key)
+    unexpected = sorted(set(keywords) - ScheduleKeywords.__optional_keys__)
+    if unexpected:
+        raise TypeError(f"run_tool() got unexpected keyword arguments: {', '.join(unexpected)}")
+    scheduling = {**options_for("tool", options), **keywords}
+    waiting = inbox()
+    # The first attempt is scheduled in every run of this workflow; later ones only in a
+    # run that waited, so they are the ledger's own (see _scheduling).
+    start = workflow.start_activity
+    while True:
+        try:
+            outcome = await start(spec.name, call, result_type=ToolOutcome, **scheduling)
+        except ActivityError as err:
+            cause = err.cause
+            if not isinstance(cause, ApplicationError):
+                raise
+            start = start_own_activity
+            if cause.type == ErrorType.AWAITING_APPROVAL:
+                needed = ApprovalNeeded.model_validate(cause.details[0])
+                decision = await waiting.await_approval(_call(spec, call), needed)
+                if decision is Decision.REJECT:
+                    raise ToolRejectedError(
+                        f"{spec.name}: the call under {call.key!r} was rejected",
+                        key=call.key,
+                        step=step,
+                    ) from None
+                # Approved (or decided elsewhere): the next attempt takes the approval,
+                # or is answered with the rejection.
+                continue
+            if cause.type == ErrorType.EFFECT_UNKNOWN:
+                unknown = UnknownEffect.model_validate(cause.details[0])
+                confirmed = await settle_unknown(
+                    _call(spec, call),
+                    unknown,
+                    activity=spec.name,
+                    arg=call.arg,
+                    task_queue=scheduling["task_queue"],
+                )
+                if confirmed is not None:
+                    return _typed_output(spec, confirmed.output, key=call.key, step=step)
+                continue
+            raise _final_error(cause, key=call.key, step=step) from err
+        return _typed_output(spec, outcome.output, key=call.key, step=step)
+
+
+def _tool_call(
+    spec: ToolSpec[Any, Any],
+    arg: BaseModel | dict[str, Any],
+    *,
+    step: str,
+    performer: str,
+    precondition: Any,
+    key: str | None,
+) -> ToolCall:
+    """The call ``run_tool`` schedules; bad input fails the workflow with a typed error
+    (a plain exception would fail the workflow task, retried by Temporal forever)."""
     if not isinstance(step, str) or not step:
         raise ToolFailedError(
             "run_tool needs a non-empty step name",
@@ -95,60 +178,13 @@ async def run_tool(
                 step=step,
                 error_type=ErrorType.INVALID_REQUEST,
             ) from None
-    key = key or default_key(step)
-    call = ToolCall(
-        key=key,
+    return ToolCall(
+        key=key or default_key(step),
         step=step,
         performer=performer,
         arg=arg.model_dump(mode="json"),
         precondition=precondition,
     )
-    waiting = inbox()
-    # The first attempt is scheduled in every run of this workflow; later ones only in a
-    # run that waited, so they are the ledger's own (see _scheduling).
-    schedule = workflow.start_activity
-    while True:
-        try:
-            outcome = await schedule(
-                spec.name,
-                call,
-                result_type=ToolOutcome,
-                start_to_close_timeout=start_to_close_timeout,
-                heartbeat_timeout=heartbeat_timeout,
-                retry_policy=TOOL_RETRY_POLICY,
-                task_queue=task_queue,
-            )
-        except ActivityError as err:
-            cause = err.cause
-            if not isinstance(cause, ApplicationError):
-                raise
-            schedule = start_own_activity
-            if cause.type == ErrorType.AWAITING_APPROVAL:
-                needed = ApprovalNeeded.model_validate(cause.details[0])
-                decision = await waiting.await_approval(_call(spec, call), needed)
-                if decision is Decision.REJECT:
-                    raise ToolRejectedError(
-                        f"{spec.name}: the call under {key!r} was rejected", key=key, step=step
-                    ) from None
-                # Approved (or decided elsewhere): the next attempt takes the approval,
-                # or is answered with the rejection.
-                continue
-            if cause.type == ErrorType.EFFECT_UNKNOWN:
-                unknown = UnknownEffect.model_validate(cause.details[0])
-                if unknown.probe:
-                    found = await ask_probe(spec.name, unknown, call.arg, task_queue=task_queue)
-                    if found is not None and found.finding == "present":
-                        return _typed_output(spec, found.output, key=key, step=step)
-                    if found is not None and found.finding in ("absent", "resolved"):
-                        continue  # absent: act again under the key; resolved: read it
-                verdict = await waiting.park(_call(spec, call), unknown)
-                if verdict is not None and verdict.verdict is Verdict.EFFECT_CONFIRMED:
-                    return _typed_output(spec, verdict.output, key=key, step=step)
-                # no_effect_confirmed: the same key may act once more; None: resolved
-                # elsewhere, and the ledger answers the next attempt with that outcome.
-                continue
-            raise _final_error(cause, key=key, step=step) from err
-        return _typed_output(spec, outcome.output, key=key, step=step)
 
 
 def _call(spec: ToolSpec[Any, Any], call: ToolCall) -> Call:

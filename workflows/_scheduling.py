@@ -1,4 +1,5 @@
-"""Activities the ledger's workflow side schedules itself, told apart from the workflow's own.
+"""How the ledger's workflow side schedules its activities: with the options the plugin
+gave the run, and told apart from the workflow's own activities.
 
 The plugin's workflow interceptor numbers the activities a workflow schedules, and a
 ledgered activity's key holds that number. The ledger's own activities (``run_tool``
@@ -12,9 +13,73 @@ interceptor, and not counted.
 from __future__ import annotations
 
 import contextvars
-from typing import Any
+import dataclasses
+from typing import Any, Literal
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+from ..activities import ActivityOptions, LedgerOptions
+from ..activities._protocol import FINAL_ERROR_TYPES, ErrorType
+
+#: The ledger's activities, as :class:`LedgerOptions` names them.
+Kind = Literal["tool", "reconcile", "approve", "probe"]
+
+#: The error types that end each of them at once: another attempt cannot help.
+_FINAL: dict[Kind, tuple[ErrorType, ...]] = {
+    "tool": FINAL_ERROR_TYPES,
+    "reconcile": (ErrorType.RECONCILE_REFUSED, ErrorType.RECONCILE_NOT_ALLOWED),
+    "approve": (
+        ErrorType.APPROVE_REFUSED,
+        ErrorType.APPROVE_NOT_ALLOWED,
+        ErrorType.APPROVE_ALREADY_DECIDED,
+    ),
+    "probe": (ErrorType.PROBE_UNAVAILABLE, ErrorType.RECONCILE_REFUSED),
+}
+_DEFAULTS = LedgerOptions()
+#: Where a run keeps the options its plugin's interceptor gave it.
+_OPTIONS = "__ledger_options__"
+
+
+def give_options(options: LedgerOptions) -> None:
+    """Give this run the plugin's options (its workflow interceptor does, as the run starts)."""
+    setattr(workflow.instance(), _OPTIONS, options)
+
+
+def options_for(
+    kind: Kind, given: ActivityOptions | None = None, *, task_queue: str | None = None
+) -> dict[str, Any]:
+    """The keyword arguments of ``start_activity`` for one of the ledger's activities in
+    this run: see :func:`scheduling`, with the options the plugin gave the run."""
+    run: LedgerOptions = getattr(workflow.instance(), _OPTIONS, _DEFAULTS)
+    return scheduling(kind, given, run=run, task_queue=task_queue)
+
+
+def scheduling(
+    kind: Kind,
+    given: ActivityOptions | None = None,
+    *,
+    run: LedgerOptions = _DEFAULTS,
+    task_queue: str | None = None,
+) -> dict[str, Any]:
+    """The keyword arguments of ``start_activity`` for one of the ledger's activities.
+
+    Each field comes from ``given``, else from ``run``'s options for ``kind``, else from
+    the ledger's defaults; ``task_queue`` applies where none of them names one. The error
+    types that end the activity at once are added to its retry policy's non-retryable
+    ones, whatever the options say.
+    """
+    chosen = (given or ActivityOptions()).over(getattr(run, kind)).over(getattr(_DEFAULTS, kind))
+    policy = chosen.retry_policy or RetryPolicy()
+    final = list(policy.non_retryable_error_types or [])
+    final += [error for error in _FINAL[kind] if error not in final]
+    return {
+        "start_to_close_timeout": chosen.start_to_close_timeout,
+        "heartbeat_timeout": chosen.heartbeat_timeout,
+        "retry_policy": dataclasses.replace(policy, non_retryable_error_types=final),
+        "task_queue": chosen.task_queue or task_queue,
+    }
+
 
 #: Set only for the synchronous span of scheduling one of the ledger's own activities.
 _OWN: contextvars.ContextVar[bool] = contextvars.ContextVar("temporal_ledger_own", default=False)

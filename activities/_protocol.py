@@ -1,24 +1,202 @@
-"""What crosses the boundary between a workflow and the ledgered activities.
+"""The protocol between the workflow side and the activity side of the ledger.
 
-Plain pydantic models with no I/O, so workflow code can import them safely.
+What a workflow sends a ledgered activity and gets back (payload models, error types,
+headers), the names of the plugin's activities, queries, updates and search attributes,
+what a tool is to the workflow side (:class:`ToolSpec`), and the few parts of the ledger
+both sides build on. Plain data and pure functions with no I/O: workflow code imports
+them inside the sandbox.
+
+This is the one module where the subpackages meet below their public faces: the
+workflow side imports it, and it alone reaches into ``temporal_ledger.ledger``'s private
+modules and, late, into the workflow side for the plugin's interceptor.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from ..ledger import (
-    ApprovalState,
-    Decision,
-    DecisionSignature,
-    EffectState,
-    NextOperation,
-    Signers,
-    Verdict,
-)
+from ..ledger import Decision, EffectState, NextOperation, Verdict
+from ..ledger._models import APPROVAL_REJECTED, APPROVAL_REQUIRED, ApprovalState, may_act_again
+from ..ledger._schema import output_misfit, output_template
+from ..ledger._signatures import DecisionSignature, Signers
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from temporalio.worker import Interceptor
+
+    from ._generic import LedgeredActivity
+    from ._options import LedgerOptions
+
+__all__ = [
+    "ANCHOR_HEADER",
+    "APPROVAL_REJECTED",
+    "APPROVAL_REQUIRED",
+    "APPROVE_ACTIVITY",
+    "APPROVE_UPDATE",
+    "AWAITING_APPROVAL_ATTRIBUTE",
+    "FINAL_ERROR_TYPES",
+    "HINTS_HEADER",
+    "OPEN_EFFECTS_ATTRIBUTE",
+    "PLACEHOLDER",
+    "PROBE_ACTIVITY",
+    "QUERY_APPROVALS",
+    "QUERY_OPEN",
+    "QUERY_REJECTED",
+    "RECONCILE_ACTIVITY",
+    "RECONCILE_SIGNAL",
+    "RECONCILE_UPDATE",
+    "ApprovalNeeded",
+    "ApproveInput",
+    "ApproveResult",
+    "ConflictDetails",
+    "ErrorType",
+    "ProbeInput",
+    "ProbeOutcome",
+    "ProbeResult",
+    "ReconcileInput",
+    "ReconcileResult",
+    "RunAnchor",
+    "Signers",
+    "ToolCall",
+    "ToolHints",
+    "ToolOutcome",
+    "ToolSpec",
+    "UnknownEffect",
+    "holds_placeholder",
+    "may_act_again",
+    "output_misfit",
+    "output_template",
+    "replay_command",
+    "workflow_interceptor",
+]
+
+#: The plugin's own activities, which record people's and probes' answers in the ledger.
+RECONCILE_ACTIVITY = "ledger.reconcile"
+APPROVE_ACTIVITY = "ledger.approve"
+PROBE_ACTIVITY = "ledger.probe"
+
+#: What a run that waits answers: an operator's verdict (signal or update), an approver's
+#: decision (update), and the queries that list what waits.
+RECONCILE_SIGNAL = "reconcile"
+RECONCILE_UPDATE = "reconcile"
+APPROVE_UPDATE = "approve"
+QUERY_OPEN = "open_effects"
+QUERY_REJECTED = "reconcile_rejections"
+QUERY_APPROVALS = "pending_approvals"
+
+#: The search attribute that lists runs with steps parked on an unknown effect.
+OPEN_EFFECTS_ATTRIBUTE = "LedgerOpenEffects"
+#: The search attribute that lists runs with calls waiting for a person's approval.
+AWAITING_APPROVAL_ATTRIBUTE = "LedgerAwaitingApproval"
+
+#: Stands for a value the operator must fill in; refused if sent back unchanged.
+PLACEHOLDER = "<what the tool returned>"
+
+ArgT = TypeVar("ArgT", bound=BaseModel)
+OutT = TypeVar("OutT")
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolSpec(Generic[ArgT, OutT]):
+    """What the workflow side knows of a tool: enough to call it, with no I/O.
+
+    ``@tool`` makes one for every tool it decorates. Build one yourself to call, with
+    ``run_tool``, a tool whose implementation only the worker has (e.g. one bound to a
+    client at start-up): register a ``@tool`` of the same name and capability there.
+
+    Attributes:
+        name: The activity's name.
+        capability: The dotted capability the policy grants performers.
+        retry_safe: The far side deduplicates by the key: an unknown effect may be tried
+            again under it instead of parking.
+        arg_type: The pydantic model of the tool's argument.
+        output_type: The pydantic model of its output, or ``None`` if it returns nothing.
+        requires_approval: Every call waits for a person's approval of its exact request.
+        has_probe: The tool has a probe (kept on the activity, see ``tool(probe=...)``).
+        probe_absence_conclusive: The probe's ``absent`` frees the key to act again.
+    """
+
+    name: str
+    capability: str
+    retry_safe: bool
+    arg_type: type[ArgT]
+    output_type: type[BaseModel] | None
+    requires_approval: bool = False
+    has_probe: bool = False
+    probe_absence_conclusive: bool = False
+
+    @functools.cached_property
+    def output_schema(self) -> dict[str, Any] | None:
+        """The output model's JSON schema, recorded with every execution so that an
+        operator's ``effect_confirmed`` output can be checked without the tool's code."""
+        return None if self.output_type is None else self.output_type.model_json_schema()
+
+    @classmethod
+    def of(cls, tool: Any) -> ToolSpec[Any, Any]:
+        """The spec of a ``@tool``, or the spec itself.
+
+        Args:
+            tool: A function decorated with ``@tool``, or a :class:`ToolSpec`.
+
+        Returns:
+            The tool's spec.
+
+        Raises:
+            TypeError: ``tool`` is neither.
+        """
+        if isinstance(tool, ToolSpec):
+            return tool
+        spec = getattr(tool, "__ledger_tool__", None)
+        if not isinstance(spec, ToolSpec):
+            raise TypeError(f"{tool!r} is not a @tool; decorate it with activities.tool(...)")
+        return spec
+
+
+def holds_placeholder(output: Any, template: Any) -> bool:
+    """Whether ``output`` still holds a placeholder string of ``template``."""
+    placeholders = set(_strings(template, placeholders_only=True))
+    return any(text in placeholders for text in _strings(output, placeholders_only=False))
+
+
+def _strings(value: Any, *, placeholders_only: bool) -> list[str]:
+    if isinstance(value, str):
+        if placeholders_only and not (value.startswith("<") and value.endswith(">")):
+            return []
+        return [value]
+    if isinstance(value, dict):
+        return [
+            s
+            for item in value.values()
+            for s in _strings(item, placeholders_only=placeholders_only)
+        ]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item, placeholders_only=placeholders_only)]
+    return []
+
+
+def workflow_interceptor(rules: Sequence[LedgeredActivity], options: LedgerOptions) -> Interceptor:
+    """The workflow side's interceptor, for the plugin to install.
+
+    Imported late: the workflow side imports this module, so it cannot be imported first.
+    """
+    from ..workflows._interceptor import LedgerWorkflowInterceptor
+
+    return LedgerWorkflowInterceptor(rules, options)
+
+
+def replay_command(histories: Sequence[Path], workflow_specs: Sequence[str]) -> int:
+    """``temporal-ledger replay``, for the ledger's CLI (which imports no Temporal module
+    until this command runs)."""
+    from ..workflows._replay import replay_command
+
+    return replay_command(histories, workflow_specs)
 
 
 class ErrorType(StrEnum):
@@ -324,14 +502,27 @@ class ProbeInput(_Payload):
     arg: dict[str, Any] | None = None
 
 
+class ProbeOutcome(StrEnum):
+    """What the probe activity tells the workflow it found and recorded."""
+
+    #: The far side holds the operation: the output is the tool's (effect confirmed).
+    PRESENT = "present"
+    #: Recorded as no effect: the step acts again under its key.
+    ABSENT = "absent"
+    #: Recorded as still unknown: the step parks for a person.
+    INCONCLUSIVE = "inconclusive"
+    #: The key was settled meanwhile (e.g. by an operator): the step runs again to read it.
+    RESOLVED = "resolved"
+
+
 class ProbeResult(_Payload):
-    """What the probe found and the ledger recorded for it.
+    """What the probe found and the ledger recorded for it."""
 
-    ``finding`` is ``present`` (the output is the tool's), ``absent`` (recorded as no
-    effect: the step acts again), ``inconclusive`` (the step parks) or ``resolved`` (the
-    key was reconciled meanwhile: the step runs again to read the outcome).
-    """
-
-    finding: str
+    finding: ProbeOutcome
     verdict: Verdict | None = None
     output: Any = None
+
+    @property
+    def runs_again(self) -> bool:
+        """The step schedules its tool again: to act (absent) or to read the outcome."""
+        return self.finding in (ProbeOutcome.ABSENT, ProbeOutcome.RESOLVED)

@@ -1,0 +1,121 @@
+"""One attempt of a ledgered call through the ledger: the policy's treatment of the tool,
+the ledger's rule while Temporal hears heartbeats, and the ledger's refusals as typed
+errors. Shared by ``@tool`` activities and the activities of other libraries."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+from ..ledger import (
+    ActionInProgressError,
+    ActionRequest,
+    ActionResult,
+    ExecutionContext,
+    IdempotencyConflictError,
+    InvalidRequest,
+    LedgerUnavailable,
+)
+from ._metrics import CallOutcome, count_call
+from ._protocol import ConflictDetails, ErrorType, ToolHints, ToolSpec
+from ._runtime import Runtime
+from ._tracing import current_call
+
+SpecT = TypeVar("SpecT", bound=ToolSpec[Any, Any])
+
+
+def treated(
+    spec: SpecT, runtime: Runtime, *, tool: str | None = None, hints: ToolHints | None = None
+) -> SpecT:
+    """The spec as the policy has it handled: the tool's declaration, weighed against its
+    hints, with the ``[tools]`` table's last word."""
+    treatment = runtime.policy.treatment(
+        capability=spec.capability,
+        retry_safe=spec.retry_safe,
+        requires_approval=spec.requires_approval,
+        tool=tool or spec.name,
+        hints=hints,
+    )
+    if (treatment.retry_safe, treatment.requires_approval) == (
+        spec.retry_safe,
+        spec.requires_approval,
+    ):
+        return spec
+    return dataclasses.replace(
+        spec, retry_safe=treatment.retry_safe, requires_approval=treatment.requires_approval
+    )
+
+
+async def execute_ledgered(
+    runtime: Runtime,
+    request: dict[str, Any],
+    *,
+    spec: ToolSpec[Any, Any],
+    performer: str,
+    adapter: Callable[[ActionRequest, ExecutionContext], Any],
+    state: Callable[[ActionRequest], Any] | None = None,
+) -> ActionResult:
+    """One activity attempt through the ledger, heartbeating while it runs.
+
+    The ledger's refusals become typed ``ApplicationError`` s: final ones
+    non-retryable, an in-progress key or an unreachable ledger retryable.
+    """
+    heartbeat = asyncio.create_task(_heartbeat(activity.info().heartbeat_timeout))
+    try:
+        return await runtime.ledger.execute(
+            request,
+            authority=runtime.policy.authority_for(performer),
+            adapter=adapter,
+            state=state,
+            retry_safe=spec.retry_safe,
+            requires_approval=spec.requires_approval,
+        )
+    except IdempotencyConflictError as exc:
+        count_call(spec.name, CallOutcome.REFUSED)
+        current_call().set("conflict.dimensions", list(exc.dimensions))
+        current_call().set("original_action_id", exc.original_action_id)
+        details = ConflictDetails(
+            key=exc.key,
+            original_action_id=exc.original_action_id,
+            dimensions=list(exc.dimensions),
+            fingerprint_version=exc.fingerprint_version,
+        )
+        raise ApplicationError(
+            str(exc), details.model_dump(), type=ErrorType.CONFLICT, non_retryable=True
+        ) from None
+    except ActionInProgressError as exc:
+        raise ApplicationError(
+            str(exc),
+            type=ErrorType.IN_PROGRESS,
+            next_retry_delay=timedelta(seconds=max(exc.lease_remaining, 0.1)),
+            category=ApplicationErrorCategory.BENIGN,
+        ) from None
+    except InvalidRequest as exc:
+        count_call(spec.name, CallOutcome.FAILED)
+        raise ApplicationError(
+            f"{spec.name}: {exc}", type=ErrorType.INVALID_REQUEST, non_retryable=True
+        ) from None
+    except LedgerUnavailable as exc:
+        raise ApplicationError(str(exc), type=ErrorType.LEDGER_UNAVAILABLE) from None
+    finally:
+        heartbeat.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await heartbeat
+
+
+async def _heartbeat(every: timedelta | None) -> None:
+    """Keep Temporal informed that this worker is alive while the ledger runs the tool."""
+    if not every:
+        return
+    interval = max(every.total_seconds() / 3, 0.05)
+    while True:
+        # Sleep first: a tool that finishes within the interval costs no heartbeat RPC.
+        await asyncio.sleep(interval)
+        activity.heartbeat()

@@ -1,0 +1,149 @@
+"""What the ledger answered a call, as the activity's result or as the typed error that
+tells the workflow what to do: go on, wait for a person, retry, or end the step."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+from ..ledger import ActionRequest, ActionResult, ActionStatus, EffectState, Verdict
+from ._metrics import CallOutcome, count_call
+from ._protocol import (
+    APPROVAL_REJECTED,
+    APPROVAL_REQUIRED,
+    ApprovalNeeded,
+    ErrorType,
+    ToolOutcome,
+    ToolSpec,
+    UnknownEffect,
+    may_act_again,
+)
+from ._runtime import Runtime
+from ._tracing import current_call, describe_result
+
+
+def record_outcome(spec: ToolSpec[Any, Any], result: ActionResult) -> None:
+    """What the ledger answered a call: counted, and described on the call's span."""
+    count_call(spec.name, CallOutcome.of(result))
+    describe_result(current_call(), result)
+
+
+def outcome_or_raise(
+    spec: ToolSpec[Any, Any], result: ActionResult, runtime: Runtime, *, request: dict[str, Any]
+) -> ToolOutcome:
+    """The step's outcome if the ledger's answer ends it with an output; otherwise the
+    ``ApplicationError`` whose type tells the workflow what comes next."""
+    record_outcome(spec, result)
+    if result.status is ActionStatus.DENIED:
+        raise _denied(spec, result, runtime, request)
+    outcome = ToolOutcome(
+        key=result.key,
+        action_id=result.action_id,
+        output=result.output,
+        replayed=result.replayed,
+        reused_from_action_id=result.reused_from_action_id,
+    )
+    if result.compacted and spec.output_type is not None:
+        # The step happened long ago and its output is gone: answer, never act again,
+        # and say so instead of handing the workflow an output that is not there.
+        raise ApplicationError(
+            f"{spec.name}: the outcome of {result.key!r} ({result.status.value}) was compacted; "
+            "its output is no longer recorded",
+            type=ErrorType.OUTPUT_COMPACTED,
+            non_retryable=True,
+        )
+    if result.status is ActionStatus.SUCCEEDED:
+        return outcome
+    if result.verdict is Verdict.EFFECT_CONFIRMED:
+        return outcome.model_copy(update={"reconciled": True})
+    if may_act_again(
+        status=result.status,
+        effect=result.effect,
+        retryable=result.retryable,
+        retry_safe=spec.retry_safe,
+    ):
+        raise _another_attempt(result)
+    if result.effect is EffectState.UNKNOWN:
+        raise _unknown(spec, result, runtime)
+    raise ApplicationError(
+        f"{spec.name}: {result.error or 'failed'}", type=ErrorType.FAILED, non_retryable=True
+    )
+
+
+def _denied(
+    spec: ToolSpec[Any, Any], result: ActionResult, runtime: Runtime, request: dict[str, Any]
+) -> ApplicationError:
+    if result.error_type == APPROVAL_REQUIRED:
+        policy = runtime.policy
+        needed = ApprovalNeeded(
+            key=result.key,
+            fingerprint=ActionRequest.parse(request).fingerprint(),
+            capability=spec.capability,
+            performer=request["performer"],
+            arguments=request["payload"],
+            approvers=policy.approvers,
+            keys=policy.keys,
+            signature_required=policy.signed_decisions,
+            address=runtime.address,
+            awaiting_approval_attribute=runtime.awaiting_approval_attribute,
+        )
+        # The workflow waits for the decision (run_tool, or the plugin's interceptor
+        # for a ledger_activities call) and says so once: the expected hand-over.
+        return ApplicationError(
+            f"{spec.name}: {result.error}",
+            needed.model_dump(),
+            type=ErrorType.AWAITING_APPROVAL,
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
+        )
+    if result.error_type == APPROVAL_REJECTED:
+        return ApplicationError(
+            f"{spec.name}: {result.error}", type=ErrorType.REJECTED, non_retryable=True
+        )
+    # The key is not used up, but the policy that denied this performer still stands.
+    return ApplicationError(result.error or "denied", type=ErrorType.DENIED, non_retryable=True)
+
+
+def _another_attempt(result: ActionResult) -> ApplicationError:
+    """The ledger lets the key act again: Temporal's retry policy schedules the attempt."""
+    if result.effect is EffectState.UNKNOWN:
+        # The far side deduplicates by key: another attempt under it is safe.
+        return ApplicationError(
+            result.error or "effect unknown",
+            type=ErrorType.EFFECT_UNKNOWN_RETRY_SAFE,
+            category=ApplicationErrorCategory.BENIGN,
+        )
+    delay = timedelta(seconds=result.retry_after) if result.retry_after else None
+    return ApplicationError(
+        result.error or "no effect",
+        type=ErrorType.NO_EFFECT_RETRYABLE,
+        next_retry_delay=delay,
+        category=ApplicationErrorCategory.BENIGN,
+    )
+
+
+def _unknown(spec: ToolSpec[Any, Any], result: ActionResult, runtime: Runtime) -> ApplicationError:
+    policy = runtime.policy
+    details = UnknownEffect(
+        key=result.key,
+        action_id=result.reused_from_action_id or result.action_id,
+        capability=spec.capability,
+        error=result.error,
+        reconcilers=policy.reconcilers,
+        keys=policy.keys,
+        signature_required=policy.signed_verdicts,
+        address=runtime.address,
+        open_effects_attribute=runtime.open_effects_attribute,
+        probe=spec.has_probe,
+    )
+    # The workflow parks the step and says so once; the activity's failure is the
+    # expected hand-over, not an error to log with a traceback.
+    return ApplicationError(
+        f"{spec.name}: the effect of {result.key!r} is unknown: {result.error}",
+        details.model_dump(),
+        type=ErrorType.EFFECT_UNKNOWN,
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,
+    )
