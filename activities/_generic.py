@@ -76,28 +76,33 @@ ArgsReader = Callable[[list[Any]], Any]
 class LedgeredActivity:
     """How activities whose type matches ``pattern`` go through the ledger.
 
-    ``retry_safe``: an unknown outcome may be tried again under the same key. True for
-    calls without an effect on the world (a model request: the worst case of asking
-    twice is paying twice); False for tools, whose unknown effect parks the step.
-    ``normalize`` maps ``(activity_type, args_as_json)`` to the payload that is
-    fingerprinted; it drops parts of the arguments that legitimately differ between
-    the original run and a reset run (wall-clock timestamps, the run id), so a reset
-    replays instead of being refused as a conflict. Default: ``{"args": args}``.
-    ``output`` maps an operator's ``effect_confirmed`` output (the tool's own output)
-    to the activity's result, and gives the operator's template; default: the activity
-    returns the tool's output itself.
-
-    For activities that call tools of a server (MCP): ``tool_name`` reads the called
-    tool's name from the arguments (for the policy's ``[tools]`` and the operator's
-    view); ``hints`` reads the tool's annotations from them where the caller sends
-    them along (pydantic-ai does). Where it does not, the workflow remembers what the
-    server's tool list said: ``server`` names the server, and ``lists_tools`` marks the
-    activity whose result is that list.
-
-    ``probe``: ``async def probe(key, args)`` (``args``: the activity's arguments as JSON)
-    that looks the key up on the far side without acting, as a ``@tool``'s probe does; it
-    runs before an unknown effect parks, and its ``present(output)`` is the tool's own
-    output. ``absent`` frees the key to act again only with ``probe_absence_conclusive``.
+    Attributes:
+        pattern: A glob pattern of activity types (e.g. pydantic-ai's ``agent__*``).
+        retry_safe: An unknown outcome may be tried again under the same key. True for
+            calls without an effect on the world (a model request: the worst case of
+            asking twice is paying twice); False for tools, whose unknown effect parks
+            the step.
+        normalize: Maps ``(activity_type, args_as_json)`` to the payload that is
+            fingerprinted; it drops parts of the arguments that legitimately differ
+            between the original run and a reset run (wall-clock timestamps, the run
+            id), so a reset replays instead of being refused as a conflict. Default:
+            ``{"args": args}``.
+        output: Maps an operator's ``effect_confirmed`` output (the tool's own output)
+            to the activity's result, and gives the operator's template; default: the
+            activity returns the tool's output itself.
+        tool_name: For activities that call tools of a server (MCP): reads the called
+            tool's name from the arguments (for the policy's ``[tools]`` and the
+            operator's view).
+        hints: Reads the tool's annotations from the arguments where the caller sends
+            them along (pydantic-ai does). Where it does not, the workflow remembers
+            what the server's tool list said.
+        server: Names the server whose tool list gives the hints.
+        lists_tools: Marks the activity whose result is that list.
+        probe: ``async def probe(key, args)`` (``args``: the activity's arguments as
+            JSON) that looks the key up on the far side without acting, as a
+            ``@tool``'s probe does; it runs before an unknown effect parks, and its
+            ``present(output)`` is the tool's own output.
+        probe_absence_conclusive: The probe's ``absent`` frees the key to act again.
     """
 
     pattern: str

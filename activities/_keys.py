@@ -15,6 +15,15 @@ def step_key(
     reset replays its effects from the ledger instead of repeating them; a workflow id
     reused for a new execution gets new keys. A key that would be longer than 255
     characters or unprintable keeps a readable prefix and binds the rest by hash.
+
+    Args:
+        workflow_id: The workflow's id.
+        first_execution_run_id: The run id of the workflow's first execution.
+        step: The step's name (or an activity's number) within the workflow.
+        continued_from: The run a continue-as-new, cron or retried run continued from.
+
+    Returns:
+        The idempotency key.
     """
     chain = (
         f"{first_execution_run_id}/{continued_from}" if continued_from else first_execution_run_id

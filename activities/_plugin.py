@@ -197,6 +197,14 @@ class LedgerPlugin(SimplePlugin):
         )
 
     def configure_client(self, config: ClientConfig) -> ClientConfig:
+        """The client's configuration with the pydantic data converter (Temporal calls it).
+
+        Args:
+            config: The client's configuration.
+
+        Returns:
+            The configuration, with the converter unless a later plugin brings its own.
+        """
         later = list(config.get("plugins") or ())
         later = later[later.index(self) + 1 :] if self in later else []
         existing = config.get("data_converter")
@@ -214,6 +222,17 @@ class LedgerPlugin(SimplePlugin):
         return super().configure_client(config)
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        """The worker's configuration with the ledger's parts (Temporal calls it).
+
+        Args:
+            config: The worker's configuration.
+
+        Returns:
+            The configuration, with the plugin's activities, interceptors and sandbox.
+
+        Raises:
+            ValueError: The worker's client does not use the pydantic data converter.
+        """
         config = super().configure_worker(config)
         for fn in config.get("activities") or ():
             spec = getattr(fn, "__ledger_tool__", None)
@@ -233,6 +252,13 @@ class LedgerPlugin(SimplePlugin):
         return config
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        """Run the worker, after finding which of the ledger's search attributes its
+        namespace has (Temporal calls it).
+
+        Args:
+            worker: The worker.
+            next: Runs it.
+        """
         client = worker.client
         self._address = client.service_client.config.target_host
         listed = await _listed_attributes(client)
@@ -251,7 +277,7 @@ class LedgerPlugin(SimplePlugin):
                 owned, self._owned, self._runtime = self._owned, None, None
                 await owned.aclose()
 
-    async def runtime(self) -> Runtime:
+    async def _open_runtime(self) -> Runtime:
         """The ledger and policy; a URL ledger is opened on first use."""
         if self._runtime is not None:
             return self._runtime
@@ -381,9 +407,9 @@ class _ActivityInbound(ActivityInboundInterceptor):
             )
             if rule is None:
                 return await self.next.execute_activity(input)
-            runtime = await self._plugin.runtime()
+            runtime = await self._plugin._open_runtime()
             return await execute_through_ledger(runtime, input, self.next, rule=rule)
-        token = _runtime.set(await self._plugin.runtime())
+        token = _runtime.set(await self._plugin._open_runtime())
         try:
             return await self.next.execute_activity(input)
         finally:

@@ -124,7 +124,12 @@ class Policy(BaseModel):
 
     @classmethod
     def permissive(cls) -> Policy:
-        """Everyone may do everything: for the embedded dev setup only. Logged loudly."""
+        """Everyone may do everything: for the embedded dev setup only. Logged loudly.
+
+        Returns:
+            A policy that allows every performer every capability, and lets anyone
+            reconcile and approve.
+        """
         logger.warning(
             "ledger policy: ALLOW-ALL (every performer may use every capability and anyone may "
             "reconcile or approve); outside local development pass "
@@ -134,7 +139,18 @@ class Policy(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> Policy:
-        """Read a TOML policy file; raises :class:`InvalidRequest` naming what is wrong."""
+        """Read a TOML policy file (the layout above).
+
+        Args:
+            path: The policy file.
+
+        Returns:
+            The policy.
+
+        Raises:
+            InvalidRequest: The file is missing, is not TOML, or holds an unknown section,
+                key or value; the message names what is wrong.
+        """
         path = Path(path)
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -184,7 +200,15 @@ class Policy(BaseModel):
             raise InvalidRequest(f"policy file {path}: {exc}") from None
 
     def authority_for(self, performer: str) -> Authority:
-        """The capabilities the performer holds now, as the ledger's :class:`Authority`."""
+        """The capabilities the performer holds now.
+
+        Args:
+            performer: Who acts.
+
+        Returns:
+            The ledger's :class:`~temporal_ledger.ledger.Authority` for the performer:
+            every capability pattern of every ``[performers]`` pattern it matches.
+        """
         capabilities: list[str] = []
         for pattern, granted in self.performers.items():
             if fnmatch.fnmatchcase(performer, pattern):
@@ -192,16 +216,45 @@ class Policy(BaseModel):
         return Authority(performer, capabilities)
 
     def may_reconcile(self, actor: str) -> bool:
+        """Whether ``actor`` may give a verdict on an unknown effect.
+
+        Args:
+            actor: Who answers.
+
+        Returns:
+            ``True`` if the actor matches a pattern of ``[reconcile] actors``.
+        """
         return bool(actor) and _matches(actor, self.reconcilers)
 
     def requires_approval(self, capability: str) -> bool:
+        """Whether every call of ``capability`` waits for a person's approval.
+
+        Args:
+            capability: The call's capability.
+
+        Returns:
+            ``True`` if it matches a pattern of ``[approve] capabilities``.
+        """
         return _matches(capability, self.gated)
 
     def may_approve(self, actor: str) -> bool:
+        """Whether ``actor`` may approve or reject calls (never its own: see the
+        workflow's check of the performer).
+
+        Args:
+            actor: Who decides.
+
+        Returns:
+            ``True`` if the actor matches a pattern of ``[approve] actors``.
+        """
         return bool(actor) and _matches(actor, self.approvers)
 
     def signers(self) -> Signers:
-        """The actors' keys and which decisions must be signed, as the ledger checks them."""
+        """The actors' keys and which decisions must be signed, as the ledger checks them.
+
+        Returns:
+            The ledger's signature checker for this policy.
+        """
         return Signers(
             keys=self.keys,
             decisions_signed=self.signed_decisions,
@@ -217,7 +270,18 @@ class Policy(BaseModel):
         tool: str | None = None,
         hints: ToolHints | None = None,
     ) -> Treatment:
-        """How to handle one call: its declaration, then its hints, then ``[tools]``."""
+        """How to handle one call: its declaration, then its hints, then ``[tools]``.
+
+        Args:
+            capability: The call's capability.
+            retry_safe: What the tool declares.
+            requires_approval: What the tool declares.
+            tool: The tool's name, for ``[tools]``.
+            hints: The tool's annotations from its server (MCP), if any.
+
+        Returns:
+            Whether the call is retry-safe and whether it needs an approval.
+        """
         requires_approval = requires_approval or self.requires_approval(capability)
         if hints is not None:
             retry_safe = retry_safe or hints.retry_safe

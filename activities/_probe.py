@@ -17,20 +17,28 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Finding(StrEnum):
+    """What a probe found on the far side."""
+
     PRESENT = "present"
     ABSENT = "absent"
     INCONCLUSIVE = "inconclusive"
 
 
 class ProbeAnswer(BaseModel):
-    """What a probe found; build it with :func:`present`, :func:`absent` or :func:`inconclusive`."""
+    """What a probe found; build it with :func:`present`, :func:`absent` or :func:`inconclusive`.
+
+    Attributes:
+        finding: ``present``, ``absent`` or ``inconclusive``.
+        output: The tool's output as the far side shows it (``present`` only).
+        evidence: What the finding rests on (responses, ids, URLs): recorded with the
+            verdict.
+        basis: Why, in words: recorded with the verdict.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     finding: Finding
-    #: The tool's output as the far side shows it (``present`` only).
     output: Any = None
-    #: What the finding rests on (responses, ids, URLs): recorded with the verdict.
     evidence: list[Any] = Field(default_factory=list)
     basis: str = ""
 
@@ -40,7 +48,16 @@ Probe: TypeAlias = Callable[[str, Any], Awaitable[ProbeAnswer]]
 
 
 def present(output: Any = None, evidence: Sequence[Any] = (), *, basis: str = "") -> ProbeAnswer:
-    """The far side holds the operation: ``output`` is what the tool would have returned."""
+    """The far side holds the operation: the step ends with ``output``.
+
+    Args:
+        output: What the tool would have returned (its output model, or its JSON).
+        evidence: What the finding rests on (responses, ids, URLs).
+        basis: Why, in words; a default says the probe found the operation.
+
+    Returns:
+        The answer, recorded as an ``effect_confirmed`` verdict by ``probe:<tool>``.
+    """
     if isinstance(output, BaseModel):
         output = output.model_dump(mode="json")
     return ProbeAnswer(
@@ -52,7 +69,18 @@ def present(output: Any = None, evidence: Sequence[Any] = (), *, basis: str = ""
 
 
 def absent(evidence: Sequence[Any] = (), *, basis: str = "") -> ProbeAnswer:
-    """The far side has no operation under the key (conclusive only where the tool says so)."""
+    """The far side has no operation under the key.
+
+    Conclusive only where the tool says so (``probe_absence_conclusive=True``): then the
+    key may act again; otherwise the step parks for a person.
+
+    Args:
+        evidence: What the finding rests on.
+        basis: Why, in words.
+
+    Returns:
+        The answer, recorded as ``no_effect_confirmed`` (or ``still_unknown``).
+    """
     return ProbeAnswer(
         finding=Finding.ABSENT,
         evidence=list(evidence),
@@ -61,7 +89,15 @@ def absent(evidence: Sequence[Any] = (), *, basis: str = "") -> ProbeAnswer:
 
 
 def inconclusive(reason: str = "", evidence: Sequence[Any] = ()) -> ProbeAnswer:
-    """The probe cannot tell: the step parks for a person, as without a probe."""
+    """The probe cannot tell: the step parks for a person, as without a probe.
+
+    Args:
+        reason: Why it cannot tell.
+        evidence: What it saw.
+
+    Returns:
+        The answer, recorded as ``still_unknown``.
+    """
     return ProbeAnswer(
         finding=Finding.INCONCLUSIVE,
         evidence=list(evidence),

@@ -200,10 +200,13 @@ def replay_command(histories: Sequence[Path], workflow_specs: Sequence[str]) -> 
 
 
 class ErrorType(StrEnum):
-    """``ApplicationError`` types the ledgered activities raise and ``run_tool`` maps.
+    """The ``type`` of the ``ApplicationError`` s that ledgered activities raise.
 
-    The final ones end the step; the others are retried by Temporal because the ledger
-    allows another attempt under the same key (or the ledger was briefly unreachable).
+    ``run_tool`` turns the final ones into its typed errors, whose ``type`` is one of
+    these (a :class:`~temporal_ledger.workflows.ToolFailedError` carries the one that
+    ended the step, e.g. ``OUTPUT_INVALID``); the others are retried by Temporal because
+    the ledger allows another attempt under the same key (or the ledger was briefly
+    unreachable), or tell the workflow to wait for a person.
     """
 
     CONFLICT = "ToolConflict"

@@ -54,6 +54,12 @@ def tool_context() -> ExecutionContext:
     """Inside a tool: the idempotency key, action id and fencing token of this execution.
 
     Forward ``tool_context().key`` to a far side that deduplicates by key.
+
+    Returns:
+        The execution's context, as the ledger gives it to the tool.
+
+    Raises:
+        RuntimeError: No ``@tool`` is running.
     """
     try:
         return _execution.get()

@@ -62,12 +62,18 @@ _HEADER_SAFE = "".join(c for c in string.printable if "!" <= c <= "~" and c != "
 
 
 class HttpResult(BaseModel):
-    """What the far side answered to a call that is done (2xx, or 409 already done)."""
+    """What the far side answered to a call that is done (2xx, or 409 already done).
+
+    Attributes:
+        status: The HTTP status.
+        body: The response body: parsed JSON, the text when it is not JSON, ``None`` when
+            empty.
+        already_done: 409: the far side already holds this key, so the effect exists
+            from an earlier attempt.
+    """
 
     status: int
-    #: The response body: parsed JSON, the text when it is not JSON, ``None`` when empty.
     body: Any = None
-    #: 409: the far side already holds this key, so the effect exists from an earlier attempt.
     already_done: bool = False
 
 
@@ -77,6 +83,12 @@ class HttpEffectUnknown(Exception):
     The ledger records any exception that is not ``NoEffect`` as an unknown effect, so
     a step that raises this parks for an operator (or, for a ``retry_safe`` tool, is
     tried again under the same key).
+
+    Args:
+        method: The request's method.
+        url: The request's URL.
+        what: What happened (a timeout after sending, a reset, a 5xx...).
+        status: The HTTP status, if an answer came.
     """
 
     def __init__(self, method: str, url: str, what: str, *, status: int | None = None) -> None:
@@ -97,7 +109,13 @@ def _rebuild_unknown(method: str, url: str, what: str, status: int | None) -> Ht
 def parse_retry_after(value: str | None, *, now: dt.datetime | None = None) -> float | None:
     """Seconds to wait from a ``Retry-After`` value (delay-seconds or an HTTP-date).
 
-    A date in the past means 0; a value that is neither form means no hint (``None``).
+    Args:
+        value: The header's value, if any.
+        now: The current time (default: the clock's), for an HTTP-date.
+
+    Returns:
+        The seconds; 0 for a date in the past; ``None`` for no value, or one that is
+        neither form (no hint).
     """
     if value is None:
         return None
@@ -136,9 +154,24 @@ async def request_json(
     client lives for this call. Never follows redirects and never retries by itself:
     whether to try again is the ledger's decision.
 
-    Returns an :class:`HttpResult` for 2xx and for 409 (``already_done=True``). Raises
-    :class:`ledger.NoEffect` when nothing can have happened and
-    :class:`HttpEffectUnknown` when the effect may have happened.
+    Args:
+        method: The HTTP method.
+        url: The URL.
+        json: The body, sent as JSON (``Content-Type: application/json``).
+        headers: More request headers (not ``Idempotency-Key``: that is the key).
+        timeout: httpx's per-phase timeout: a connect timeout means nothing was sent, a
+            read timeout that the request may have acted.
+        idempotency_key: The key to send; default: the running tool's.
+        client: An ``httpx.AsyncClient`` to share its connection pool.
+
+    Returns:
+        The answer, for 2xx and for 409 (``already_done=True``).
+
+    Raises:
+        NoEffect: Nothing can have happened: not sent (refused connection, bad URL or
+            body), 429 (retryable, after its ``Retry-After``) or another 4xx (final).
+        HttpEffectUnknown: The effect may have happened (a timeout after sending, a
+            reset, a 5xx).
     """
     method = method.upper()
     key = idempotency_key if idempotency_key is not None else tool_context().key
@@ -282,6 +315,17 @@ def lookup_probe(
     route it does not have, and that says nothing about the operation);
     ``require_echo=False`` takes the status alone. Anything
     else, or no answer, is ``inconclusive``. Every answer is recorded as evidence.
+
+    Args:
+        url: The template of the URL to GET.
+        output: Makes the tool's output of a 2xx answer.
+        absent_statuses: The statuses that say the far side has no such operation.
+        headers: More request headers.
+        timeout: httpx's timeout per phase of the GET.
+        require_echo: An absent status counts only if the answer names the key.
+
+    Returns:
+        The probe.
     """
 
     async def probe(key: str, arg: BaseModel) -> ProbeAnswer:

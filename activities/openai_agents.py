@@ -74,9 +74,28 @@ class McpContent:
     for one text block), and the activity returns a ``CallToolResult`` of them."""
 
     def template(self, result_type: Any) -> Any:
+        """The operator's template: one text block to fill in.
+
+        Args:
+            result_type: The activity's result type (not needed: always MCP content).
+
+        Returns:
+            ``[{"type": "text", "text": "<what the tool returned>"}]``.
+        """
         return [{"type": "text", "text": PLACEHOLDER}]
 
     def result(self, output: Any) -> Any:
+        """The activity's ``CallToolResult`` (as JSON) for the operator's content.
+
+        Args:
+            output: Content blocks, or a string for one text block.
+
+        Returns:
+            ``{"content": [...], "is_error": False}``.
+
+        Raises:
+            ValueError: The output is not MCP result content.
+        """
         content = [{"type": "text", "text": output}] if isinstance(output, str) else output
         if not isinstance(content, list) or not content:
             raise ValueError(

@@ -75,6 +75,14 @@ def activity_rules(agent_name: str, *, tools_retry_safe: bool = False) -> list[L
     ``agent__<name>__model_request_stream`` and
     ``agent__<name>__<toolset kind>__<toolset id>__call_tool`` (its
     ``TemporalOperationNamer``, documented as persisted, never-changing names).
+
+    Args:
+        agent_name: The agent's name.
+        tools_retry_safe: The agent's tools deduplicate by the key: an unknown effect
+            is tried again instead of parking.
+
+    Returns:
+        The rules, for ``LedgerPlugin(ledger_activities=...)``.
     """
     prefix = f"agent__{agent_name}"
     return [
@@ -125,13 +133,27 @@ def ledgered_plugin(
     lease: float = 30.0,
     tools_retry_safe: bool = False,
 ) -> LedgerPlugin:
-    """A :class:`~activities.LedgerPlugin` that ledgers the model requests and tool calls
-    of ``agents`` (``TemporalAgent`` s, durable ``Agent`` s, or their names).
+    """A :class:`~temporal_ledger.activities.LedgerPlugin` that ledgers the model
+    requests and tool calls of ``agents``.
 
     Put it on ``Client.connect(plugins=[...])`` (workers inherit it) next to
     pydantic-ai's ``PydanticAIPlugin``; on a worker that runs only workflows it is still
     needed, because it stamps each scheduled activity with the run identity the key is
     built from.
+
+    Args:
+        ledger: A ledger URL (``sqlite:///...``, ``postgresql://...``) or an open ledger.
+        agents: ``TemporalAgent`` s, durable ``Agent`` s, or their names.
+        policy: Who may do what (see :class:`~temporal_ledger.activities.Policy`).
+        lease: Seconds a worker holds a call's key without renewing it.
+        tools_retry_safe: The agents' tools deduplicate by the key.
+
+    Returns:
+        The plugin.
+
+    Raises:
+        TypeError: An agent without a name.
+        ValueError: No agent was given.
     """
     rules = [
         rule

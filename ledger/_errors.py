@@ -25,6 +25,13 @@ class IdempotencyConflictError(LedgerError):
     """The key is already bound to a different operation.
 
     A durable ``action.replay_refused`` event was recorded before this was raised.
+
+    Args:
+        key: The idempotency key.
+        original_action_id: The submission that bound the key to its operation.
+        dimensions: The fingerprinted fields that differ (``payload``, ``performer``...).
+        fingerprint_version: The fingerprint version the key was bound under.
+        action_id: The refused submission.
     """
 
     def __init__(
@@ -71,7 +78,14 @@ def _rebuild_conflict(key, original_action_id, dimensions, fingerprint_version, 
 
 
 class ActionInProgressError(LedgerError):
-    """A live execution holds the key; this request was deferred (and recorded as such)."""
+    """A live execution holds the key; this request was deferred (and recorded as such).
+
+    Args:
+        key: The idempotency key.
+        holder_action_id: The submission whose execution holds the key.
+        lease_remaining: Seconds until the holder's lease expires unless it is renewed.
+        action_id: The deferred submission.
+    """
 
     def __init__(
         self,
@@ -110,13 +124,17 @@ class ReconciliationRefused(LedgerError):
     """A reconciliation was refused (unknown key, or an effect that is not unknown).
 
     The refusal itself was recorded as ``action.reconcile_refused``.
+
+    Args:
+        key: The idempotency key.
+        reason: Why the verdict was refused.
+        effect: The key's effect when it is already known (``observed`` or ``none``):
+            somebody reconciled it first, and its outcome stands.
     """
 
     def __init__(self, key: str, reason: str, *, effect: str | None = None) -> None:
         self.key = key
         self.reason = reason
-        #: The key's effect when the effect is already known (``observed`` or ``none``):
-        #: somebody reconciled it first, and its outcome stands.
         self.effect = effect
         super().__init__(f"cannot reconcile {key!r}: {reason}")
 
@@ -133,6 +151,12 @@ class ApprovalRefused(LedgerError):
     decision names another fingerprint, or the approver is the call's own performer.
 
     The refusal itself was recorded as ``action.approval_refused``.
+
+    Args:
+        key: The idempotency key.
+        reason: Why the decision was refused.
+        decided: The call's approval state when somebody decided it first
+            (``approved``, ``rejected`` or ``consumed``): that decision stands.
     """
 
     def __init__(self, key: str, reason: str, *, decided: str | None = None) -> None:
@@ -155,7 +179,11 @@ class LedgerUnavailable(LedgerError):
     """The ledger's storage could not be reached or lost its connection.
 
     Retryable: when this is raised before the adapter ran, no effect happened.
-    ``maybe_committed`` is true when the write's COMMIT was sent and its answer lost.
+
+    Args:
+        message: What failed, and where.
+        maybe_committed: The write's COMMIT was sent and its answer lost: it may have
+            landed.
     """
 
     def __init__(self, message: str, *, maybe_committed: bool = False) -> None:
@@ -174,8 +202,15 @@ class NoEffect(Exception):
     """Raised by an adapter that knows its attempt had no effect.
 
     For example: the connection was refused before anything was sent, the far side
-    rejected the request with a 4xx, or it answered 429. ``retryable`` says whether
-    the same key may act again; ``retry_after`` (seconds) is the far side's hint.
+    rejected the request with a 4xx, or it answered 429.
+
+    Args:
+        message: What the far side said.
+        retryable: Whether the same key may act again.
+        retry_after: The far side's hint, in seconds, of when to try again.
+
+    Raises:
+        ValueError: ``retry_after`` is not a finite number of seconds >= 0.
     """
 
     def __init__(

@@ -99,6 +99,15 @@ class Ledger:
     """A durable action ledger: ``execute`` runs an adapter at most once per key and identity.
 
     Open one with :meth:`Ledger.open`; use it as ``async with`` (or ``with``), or close it.
+
+    Args:
+        recorder: The backend that stores the log (``Ledger.open`` picks it by URL).
+        lease: Seconds a live execution holds its key without renewal.
+        url: Where the ledger is, as shown to people.
+        replay_audit: ``"durable"`` or ``"batched"`` (see :meth:`open`).
+
+    Raises:
+        InvalidRequest: ``lease`` or ``replay_audit`` is not one the ledger takes.
     """
 
     def __init__(
@@ -133,15 +142,24 @@ class Ledger:
     ) -> Ledger:
         """Open (creating if needed) the ledger at ``url``.
 
-        ``sqlite:///path`` for the embedded file, ``postgresql://...`` for a shared
-        server. ``lease`` is how long a live execution holds its key without renewal.
-        ``replay_audit``: ``"durable"`` answers a replay once its audit record (the
-        request and the relabelled completion) is durable; ``"batched"`` answers from
-        what is recorded and appends that audit record, atomically, with a later group
-        commit (handed to the writer at the event loop's next turn, with every other
-        replay's of that turn; written before the ledger closes). A replay's answer is
-        decided by the record either way; denials, conflicts and everything that acts
-        stay durable before they answer.
+        Args:
+            url: ``sqlite:///path`` for the embedded file, ``postgresql://...`` for a
+                shared server (extra ``[postgres]``).
+            lease: How long, in seconds, a live execution holds its key without renewal.
+            replay_audit: ``"durable"`` answers a replay once its audit record (the
+                request and the relabelled completion) is durable; ``"batched"``
+                answers from what is recorded and appends that audit record, atomically,
+                with a later group commit (handed to the writer at the event loop's next
+                turn, with every other replay's of that turn; written before the ledger
+                closes). A replay's answer is decided by the record either way; denials,
+                conflicts and everything that acts stay durable before they answer.
+
+        Returns:
+            The open ledger.
+
+        Raises:
+            InvalidRequest: The URL is not one the ledger opens, or an option is wrong.
+            LedgerUnavailable: The database cannot be reached.
         """
         if not isinstance(url, str):
             raise InvalidRequest(f"ledger URL must be a string, not {type(url).__name__}")
@@ -162,6 +180,7 @@ class Ledger:
     # -- lifecycle -----------------------------------------------------------------
 
     def close(self) -> None:
+        """Write what is pending (batched replays' audit records) and close the backend."""
         if self._closed:
             return
         self._closed = True
@@ -178,6 +197,7 @@ class Ledger:
         self._recorder.close()
 
     async def aclose(self) -> None:
+        """:meth:`close` from the event loop, after the pending audit records are written."""
         self._submit_audits()
         if self._audits:  # the batched replays' audit records are written before closing
             await asyncio.gather(*self._audits, return_exceptions=True)
@@ -276,16 +296,31 @@ class Ledger:
     ) -> ActionResult:
         """Run ``adapter`` for ``request`` at most once for its key and identity.
 
-        Returns the fresh or replayed :class:`ActionResult`. Raises
-        :class:`InvalidRequest` (nothing recorded), :class:`IdempotencyConflictError`
-        (refusal recorded) or :class:`ActionInProgressError` (deferral recorded; with
-        ``wait`` seconds > 0 it first waits that long for the live execution to end).
+        Args:
+            request: The request (or its fields as a dict).
+            authority: Who acts, with the capabilities they hold now.
+            adapter: ``adapter(request, ctx)``, sync or async: the effect; ``ctx`` holds
+                the key for a far side that dedupes. It raises ``NoEffect`` when it knows
+                nothing happened.
+            state: ``state(request)``, sync or async: the current state a precondition
+                is compared with.
+            retry_safe: The far side dedupes by the key: an unknown effect may act again.
+            wait: Seconds to wait for a live execution of the key to end before refusing.
+            requires_approval: The adapter runs only under an approval of this exact
+                request (:meth:`approve`), and each approval lets one execution start.
+                Without one the answer is DENIED with ``error_type``
+                ``ApprovalRequired`` (or ``ApprovalRejected``), no effect, and the key
+                waits for the decision. A replay of a recorded outcome needs no approval.
 
-        ``requires_approval``: the adapter runs only under an approval of this exact
-        request (:meth:`approve`), and each approval lets one execution start. Without
-        one the answer is DENIED with ``error_type`` ``ApprovalRequired`` (or
-        ``ApprovalRejected``), no effect, and the key waits for the decision. A replay
-        of a recorded outcome needs no approval.
+        Returns:
+            The fresh or replayed result.
+
+        Raises:
+            InvalidRequest: Bad input; nothing is recorded.
+            IdempotencyConflictError: The key holds a different request (refusal
+                recorded).
+            ActionInProgressError: A live execution holds the key (deferral recorded).
+            LedgerUnavailable: The database could not be reached.
         """
         request = ActionRequest.parse(request)
         if not isinstance(authority, Authority):
@@ -734,12 +769,23 @@ class Ledger:
     # -- recovery ------------------------------------------------------------------
 
     def state(self, key: str) -> ActionState:
-        """The key's history projected: status, effect, next operation."""
+        """The key's history projected: status, effect, next operation.
+
+        Args:
+            key: The idempotency key.
+
+        Returns:
+            The key's state (status ``none`` for a key with no records).
+        """
         validate_key(key)
         return project(key, self._recorder.get(key), self._recorder.now())
 
     def open_effects(self) -> list[ActionState]:
-        """Every key whose effect is unknown and unresolved (including expired executions)."""
+        """Every key whose effect is unknown and unresolved (including expired executions).
+
+        Returns:
+            Their states.
+        """
         now = self._recorder.now()
         states = [project(r.key, r, now) for r in self._recorder.candidate_open_effects()]
         return [s for s in states if s.next_operation is NextOperation.RECONCILE_EFFECT]
@@ -758,12 +804,28 @@ class Ledger:
     ) -> ActionState:
         """Append an operator's verdict beside the key's history; never rewrite it.
 
-        Raises :class:`ReconciliationRefused` (and records the refusal) when the key
-        has no execution, its effect is not unknown, or ``action_id`` (the action the
-        verdict is about, optional) is not the one whose effect is unknown.
-        ``signature`` (a :class:`DecisionSignature`, its author's proof) is recorded
-        with the verdict; the ledger does not judge it (it holds no keys): the caller
-        checks it, and ``verify(signers=...)`` checks it again.
+        Args:
+            key: The key whose effect is unknown.
+            verdict: ``effect_confirmed``, ``no_effect_confirmed`` (the key may act
+                once more) or ``still_unknown``.
+            actor: Who inspected the world.
+            basis: What the verdict rests on.
+            evidence: What was seen (JSON values).
+            output: With ``effect_confirmed``: the observed output, which later
+                requests get; it must fit the recorded output schema.
+            action_id: The action the verdict is about, optional; refused if it is not
+                the one whose effect is unknown.
+            signature: Its author's proof, recorded with the verdict; the ledger does
+                not judge it (it holds no keys): the caller checks it, and
+                ``verify(signers=...)`` checks it again.
+
+        Returns:
+            The key's state after the verdict.
+
+        Raises:
+            InvalidRequest: Bad input; nothing is recorded.
+            ReconciliationRefused: The key has no execution, its effect is not unknown,
+                or ``action_id`` is another action's (the refusal is recorded).
         """
         validate_key(key)
         verdict = _one_of(Verdict, verdict, "verdict")
@@ -808,15 +870,29 @@ class Ledger:
     ) -> Approval:
         """Record a person's decision on the call that awaits approval under ``key``.
 
-        The decision names the fingerprint of the request it was shown (see
-        ``ActionState.approval``); it holds for that exact request only, and an approval
-        lets exactly one execution start. Raises :class:`ApprovalRefused` (and records
-        the refusal) when no call awaits approval under the key, the fingerprint is
-        another request's, the actor is the call's own performer, or the call was
-        already decided. The same decision by the same actor again records nothing.
-        ``signature`` (a :class:`DecisionSignature`, its author's proof) is recorded with
-        the decision; as with :meth:`reconcile`, the caller checks it against the
-        actor's keys and ``verify(signers=...)`` checks it again.
+        The decision holds for the exact request it names only, and an approval lets
+        exactly one execution start. The same decision by the same actor again records
+        nothing.
+
+        Args:
+            key: The key of the call that awaits approval.
+            fingerprint: The fingerprint of the request that was shown (see
+                ``ActionState.approval``).
+            actor: Who decides (never the call's own performer).
+            basis: What the decision rests on.
+            decision: ``approve`` or ``reject``.
+            signature: Its author's proof, recorded with the decision; as with
+                :meth:`reconcile`, the caller checks it against the actor's keys and
+                ``verify(signers=...)`` checks it again.
+
+        Returns:
+            The approval as recorded.
+
+        Raises:
+            InvalidRequest: Bad input; nothing is recorded.
+            ApprovalRefused: No call awaits approval under the key, the fingerprint is
+                another request's, the actor is the performer, or the call was already
+                decided (the refusal is recorded).
         """
         validate_key(key)
         decision = _one_of(Decision, decision, "decision")
@@ -844,7 +920,16 @@ class Ledger:
     def events(
         self, key: str | None = None, *, after: int = 0, limit: int | None = None
     ) -> list[LedgerEvent]:
-        """The log in order, optionally for one key."""
+        """The log in order, optionally for one key.
+
+        Args:
+            key: Only this key's events.
+            after: Only events after this sequence number.
+            limit: At most this many.
+
+        Returns:
+            The events.
+        """
         if key is not None:
             validate_key(key)
         return self._recorder.events(key, after=after, limit=limit)
@@ -853,12 +938,21 @@ class Ledger:
         """Recompute the hash chains and the invariants; name every problem found.
 
         Every execution of a call that needed approval must hold exactly one approval of
-        its fingerprint, recorded before its started marker. ``gated`` (capability glob
-        patterns) holds every execution of those capabilities to that, whatever its
-        caller declared. ``signers`` (the policy's keys, see ``read_policy``) re-checks
-        the signature of every recorded decision and person's verdict: the hash chain
-        proves order and integrity, a signature proves who decided, even against somebody
-        who wrote the tables and recomputed the chain.
+        its fingerprint, recorded before its started marker.
+
+        Args:
+            gated: Capability glob patterns whose every execution is held to that,
+                whatever its caller declared.
+            signers: The policy's keys: re-checks the signature of every recorded
+                decision and person's verdict. The hash chain proves order and
+                integrity, a signature proves who decided, even against somebody who
+                wrote the tables and recomputed the chain.
+
+        Returns:
+            The report: ``ok``, and every problem found.
+
+        Raises:
+            InvalidRequest: ``gated`` or ``signers`` is not what it should be.
         """
         if isinstance(gated, str) or not all(isinstance(g, str) and g for g in gated):
             raise InvalidRequest("gated must be a list of capability patterns")
@@ -874,8 +968,17 @@ class Ledger:
         """Drop the bodies of final outcomes settled more than ``older_than`` seconds ago.
 
         A tombstone (key, fingerprint, status) stays, so a late identical request is
-        answered and a late different one refused, never executed again. Returns the
-        number of keys compacted. Unknown effects are never compacted.
+        answered and a late different one refused, never executed again. Unknown effects
+        are never compacted.
+
+        Args:
+            older_than: Seconds since the outcome was settled.
+
+        Returns:
+            The number of keys compacted.
+
+        Raises:
+            InvalidRequest: ``older_than`` is negative or not a number.
         """
         if not (isinstance(older_than, (int, float)) and older_than >= 0):
             raise InvalidRequest(f"older_than must be >= 0 seconds, got {older_than!r}")

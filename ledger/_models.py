@@ -184,7 +184,17 @@ class ActionRequest(_Frozen):
 
     @classmethod
     def parse(cls, data: Any) -> ActionRequest:
-        """Validate a mapping (or an instance) into a request; raises :class:`InvalidRequest`."""
+        """Validate a mapping (or an instance) into a request.
+
+        Args:
+            data: The request's fields, or a request.
+
+        Returns:
+            The validated request.
+
+        Raises:
+            InvalidRequest: A field is missing or holds a value the ledger refuses.
+        """
         if isinstance(data, cls):
             # Validated when it was built; the JSON values are still checked, because
             # their contents can be changed after construction.
@@ -251,11 +261,20 @@ class ActionRequest(_Frozen):
         return value
 
     def fingerprint(self) -> str:
-        """The ``action-fingerprint-v1`` of this request: what an approval names."""
+        """The ``action-fingerprint-v1`` of this request: what an approval names.
+
+        Returns:
+            The fingerprint: one SHA-256 over those of the five fingerprinted fields.
+        """
         return combine(fingerprint_dimensions(self.identity()))
 
     def identity(self) -> dict[str, Any]:
-        """The fingerprinted fields."""
+        """The fingerprinted fields.
+
+        Returns:
+            ``capability``, ``instruction``, ``payload``, ``precondition`` and
+            ``performer``, by name.
+        """
         return {
             "capability": self.capability,
             "instruction": self.instruction,
@@ -275,7 +294,15 @@ def _describe(exc: ValidationError) -> str:
 
 
 class Authority(_Frozen):
-    """Who is asking now, and which capabilities (glob patterns) they hold."""
+    """Who is asking now, and which capabilities (glob patterns) they hold.
+
+    Args:
+        principal: Who acts (a performer's name).
+        capabilities: The capability glob patterns they hold (e.g. ``files.*``).
+
+    Raises:
+        InvalidRequest: A name or pattern the ledger cannot record.
+    """
 
     principal: str
     capabilities: tuple[str, ...] = ()
@@ -300,6 +327,14 @@ class Authority(_Frozen):
         return value
 
     def allows(self, capability: str) -> bool:
+        """Whether a held pattern grants ``capability``.
+
+        Args:
+            capability: A dotted capability name.
+
+        Returns:
+            ``True`` if any of the capabilities' patterns matches it.
+        """
         return any(fnmatch.fnmatchcase(capability, pattern) for pattern in self.capabilities)
 
 

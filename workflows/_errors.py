@@ -14,7 +14,21 @@ from ..activities import ErrorType
 
 
 class ToolError(ApplicationError):
-    """A ledgered tool step ended without the tool's output."""
+    """A ledgered tool step ended without the tool's output.
+
+    Catch it (or a subclass) around ``run_tool``; uncaught, it fails the workflow.
+
+    Args:
+        message: What happened.
+        *details: Details for the failure, as ``ApplicationError`` carries them.
+        type: The :class:`~temporal_ledger.activities.ErrorType` that ended the step.
+        key: The step's idempotency key.
+        step: The step's name.
+
+    Attributes:
+        key: The step's idempotency key.
+        step: The step's name.
+    """
 
     def __init__(self, message: str, *details: Any, type: str, key: str, step: str) -> None:
         super().__init__(message, *details, type=type, non_retryable=True)
@@ -23,7 +37,20 @@ class ToolError(ApplicationError):
 
 
 class ToolConflictError(ToolError):
-    """The key is bound to a different operation (``action.replay_refused`` recorded)."""
+    """The key is bound to a different operation (``action.replay_refused`` recorded).
+
+    Args:
+        message: What differs.
+        key: The step's idempotency key.
+        step: The step's name.
+        original_action_id: The action that bound the key first.
+        dimensions: What differs from it: ``capability``, ``instruction``, ``payload``,
+            ``precondition``, ``performer``.
+
+    Attributes:
+        original_action_id: The action that bound the key first.
+        dimensions: What differs from it.
+    """
 
     def __init__(
         self, message: str, *, key: str, step: str, original_action_id: str, dimensions: list[str]
@@ -40,21 +67,41 @@ class ToolConflictError(ToolError):
 
 
 class ToolDeniedError(ToolError):
-    """The performer may not use the tool's capability under the current policy."""
+    """The performer may not use the tool's capability under the current policy.
+
+    Args:
+        message: The refusal.
+        key: The step's idempotency key.
+        step: The step's name.
+    """
 
     def __init__(self, message: str, *, key: str, step: str) -> None:
         super().__init__(message, type=ErrorType.DENIED, key=key, step=step)
 
 
 class ToolRejectedError(ToolError):
-    """A person rejected the call (``action.approval_rejected`` recorded); it had no effect."""
+    """A person rejected the call (``action.approval_rejected`` recorded); it had no effect.
+
+    Args:
+        message: The rejection.
+        key: The step's idempotency key.
+        step: The step's name.
+    """
 
     def __init__(self, message: str, *, key: str, step: str) -> None:
         super().__init__(message, type=ErrorType.REJECTED, key=key, step=step)
 
 
 class ToolFailedError(ToolError):
-    """The tool failed with no effect, finally (a rejected request, precondition drift...)."""
+    """The tool failed for good (a rejected request, precondition drift, an output that
+    no longer fits...).
+
+    Args:
+        message: The failure.
+        key: The step's idempotency key.
+        step: The step's name.
+        error_type: The :class:`~temporal_ledger.activities.ErrorType` that ended the step.
+    """
 
     def __init__(
         self, message: str, *, key: str, step: str, error_type: str = ErrorType.FAILED

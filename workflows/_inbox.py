@@ -62,7 +62,24 @@ class Call:
 
 
 class OpenEffect(BaseModel):
-    """A parked step, as query ``open_effects`` shows it to an operator."""
+    """A parked step, as query ``open_effects`` shows it to an operator.
+
+    Attributes:
+        key: The step's idempotency key.
+        step: The step's name (``call N`` for another library's activity).
+        tool: The tool (activity) whose effect is unknown.
+        capability: Its capability.
+        action_id: The action whose effect is unknown: a verdict may name it.
+        since: When the step parked (ISO 8601, workflow time).
+        why: What the ledger recorded of the failure.
+        reconcilers: Actor patterns the worker's policy lets reconcile.
+        signature_required: A verdict counts only when signed with one of the actor's
+            keys in the policy.
+        last_verdict: ``still_unknown`` once someone said so.
+        signal_command: The ``temporal workflow signal`` command that answers.
+        update_command: The ``temporal workflow update execute`` command that answers
+            (the documented path: it says what the ledger recorded).
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -74,7 +91,6 @@ class OpenEffect(BaseModel):
     since: str
     why: str | None
     reconcilers: list[str] = Field(default_factory=list)
-    #: A verdict counts only when signed with one of the actor's keys in the policy.
     signature_required: bool = False
     last_verdict: Verdict | None = None
     signal_command: str
@@ -84,7 +100,24 @@ class OpenEffect(BaseModel):
 
 
 class PendingApproval(BaseModel):
-    """A call waiting for a person's approval, as query ``pending_approvals`` shows it."""
+    """A call waiting for a person's approval, as query ``pending_approvals`` shows it.
+
+    Attributes:
+        key: The call's idempotency key.
+        step: The step's name (``call N`` for another library's activity).
+        tool: The tool (activity).
+        capability: Its capability.
+        performer: Who would act (and so may not approve).
+        arguments: The call's arguments exactly as the tool will receive them.
+        fingerprint: The fingerprint of the request: the decision names it, and holds
+            for it alone.
+        since: When the call began to wait (ISO 8601, workflow time).
+        approvers: Actor patterns the worker's policy lets approve.
+        signature_required: A decision counts only when signed with one of the actor's
+            keys in the policy.
+        approve_command: The command that approves exactly this call.
+        reject_command: The command that rejects it.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -93,13 +126,10 @@ class PendingApproval(BaseModel):
     tool: str
     capability: str
     performer: str
-    #: The call's arguments exactly as the tool will receive them.
     arguments: Any
-    #: The fingerprint of the request: the decision names it, and holds for it alone.
     fingerprint: str
     since: str
     approvers: list[str] = Field(default_factory=list)
-    #: A decision counts only when signed with one of the actor's keys in the policy.
     signature_required: bool = False
     approve_command: str
     reject_command: str
@@ -108,7 +138,14 @@ class PendingApproval(BaseModel):
 
 
 class Rejection(BaseModel):
-    """Operator input that was refused, as query ``reconcile_rejections`` shows it."""
+    """Operator input that was refused, as query ``reconcile_rejections`` shows it.
+
+    Attributes:
+        at: When (ISO 8601, workflow time).
+        via: ``signal``, or ``ledger`` for input the recording activity refused.
+        input: The input as it came.
+        reason: Why it was refused.
+    """
 
     at: str
     via: str
@@ -580,5 +617,6 @@ def install_reconciliation() -> None:
 
     ``run_tool`` does this on its first call, and the plugin on a ledgered activity's
     first call; call it at the top of ``run`` to answer the queries before any tool runs.
+    Call it inside a workflow only; a second call changes nothing.
     """
     inbox()

@@ -22,6 +22,15 @@ from temporalio.worker import Replayer
 
 
 class ReplayReport(BaseModel):
+    """How one history replayed.
+
+    Attributes:
+        path: The history file.
+        workflow_id: The workflow id (the file's name without ``.json``).
+        ok: It replayed without a nondeterminism error.
+        error: Why not, if not.
+    """
+
     path: str
     workflow_id: str
     ok: bool
@@ -41,6 +50,14 @@ async def replay_histories(
     pass-through. Runs of an agent framework's app replay with that framework's plugin
     and the ledger's as the worker had them (its ``ledger_activities`` rules included:
     a run that waited scheduled what a run that did not never does), in any order.
+
+    Args:
+        paths: The exported histories, one JSON file each (named after its workflow id).
+        workflows: The workflow classes to replay them with.
+        plugins: The plugins the workers had.
+
+    Returns:
+        One report per file, in order; a file that cannot be read is reported as such.
     """
     from ..activities import LedgerPlugin
 
