@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ..ledger import ActionRequest, ActionResult, ActionStatus, EffectState, Verdict
@@ -89,15 +90,7 @@ def _denied(
             address=runtime.address,
             awaiting_approval_attribute=runtime.awaiting_approval_attribute,
         )
-        # The workflow waits for the decision (run_tool, or the plugin's interceptor
-        # for a ledger_activities call) and says so once: the expected hand-over.
-        return ApplicationError(
-            f"{spec.name}: {result.error}",
-            needed.model_dump(),
-            type=ErrorType.AWAITING_APPROVAL,
-            non_retryable=True,
-            category=ApplicationErrorCategory.BENIGN,
-        )
+        return _hand_over(f"{spec.name}: {result.error}", needed, ErrorType.AWAITING_APPROVAL)
     if result.error_type == APPROVAL_REJECTED:
         return ApplicationError(
             f"{spec.name}: {result.error}", type=ErrorType.REJECTED, non_retryable=True
@@ -138,12 +131,18 @@ def _unknown(spec: ToolSpec[Any, Any], result: ActionResult, runtime: Runtime) -
         open_effects_attribute=runtime.open_effects_attribute,
         probe=spec.has_probe,
     )
-    # The workflow parks the step and says so once; the activity's failure is the
-    # expected hand-over, not an error to log with a traceback.
+    message = f"{spec.name}: the effect of {result.key!r} is unknown: {result.error}"
+    return _hand_over(message, details, ErrorType.EFFECT_UNKNOWN)
+
+
+def _hand_over(message: str, details: BaseModel, kind: ErrorType) -> ApplicationError:
+    """The call waits for a person: the workflow (run_tool, or the plugin's interceptor
+    for a ledger_activities call) waits for the answer and says so once. The activity's
+    failure is that expected hand-over, not an error to log with a traceback."""
     return ApplicationError(
-        f"{spec.name}: the effect of {result.key!r} is unknown: {result.error}",
+        message,
         details.model_dump(),
-        type=ErrorType.EFFECT_UNKNOWN,
+        type=kind,
         non_retryable=True,
         category=ApplicationErrorCategory.BENIGN,
     )

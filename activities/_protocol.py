@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -394,7 +394,28 @@ class ConflictDetails(_Payload):
     fingerprint_version: str
 
 
-class ReconcileInput(_SigningPayload):
+class _PersonsAnswer(_SigningPayload):
+    """A person's answer to a waiting call, which its signature may prove."""
+
+    #: The fields the signature covers, and the ``Signers`` check of them.
+    _SIGNED: ClassVar[tuple[str, ...]]
+    _CHECK: ClassVar[str]
+
+    def signature_problem(
+        self, signers: Signers, *, workflow_id: str, namespace: str
+    ) -> str | None:
+        """Why this answer does not prove its actor to ``signers`` in the given run, or
+        ``None`` (pure computation: the workflow's validator runs it)."""
+        check = getattr(signers, self._CHECK)
+        return check(
+            **{name: getattr(self, name) for name in self._SIGNED},
+            signature=getattr(self, "signature", None),
+            workflow_id=workflow_id,
+            namespace=namespace,
+        )
+
+
+class ReconcileInput(_PersonsAnswer):
     """An operator's verdict for one parked key, as sent by signal or update ``reconcile``."""
 
     key: str
@@ -409,23 +430,16 @@ class ReconcileInput(_SigningPayload):
     #: Proof that ``actor`` gave this verdict, in this run (``temporal-ledger sign``).
     signature: DecisionSignature | None = None
 
-    def signature_problem(
-        self, signers: Signers, *, workflow_id: str, namespace: str
-    ) -> str | None:
-        """Why this verdict does not prove its actor to ``signers`` in the given run, or
-        ``None`` (pure computation: the workflow's validator runs it)."""
-        return signers.verdict_problem(
-            key=self.key,
-            action_id=self.action_id,
-            verdict=self.verdict,
-            actor=self.actor,
-            basis=self.basis,
-            evidence=self.evidence,
-            output=self.output,
-            signature=self.signature,
-            workflow_id=workflow_id,
-            namespace=namespace,
-        )
+    _SIGNED: ClassVar[tuple[str, ...]] = (
+        "key",
+        "action_id",
+        "verdict",
+        "actor",
+        "basis",
+        "evidence",
+        "output",
+    )
+    _CHECK: ClassVar[str] = "verdict_problem"
 
 
 class ReconcileResult(_Payload):
@@ -456,7 +470,7 @@ class ApprovalNeeded(_SigningPayload):
     awaiting_approval_attribute: bool = False
 
 
-class ApproveInput(_SigningPayload):
+class ApproveInput(_PersonsAnswer):
     """A person's decision on one call awaiting approval, as sent by update ``approve``."""
 
     key: str
@@ -468,21 +482,8 @@ class ApproveInput(_SigningPayload):
     #: Proof that ``actor`` took this decision, in this run (``temporal-ledger sign``).
     signature: DecisionSignature | None = None
 
-    def signature_problem(
-        self, signers: Signers, *, workflow_id: str, namespace: str
-    ) -> str | None:
-        """Why this decision does not prove its actor to ``signers`` in the given run, or
-        ``None`` (pure computation: the workflow's validator runs it)."""
-        return signers.decision_problem(
-            key=self.key,
-            fingerprint=self.fingerprint,
-            decision=self.decision,
-            actor=self.actor,
-            basis=self.basis,
-            signature=self.signature,
-            workflow_id=workflow_id,
-            namespace=namespace,
-        )
+    _SIGNED: ClassVar[tuple[str, ...]] = ("key", "fingerprint", "decision", "actor", "basis")
+    _CHECK: ClassVar[str] = "decision_problem"
 
 
 class ApproveResult(_Payload):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
-from temporal_ledger.activities import tool, tool_context
+from temporal_ledger.activities import ActivityOptions, tool, tool_context
 from temporal_ledger.ledger import NoEffect
 from temporal_ledger.workflows import run_tool
 from temporalio import workflow
@@ -163,3 +163,21 @@ class NotifyWorkflow:
         message = PostMessage(outbox=outbox, channel="ops", text="hi", lose_ack=True)
         posted = await run_tool(post_message, message, step="notify", performer="agent")
         return posted.message_id
+
+
+@workflow.defn
+class OptionsWorkflow:
+    """Two appends: one with the plugin's options, one with its own (and a keyword
+    argument from before ``ActivityOptions``)."""
+
+    @workflow.run
+    async def run(self, path: str) -> None:
+        await run_tool(append_line, AppendLine(path=path, line="a"), step="a", performer="agent")
+        await run_tool(
+            append_line,
+            AppendLine(path=path, line="b"),
+            step="b",
+            performer="agent",
+            options=ActivityOptions(start_to_close_timeout=timedelta(seconds=50)),
+            heartbeat_timeout=None,
+        )
