@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 
 import pytest
 
@@ -45,3 +46,13 @@ def test_the_differences_name_what_vanished_appeared_and_changed() -> None:
 
 def test_every_public_entry_point_documents_its_arguments_and_returns() -> None:
     assert undocumented() == []
+
+
+def test_the_readmes_table_of_public_names_is_the_face() -> None:
+    readme = (RECORD.parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Public names", 1)[1].split("\n## ", 1)[0]
+    rows = {
+        match.group(1): set(re.findall(r"`([\w.]+)`", match.group(2)))
+        for match in re.finditer(r"^\| `([\w.]+)` \| (.*) \|$", section, re.M)
+    }
+    assert rows == {module: set(importlib.import_module(module).__all__) for module in MODULES}
