@@ -234,16 +234,12 @@ async def execute_through_ledger(
     performer = info.workflow_type or "unknown-workflow"
     tool = _read(rule.tool_name, args)
     hints = ToolHints.parse(_read(rule.hints, args)) or _hints_from(input.headers)
-    spec = ToolSpec(
-        name=info.activity_type,
-        capability=capability_for(info.activity_type),
-        retry_safe=rule.retry_safe,
-        arg_type=dict,  # type: ignore[arg-type]  # only name/capability/retry_safe are read
-        output_type=None,
-        has_probe=rule.probe is not None,
-        probe_absence_conclusive=rule.probe_absence_conclusive,
+    spec = treated(
+        _spec(info.activity_type, rule),
+        runtime,
+        tool=tool if isinstance(tool, str) else None,
+        hints=hints,
     )
-    spec = treated(spec, runtime, tool=tool if isinstance(tool, str) else None, hints=hints)
     # What this attempt's adapter saw, if it ran: the raw return value or the exception.
     ran: dict[str, Any] = {}
 
@@ -267,6 +263,19 @@ async def execute_through_ledger(
     ) as span:
         describe_request(span, request)
         return await _settle(runtime, input, rule, spec, request, adapter, ran, converter)
+
+
+def _spec(activity_type: str, rule: LedgeredActivity) -> ToolSpec[Any, Any]:
+    """The activity as a tool, as the rule declares it (before the policy's word)."""
+    return ToolSpec(
+        name=activity_type,
+        capability=capability_for(activity_type),
+        retry_safe=rule.retry_safe,
+        arg_type=dict,  # type: ignore[arg-type]  # only name/capability/retry_safe are read
+        output_type=None,
+        has_probe=rule.probe is not None,
+        probe_absence_conclusive=rule.probe_absence_conclusive,
+    )
 
 
 def _request(

@@ -303,29 +303,9 @@ class Inbox:
     async def await_approval(self, call: Call, needed: ApprovalNeeded) -> Decision | None:
         """Wait for a decision that the ledger recorded and return it; ``None`` when the
         call was decided elsewhere (the ledger answers the next attempt with it)."""
-        info = workflow.info()
         key = needed.key
         self.decisions[key] = []
-        where = _render.Where(needed.address, info.namespace, info.workflow_id)
-        self.approvals[key] = PendingApproval(
-            key=key,
-            step=call.step,
-            tool=call.tool,
-            capability=needed.capability,
-            performer=needed.performer,
-            arguments=call.arguments,
-            fingerprint=needed.fingerprint,
-            since=workflow.now().isoformat(),
-            approvers=needed.approvers,
-            signature_required=needed.signature_required,
-            approve_command=_render.approve_command(
-                where, key, needed.fingerprint, Decision.APPROVE, signed=needed.signature_required
-            ),
-            reject_command=_render.approve_command(
-                where, key, needed.fingerprint, Decision.REJECT, signed=needed.signature_required
-            ),
-            keys=needed.keys,
-        )
+        self.approvals[key] = _pending_approval(call, needed)
         self.approvals_listed = self.approvals_listed or needed.awaiting_approval_attribute
         self.changed()
         workflow.logger.info(
@@ -354,39 +334,10 @@ class Inbox:
         """Wait for an operator's verdict that the ledger accepted and return it; ``None``
         when the key was resolved elsewhere (e.g. with ``temporal-ledger reconcile``) and
         the call should run again to pick up the recorded outcome."""
-        info = workflow.info()
         key = unknown.key
         self.calls[key] = call
         self.verdicts[key] = []
-        where = _render.Where(unknown.address, info.namespace, info.workflow_id)
-        self.open[key] = OpenEffect(
-            key=key,
-            step=call.step,
-            tool=call.tool,
-            capability=unknown.capability,
-            action_id=unknown.action_id,
-            since=workflow.now().isoformat(),
-            why=unknown.error,
-            reconcilers=unknown.reconcilers,
-            signature_required=unknown.signature_required,
-            signal_command=_render.reconcile_command(
-                "signal",
-                where,
-                key,
-                unknown.action_id,
-                call.template,
-                signed=unknown.signature_required,
-            ),
-            update_command=_render.reconcile_command(
-                "update execute",
-                where,
-                key,
-                unknown.action_id,
-                call.template,
-                signed=unknown.signature_required,
-            ),
-            keys=unknown.keys,
-        )
+        self.open[key] = _open_effect(call, unknown)
         self.listed = self.listed or unknown.open_effects_attribute
         self.changed(parked=+1)
         workflow.logger.warning(
@@ -462,6 +413,63 @@ class Inbox:
             leftover.error = f"{why}; the input was not applied"
             leftover.done = True
             self.reject("ledger", leftover.given.model_dump(), leftover.error)
+
+
+def _pending_approval(call: Call, needed: ApprovalNeeded) -> PendingApproval:
+    """What query ``pending_approvals`` shows of a call from now on."""
+    info = workflow.info()
+    where = _render.Where(needed.address, info.namespace, info.workflow_id)
+    signed = needed.signature_required
+    return PendingApproval(
+        key=needed.key,
+        step=call.step,
+        tool=call.tool,
+        capability=needed.capability,
+        performer=needed.performer,
+        arguments=call.arguments,
+        fingerprint=needed.fingerprint,
+        since=workflow.now().isoformat(),
+        approvers=needed.approvers,
+        signature_required=signed,
+        approve_command=_render.approve_command(
+            where, needed.key, needed.fingerprint, Decision.APPROVE, signed=signed
+        ),
+        reject_command=_render.approve_command(
+            where, needed.key, needed.fingerprint, Decision.REJECT, signed=signed
+        ),
+        keys=needed.keys,
+    )
+
+
+def _open_effect(call: Call, unknown: UnknownEffect) -> OpenEffect:
+    """What query ``open_effects`` shows of a parked call from now on."""
+    info = workflow.info()
+    where = _render.Where(unknown.address, info.namespace, info.workflow_id)
+
+    def command(kind: str) -> str:
+        return _render.reconcile_command(
+            kind,
+            where,
+            unknown.key,
+            unknown.action_id,
+            call.template,
+            signed=unknown.signature_required,
+        )
+
+    return OpenEffect(
+        key=unknown.key,
+        step=call.step,
+        tool=call.tool,
+        capability=unknown.capability,
+        action_id=unknown.action_id,
+        since=workflow.now().isoformat(),
+        why=unknown.error,
+        reconcilers=unknown.reconcilers,
+        signature_required=unknown.signature_required,
+        signal_command=command("signal"),
+        update_command=command("update execute"),
+        keys=unknown.keys,
+    )
 
 
 @contextlib.contextmanager
