@@ -8,8 +8,10 @@ in docs/ui/ (the README shows them).
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import shlex
 import uuid
 from collections.abc import AsyncIterator
@@ -18,7 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_ledger.ledger import Ledger
+from markdown_it import MarkdownIt
+from temporal_ledger.ledger import Decision, Ledger
+from temporal_ledger.workflows import OpenEffect, PendingApproval
+from temporal_ledger.workflows._render import (
+    COMMAND_WIDTH,
+    Where,
+    approve_command,
+    details,
+    reconcile_command,
+)
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.worker import Worker
 
@@ -263,3 +274,54 @@ async def test_an_incomplete_verdict_is_refused_in_the_dialog_and_the_run_keeps_
     await ui.wait_for_status("RUNNING")
     with Ledger.open(setup.ledger_url) as ledger:
         assert ledger.events(key) == before
+
+
+def rendered(markdown: str) -> tuple[str, list[str], dict[str, list[str]]]:
+    """CommonMark's HTML of ``markdown``, its code spans' texts, its code blocks' texts by
+    language."""
+    page = MarkdownIt("commonmark").render(markdown)
+    spans = [html.unescape(t) for t in re.findall(r"(?<!>)<code>(.*?)</code>", page, re.S)]
+    blocks: dict[str, list[str]] = {}
+    for language, text in re.findall(
+        r'<pre><code class="language-(\w+)">(.*?)\n?</code></pre>', page, re.S
+    ):
+        blocks.setdefault(language, []).append(html.unescape(text))
+    return page, spans, blocks
+
+
+def test_the_details_quote_names_and_reasons_as_they_are_and_send_the_querys_commands() -> None:
+    where = Where("127.0.0.1:7233", "default", "a-rather-long-workflow-id-for-one-line-0123456789")
+    step, tool = "notify `ops`", "post_message"
+    key = f"{where.workflow_id}/01a23d3f-881b-7089-838d-da95de202b3f/{step}"
+    command = reconcile_command("update execute", where, key, "0" * 32, {"message_id": "<s>"})
+    parked = OpenEffect(
+        key=key, step=step, tool=tool, capability="messages.post", action_id="0" * 32,
+        since="2026-01-02T03:04:05.678+00:00", why="lost <b>*the*</b> [reply](x) & `more`",
+        signal_command=reconcile_command("signal", where, key, "0" * 32, None),
+        update_command=command,
+    )  # fmt: skip
+    arguments = {"amount": 20, "note": "```"}
+    approve = approve_command(where, key, "f" * 64, Decision.APPROVE)
+    waiting = PendingApproval(
+        key=key, step=step, tool="refund", capability="payments.refund", performer="agent",
+        arguments=arguments, fingerprint="f" * 64, since="2026-01-02T03:04:05+00:00",
+        approve_command=approve,
+        reject_command=approve_command(where, key, "f" * 64, Decision.REJECT),
+    )  # fmt: skip
+
+    page, spans, blocks = rendered(details([waiting], [parked]))
+    assert step in spans and key in spans and "f" * 64 in spans  # whole, backticks and all
+    assert "lost &lt;b&gt;*the*&lt;/b&gt; [reply](x) &amp; `more`" in page  # as written
+    assert "<b>" not in page and "<a " not in page and "<em>" not in page
+    assert "since 2026-01-02 03:04:05 UTC" in page
+    assert arguments in [json.loads(block) for block in blocks["json"]]
+    inputs = [json.loads(block) for block in blocks["json"] if "actor" in block]
+    assert inputs == [shell_words(approve)[-1], shell_words(command)[-1]]
+    assert [shell_words(block) for block in blocks["sh"]] == [
+        shell_words(approve),
+        shell_words(command),
+    ]
+    for block in blocks["sh"]:  # short lines, but for one option with a long value each
+        for line in block.split("'{")[0].splitlines():
+            alone = len(shlex.split(line.removesuffix(" \\"))) <= 2
+            assert len(line) <= COMMAND_WIDTH or alone, line

@@ -122,10 +122,14 @@ class OperatorUI:
         self.shots = shots
 
     async def shot(self, name: str) -> None:
-        """Keep a screenshot of the page as it is now, if screenshots are wanted."""
-        if self.shots is not None:
-            self.shots.mkdir(parents=True, exist_ok=True)
-            await self.page.screenshot(path=str(self.shots / f"{name}.png"))
+        """Keep a screenshot of the page as it is now, if screenshots are wanted: the
+        window without the navigation bar on its left."""
+        if self.shots is None:
+            return
+        self.shots.mkdir(parents=True, exist_ok=True)
+        left = (await self.page.locator("main").bounding_box())["x"]
+        clip = {"x": left, "y": 0, "width": VIEWPORT["width"] - left, "height": VIEWPORT["height"]}
+        await self.page.screenshot(path=str(self.shots / f"{name}.png"), clip=clip)
 
     async def list_runs(self, query: str, *, until_listed: str) -> None:
         """Run ``query`` in the workflow list's query box, again until ``until_listed``
