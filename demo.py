@@ -212,15 +212,19 @@ async def open_effects(address: str, workflow_id: str) -> list[dict[str, Any]]:
     raise SystemExit(f"{workflow_id} never parked a step")
 
 
-def count_effects(work: Path) -> dict[str, int]:
-    """What the world shows: lines in the notes, messages in the outboxes."""
+def count_effects(work: Path, orders: int = 0) -> dict[str, int]:
+    """What the world shows: lines in the notes, messages in the outboxes, refunds in the
+    book, and the ``orders`` the order service holds."""
     notes = work / "world" / "incident-42.md"
     outbox = work / "world" / "outbox"
+    refunds = work / "world" / "refunds.log"
     return {
         "lines appended": len(notes.read_text().splitlines()) if notes.exists() else 0,
         "messages posted": sum(len(f.read_text().splitlines()) for f in outbox.glob("*.log"))
         if outbox.exists()
         else 0,
+        "refunds issued": len(refunds.read_text().splitlines()) if refunds.exists() else 0,
+        "orders placed": orders,
     }
 
 
@@ -324,6 +328,10 @@ async def reset_and_rerun(
             result = await client.get_workflow_handle(
                 workflow_id, run_id=description.run_id, result_type=result_type
             ).result()
+            say(
+                f"  {workflow_id}: the new run {description.run_id} completed; every call "
+                "it made was answered from the ledger (see the replayed count below)"
+            )
             return description.run_id, result
         await asyncio.sleep(0.2)
     raise SystemExit(f"the reset run of {workflow_id} did not complete")
@@ -478,8 +486,9 @@ async def demo(work: Path, export: Path | None) -> int:
             checks["the probe found the order"] = (
                 len(orders.orders) == 1 and order.order_id == "O-1"
             )
+            orders_placed = len(orders.orders)
 
-    effects = count_effects(work)
+    effects = count_effects(work, orders_placed)
     with Ledger.open(ledger_url) as ledger:
         events = ledger.events()
         verified = ledger.verify()
@@ -491,8 +500,10 @@ async def demo(work: Path, export: Path | None) -> int:
     probed = [r["verdict"] for r in reconciled if r["actor"].startswith("probe:")]
     approvals = sum(e.type == EventType.APPROVED for e in events)
     model_calls = model_executions(ledger_url)
-    expected = {"lines appended": 3, "messages posted": 2}
-    checks["each effect once"] = effects_before_resets == effects == expected
+    expected = {"lines appended": 3, "messages posted": 2, "refunds issued": 1, "orders placed": 1}
+    checks["each effect once"] = effects == expected and all(
+        effects[name] == count for name, count in effects_before_resets.items() if count
+    )
     checks["no new model call on reset"] = model_calls == model_calls_before == 2
     checks["two reconciliations"] = verdicts == ["effect_confirmed", "effect_confirmed"]
     checks["one approval, one probe verdict"] = approvals == 1 and probed == ["effect_confirmed"]
@@ -503,7 +514,10 @@ async def demo(work: Path, export: Path | None) -> int:
     say(f"  effects caused               {sum(effects.values())}  {effects}")
     say(f"  model calls that reached it  {model_calls}")
     say(f"  replayed from the ledger     {replays}")
-    say(f"  refused as conflicts         {refusals}")
+    say(
+        f"  refused as conflicts         {refusals}  (the plan's conflicting call, "
+        "asked again by its reset: each ask gets a durable refusal)"
+    )
     say(f"  reconciled by an operator    {len(verdicts)} {verdicts}")
     say(f"  approved by a person         {approvals}")
     say(f"  settled by a probe           {len(probed)} {probed}")

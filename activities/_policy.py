@@ -95,7 +95,7 @@ class Policy(BaseModel):
         logger.warning(
             "ledger policy: ALLOW-ALL (every performer may use every capability and anyone may "
             "reconcile or approve); outside local development pass "
-            "LedgerPlugin(policy='policy.toml') (worker.py: --policy FILE)"
+            "LedgerPlugin(policy='policy.toml')"
         )
         return cls(performers={"*": ["*"]}, reconcilers=["*"], approvers=["*"], allow_all=True)
 

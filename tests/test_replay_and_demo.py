@@ -112,6 +112,10 @@ def test_the_main_job_runs_to_exit_0(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "every effect happened exactly once" in done.stdout
     assert "Signal workflow succeeded" in done.stdout
-    assert "effects caused               5" in done.stdout
+    # Every effect the demo shows: 3 lines, 2 messages, the refund and the order.
+    assert "effects caused               7" in done.stdout
+    assert "refused as conflicts         2  (the plan's conflicting call, asked again" in (
+        done.stdout
+    )
     assert "[ok] no new model call on reset" in done.stdout
     assert "FAILED" not in done.stdout
