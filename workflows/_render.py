@@ -113,14 +113,15 @@ COMMAND_WIDTH = 64
 
 def _answer(command: str, verb: str, update: str, fill: str) -> list[str]:
     """How to answer a waiting call: the update's input for the UI's update dialog, then
-    the command that sends the same from a shell."""
-    update_input = _option(command, "--input")
+    the command that sends the same from a shell. Both are read from ``command``, the
+    one the query and the worker's log give, so that all of them always agree."""
+    update_input = _json(_option(command, "--input"))
     if update_input is None:  # a command the UI cannot stand in for: only the shell
         return [f"{verb} with this command, filled in: {fill}:", _block(_lines(command), "sh")]
     return [
         f"{verb} with update {_code(update)} (in the Temporal UI: More Actions → Send an "
         f"Update) and this input, filled in: {fill}:",
-        _block(json.dumps(json.loads(update_input), indent=2), "json"),
+        _block(update_input, "json"),
         "or from a shell:",
         _block(_lines(command), "sh"),
     ]
@@ -131,10 +132,18 @@ def _option(command: str, name: str) -> str | None:
     return words[words.index(name) + 1] if name in words[:-1] else None
 
 
+def _json(text: str | None) -> str | None:
+    """JSON ``text`` indented, one value a line; ``None`` if it is not JSON."""
+    try:
+        return None if text is None else json.dumps(json.loads(text), indent=2)
+    except ValueError:
+        return None
+
+
 def _lines(command: str) -> str:
     """``command`` over lines of at most :data:`COMMAND_WIDTH` characters where its
-    values allow, each option with its value, a JSON ``--input`` indented: the same
-    command for a shell."""
+    values allow, each option with its value, a JSON ``--input`` indented. The shell
+    reads the same words from it, however it pairs them."""
     words = shlex.split(command)
     first = next((i for i, word in enumerate(words) if word.startswith("--")), len(words))
     parts = [shlex.join(words[:first])]
@@ -144,7 +153,7 @@ def _lines(command: str) -> str:
         if i < len(words) and not words[i].startswith("--"):
             value, i = words[i], i + 1
             if option == "--input":
-                value = json.dumps(json.loads(value), indent=2)
+                value = _json(value) or value
             parts.append(f"{option} {shlex.quote(value)}")
         else:
             parts.append(shlex.quote(option))
