@@ -271,6 +271,7 @@ async def execute_through_ledger(
         "performer": performer,
         "context": {
             "workflow_id": info.workflow_id,
+            "namespace": info.workflow_namespace,
             "workflow_run_id": info.workflow_run_id,
             "first_execution_run_id": anchor.first,
             "continued_run_id": anchor.continued,

@@ -8,9 +8,17 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from ..ledger import ApprovalState, Decision, EffectState, NextOperation, Verdict
+from ..ledger import (
+    ApprovalState,
+    Decision,
+    DecisionSignature,
+    EffectState,
+    NextOperation,
+    Signers,
+    Verdict,
+)
 
 
 class ErrorType(StrEnum):
@@ -134,6 +142,24 @@ class _Payload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class _SigningPayload(_Payload):
+    """A payload with fields of the signing feature, left out of what crosses while they
+    hold their defaults: workers of earlier releases refuse fields they do not know, and
+    keep working beside these during a rolling upgrade as long as no key is configured."""
+
+    @model_serializer(mode="wrap")
+    def _without_unused_signing(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        fields = type(self).model_fields
+        for name in _SIGNING_FIELDS & data.keys():
+            if data[name] == fields[name].get_default(call_default_factory=True):
+                del data[name]
+        return data
+
+
+_SIGNING_FIELDS = frozenset({"keys", "signature_required", "signature"})
+
+
 class ToolCall(_Payload):
     """One ledgered tool call as scheduled by ``run_tool``."""
 
@@ -156,7 +182,7 @@ class ToolOutcome(_Payload):
     reconciled: bool = False
 
 
-class UnknownEffect(_Payload):
+class UnknownEffect(_SigningPayload):
     """Details of a ToolEffectUnknown failure: what the workflow needs to park the step."""
 
     key: str
@@ -165,6 +191,10 @@ class UnknownEffect(_Payload):
     error: str | None = None
     #: Actor patterns the worker's policy allows to reconcile (checked again by the activity).
     reconcilers: list[str] = Field(default_factory=list)
+    #: The policy's public keys by actor, and whether a verdict must be signed with one
+    #: (checked again by the activity).
+    keys: dict[str, list[str]] = Field(default_factory=dict)
+    signature_required: bool = False
     #: The Temporal address the tool's worker uses, for the operator's commands.
     address: str | None = None
     #: Whether the namespace has the ``LedgerOpenEffects`` search attribute; the
@@ -183,7 +213,7 @@ class ConflictDetails(_Payload):
     fingerprint_version: str
 
 
-class ReconcileInput(_Payload):
+class ReconcileInput(_SigningPayload):
     """An operator's verdict for one parked key, as sent by signal or update ``reconcile``."""
 
     key: str
@@ -193,7 +223,28 @@ class ReconcileInput(_Payload):
     evidence: list[Any] = Field(default_factory=list)
     output: Any = None
     #: Optional: the parked action this verdict is about; refused if another is parked.
+    #: A signed verdict names it (the signature covers it).
     action_id: str | None = None
+    #: Proof that ``actor`` gave this verdict, in this run (``temporal-ledger sign``).
+    signature: DecisionSignature | None = None
+
+    def signature_problem(
+        self, signers: Signers, *, workflow_id: str, namespace: str
+    ) -> str | None:
+        """Why this verdict does not prove its actor to ``signers`` in the given run, or
+        ``None`` (pure computation: the workflow's validator runs it)."""
+        return signers.verdict_problem(
+            key=self.key,
+            action_id=self.action_id,
+            verdict=self.verdict,
+            actor=self.actor,
+            basis=self.basis,
+            evidence=self.evidence,
+            output=self.output,
+            signature=self.signature,
+            workflow_id=workflow_id,
+            namespace=namespace,
+        )
 
 
 class ReconcileResult(_Payload):
@@ -205,7 +256,7 @@ class ReconcileResult(_Payload):
     next_operation: NextOperation
 
 
-class ApprovalNeeded(_Payload):
+class ApprovalNeeded(_SigningPayload):
     """Details of a ToolAwaitingApproval failure: what the workflow shows the approver."""
 
     key: str
@@ -216,12 +267,15 @@ class ApprovalNeeded(_Payload):
     arguments: Any = None
     #: Actor patterns the worker's policy allows to approve (checked again by the activity).
     approvers: list[str] = Field(default_factory=list)
+    #: The policy's public keys by actor, and whether a decision must be signed with one.
+    keys: dict[str, list[str]] = Field(default_factory=dict)
+    signature_required: bool = False
     address: str | None = None
     #: Whether the namespace has the ``LedgerAwaitingApproval`` search attribute.
     awaiting_approval_attribute: bool = False
 
 
-class ApproveInput(_Payload):
+class ApproveInput(_SigningPayload):
     """A person's decision on one call awaiting approval, as sent by update ``approve``."""
 
     key: str
@@ -230,6 +284,24 @@ class ApproveInput(_Payload):
     decision: Decision
     actor: str
     basis: str
+    #: Proof that ``actor`` took this decision, in this run (``temporal-ledger sign``).
+    signature: DecisionSignature | None = None
+
+    def signature_problem(
+        self, signers: Signers, *, workflow_id: str, namespace: str
+    ) -> str | None:
+        """Why this decision does not prove its actor to ``signers`` in the given run, or
+        ``None`` (pure computation: the workflow's validator runs it)."""
+        return signers.decision_problem(
+            key=self.key,
+            fingerprint=self.fingerprint,
+            decision=self.decision,
+            actor=self.actor,
+            basis=self.basis,
+            signature=self.signature,
+            workflow_id=workflow_id,
+            namespace=namespace,
+        )
 
 
 class ApproveResult(_Payload):

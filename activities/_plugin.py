@@ -51,7 +51,14 @@ logger = logging.getLogger(__name__)
 #: per workflow run (pydantic model classes must be the same objects on both sides).
 #: Only this library and the pydantic stack: a user's own modules are theirs to pass
 #: through (``workflow.unsafe.imports_passed_through()``) or to re-import per run.
-PASSTHROUGH_MODULES = ("pydantic", "pydantic_core", "annotated_types", "temporal_ledger")
+PASSTHROUGH_MODULES = (
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "temporal_ledger",
+    # Checks the signatures of decisions in update validators (pure computation).
+    "cryptography",
+)
 
 
 def _pydantic_converter(existing: DataConverter | None) -> DataConverter:

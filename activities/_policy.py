@@ -1,5 +1,6 @@
 """Who may do what: performers' capabilities, the actors who may reconcile, the calls
-that need a person's approval (and who may give it), and what a tool's own hints count for."""
+that need a person's approval (and who may give it), the keys that prove who decided,
+and what a tool's own hints count for."""
 
 from __future__ import annotations
 
@@ -8,9 +9,16 @@ import logging
 import tomllib
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from ..ledger import Authority, InvalidRequest
+from ..ledger import Authority, InvalidRequest, Signers
 from ._payloads import ToolHints
 
 logger = logging.getLogger(__name__)
@@ -50,13 +58,21 @@ class Policy(BaseModel):
         capabilities = ["payments.*"]   # every call of these needs an approval
         actors = ["lead-*"]             # who may approve or reject
         destructive = true              # and every call of an MCP tool that may destroy
+        require_signature = true        # decisions must be signed with the actor's key
+
+        [keys]                          # actor = public key, or a list of them
+        lead-ann = "ed25519:..."
 
         [tools."append_note"]           # the last word on tools of this name
         requires_approval = true
         retry_safe = false
 
-    Performer and actor names, capabilities and tool names are glob patterns. A
-    performer never approves its own call, whatever the patterns say.
+    Performer and actor names, capabilities and tool names are glob patterns; the
+    actors of ``[keys]`` are exact names. A performer never approves its own call,
+    whatever the patterns say. An actor's name alone proves nothing: anybody who may send
+    an update can write it. With ``require_signature`` (in ``[approve]`` for decisions,
+    in ``[reconcile]`` for verdicts) a decision counts only if it is signed with one of
+    the actor's keys, for the call and the run it names (``temporal-ledger sign``).
 
     An MCP tool's annotations are hints from its server, not promises: a tool that says
     ``readOnlyHint`` or ``idempotentHint`` is treated as retry-safe (its unknown effect
@@ -77,6 +93,13 @@ class Policy(BaseModel):
     gate_destructive: bool = False
     #: Per tool-name pattern, the last word on retry safety and approval.
     tools: dict[str, ToolRule] = Field(default_factory=dict)
+    #: Actor name to its Ed25519 public keys (``"ed25519:<base64>"``); a rotated-out key
+    #: stays listed so that the decisions it signed stay verifiable.
+    keys: dict[str, list[str]] = Field(default_factory=dict)
+    #: Approvals and rejections must be signed by one of the actor's keys.
+    signed_decisions: bool = False
+    #: Operators' verdicts must be signed by one of the actor's keys.
+    signed_verdicts: bool = False
     allow_all: bool = False
 
     @field_validator("performers")
@@ -88,6 +111,16 @@ class Policy(BaseModel):
             if not all(isinstance(c, str) and c.strip() for c in capabilities):
                 raise ValueError(f"performer {performer!r}: capabilities must be non-empty strings")
         return value
+
+    @model_validator(mode="after")
+    def _keys_and_flags(self) -> Policy:
+        try:  # the ledger's own reading, as `temporal-ledger verify --policy` reads them
+            Signers.from_tables(
+                self.keys, decisions=self.signed_decisions, verdicts=self.signed_verdicts
+            )
+        except InvalidRequest as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
     @classmethod
     def permissive(cls) -> Policy:
@@ -109,25 +142,32 @@ class Policy(BaseModel):
             raise InvalidRequest(f"policy file not found: {path}") from None
         except tomllib.TOMLDecodeError as exc:
             raise InvalidRequest(f"policy file {path} is not valid TOML: {exc}") from None
-        unknown = set(data) - {"performers", "reconcile", "approve", "tools"}
+        unknown = set(data) - {"performers", "reconcile", "approve", "tools", "keys"}
         if unknown:
             raise InvalidRequest(
                 f"policy file {path}: unknown section(s) {sorted(unknown)}; "
-                "expected [performers], [reconcile], [approve] and [tools]"
+                "expected [performers], [reconcile], [approve], [keys] and [tools]"
             )
         reconcile = data.get("reconcile", {})
-        if not isinstance(reconcile, dict) or set(reconcile) - {"actors"}:
-            raise InvalidRequest(f"policy file {path}: [reconcile] takes only actors = [...]")
+        if not isinstance(reconcile, dict) or set(reconcile) - {"actors", "require_signature"}:
+            raise InvalidRequest(
+                f"policy file {path}: [reconcile] takes only actors = [...] and "
+                "require_signature = true|false"
+            )
         approve = data.get("approve", {})
         if not isinstance(approve, dict) or set(approve) - {
             "actors",
             "capabilities",
             "destructive",
+            "require_signature",
         }:
             raise InvalidRequest(
                 f"policy file {path}: [approve] takes only capabilities = [...], "
-                "actors = [...] and destructive = true|false"
+                "actors = [...], destructive = true|false and require_signature = true|false"
             )
+        # The ledger's own reading of the signing part, so that `temporal-ledger verify
+        # --policy` and the workers judge the same keys the same way.
+        signers = Signers.from_policy(data, where=f"policy file {path}")
         try:
             return cls(
                 performers=data.get("performers", {}),
@@ -136,6 +176,9 @@ class Policy(BaseModel):
                 approvers=approve.get("actors", []),
                 gate_destructive=approve.get("destructive", False),
                 tools=data.get("tools", {}),
+                keys={actor: list(keys) for actor, keys in signers.keys.items()},
+                signed_decisions=signers.decisions_signed,
+                signed_verdicts=signers.verdicts_signed,
             )
         except ValidationError as exc:
             raise InvalidRequest(f"policy file {path}: {exc}") from None
@@ -156,6 +199,14 @@ class Policy(BaseModel):
 
     def may_approve(self, actor: str) -> bool:
         return bool(actor) and _matches(actor, self.approvers)
+
+    def signers(self) -> Signers:
+        """The actors' keys and which decisions must be signed, as the ledger checks them."""
+        return Signers(
+            keys=self.keys,
+            decisions_signed=self.signed_decisions,
+            verdicts_signed=self.signed_verdicts,
+        )
 
     def treatment(
         self,

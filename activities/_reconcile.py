@@ -34,7 +34,8 @@ PROBE_ACTIVITY = "ledger.probe"
 
 @activity.defn(name=RECONCILE_ACTIVITY)
 async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
-    """Check the actor against the policy, then append the verdict beside the key's history."""
+    """Check the actor and its signature against the policy, then append the verdict
+    beside the key's history."""
     # One heartbeat at once: the workflow's short heartbeat timeout then notices a worker
     # that died here within seconds instead of at the start-to-close timeout.
     activity.heartbeat()
@@ -45,6 +46,7 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
             type=p.ErrorType.RECONCILE_NOT_ALLOWED,
             non_retryable=True,
         )
+    _check_signature(runtime, verdict, p.ErrorType.RECONCILE_NOT_ALLOWED)
     with _ledger_answers(
         refused=p.ErrorType.RECONCILE_REFUSED, first=p.ErrorType.RECONCILE_ALREADY_RESOLVED
     ):
@@ -55,6 +57,8 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
             verdict.basis,
             evidence=verdict.evidence,
             output=verdict.output,
+            action_id=verdict.action_id,
+            signature=verdict.signature,
         )
     count_reconciliation(verdict.verdict, actor="operator")
     return p.ReconcileResult(
@@ -63,6 +67,20 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
         effect=state.effect,
         next_operation=state.next_operation,
     )
+
+
+def _check_signature(
+    runtime: Runtime, given: p.ReconcileInput | p.ApproveInput, refused: p.ErrorType
+) -> None:
+    """The signature against this worker's policy, for the run Temporal says the input
+    came from. The workflow's validator checked it already; this holds an input that
+    reached the activity some other way (an older workflow worker) to the policy too."""
+    info = activity.info()
+    problem = given.signature_problem(
+        runtime.policy.signers(), workflow_id=info.workflow_id, namespace=info.workflow_namespace
+    )
+    if problem is not None:
+        raise ApplicationError(problem, type=refused, non_retryable=True)
 
 
 @contextlib.contextmanager
@@ -91,7 +109,8 @@ def count_reconciliation(verdict: Verdict, *, actor: str) -> None:
 
 @activity.defn(name=APPROVE_ACTIVITY)
 async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
-    """Check the approver against the policy, then record the decision under the key."""
+    """Check the approver and its signature against the policy, then record the decision
+    under the key."""
     activity.heartbeat()
     runtime = current_runtime()
     if not runtime.policy.may_approve(decision.actor):
@@ -100,6 +119,7 @@ async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
             type=p.ErrorType.APPROVE_NOT_ALLOWED,
             non_retryable=True,
         )
+    _check_signature(runtime, decision, p.ErrorType.APPROVE_NOT_ALLOWED)
     with _ledger_answers(
         refused=p.ErrorType.APPROVE_REFUSED, first=p.ErrorType.APPROVE_ALREADY_DECIDED
     ):
@@ -109,6 +129,7 @@ async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
             actor=decision.actor,
             basis=decision.basis,
             decision=decision.decision,
+            signature=decision.signature,
         )
     activity.metric_meter().create_counter(
         "ledger_approvals", "approvers' decisions recorded in the ledger"

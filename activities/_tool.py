@@ -222,6 +222,7 @@ async def _run_ledgered(
         "output_schema": spec.output_schema,
         "context": {
             "workflow_id": info.workflow_id,
+            "namespace": info.workflow_namespace,
             "workflow_run_id": info.workflow_run_id,
             "activity_id": info.activity_id,
             "attempt": info.attempt,
@@ -342,6 +343,8 @@ def _outcome_or_raise(
             performer=request["performer"],
             arguments=request["payload"],
             approvers=runtime.policy.approvers,
+            keys=runtime.policy.keys,
+            signature_required=runtime.policy.signed_decisions,
             address=runtime.address,
             awaiting_approval_attribute=runtime.awaiting_approval_attribute,
         )
@@ -414,6 +417,8 @@ def _outcome_or_raise(
             capability=spec.capability,
             error=result.error,
             reconcilers=runtime.policy.reconcilers,
+            keys=runtime.policy.keys,
+            signature_required=runtime.policy.signed_verdicts,
             address=runtime.address,
             open_effects_attribute=runtime.open_effects_attribute,
             probe=spec.has_probe,

@@ -39,6 +39,15 @@ from ._models import (
     may_act_again,
 )
 from ._schema import describe_schema, output_misfit, output_problems, output_template
+from ._signatures import (
+    DecisionSignature,
+    Signers,
+    decision_statement,
+    read_policy,
+    read_private_key,
+    sign,
+    verdict_statement,
+)
 from ._verify import VerifyReport
 from ._version import __version__
 
@@ -57,6 +66,7 @@ __all__ = [
     "ApprovalState",
     "Authority",
     "Decision",
+    "DecisionSignature",
     "EffectState",
     "EventType",
     "ExecutionContext",
@@ -70,13 +80,19 @@ __all__ = [
     "NoEffect",
     "Reconciliation",
     "ReconciliationRefused",
+    "Signers",
     "StateResolver",
     "Verdict",
     "VerifyReport",
     "__version__",
+    "decision_statement",
     "describe_schema",
     "may_act_again",
     "output_misfit",
     "output_problems",
     "output_template",
+    "read_policy",
+    "read_private_key",
+    "sign",
+    "verdict_statement",
 ]

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import _cli_signing
 from ._errors import InvalidRequest, LedgerError
 from ._ledger import Ledger
 from ._models import (
@@ -25,6 +26,13 @@ from ._models import (
     validate_key,
 )
 from ._schema import describe_schema, output_template
+from ._signatures import (
+    decision_statement,
+    read_policy,
+    read_private_key,
+    sign,
+    verdict_statement,
+)
 from .sqlite import path_from_url
 
 ENV_URL = "LEDGER_URL"
@@ -65,7 +73,8 @@ def _options(*, inherited: bool) -> argparse.ArgumentParser:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="temporal-ledger",
-        description="Inspect, reconcile, verify and compact a tool-call ledger.",
+        description="Inspect, reconcile, approve, verify and compact a tool-call ledger; "
+        "make keys and sign decisions.",
         epilog="Exit status: 0 done; 1 refused or failed (a refused reconcile, a failed "
         "verify, show of a key with no records, an unreachable ledger); 2 bad usage "
         "(arguments, URL, a missing file without --create, a file that is not a ledger); 141 "
@@ -108,6 +117,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the observed output, as JSON (effect_confirmed; must fit the tool's output "
         "schema when one was recorded)",
     )
+    _signing_options(reconcile)
 
     approve = commands.add_parser(
         "approve",
@@ -128,6 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     approve.add_argument(
         "--reject", action="store_true", help="reject the call instead: it ends with no effect"
     )
+    _signing_options(approve)
 
     verify = commands.add_parser(
         "verify", parents=common, help="recompute hash chains and invariants"
@@ -138,6 +149,12 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="CAPABILITY",
         help="a capability pattern whose every execution must hold an approval (repeatable)",
+    )
+    verify.add_argument(
+        "--policy",
+        type=Path,
+        help="the workers' policy file: re-check every recorded decision's signature "
+        "against its [keys] (and hold executions of its [approve] capabilities to approvals)",
     )
 
     compact = commands.add_parser(
@@ -150,6 +167,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="compact final outcomes settled more than this many seconds ago",
     )
+
+    _cli_signing.add_commands(commands, key=_key, non_empty=_non_empty, json_value=_json_value)
 
     replay = commands.add_parser(
         "replay", help="replay exported workflow histories against your workflow code"
@@ -165,6 +184,26 @@ def _parser() -> argparse.ArgumentParser:
         help="a workflow class to replay with (repeatable)",
     )
     return parser
+
+
+def _signing_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--key-file",
+        type=Path,
+        help="sign it with your private key (PEM); the key never leaves this machine",
+    )
+    parser.add_argument(
+        "--workflow-id",
+        type=_non_empty,
+        help="with --key-file: the run it is signed for (default: the one the key's "
+        "latest request names)",
+    )
+    parser.add_argument(
+        "--namespace",
+        type=_non_empty,
+        help="with --key-file: the run's namespace (default: the one the key's latest "
+        "request names)",
+    )
 
 
 def _key(text: str) -> str:
@@ -240,6 +279,8 @@ def _event_rows(events: list[LedgerEvent]) -> list[list[Any]]:
             parts.append(f"fingerprint={str(p.get('fingerprint'))[:16]}…")
         if p.get("approval_id"):
             parts.append(f"approval={p['approval_id']}")
+        if isinstance(p.get("signature"), dict):
+            parts.append(f"signed={p['signature'].get('key_id')}")
         if isinstance(p.get("dimensions"), list):
             parts.append("differs=" + ",".join(p["dimensions"]))
         if p.get("reused_from_action_id"):
@@ -295,12 +336,18 @@ def _show(state: ActionState) -> str:
         lines.append(("output_schema", _schema_fields(state.output_schema)))
     for r in state.reconciliations:
         lines.append(("reconciled", f"{r.verdict} by {r.actor} ({r.basis}) at {r.recorded_at}"))
+        if r.signature is not None:
+            lines.append(("reconciled", _signed(r.signature, r.actor)))
     if state.approval is not None:
         a = state.approval
         lines.append(("fingerprint", a.fingerprint))
         if a.actor:
             decided = f"{'approved' if a.state != 'rejected' else 'rejected'} by {a.actor}"
             lines.append(("approval", f"{a.state}: {decided} ({a.basis}) at {a.decided_at}"))
+            if a.signature is not None:
+                lines.append(("approval", _signed(a.signature, a.actor)))
+            else:
+                lines.append(("approval", "unsigned: the actor's name is what its sender wrote"))
         else:
             lines.append(("approval", f"{a.state}: waiting for a person's decision"))
         if a.consumed_by:
@@ -315,6 +362,14 @@ def _show(state: ActionState) -> str:
         shown.append(f"{label} {value}".rstrip())
         previous = name
     return "\n".join(shown)
+
+
+def _signed(signature: dict[str, Any], actor: str) -> str:
+    return (
+        f"signed with {actor}'s key {signature.get('key_id')} for workflow "
+        f"{signature.get('workflow_id')} in namespace {signature.get('namespace')} "
+        "(verify --policy re-checks it)"
+    )
 
 
 def _todo(state: ActionState) -> list[str]:
@@ -426,6 +481,17 @@ def _main(argv: Sequence[str] | None) -> int:
         from ..workflows import replay_command
 
         return replay_command(args.histories, args.workflow)
+    if args.command in ("keygen", "public-key", "sign"):
+        return _cli_signing.run(args)  # on the decider's machine: no ledger needed
+    try:
+        # Files named by the arguments are read before the ledger is opened: a bad one
+        # is bad usage, and nothing is recorded.
+        args.private_key = (
+            read_private_key(args.key_file) if getattr(args, "key_file", None) else None
+        )
+        args.policy_read = read_policy(args.policy) if getattr(args, "policy", None) else None
+    except (InvalidRequest, ImportError) as exc:  # ImportError names the [signing] extra
+        return _error(str(exc), USAGE)
     if not args.db:
         parser.error(f"--db URL is required (or set ${ENV_URL})")
     if not args.db.startswith(("sqlite:///", "postgresql://", "postgres://")):
@@ -458,6 +524,25 @@ def _main(argv: Sequence[str] | None) -> int:
             # The ledger refused (a reconcile of a known effect, an output that does not
             # fit the tool's schema) or could not be reached. Nothing else was recorded.
             return _error(str(exc), REFUSED)
+
+
+def _signed_for(ledger: Ledger, args: argparse.Namespace) -> dict[str, str]:
+    """The run a decision recorded here is signed for: as given, or as the key's latest
+    request names it (its context, recorded by the worker)."""
+    named: dict[str, Any] = {}
+    for event in reversed(ledger.events(args.key)):
+        context = event.payload.get("context") if event.type == EventType.REQUESTED else None
+        if isinstance(context, dict):
+            named = context
+            break
+    workflow_id = args.workflow_id or named.get("workflow_id")
+    namespace = args.namespace or named.get("namespace")
+    if not isinstance(workflow_id, str) or not isinstance(namespace, str):
+        raise InvalidRequest(
+            f"key {args.key!r}: its requests do not name the run they came from; give "
+            "--workflow-id and --namespace"
+        )
+    return {"workflow_id": workflow_id, "namespace": namespace}
 
 
 def _dispatch(ledger: Ledger, args: argparse.Namespace) -> int:
@@ -495,6 +580,27 @@ def _dispatch(ledger: Ledger, args: argparse.Namespace) -> int:
             print(_table(_state_rows(states), _STATE_HEADERS))
         return OK
     if args.command == "reconcile":
+        signature = None
+        action_id = None
+        if args.private_key is not None:
+            # The action whose effect is unknown: an expired holder's, or the outcome's.
+            state = ledger.state(args.key)
+            action_id = state.holder_action_id or state.outcome_action_id
+            if action_id is None:
+                return _error(f"key {args.key!r}: no execution is recorded to reconcile", REFUSED)
+            signature = sign(
+                args.private_key,
+                verdict_statement(
+                    key=args.key,
+                    action_id=action_id,
+                    verdict=args.verdict,
+                    actor=args.actor,
+                    basis=args.basis,
+                    evidence=args.evidence,
+                    output=args.output,
+                    **_signed_for(ledger, args),
+                ),
+            )
         try:
             state = asyncio.run(
                 ledger.reconcile(
@@ -504,6 +610,8 @@ def _dispatch(ledger: Ledger, args: argparse.Namespace) -> int:
                     args.basis,
                     evidence=args.evidence,
                     output=args.output,
+                    action_id=action_id,
+                    signature=signature,
                 )
             )
         except InvalidRequest as exc:
@@ -520,13 +628,28 @@ def _dispatch(ledger: Ledger, args: argparse.Namespace) -> int:
             )
         return OK
     if args.command == "approve":
+        decision = Decision.REJECT if args.reject else Decision.APPROVE
+        signature = None
+        if args.private_key is not None:
+            signature = sign(
+                args.private_key,
+                decision_statement(
+                    key=args.key,
+                    fingerprint=args.fingerprint,
+                    decision=decision,
+                    actor=args.actor,
+                    basis=args.basis,
+                    **_signed_for(ledger, args),
+                ),
+            )
         approval = asyncio.run(
             ledger.approve(
                 args.key,
                 fingerprint=args.fingerprint,
                 actor=args.actor,
                 basis=args.basis,
-                decision=Decision.REJECT if args.reject else Decision.APPROVE,
+                decision=decision,
+                signature=signature,
             )
         )
         if args.json:
@@ -535,7 +658,12 @@ def _dispatch(ledger: Ledger, args: argparse.Namespace) -> int:
             print(f"{args.key}: {approval.state} by {approval.actor} ({approval.fingerprint})")
         return OK
     if args.command == "verify":
-        report = ledger.verify(gated=args.gated)
+        signers = None
+        gated = list(args.gated)
+        if args.policy_read is not None:
+            signers, policy_gated = args.policy_read
+            gated += policy_gated
+        report = ledger.verify(gated=gated, signers=signers)
         if args.json:
             _print_json(report.model_dump(mode="json"))
         else:

@@ -68,6 +68,7 @@ from ._rule import (
     stopped_waiting,
     success_fields,
 )
+from ._signatures import DecisionSignature, Signers, recorded_problems
 from ._verify import VerifyReport, verify_ledger
 
 logger = logging.getLogger(__name__)
@@ -708,11 +709,18 @@ class Ledger:
         basis: str,
         evidence: Sequence[Any] = (),
         output: Any = None,
+        *,
+        action_id: str | None = None,
+        signature: DecisionSignature | dict[str, Any] | None = None,
     ) -> ActionState:
         """Append an operator's verdict beside the key's history; never rewrite it.
 
         Raises :class:`ReconciliationRefused` (and records the refusal) when the key
-        has no execution or its effect is not unknown.
+        has no execution, its effect is not unknown, or ``action_id`` (the action the
+        verdict is about, optional) is not the one whose effect is unknown.
+        ``signature`` (a :class:`DecisionSignature`, its author's proof) is recorded
+        with the verdict; the ledger does not judge it (it holds no keys): the caller
+        checks it, and ``verify(signers=...)`` checks it again.
         """
         validate_key(key)
         verdict = _one_of(Verdict, verdict, "verdict")
@@ -724,6 +732,9 @@ class Ledger:
         if isinstance(output, BaseModel):
             output = output.model_dump(mode="json")
         check_json(output, where="output")
+        if action_id is not None:
+            _non_empty(action_id=action_id)
+        signed = DecisionSignature.parse(signature)
         refused = await self._transact(
             key,
             functools.partial(
@@ -733,6 +744,8 @@ class Ledger:
                 basis=basis,
                 evidence=evidence,
                 output=output,
+                action_id=action_id,
+                signature=None if signed is None else signed.model_dump(),
             ),
         )
         if refused is not None:
@@ -748,6 +761,7 @@ class Ledger:
         actor: str,
         basis: str,
         decision: Decision | str = Decision.APPROVE,
+        signature: DecisionSignature | dict[str, Any] | None = None,
     ) -> Approval:
         """Record a person's decision on the call that awaits approval under ``key``.
 
@@ -757,10 +771,14 @@ class Ledger:
         the refusal) when no call awaits approval under the key, the fingerprint is
         another request's, the actor is the call's own performer, or the call was
         already decided. The same decision by the same actor again records nothing.
+        ``signature`` (a :class:`DecisionSignature`, its author's proof) is recorded with
+        the decision; as with :meth:`reconcile`, the caller checks it against the
+        actor's keys and ``verify(signers=...)`` checks it again.
         """
         validate_key(key)
         decision = _one_of(Decision, decision, "decision")
         _non_empty(fingerprint=fingerprint, actor=actor, basis=basis)
+        signed = DecisionSignature.parse(signature)
         reason, approval = await self._transact(
             key,
             functools.partial(
@@ -770,6 +788,7 @@ class Ledger:
                 actor=actor,
                 basis=basis,
                 approval_id=new_action_id(),
+                signature=None if signed is None else signed.model_dump(),
             ),
         )
         if reason is not None:
@@ -787,17 +806,26 @@ class Ledger:
             validate_key(key)
         return self._recorder.events(key, after=after, limit=limit)
 
-    def verify(self, *, gated: Sequence[str] = ()) -> VerifyReport:
+    def verify(self, *, gated: Sequence[str] = (), signers: Signers | None = None) -> VerifyReport:
         """Recompute the hash chains and the invariants; name every problem found.
 
         Every execution of a call that needed approval must hold exactly one approval of
         its fingerprint, recorded before its started marker. ``gated`` (capability glob
         patterns) holds every execution of those capabilities to that, whatever its
-        caller declared.
+        caller declared. ``signers`` (the policy's keys, see ``read_policy``) re-checks
+        the signature of every recorded decision and person's verdict: the hash chain
+        proves order and integrity, a signature proves who decided, even against somebody
+        who wrote the tables and recomputed the chain.
         """
         if isinstance(gated, str) or not all(isinstance(g, str) and g for g in gated):
             raise InvalidRequest("gated must be a list of capability patterns")
-        return verify_ledger(self._recorder, gated=tuple(gated))
+        if signers is not None and not isinstance(signers, Signers):
+            raise InvalidRequest(f"signers must be Signers, not {type(signers).__name__}")
+        report = verify_ledger(self._recorder, gated=tuple(gated))
+        if signers is None:
+            return report
+        problems = report.problems + recorded_problems(self._recorder.events(), signers)
+        return report.model_copy(update={"ok": not problems, "problems": problems})
 
     async def compact(self, *, older_than: float) -> int:
         """Drop the bodies of final outcomes settled more than ``older_than`` seconds ago.

@@ -329,6 +329,8 @@ class Reconciliation(_Frozen):
     evidence: list[Any] = Field(default_factory=list)
     output: Any = None
     recorded_at: str
+    #: Its author's proof (``DecisionSignature`` fields), if the verdict was signed.
+    signature: dict[str, Any] | None = None
 
 
 class Approval(_Frozen):
@@ -347,6 +349,8 @@ class Approval(_Frozen):
     basis: str | None = None
     decided_at: str | None = None
     consumed_by: str | None = None
+    #: Its author's proof (``DecisionSignature`` fields), if the decision was signed.
+    signature: dict[str, Any] | None = None
 
 
 class ActionState(_Frozen):

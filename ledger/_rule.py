@@ -537,13 +537,15 @@ def decide_approval(
     actor: str,
     basis: str,
     approval_id: str,
+    signature: dict[str, Any] | None = None,
 ) -> tuple[str | None, Approval | None]:
     """Record a person's decision on the call awaiting approval under the key.
 
     Returns ``(None, approval)``, or for a refusal (recorded as
     ``action.approval_refused``) the reason and the approval if somebody decided it
     already. The same decision by the same actor again (a retried activity) is
-    answered with what was recorded, and records nothing.
+    answered with what was recorded, and records nothing. ``signature`` (its author's
+    proof, see ``_signatures``) is recorded with the decision.
     """
     record = tx.record
     approval = record.approval if record is not None else None
@@ -565,6 +567,8 @@ def decide_approval(
         by = f" by {approval['actor']!r}" if approval.get("actor") else ""
         reason = f"the call's approval is already {approval['state']}{by}"
     body = {"fingerprint": fingerprint, "decision": decision.value, "actor": actor, "basis": basis}
+    if signature is not None:
+        body["signature"] = signature
     if reason is not None:
         tx.append(EventType.APPROVAL_REFUSED, None, {**body, "reason": reason})
         tx.save(record or KeyRecord(key=tx.key))
@@ -578,6 +582,7 @@ def decide_approval(
         "actor": actor,
         "basis": basis,
         "decided_at": tx.recorded_at,
+        **({"signature": signature} if signature is not None else {}),
     }
     tx.append(
         EventType.APPROVED if decision is Decision.APPROVE else EventType.APPROVAL_REJECTED,
@@ -694,7 +699,13 @@ def reconcile_key(
     basis: str,
     evidence: list[Any],
     output: Any,
+    action_id: str | None = None,
+    signature: dict[str, Any] | None = None,
 ) -> tuple[str, str | None] | None:
+    """Append a verdict on the key's unknown effect; the refusal's reason (recorded as
+    ``action.reconcile_refused``) and the effect if it is known. ``action_id``: the
+    action the verdict is about, refused if the unknown effect is another's;
+    ``signature`` (its author's proof) is recorded with the verdict."""
     record = tx.record
     reason: str | None = None
     known_effect: str | None = None
@@ -710,7 +721,16 @@ def reconcile_key(
         if record.outcome["effect"] != EffectState.UNKNOWN.value:
             known_effect = record.outcome["effect"]
             reason = f"its effect is {known_effect}, not unknown"
+        elif action_id is not None and record.outcome["action_id"] != action_id:
+            # The action the verdict is about was settled; the key moved on to another.
+            known_effect = record.outcome["effect"]
+            reason = (
+                f"the verdict is about action {action_id}, but the unknown effect of this key "
+                f"is action {record.outcome['action_id']}'s"
+            )
     body = {"verdict": verdict.value, "actor": actor, "basis": basis}
+    if signature is not None:
+        body["signature"] = signature
     if reason is None and verdict is Verdict.EFFECT_CONFIRMED:
         assert record is not None
         misfit = (

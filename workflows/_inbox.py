@@ -36,7 +36,7 @@ from ..activities import (
     ReconcileResult,
     UnknownEffect,
 )
-from ..ledger import Decision, Verdict
+from ..ledger import Decision, Signers, Verdict
 from . import _render, _tracing
 from ._scheduling import start_own_activity
 
@@ -94,9 +94,13 @@ class OpenEffect(BaseModel):
     since: str
     why: str | None
     reconcilers: list[str] = Field(default_factory=list)
+    #: A verdict counts only when signed with one of the actor's keys in the policy.
+    signature_required: bool = False
     last_verdict: Verdict | None = None
     signal_command: str
     update_command: str
+    #: The policy's public keys by actor (not shown: the policy file has them).
+    keys: dict[str, list[str]] = Field(default_factory=dict, exclude=True)
 
 
 class PendingApproval(BaseModel):
@@ -115,8 +119,12 @@ class PendingApproval(BaseModel):
     fingerprint: str
     since: str
     approvers: list[str] = Field(default_factory=list)
+    #: A decision counts only when signed with one of the actor's keys in the policy.
+    signature_required: bool = False
     approve_command: str
     reject_command: str
+    #: The policy's public keys by actor (not shown: the policy file has them).
+    keys: dict[str, list[str]] = Field(default_factory=dict, exclude=True)
 
 
 class Rejection(BaseModel):
@@ -221,7 +229,14 @@ class Inbox:
                 return None, misfit
         elif verdict.output is not None:
             return None, "output is only taken with effect_confirmed"
-        return verdict, None
+        if verdict.signature is not None and verdict.action_id is None:
+            return None, f"a signed verdict names the action it is about: {effect.action_id}"
+        signers = Signers(keys=effect.keys, verdicts_signed=effect.signature_required)
+        problem = _signature_problem(verdict, signers)
+        if problem is not None:
+            return None, problem
+        # The ledger refuses it, too, if another action's effect is unknown by then.
+        return verdict.model_copy(update={"action_id": effect.action_id}), None
 
     def check_decision(self, raw: Any) -> tuple[ApproveInput | None, str | None]:
         decision, reason = _parse(raw, ApproveInput, "approve")
@@ -245,6 +260,10 @@ class Inbox:
             return None, f"{decision.actor!r} is the call's performer and may not approve it"
         if not any(_glob(decision.actor, pattern) for pattern in waiting.approvers):
             return None, f"actor {decision.actor!r} may not approve under the worker's policy"
+        signers = Signers(keys=waiting.keys, decisions_signed=waiting.signature_required)
+        problem = _signature_problem(decision, signers)
+        if problem is not None:
+            return None, problem
         return decision, None
 
     def changed(self, *, parked: int = 0) -> None:
@@ -281,10 +300,14 @@ class Inbox:
             fingerprint=needed.fingerprint,
             since=workflow.now().isoformat(),
             approvers=needed.approvers,
+            signature_required=needed.signature_required,
             approve_command=_render.approve_command(
-                where, key, needed.fingerprint, Decision.APPROVE
+                where, key, needed.fingerprint, Decision.APPROVE, signed=needed.signature_required
             ),
-            reject_command=_render.approve_command(where, key, needed.fingerprint, Decision.REJECT),
+            reject_command=_render.approve_command(
+                where, key, needed.fingerprint, Decision.REJECT, signed=needed.signature_required
+            ),
+            keys=needed.keys,
         )
         self.approvals_listed = self.approvals_listed or needed.awaiting_approval_attribute
         self.changed()
@@ -328,12 +351,24 @@ class Inbox:
             since=workflow.now().isoformat(),
             why=unknown.error,
             reconcilers=unknown.reconcilers,
+            signature_required=unknown.signature_required,
             signal_command=_render.reconcile_command(
-                "signal", where, key, unknown.action_id, call.template
+                "signal",
+                where,
+                key,
+                unknown.action_id,
+                call.template,
+                signed=unknown.signature_required,
             ),
             update_command=_render.reconcile_command(
-                "update execute", where, key, unknown.action_id, call.template
+                "update execute",
+                where,
+                key,
+                unknown.action_id,
+                call.template,
+                signed=unknown.signature_required,
             ),
+            keys=unknown.keys,
         )
         self.listed = self.listed or unknown.open_effects_attribute
         self.changed(parked=+1)
@@ -466,6 +501,20 @@ def _parse(raw: Any, model: type[InT], what: str) -> tuple[InT | None, str | Non
             for e in exc.errors()
         )
         return None, f"malformed {what} input: {problems}"
+
+
+def _signature_problem(given: ReconcileInput | ApproveInput, signers: Signers) -> str | None:
+    """Why the input does not prove its actor to the tool worker's keys (as its activity
+    reported them), in this run; ``None`` if it does, or if nothing needs proving (a
+    policy without keys). A workflow worker without ``cryptography`` refuses a signed
+    input, saying so."""
+    info = workflow.info()
+    try:
+        return given.signature_problem(
+            signers, workflow_id=info.workflow_id, namespace=info.namespace
+        )
+    except ImportError as exc:
+        return f"this workflow worker cannot check signatures: {exc}"
 
 
 def _traced(given: ReconcileInput | ApproveInput) -> None:

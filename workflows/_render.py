@@ -38,8 +38,39 @@ class Where:
             f"--input {shlex.quote(json.dumps(template))}"
         )
 
+    def sign_command(self, kind: str, fields: dict[str, Any], *, send: bool = True) -> str:
+        """The ``temporal-ledger sign KIND ...`` command that signs a decision for this
+        run, and with ``send`` sends it with update ``KIND``."""
+        address = f"--address {shlex.quote(self.address)} " if self.address and send else ""
+        options = " ".join(
+            f"--{name.replace('_', '-')} {shlex.quote(str(value))}"
+            if value is not True
+            else f"--{name.replace('_', '-')}"
+            for name, value in fields.items()
+            if value is not None and value is not False
+        )
+        return (
+            f"temporal-ledger sign {kind} --key-file YOUR-KEY.pem {address}"
+            f"--namespace {shlex.quote(self.namespace)} "
+            f"--workflow-id {shlex.quote(self.workflow_id)} {options}" + (" --send" if send else "")
+        )
 
-def approve_command(where: Where, key: str, fingerprint: str, decision: Decision) -> str:
+
+def approve_command(
+    where: Where, key: str, fingerprint: str, decision: Decision, *, signed: bool = False
+) -> str:
+    """The command that sends a decision; with ``signed``, one that signs it first."""
+    if signed:
+        return where.sign_command(
+            "approve",
+            {
+                "key": key,
+                "fingerprint": fingerprint,
+                "actor": "YOUR-NAME",
+                "basis": "WHY",
+                "reject": decision is Decision.REJECT,
+            },
+        )
     template = {
         "key": key,
         "fingerprint": fingerprint,
@@ -50,7 +81,24 @@ def approve_command(where: Where, key: str, fingerprint: str, decision: Decision
     return where.command("update execute", APPROVE_UPDATE, template)
 
 
-def reconcile_command(kind: str, where: Where, key: str, action_id: str, output: Any) -> str:
+def reconcile_command(
+    kind: str, where: Where, key: str, action_id: str, output: Any, *, signed: bool = False
+) -> str:
+    """The command that sends a verdict; with ``signed``, one that signs it first."""
+    if signed:
+        fields = {
+            "key": key,
+            "action_id": action_id,
+            "verdict": Verdict.EFFECT_CONFIRMED.value,
+            "actor": "YOUR-NAME",
+            "basis": "WHAT-YOU-SAW",
+            "output": json.dumps(output),
+        }
+        if kind != "signal":
+            return where.sign_command("reconcile", fields)
+        signing = where.sign_command("reconcile", fields, send=False)
+        command = where.command(kind, SIGNAL, {})
+        return command[: command.rindex("--input ")] + f'--input "$({signing})"'
     template = {
         "key": key,
         "action_id": action_id,

@@ -1,0 +1,562 @@
+"""Decisions that prove who gave them: Ed25519 signatures over approvals and verdicts.
+
+An actor's name in a decision is whatever its sender wrote. A signed decision carries
+proof: its author signs, with a private key that never leaves their machine, the
+canonical JSON (RFC 8785) of a *statement* that names exactly what was decided, about
+which call, in which workflow and namespace. The policy lists each actor's public keys;
+the workflow's update validator, the activity that records the decision and ``verify``
+check the signature against them.
+
+Everything here is computation without I/O (the workflow runs it), except reading and
+writing key files for the CLI. The ``cryptography`` package (extra ``signing``) is
+imported only when a signature is made or checked.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import hashlib
+import os
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from ._canonical import canonical_json, check_json
+from ._errors import InvalidRequest
+from ._models import EventType
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from ._models import LedgerEvent
+
+#: Names what a signature is over, so a signature made for anything else never fits.
+STATEMENT_VERSION = "temporal-ledger-decision-v1"
+#: How a public key is written in a policy: ``ed25519:`` and the raw 32-byte key.
+KEY_PREFIX = "ed25519:"
+#: The extra that brings ``cryptography``.
+EXTRA = "signing"
+#: Verdicts recorded by a tool's probe: the worker's own finding, never a person's.
+PROBE_ACTOR_PREFIX = "probe:"
+
+_PUBLIC_KEY_BYTES = 32
+_SIGNATURE_BYTES = 64
+
+
+class DecisionSignature(BaseModel):
+    """The proof sent with a decision (field ``signature`` of an approval or a verdict).
+
+    ``workflow_id`` and ``namespace`` are the run the decision was signed for; the
+    signature covers them with the decision, so it holds in that run alone.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: Which of the actor's keys signed (see :func:`key_id`).
+    key_id: str
+    workflow_id: str
+    namespace: str
+    #: The Ed25519 signature of the statement, base64.
+    value: str
+
+    @field_validator("key_id", "workflow_id", "namespace")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("value")
+    @classmethod
+    def _signature_bytes(cls, value: str) -> str:
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("must be the base64 of an Ed25519 signature") from None
+        if len(raw) != _SIGNATURE_BYTES:
+            raise ValueError(f"must be {_SIGNATURE_BYTES} bytes (base64), got {len(raw)}")
+        return value
+
+    @classmethod
+    def parse(cls, value: Any) -> DecisionSignature | None:
+        """``value`` (a mapping or a model) as a signature; :class:`InvalidRequest` naming
+        what is wrong. ``None`` stays ``None``."""
+        if value is None or isinstance(value, DecisionSignature):
+            return value
+        try:
+            return cls.model_validate(value)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(x) for x in e['loc']) or 'signature'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise InvalidRequest(f"malformed signature: {problems}") from None
+
+
+def _value(item: Any) -> Any:
+    """An enum member's value; anything else as it is."""
+    return getattr(item, "value", item)
+
+
+def decision_statement(
+    *,
+    key: str,
+    fingerprint: str,
+    decision: Any,
+    actor: str,
+    basis: str,
+    workflow_id: str,
+    namespace: str,
+) -> dict[str, Any]:
+    """What an approver signs: this decision on the call of this fingerprint, in this run."""
+    return {
+        "statement": STATEMENT_VERSION,
+        "about": "decision",
+        "namespace": namespace,
+        "workflow_id": workflow_id,
+        "key": key,
+        "fingerprint": fingerprint,
+        "decision": _value(decision),
+        "actor": actor,
+        "basis": basis,
+    }
+
+
+def verdict_statement(
+    *,
+    key: str,
+    action_id: str,
+    verdict: Any,
+    actor: str,
+    basis: str,
+    evidence: Any,
+    output: Any,
+    workflow_id: str,
+    namespace: str,
+) -> dict[str, Any]:
+    """What a reconciler signs: this verdict (and observed output) on this action's
+    unknown effect, in this run."""
+    return {
+        "statement": STATEMENT_VERSION,
+        "about": "verdict",
+        "namespace": namespace,
+        "workflow_id": workflow_id,
+        "key": key,
+        "action_id": action_id,
+        "verdict": _value(verdict),
+        "actor": actor,
+        "basis": basis,
+        "evidence": list(evidence or []),
+        "output": output,
+    }
+
+
+# -- keys --------------------------------------------------------------------------------
+
+
+def _crypto() -> Any:
+    """The ``ed25519`` module of ``cryptography``, or an ImportError naming the extra."""
+    try:
+        from cryptography.hazmat.primitives.asymmetric import ed25519
+    except ImportError as exc:
+        raise ImportError(
+            "signed decisions need the cryptography package: "
+            f"pip install 'temporal-ledger[{EXTRA}]'"
+        ) from exc
+    return ed25519
+
+
+def require_crypto() -> None:
+    """Raise the ImportError naming the extra now, where keys are configured, rather
+    than when the first signature arrives."""
+    _crypto()
+
+
+def parse_public_key(text: Any) -> bytes:
+    """The raw 32 bytes of ``ed25519:<base64 or hex>``; :class:`InvalidRequest` if not."""
+    if not isinstance(text, str) or not text.startswith(KEY_PREFIX):
+        raise InvalidRequest(
+            f"a public key is written {KEY_PREFIX}<base64 or hex of 32 bytes>, got {text!r}"
+        )
+    body = text.removeprefix(KEY_PREFIX).strip()
+    raw: bytes | None = None
+    if len(body) == 2 * _PUBLIC_KEY_BYTES:
+        try:
+            raw = bytes.fromhex(body)
+        except ValueError:
+            raw = None
+    if raw is None:
+        # Standard or URL-safe base64, padded or not.
+        padded = body.replace("-", "+").replace("_", "/") + "=" * (-len(body) % 4)
+        try:
+            raw = base64.b64decode(padded, validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidRequest(f"public key {text!r}: not base64 or hex") from None
+    if len(raw) != _PUBLIC_KEY_BYTES:
+        raise InvalidRequest(
+            f"public key {text!r}: an Ed25519 public key is {_PUBLIC_KEY_BYTES} bytes, "
+            f"this is {len(raw)}"
+        )
+    return raw
+
+
+def public_key_text(raw: bytes) -> str:
+    """A public key as the policy writes it."""
+    return KEY_PREFIX + base64.b64encode(raw).decode()
+
+
+def key_id(raw: bytes) -> str:
+    """A public key's short name: the first 16 hex digits of its SHA-256."""
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def generate_private_key() -> Ed25519PrivateKey:
+    """A new Ed25519 private key."""
+    return _crypto().Ed25519PrivateKey.generate()
+
+
+def private_key_pem(private_key: Ed25519PrivateKey) -> bytes:
+    """The private key as unencrypted PKCS#8 PEM (what ``openssl genpkey -algorithm
+    ed25519`` writes)."""
+    from cryptography.hazmat.primitives import serialization
+
+    return private_key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def raw_public_key(private_key: Ed25519PrivateKey) -> bytes:
+    """The raw 32 bytes of the private key's public half."""
+    from cryptography.hazmat.primitives import serialization
+
+    return private_key.public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+
+
+def write_private_key(path: Path, private_key: Ed25519PrivateKey) -> None:
+    """Write a new key file readable by its owner alone; never overwrite one."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        descriptor = os.open(path, flags, 0o600)
+    except FileExistsError:
+        raise InvalidRequest(f"{path} exists: a key file is never overwritten") from None
+    with os.fdopen(descriptor, "wb") as file:
+        file.write(private_key_pem(private_key))
+
+
+def read_private_key(path: Path) -> Ed25519PrivateKey:
+    """An Ed25519 private key from a PEM file; :class:`InvalidRequest` naming what is wrong."""
+    ed25519 = _crypto()
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read key file {path}: {exc.strerror or exc}") from None
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise InvalidRequest(f"{path} is not an unencrypted PEM private key: {exc}") from None
+    if not isinstance(key, ed25519.Ed25519PrivateKey):
+        raise InvalidRequest(f"{path} holds a {type(key).__name__}, not an Ed25519 key")
+    return key
+
+
+def sign(private_key: Ed25519PrivateKey, statement: dict[str, Any]) -> DecisionSignature:
+    """Sign a statement (:func:`decision_statement`, :func:`verdict_statement`)."""
+    check_json(statement, where="the signed decision")
+    raw = raw_public_key(private_key)
+    value = private_key.sign(canonical_json(statement))
+    return DecisionSignature(
+        key_id=key_id(raw),
+        workflow_id=statement["workflow_id"],
+        namespace=statement["namespace"],
+        value=base64.b64encode(value).decode(),
+    )
+
+
+def _verifies(raw: bytes, statement: dict[str, Any], value: str) -> bool:
+    ed25519 = _crypto()
+    from cryptography.exceptions import InvalidSignature
+
+    try:
+        message = canonical_json(statement)
+    except InvalidRequest:
+        return False
+    try:
+        ed25519.Ed25519PublicKey.from_public_bytes(raw).verify(base64.b64decode(value), message)
+    except InvalidSignature:
+        return False
+    return True
+
+
+# -- who may sign what -------------------------------------------------------------------
+
+
+def parse_keys(table: Any, *, where: str = "[keys]") -> dict[str, list[str]]:
+    """A policy's ``[keys]``: actor = "ed25519:..." or a list of them (old keys stay
+    listed after a rotation so that old decisions stay verifiable)."""
+    if not isinstance(table, Mapping):
+        raise InvalidRequest(f"{where} maps actor names to public keys")
+    keys: dict[str, list[str]] = {}
+    for actor, given in table.items():
+        if not isinstance(actor, str) or not actor.strip():
+            raise InvalidRequest(f"{where}: an actor name must not be empty")
+        listed = [given] if isinstance(given, str) else given
+        if not isinstance(listed, list) or not listed:
+            raise InvalidRequest(
+                f'{where}: {actor} = "ed25519:..." or a list of such keys, got {given!r}'
+            )
+        for text in listed:
+            try:
+                parse_public_key(text)
+            except InvalidRequest as exc:
+                raise InvalidRequest(f"{where}: {actor}: {exc}") from None
+        keys[actor] = list(listed)
+    return keys
+
+
+@dataclasses.dataclass(frozen=True)
+class Signers:
+    """The actors' public keys, and which kinds of decision must be signed.
+
+    Built from a policy (``[keys]``, ``[approve] require_signature``, ``[reconcile]
+    require_signature``). A decision that carries a signature is checked whether or not
+    signatures are required; one without passes only where they are not.
+    """
+
+    #: Actor name (exact, not a pattern) to its public keys, as the policy writes them.
+    keys: Mapping[str, Iterable[str]] = dataclasses.field(default_factory=dict)
+    decisions_signed: bool = False
+    verdicts_signed: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.decisions_signed or self.verdicts_signed) and not self.keys:
+            raise InvalidRequest(
+                "require_signature = true, but [keys] lists no actor's public key: nobody "
+                "could decide"
+            )
+
+    @classmethod
+    def from_tables(
+        cls, keys: Any, *, decisions: Any = False, verdicts: Any = False, where: str = "policy"
+    ) -> Signers:
+        """From a policy's ``[keys]`` table and its two ``require_signature`` flags;
+        :class:`InvalidRequest` naming the fault, and the ImportError naming the extra
+        when keys are configured without ``cryptography``."""
+        for section, flag in (("approve", decisions), ("reconcile", verdicts)):
+            if not isinstance(flag, bool):
+                raise InvalidRequest(f"{where}: [{section}] require_signature is true or false")
+        parsed = parse_keys(keys, where=f"{where}: [keys]")
+        if parsed:
+            require_crypto()  # now, rather than at the first signature
+        try:
+            return cls(keys=parsed, decisions_signed=decisions, verdicts_signed=verdicts)
+        except InvalidRequest as exc:
+            raise InvalidRequest(f"{where}: {exc}") from None
+
+    @classmethod
+    def from_policy(cls, data: Mapping[str, Any], *, where: str) -> Signers:
+        """From a parsed policy file: its ``[keys]``, ``[approve] require_signature`` and
+        ``[reconcile] require_signature``."""
+        approve = data.get("approve", {})
+        reconcile = data.get("reconcile", {})
+        if not isinstance(approve, Mapping) or not isinstance(reconcile, Mapping):
+            raise InvalidRequest(f"{where}: [approve] and [reconcile] are tables")
+        return cls.from_tables(
+            data.get("keys", {}),
+            decisions=approve.get("require_signature", False),
+            verdicts=reconcile.get("require_signature", False),
+            where=where,
+        )
+
+    def decision_problem(
+        self,
+        *,
+        key: str,
+        fingerprint: str,
+        decision: Any,
+        actor: str,
+        basis: str,
+        signature: DecisionSignature | None,
+        workflow_id: str | None = None,
+        namespace: str | None = None,
+    ) -> str | None:
+        """Why this approval or rejection does not prove its actor, or ``None``.
+
+        ``workflow_id`` and ``namespace``: the run it arrived in, when known.
+        """
+
+        def statement(signed: DecisionSignature) -> dict[str, Any]:
+            return decision_statement(
+                key=key,
+                fingerprint=fingerprint,
+                decision=decision,
+                actor=actor,
+                basis=basis,
+                workflow_id=signed.workflow_id,
+                namespace=signed.namespace,
+            )
+
+        return self._problem(
+            "decision",
+            self.decisions_signed,
+            actor,
+            signature,
+            statement,
+            workflow_id,
+            namespace,
+        )
+
+    def verdict_problem(
+        self,
+        *,
+        key: str,
+        action_id: str | None,
+        verdict: Any,
+        actor: str,
+        basis: str,
+        evidence: Any,
+        output: Any,
+        signature: DecisionSignature | None,
+        workflow_id: str | None = None,
+        namespace: str | None = None,
+    ) -> str | None:
+        """Why this verdict does not prove its actor, or ``None``."""
+        if signature is not None and not action_id:
+            return "a signed verdict must name the action it is about (action_id)"
+
+        def statement(signed: DecisionSignature) -> dict[str, Any]:
+            return verdict_statement(
+                key=key,
+                action_id=action_id or "",
+                verdict=verdict,
+                actor=actor,
+                basis=basis,
+                evidence=evidence,
+                output=output,
+                workflow_id=signed.workflow_id,
+                namespace=signed.namespace,
+            )
+
+        return self._problem(
+            "verdict", self.verdicts_signed, actor, signature, statement, workflow_id, namespace
+        )
+
+    def _problem(
+        self,
+        kind: str,
+        required: bool,
+        actor: str,
+        signature: DecisionSignature | None,
+        statement: Callable[[DecisionSignature], dict[str, Any]],
+        workflow_id: str | None,
+        namespace: str | None,
+    ) -> str | None:
+        if signature is None:
+            if not required:
+                return None
+            return (
+                f"the {kind} of {actor!r} is unsigned, and the policy requires signed "
+                f"{kind}s: sign it with `temporal-ledger sign` and the actor's key"
+            )
+        if workflow_id is not None and signature.workflow_id != workflow_id:
+            return (
+                f"the {kind} was signed for workflow {signature.workflow_id!r}, "
+                f"not this one ({workflow_id!r})"
+            )
+        if namespace is not None and signature.namespace != namespace:
+            return (
+                f"the {kind} was signed for namespace {signature.namespace!r}, "
+                f"not this one ({namespace!r})"
+            )
+        listed = {key_id(parse_public_key(text)): text for text in self.keys.get(actor, ())}
+        if not listed:
+            return f"the policy lists no public key for {actor!r}: nothing can prove it is theirs"
+        found = listed.get(signature.key_id)
+        if found is None:
+            return (
+                f"the {kind} is signed with key {signature.key_id}, which the policy does not "
+                f"give {actor!r} (its keys: {', '.join(sorted(listed))})"
+            )
+        if not _verifies(parse_public_key(found), statement(signature), signature.value):
+            return (
+                f"the signature with key {signature.key_id} of {actor!r} does not match this "
+                f"{kind}: it was made over other fields (key, "
+                f"{'fingerprint' if kind == 'decision' else 'action, evidence, output'}, "
+                f"{kind}, actor, basis, workflow or namespace)"
+            )
+        return None
+
+
+def read_policy(path: str | Path) -> tuple[Signers, list[str]]:
+    """From a policy file, what ``verify`` holds the ledger to: the signers, and the
+    capability patterns ``[approve] capabilities`` gates. :class:`InvalidRequest` naming
+    what is wrong."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidRequest(f"policy file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidRequest(f"policy file {path} is not valid TOML: {exc}") from None
+    signers = Signers.from_policy(data, where=f"policy file {path}")
+    gated = data.get("approve", {}).get("capabilities", [])
+    if not isinstance(gated, list) or not all(isinstance(g, str) and g for g in gated):
+        raise InvalidRequest(f"policy file {path}: [approve] capabilities is a list of patterns")
+    return signers, gated
+
+
+# -- what verify re-checks ---------------------------------------------------------------
+
+
+def recorded_problems(events: Iterable[LedgerEvent], signers: Signers) -> list[str]:
+    """Re-check the signature of every recorded approval, rejection and person's verdict
+    against the policy's keys; name each event whose signature fails (or is missing
+    where the policy requires one). Compacted events have no body left to check."""
+    problems = []
+    for event in events:
+        if event.compacted:
+            continue
+        payload = event.payload
+        if event.type in (EventType.APPROVED, EventType.APPROVAL_REJECTED):
+            check = signers.decision_problem
+            fields: dict[str, Any] = dict(
+                fingerprint=payload.get("fingerprint"), decision=payload.get("decision")
+            )
+        elif event.type == EventType.RECONCILED:
+            if str(payload.get("actor", "")).startswith(PROBE_ACTOR_PREFIX):
+                continue
+            check = signers.verdict_problem  # type: ignore[assignment]
+            fields = dict(
+                action_id=event.action_id,
+                verdict=payload.get("verdict"),
+                evidence=payload.get("evidence"),
+                output=payload.get("output"),
+            )
+        else:
+            continue
+        where = f"seq {event.seq} ({event.type}, key {event.key!r})"
+        try:
+            signature = DecisionSignature.parse(payload.get("signature"))
+        except InvalidRequest as exc:
+            problems.append(f"{where}: {exc}")
+            continue
+        problem = check(
+            key=event.key,
+            actor=str(payload.get("actor")),
+            basis=str(payload.get("basis")),
+            signature=signature,
+            **fields,
+        )
+        if problem is not None:
+            problems.append(f"{where}: {problem}")
+    return problems
