@@ -325,3 +325,21 @@ def test_the_details_quote_names_and_reasons_as_they_are_and_send_the_querys_com
         for line in block.split("'{")[0].splitlines():
             alone = len(shlex.split(line.removesuffix(" \\"))) <= 2
             assert len(line) <= COMMAND_WIDTH or alone, line
+
+
+def test_where_a_signature_is_required_the_details_show_the_command_that_signs() -> None:
+    where = Where("127.0.0.1:7233", "default", "refund-1")
+    key, fingerprint = "refund-1/run/refund", "f" * 64
+    command = approve_command(where, key, fingerprint, Decision.APPROVE, signed=True)
+    waiting = PendingApproval(
+        key=key, step="refund", tool="refund", capability="payments.refund",
+        performer="agent", arguments={"amount": 20}, fingerprint=fingerprint,
+        since="2026-01-02T03:04:05+00:00", signature_required=True, approve_command=command,
+        reject_command=approve_command(where, key, fingerprint, Decision.REJECT, signed=True),
+    )  # fmt: skip
+    page, _, blocks = rendered(details([waiting], []))
+    assert [json.loads(block) for block in blocks["json"]] == [{"amount": 20}]  # no input
+    (shell,) = blocks["sh"]
+    assert shell_words(shell) == shell_words(command)
+    assert shell_words(shell)[:3] == ["temporal-ledger", "sign", "approve"]
+    assert "without <code>--send</code> it prints the update's input" in page

@@ -131,8 +131,10 @@ def details(approvals: Iterable[PendingApproval], parked: Iterable[OpenEffect]) 
                     waiting.approve_command,
                     "Decide",
                     APPROVE_UPDATE,
-                    'your name as `actor`, your reason as `basis` (`"decision": "reject"` '
-                    "refuses the call)",
+                    fill_input='your name as `actor`, your reason as `basis` (`"decision": '
+                    '"reject"` refuses the call)',
+                    fill_options="your key file, your name as `--actor`, your reason as "
+                    "`--basis` (`--reject` refuses the call)",
                 ),
             ]
     if parked:
@@ -147,9 +149,12 @@ def details(approvals: Iterable[PendingApproval], parked: Iterable[OpenEffect]) 
                     effect.update_command,
                     "Inspect the world, then answer",
                     UPDATE,
-                    "your name as `actor`, what you saw as `basis`, the `output` the effect "
-                    'produced (or `"verdict": "no_effect_confirmed"` and no `output`: the step '
-                    "acts again once)",
+                    fill_input="your name as `actor`, what you saw as `basis`, the `output` "
+                    'the effect produced (or `"verdict": "no_effect_confirmed"` and no '
+                    "`output`: the step acts again once)",
+                    fill_options="your key file, your name as `--actor`, what you saw as "
+                    "`--basis`, the `--output` the effect produced (or `--verdict "
+                    "no_effect_confirmed` and no `--output`: the step acts again once)",
                 ),
             ]
     return "\n\n".join(sections)
@@ -159,16 +164,24 @@ def details(approvals: Iterable[PendingApproval], parked: Iterable[OpenEffect]) 
 COMMAND_WIDTH = 64
 
 
-def _answer(command: str, verb: str, update: str, fill: str) -> list[str]:
+def _answer(
+    command: str, verb: str, update: str, *, fill_input: str, fill_options: str
+) -> list[str]:
     """How to answer a waiting call: the update's input for the UI's update dialog, then
-    the command that sends the same from a shell. Both are read from ``command``, the
-    one the query and the worker's log give, so that all of them always agree."""
+    the command that sends the same from a shell; where a signature is required, the
+    command that signs it. Read from ``command``, the one the query and the worker's log
+    give, so that all of them agree."""
     update_input = _json(_option(command, "--input"))
-    if update_input is None:  # a command the UI cannot stand in for: only the shell
-        return [f"{verb} with this command, filled in: {fill}:", _block(_lines(command), "sh")]
+    if update_input is None:  # signed: only its holder's key can make the input
+        return [
+            f"{verb}: sign with this command, filled in: {fill_options}. It sends update "
+            f"{_code(update)}; without `--send` it prints the update's input, for the "
+            "Temporal UI's update dialog (More Actions → Send an Update):",
+            _block(_lines(command), "sh"),
+        ]
     return [
         f"{verb} with update {_code(update)} (in the Temporal UI: More Actions → Send an "
-        f"Update) and this input, filled in: {fill}:",
+        f"Update) and this input, filled in: {fill_input}:",
         _block(update_input, "json"),
         "or from a shell:",
         _block(_lines(command), "sh"),
@@ -190,8 +203,9 @@ def _json(text: str | None) -> str | None:
 
 def _lines(command: str) -> str:
     """``command`` over lines of at most :data:`COMMAND_WIDTH` characters where its
-    values allow, each option with its value, a JSON ``--input`` indented. The shell
-    reads the same words from it, however it pairs them."""
+    values allow, each option with its value, a JSON ``--input`` indented. For a command
+    of literal words (no ``$(...)``): the shell reads the same words from it, however it
+    pairs them."""
     words = shlex.split(command)
     first = next((i for i, word in enumerate(words) if word.startswith("--")), len(words))
     parts = [shlex.join(words[:first])]
