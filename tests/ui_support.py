@@ -134,6 +134,8 @@ class OperatorUI:
     async def list_runs(self, query: str, *, until_listed: str) -> None:
         """Run ``query`` in the workflow list's query box, again until ``until_listed``
         (a workflow id) is among the runs it lists (the list does not poll)."""
+        from playwright.async_api import TimeoutError as NotYet
+
         page = self.page
         await page.goto(f"{self.base_url}/namespaces/default/workflows")
         await page.get_by_test_id("toggle-manual-query").click()
@@ -142,7 +144,7 @@ class OperatorUI:
         deadline = time.monotonic() + PATIENCE_MS / 1000
         while True:
             await page.get_by_test_id("workflow-manual-search-button").click()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(NotYet):
                 await link.wait_for(timeout=2_000)
                 return
             if time.monotonic() > deadline:
