@@ -13,12 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _cli_signing
+from . import _cli_signing, _cli_waiting
 from ._errors import InvalidRequest, LedgerError
 from ._ledger import Ledger
 from ._models import (
     ActionState,
+    ActionStatus,
     Decision,
+    EffectState,
     EventType,
     LedgerEvent,
     NextOperation,
@@ -169,6 +171,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     _cli_signing.add_commands(commands, key=_key, non_empty=_non_empty, json_value=_json_value)
+    _cli_waiting.add_command(commands)
 
     replay = commands.add_parser(
         "replay", help="replay exported workflow histories against your workflow code"
@@ -315,15 +318,18 @@ def _state_rows(states: list[ActionState]) -> list[list[Any]]:
 _STATE_HEADERS = ("key", "status", "effect", "next", "capability", "since", "why")
 
 
-def _show(state: ActionState) -> str:
-    """The header of ``show``: where the key stands and what the operator does next."""
+def _show(state: ActionState, run: dict[str, Any] | None = None) -> str:
+    """The header of ``show``: where the key stands and what the operator does next.
+
+    ``run``: the context of the key's last request (its workflow and namespace), to name
+    the run that waits for an operator's answer."""
     lines: list[tuple[str, str]] = [
         ("key", state.key),
-        ("status", state.status or "(none yet)"),
+        ("status", _status(state)),
         ("effect", state.effect),
         ("next_operation", state.next_operation),
     ]
-    lines += [("todo", line) for line in _todo(state)]
+    lines += [("todo", line) for line in _todo(state, run or {})]
     if state.capability:
         lines.append(("capability", f"{state.capability} by {state.performer or '?'}"))
     if state.since:
@@ -372,26 +378,48 @@ def _signed(signature: dict[str, Any], actor: str) -> str:
     )
 
 
-def _todo(state: ActionState) -> list[str]:
-    """What to do next, in a line; for an unknown effect, also the command that records it."""
+def _status(state: ActionState) -> str:
+    """The status as what it is: an attempt that failed but whose effect a person (or a
+    probe) confirmed succeeded, and says who confirmed it."""
+    confirmed = [r for r in state.reconciliations if r.verdict is Verdict.EFFECT_CONFIRMED]
+    if state.effect is EffectState.OBSERVED and state.status is ActionStatus.FAILED and confirmed:
+        last = confirmed[-1]
+        return (
+            f"succeeded: the effect was confirmed by {last.actor} at {last.recorded_at} "
+            "(the attempt itself reported a failure)"
+        )
+    return state.status or "(none yet)"
+
+
+def _todo(state: ActionState, run: dict[str, Any]) -> list[str]:
+    """What to do next, in a line; for an unknown effect, also the commands that answer."""
     op = state.next_operation
     if op is NextOperation.RECONCILE_EFFECT:
+        output = json.dumps(output_template(state.output_schema)) if state.output_schema else "JSON"
         command = [
             "temporal-ledger reconcile",
             shlex.quote(state.key),
             "--verdict effect_confirmed --actor YOU --basis 'WHAT YOU CHECKED'",
+            "--output " + shlex.quote(output),
         ]
-        if state.output_schema:
-            command.append(
-                "--output " + shlex.quote(json.dumps(output_template(state.output_schema)))
-            )
-        else:
-            command.append("--output 'JSON'")
-        return [
-            "find out whether the effect happened, then record what you found:",
+        todo = ["find out whether the effect happened, then answer with what you found"]
+        workflow_id, namespace = run.get("workflow_id"), run.get("namespace")
+        if isinstance(workflow_id, str):
+            where = f"--workflow-id {shlex.quote(workflow_id)}"
+            if isinstance(namespace, str):
+                where = f"--namespace {shlex.quote(namespace)} {where}"
+            todo += [
+                f"the run {workflow_id!r} waits for it, parked: answer it with its update",
+                f"  temporal-ledger waiting {where}   # prints the run's own commands",
+                "or record it in the ledger only (the parked run goes on once any verdict is",
+                "sent to it: the ledger refuses that one as already resolved, and the step",
+                "reads what you recorded):",
+            ]
+        todo += [
             "  " + " ".join(command),
             "  (or --verdict no_effect_confirmed / still_unknown, without --output)",
         ]
+        return todo
     if op is NextOperation.WAIT:
         return [f"an execution ({state.holder_action_id}) holds the key and is live: wait"]
     if op is NextOperation.AWAIT_APPROVAL and state.approval is not None:
@@ -483,6 +511,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return replay_command(args.histories, args.workflow)
     if args.command in ("keygen", "public-key", "sign"):
         return _cli_signing.run(args)  # on the decider's machine: no ledger needed
+    if args.command == "waiting":
+        return _cli_waiting.run(args)  # asks the run, not the ledger
     try:
         # Files named by the arguments are read before the ledger is opened: a bad one
         # is bad usage, and nothing is recorded.
@@ -559,7 +589,9 @@ def _dispatch(ledger: Ledger, args: argparse.Namespace) -> int:
         elif not events:
             print(f"key {args.key!r}: no records")
         else:
-            print(_show(state))
+            requested = [e for e in events if e.type == EventType.REQUESTED]
+            run = requested[-1].payload.get("context") or {} if requested else {}
+            print(_show(state, run if isinstance(run, dict) else {}))
             print()
             print(_table(_event_rows(events), _EVENT_HEADERS))
         return OK if events else REFUSED

