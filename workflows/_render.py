@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shlex
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..activities._protocol import APPROVE_UPDATE, RECONCILE_SIGNAL, RECONCILE_UPDATE
@@ -108,29 +110,153 @@ def reconcile_command(
 
 
 def details(approvals: Iterable[PendingApproval], parked: Iterable[OpenEffect]) -> str:
-    """The run's current details: every call awaiting approval and every parked step."""
+    """The run's current details: every call awaiting approval and every parked step, each
+    with the update's input to paste into the Temporal UI's update dialog and the same
+    update as a shell command, in short lines (the UI shows them in a narrow pane)."""
     approvals, parked = list(approvals), list(parked)
-    lines: list[str] = []
+    sections: list[str] = []
     if approvals:
-        lines += [f"**{len(approvals)} call(s) awaiting approval**", ""]
+        sections.append(f"### {_count(len(approvals), 'call')} awaiting approval")
         for waiting in approvals:
-            lines += [
-                f"- step `{waiting.step}` (tool `{waiting.tool}`, performer "
-                f"`{waiting.performer}`), key `{waiting.key}`, since {waiting.since}",
-                f"  arguments: `{json.dumps(waiting.arguments, sort_keys=True)}`",
-                f"  fingerprint: `{waiting.fingerprint}`",
-                "  approve (or reject) exactly this call:",
-                f"  `{waiting.approve_command}`",
+            sections += [
+                f"#### Step {_code(waiting.step)}: tool {_code(waiting.tool)}, "
+                f"performer {_code(waiting.performer)}",
+                f"key {_code(waiting.key)}  \nfingerprint {_code(waiting.fingerprint)}  \n"
+                f"waiting since {_when(waiting.since)}",
+                "The arguments, exactly as the tool will get them:",
+                _block(json.dumps(waiting.arguments, indent=2, sort_keys=True), "json"),
+                *_answer(
+                    waiting.approve_command,
+                    "Decide",
+                    APPROVE_UPDATE,
+                    fill_input='your name as `actor`, your reason as `basis` (`"decision": '
+                    '"reject"` refuses the call)',
+                    fill_options="your key file, your name as `--actor`, your reason as "
+                    "`--basis` (`--reject` refuses the call)",
+                ),
             ]
     if parked:
-        if lines:
-            lines.append("")
-        lines += [f"**{len(parked)} step(s) parked: the effect is unknown**", ""]
+        noun = "its effect is" if len(parked) == 1 else "their effects are"
+        sections.append(f"### {_count(len(parked), 'step')} parked: {noun} unknown")
         for effect in parked:
-            lines += [
-                f"- step `{effect.step}` (tool `{effect.tool}`), key `{effect.key}`, "
-                f"since {effect.since}: {effect.why}",
-                "  inspect the world, then answer:",
-                f"  `{effect.update_command}`",
+            why = f": {_text(effect.why)}" if effect.why else ""
+            sections += [
+                f"#### Step {_code(effect.step)}: tool {_code(effect.tool)}",
+                f"key {_code(effect.key)}  \nparked since {_when(effect.since)}{why}",
+                *_answer(
+                    effect.update_command,
+                    "Inspect the world, then answer",
+                    RECONCILE_UPDATE,
+                    fill_input="your name as `actor`, what you saw as `basis`, the `output` "
+                    'the effect produced (or `"verdict": "no_effect_confirmed"` and no '
+                    "`output`: the step acts again once)",
+                    fill_options="your key file, your name as `--actor`, what you saw as "
+                    "`--basis`, the `--output` the effect produced (or `--verdict "
+                    "no_effect_confirmed` and no `--output`: the step acts again once)",
+                ),
             ]
-    return "\n".join(lines)
+    return "\n\n".join(sections)
+
+
+#: The longest line of a command shown in the details (the UI's pane is narrow).
+COMMAND_WIDTH = 64
+
+
+def _answer(
+    command: str, verb: str, update: str, *, fill_input: str, fill_options: str
+) -> list[str]:
+    """How to answer a waiting call: the update's input for the UI's update dialog, then
+    the command that sends the same from a shell; where a signature is required, the
+    command that signs it. Read from ``command``, the one the query and the worker's log
+    give, so that all of them agree."""
+    update_input = _json(_option(command, "--input"))
+    if update_input is None:  # signed: only its holder's key can make the input
+        return [
+            f"{verb}: sign with this command, filled in: {fill_options}. It sends update "
+            f"{_code(update)}; without `--send` it prints the update's input, for the "
+            "Temporal UI's update dialog (More Actions → Send an Update):",
+            _block(_lines(command), "sh"),
+        ]
+    return [
+        f"{verb} with update {_code(update)} (in the Temporal UI: More Actions → Send an "
+        f"Update) and this input, filled in: {fill_input}:",
+        _block(update_input, "json"),
+        "or from a shell:",
+        _block(_lines(command), "sh"),
+    ]
+
+
+def _option(command: str, name: str) -> str | None:
+    words = shlex.split(command)
+    return words[words.index(name) + 1] if name in words[:-1] else None
+
+
+def _json(text: str | None) -> str | None:
+    """JSON ``text`` indented, one value a line; ``None`` if it is not JSON."""
+    try:
+        return None if text is None else json.dumps(json.loads(text), indent=2)
+    except ValueError:
+        return None
+
+
+def _lines(command: str) -> str:
+    """``command`` over lines of at most :data:`COMMAND_WIDTH` characters where its
+    values allow, each option with its value, a JSON ``--input`` indented. For a command
+    of literal words (no ``$(...)``): the shell reads the same words from it, however it
+    pairs them."""
+    words = shlex.split(command)
+    first = next((i for i, word in enumerate(words) if word.startswith("--")), len(words))
+    parts = [shlex.join(words[:first])]
+    i = first
+    while i < len(words):
+        option, i = words[i], i + 1
+        if i < len(words) and not words[i].startswith("--"):
+            value, i = words[i], i + 1
+            if option == "--input":
+                value = _json(value) or value
+            parts.append(f"{option} {shlex.quote(value)}")
+        else:
+            parts.append(shlex.quote(option))
+    # The first option stays on the program's line.
+    lines = [" ".join(parts[:2])]
+    for part in parts[2:]:
+        last_line, part_first_line = lines[-1].rsplit("\n", 1)[-1], part.split("\n", 1)[0]
+        if len(f"{last_line} {part_first_line}") <= COMMAND_WIDTH:
+            lines[-1] = f"{lines[-1]} {part}"
+        else:
+            lines.append(f"  {part}")
+    return " \\\n".join(lines)
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _when(iso: str) -> str:
+    """A workflow timestamp to the second, in UTC."""
+    try:
+        moment = datetime.fromisoformat(iso)
+    except ValueError:
+        return _text(iso)
+    if moment.utcoffset() != timedelta(0):
+        return _text(iso)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _code(text: str) -> str:
+    """``text`` as a Markdown code span, whatever backticks it holds."""
+    text = " ".join(text.splitlines())
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    padding = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{padding}{text}{padding}{fence}"
+
+
+def _block(text: str, language: str) -> str:
+    """``text`` as a fenced Markdown code block, whatever backtick runs it holds."""
+    fence = "`" * max(3, max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    return f"{fence}{language}\n{text}\n{fence}"
+
+
+def _text(text: str) -> str:
+    """Free text (an error message) on one Markdown line, shown as written."""
+    return re.sub(r"([\\`*_\[\]<>&#|~!])", r"\\\1", " ".join(text.split()))
