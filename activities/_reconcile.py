@@ -38,13 +38,13 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
     # that died here within seconds instead of at the start-to-close timeout.
     activity.heartbeat()
     runtime = current_runtime()
-    if not runtime.policy.may_reconcile(verdict.actor):
-        raise ApplicationError(
-            f"actor {verdict.actor!r} may not reconcile effects under this worker's policy",
-            type=p.ErrorType.RECONCILE_NOT_ALLOWED,
-            non_retryable=True,
-        )
-    _check_signature(runtime, verdict, p.ErrorType.RECONCILE_NOT_ALLOWED)
+    _check_person(
+        runtime,
+        verdict,
+        allowed=runtime.policy.may_reconcile(verdict.actor),
+        doing="reconcile effects",
+        refused=p.ErrorType.RECONCILE_NOT_ALLOWED,
+    )
     with _ledger_answers(
         refused=p.ErrorType.RECONCILE_REFUSED, first=p.ErrorType.RECONCILE_ALREADY_RESOLVED
     ):
@@ -67,12 +67,24 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
     )
 
 
-def _check_signature(
-    runtime: Runtime, given: p.ReconcileInput | p.ApproveInput, refused: p.ErrorType
+def _check_person(
+    runtime: Runtime,
+    given: p.ReconcileInput | p.ApproveInput,
+    *,
+    allowed: bool,
+    doing: str,
+    refused: p.ErrorType,
 ) -> None:
-    """The signature against this worker's policy, for the run Temporal says the input
-    came from. The workflow's validator checked it already; this holds an input that
-    reached the activity some other way (an older workflow worker) to the policy too."""
+    """The person against this worker's policy: may they do this, and does the signature
+    (where one is given or required) prove them, for the run Temporal says the input came
+    from. The workflow's validator checked both already; this holds an input that reached
+    the activity some other way (an older workflow worker) to the policy too."""
+    if not allowed:
+        raise ApplicationError(
+            f"actor {given.actor!r} may not {doing} under this worker's policy",
+            type=refused,
+            non_retryable=True,
+        )
     info = activity.info()
     problem = given.signature_problem(
         runtime.policy.signers(), workflow_id=info.workflow_id, namespace=info.workflow_namespace
@@ -104,13 +116,13 @@ async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
     under the key."""
     activity.heartbeat()
     runtime = current_runtime()
-    if not runtime.policy.may_approve(decision.actor):
-        raise ApplicationError(
-            f"actor {decision.actor!r} may not approve calls under this worker's policy",
-            type=p.ErrorType.APPROVE_NOT_ALLOWED,
-            non_retryable=True,
-        )
-    _check_signature(runtime, decision, p.ErrorType.APPROVE_NOT_ALLOWED)
+    _check_person(
+        runtime,
+        decision,
+        allowed=runtime.policy.may_approve(decision.actor),
+        doing="approve calls",
+        refused=p.ErrorType.APPROVE_NOT_ALLOWED,
+    )
     with _ledger_answers(
         refused=p.ErrorType.APPROVE_REFUSED, first=p.ErrorType.APPROVE_ALREADY_DECIDED
     ):
