@@ -17,7 +17,11 @@ from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
     from agents import Agent, Runner
-    from temporalio.contrib.openai_agents.workflow import activity_as_tool, temporal_mcp_server
+    from temporalio.contrib.openai_agents.workflow import (
+        activity_as_tool,
+        stateless_mcp_server,
+        temporal_mcp_server,
+    )
 
     from examples.openai_agents.activities import issue_refund
 
@@ -57,6 +61,29 @@ class LedgeredSupportWorkflow:
                     "notes",
                     activity_config=workflow.ActivityConfig(
                         start_to_close_timeout=timeout, heartbeat_timeout=timedelta(seconds=2)
+                    ),
+                )
+            ],
+        )
+        result = await Runner.run(agent, prompt)
+        return str(result.final_output)
+
+
+@workflow.defn
+class StatelessProviderWorkflow:
+    """The same agent on the deprecated ``StatelessMCPServerProvider`` wiring."""
+
+    @workflow.run
+    async def run(self, prompt: str) -> str:
+        agent = Agent(
+            name="Support",
+            instructions="Use the tools, then answer.",
+            mcp_servers=[
+                stateless_mcp_server(
+                    "notes",
+                    config=workflow.ActivityConfig(
+                        start_to_close_timeout=timedelta(seconds=20),
+                        heartbeat_timeout=timedelta(seconds=2),
                     ),
                 )
             ],

@@ -83,7 +83,10 @@ class Desk:
         self.ledger_url = f"sqlite:///{folder / 'ledger.db'}"
         self.task_queue = task_queue or f"tq-oai-{uuid.uuid4().hex[:8]}"
         self.policy = policy or Policy(
-            performers={"LedgeredSupportWorkflow": ["activity.*"]},
+            performers={
+                "LedgeredSupportWorkflow": ["activity.*"],
+                "StatelessProviderWorkflow": ["activity.*"],
+            },
             reconcilers=["ops-*"],
             approvers=["lead-*"],
         )
@@ -412,3 +415,46 @@ async def test_a_probe_finds_the_lost_refund_and_the_run_goes_on_without_parking
         shown = ledger.state(next(e.key for e in ledger.events() if e.key.endswith("/3")))
         assert shown.effect.value == "observed"
         assert ledger.verify().ok
+
+
+async def test_the_deprecated_stateless_mcp_provider_parks_and_resumes_the_same_way(
+    desk: Desk,
+) -> None:
+    """``StatelessMCPServerProvider`` wiring: its ``notes-stateless-call-tool-v2`` call
+    acts, loses its reply and parks; the verdict's content becomes its ``CallToolResult``."""
+    import warnings
+
+    from temporalio.contrib.openai_agents import StatelessMCPServerProvider
+
+    from tests.openai_support import StatelessProviderWorkflow
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        provider = StatelessMCPServerProvider("notes", lambda _=None: notes_server(desk.folder))
+        agents = OpenAIAgentsPlugin(
+            model_provider=ScriptedProvider(desk.folder / "model-calls.txt"),
+            model_params=ModelActivityParameters(start_to_close_timeout=timedelta(seconds=20)),
+            mcp_server_providers=[provider],
+        )
+    client = await Client.connect(desk.address, plugins=[agents, desk.ledger_plugin()])
+    async with Worker(client, task_queue=desk.task_queue, workflows=[StatelessProviderWorkflow]):
+        handle = await client.start_workflow(
+            StatelessProviderWorkflow.run,
+            call("add_note_and_crash", ticket="T-5", text="legacy"),
+            id=f"legacy-{uuid.uuid4().hex[:8]}",
+            task_queue=desk.task_queue,
+        )
+        [parked] = await wait_for(
+            lambda: open_effects(desk.address, handle.id), what="the legacy MCP call to park"
+        )
+        assert parked["tool"] == "add_note_and_crash (notes-stateless-call-tool-v2)"
+        verdict = {
+            **template_of(parked["update_command"]),
+            "actor": "ops-ann",
+            "basis": "the note is in notes.txt",
+            "output": "note 1 on T-5",
+        }
+        status, answer = await reconcile(desk.address, handle.id, verdict)
+        assert status == 0, answer
+        assert await handle.result() == "done: note 1 on T-5"
+    assert desk.notes() == ["T-5: legacy"]
