@@ -1,4 +1,4 @@
-"""Regenerate the README's screenshots of the Temporal UI (docs/ui/*.png).
+"""Regenerate the screenshots of the Temporal UI (docs/ui/*.png, shown by docs/operating.md).
 
     .venv/bin/python scripts/ui_screenshots.py
 

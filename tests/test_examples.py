@@ -232,7 +232,7 @@ async def test_probe_example_settles_a_lost_reply_without_parking(
 async def test_agent_examples_refund_and_note_once_even_when_reset(
     example: str, temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each agent example's worker and starter as the README runs them; then a reset of
+    """Each agent example's worker and starter as docs/agents.md runs them; then a reset of
     the finished run replays every tool call and model answer from the ledger."""
     address = temporal_env.client.service_client.config.target_host
     monkeypatch.setenv("SUPPORT_DIR", str(tmp_path))  # the worker process inherits it

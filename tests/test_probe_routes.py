@@ -1,6 +1,7 @@
-"""The README's probe (section 9) against a real Starlette far side under uvicorn: a key
-that holds ``/`` reaches the handler in the query, a lost reply is found by the probe and
-never placed again, and a router's 404 never passes for an absence."""
+"""The probe of the docs (``docs/approvals-and-probes.md``, moved there from the README)
+against a real Starlette far side under uvicorn: a key that holds ``/`` reaches the
+handler in the query, a lost reply is found by the probe and never placed again, and a
+router's 404 never passes for an absence."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from temporalio.worker import Worker
 from examples.probe.activities import PlaceOrder, place_order
 from examples.probe.workflows import OrderWorkflow
 from tests.temporal_support import POLICY_TOML, ROOT, Setup
-from tests.test_readme import blocks
+from tests.test_readme import APPROVALS_AND_PROBES, blocks
 from worker import free_port
 
 starlette = pytest.importorskip("starlette")
@@ -33,15 +34,21 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def readme_probe_template() -> str:
-    (snippet,) = [b for b in blocks("python") if "@tool(" in b and "lookup_probe(" in b]
+    (snippet,) = [
+        b for b in blocks("python", APPROVALS_AND_PROBES) if "@tool(" in b and "lookup_probe(" in b
+    ]
     found = re.search(r'lookup_probe\(\s*"([^"]+)"', snippet)
     assert found is not None, snippet
     return found.group(1)
 
 
 def readme_far_side(orders: dict[str, Any]) -> Any:
-    """The README's Starlette handler, run as it is shown."""
-    (snippet,) = [b for b in blocks("python") if b.startswith("# a far side a probe can trust")]
+    """The docs' Starlette handler, run as it is shown."""
+    (snippet,) = [
+        b
+        for b in blocks("python", APPROVALS_AND_PROBES)
+        if b.startswith("# a far side a probe can trust")
+    ]
     namespace: dict[str, Any] = {
         "Request": Request,
         "JSONResponse": JSONResponse,

@@ -1,5 +1,5 @@
-"""The README's snippets that are not part of its app (``tests/test_user_app.py`` runs
-that) run as they are shown."""
+"""The README's and the documentation pages' snippets that are not part of the README's
+app (``tests/test_user_app.py`` runs that) run as they are shown."""
 
 from __future__ import annotations
 
@@ -14,14 +14,20 @@ from temporal_ledger.ledger import Authority
 from tests.temporal_support import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+#: The pages the snippets moved to from the README (the site's sources, under docs/).
+GETTING_STARTED = "docs/getting-started.md"
+BACKENDS = "docs/backends.md"
+APPROVALS_AND_PROBES = "docs/approvals-and-probes.md"
 
 
-def blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+def blocks(language: str, page: str = "README.md") -> list[str]:
+    """The fenced blocks of ``language`` in ``page`` (a path from the repository root)."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
 
 
 def test_the_ledger_snippet_acts_once_and_replays(tmp_path: Path) -> None:
-    (snippet,) = [b for b in blocks("python") if b.startswith("# the ledger on its own")]
+    (snippet,) = [b for b in blocks("python", BACKENDS) if b.startswith("# the ledger on its own")]
     (tmp_path / "snippet.py").write_text(snippet, encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "snippet.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60
@@ -33,7 +39,7 @@ def test_the_ledger_snippet_acts_once_and_replays(tmp_path: Path) -> None:
 
 
 def test_the_policy_snippet_is_a_valid_policy(tmp_path: Path) -> None:
-    (snippet,) = [b for b in blocks("toml") if "[performers]" in b]
+    (snippet,) = [b for b in blocks("toml", GETTING_STARTED) if "[performers]" in b]
     (tmp_path / "policy.toml").write_text(snippet, encoding="utf-8")
     policy = Policy.load(tmp_path / "policy.toml")
     assert policy.may_reconcile("ops-alice") and not policy.may_reconcile("agent-1")
@@ -48,3 +54,38 @@ def test_the_readme_links_nothing_outside_the_repository() -> None:
     for target in re.findall(r"\]\(([^)]+)\)", README):
         assert not target.startswith(("http:", "https:", "/", "..")), target
         assert (ROOT / target.split("#")[0]).exists(), target
+
+
+def test_the_readme_keeps_two_set_up_commands() -> None:
+    """One runs the main job on the embedded defaults, one passes the tests; the pages
+    under docs/ include them from here and repeat none."""
+    setup = README.split("### Set up on a fresh machine", 1)[1]
+    commands = re.findall(r"```sh\n(.*?)```", setup, flags=re.S)
+    assert [c.strip() for c in commands] == [
+        "python3 -m venv .venv && .venv/bin/pip install -e '.[dev-server,http]'"
+        " && .venv/bin/python demo.py",
+        "bash scripts/test",
+    ]
+    assert "docker-compose.yml" in setup and "is not run here" in setup
+
+
+def test_every_section_the_site_includes_is_marked_in_the_readme() -> None:
+    """The site shows the README's app, pitch and set-up by including them (pymdownx
+    snippets); a section the README no longer marks would include nothing."""
+    included = {
+        name
+        for page in (ROOT / "docs").rglob("*.md")
+        for name in re.findall(
+            r'^--8<-- "README\.md:(\w+)"$', page.read_text(encoding="utf-8"), re.M
+        )
+    }
+    assert included == {"pitch", "app", "setup"}
+    for name in included:
+        start = README.index(f"<!-- --8<-- [start:{name}] -->")
+        assert README.index(f"<!-- --8<-- [end:{name}] -->") > start
+    app = README.split("[start:app]", 1)[1].split("[end:app]", 1)[0]
+    # The app's files, all of them inside what the site includes.
+    for name in ("ledger.py", "activities.py", "workflows.py", "worker.py", "starter.py"):
+        assert f"```python\n# {name}\n" in app, name
+    # Relative links would break on the site, which includes the text from docs/.
+    assert not re.search(r"\]\((?!https?:)", app), "no relative link in the included app"

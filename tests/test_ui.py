@@ -3,7 +3,7 @@ server's own UI: find the waiting runs by query, read in a run's current details
 waits and the input that answers it, answer with the UI's update dialog.
 
 ``python scripts/ui_screenshots.py`` runs these tests keeping a screenshot of each step
-in docs/ui/ (the README shows them).
+in docs/ui/ (the Operating it page, docs/operating.md, shows them).
 """
 
 from __future__ import annotations
