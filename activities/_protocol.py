@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from ..ledger import Decision, EffectState, NextOperation, Verdict
 from ..ledger._models import APPROVAL_REJECTED, APPROVAL_REQUIRED, ApprovalState, may_act_again
 from ..ledger._schema import output_misfit, output_template
-from ..ledger._signatures import DecisionSignature, Signers
+from ..ledger._signatures import DecisionSignature, Signers, read_policy_file
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -73,6 +73,7 @@ __all__ = [
     "may_act_again",
     "output_misfit",
     "output_template",
+    "read_policy_file",
     "replay_command",
     "workflow_interceptor",
 ]

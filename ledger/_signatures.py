@@ -497,17 +497,23 @@ class Signers:
         return None
 
 
+def read_policy_file(path: Path) -> dict[str, Any]:
+    """A policy file's TOML tables; :class:`InvalidRequest` when it is missing or not TOML.
+    The workers' policy and ``verify --policy`` read the same file."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidRequest(f"policy file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidRequest(f"policy file {path} is not valid TOML: {exc}") from None
+
+
 def read_policy(path: str | Path) -> tuple[Signers, list[str]]:
     """From a policy file, what ``verify`` holds the ledger to: the signers, and the
     capability patterns ``[approve] capabilities`` gates. :class:`InvalidRequest` naming
     what is wrong."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InvalidRequest(f"policy file not found: {path}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidRequest(f"policy file {path} is not valid TOML: {exc}") from None
+    data = read_policy_file(path)
     signers = Signers.from_policy(data, where=f"policy file {path}")
     gated = data.get("approve", {}).get("capabilities", [])
     if not isinstance(gated, list) or not all(isinstance(g, str) and g for g in gated):
