@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import fnmatch
 import logging
+import shlex
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -316,8 +317,16 @@ class LedgerPlugin(SimplePlugin):
 _ATTRIBUTES = LedgerPlugin.search_attributes
 
 
-def register_command(name: str) -> str:
-    return f"temporal operator search-attribute create --name {name} --type Int"
+def _register_command(client: temporalio.client.Client, name: str) -> str:
+    """The command that registers ``name`` on the namespace this client uses."""
+    return shlex.join(
+        [
+            "temporal", "operator", "search-attribute", "create",
+            "--address", client.service_client.config.target_host,
+            "--namespace", client.namespace,
+            "--name", name, "--type", "Int",
+        ]
+    )  # fmt: skip
 
 
 async def _listed_attributes(client: temporalio.client.Client) -> set[str]:
@@ -340,11 +349,12 @@ async def _listed_attributes(client: temporalio.client.Client) -> set[str]:
         if name not in found:
             logger.warning(
                 "namespace %r: %s; steps still wait, but `temporal workflow list --query "
-                "'%s > 0'` will not list them; register it with: %s",
+                "'%s > 0'` will not list them; register it with: %s (then restart this "
+                "worker: it looks once, at start)",
                 client.namespace,
                 why or f"it has no Int search attribute {name}",
                 name,
-                register_command(name),
+                _register_command(client, name),
             )
     return found
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-import tomllib
 from pathlib import Path
 
 from pydantic import (
@@ -19,7 +18,7 @@ from pydantic import (
 )
 
 from ..ledger import Authority, InvalidRequest
-from ._protocol import Signers, ToolHints
+from ._protocol import Signers, ToolHints, read_policy_file
 
 logger = logging.getLogger(__name__)
 
@@ -152,12 +151,7 @@ class Policy(BaseModel):
                 key or value; the message names what is wrong.
         """
         path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InvalidRequest(f"policy file not found: {path}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise InvalidRequest(f"policy file {path} is not valid TOML: {exc}") from None
+        data = read_policy_file(path)
         unknown = set(data) - {"performers", "reconcile", "approve", "tools", "keys"}
         if unknown:
             raise InvalidRequest(

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from ..ledger import Decision, EffectState, NextOperation, Verdict
 from ..ledger._models import APPROVAL_REJECTED, APPROVAL_REQUIRED, ApprovalState, may_act_again
 from ..ledger._schema import output_misfit, output_template
-from ..ledger._signatures import DecisionSignature, Signers
+from ..ledger._signatures import DecisionSignature, Signers, read_policy_file
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -73,6 +73,7 @@ __all__ = [
     "may_act_again",
     "output_misfit",
     "output_template",
+    "read_policy_file",
     "replay_command",
     "workflow_interceptor",
 ]
@@ -363,7 +364,18 @@ class ToolOutcome(_Payload):
     reconciled: bool = False
 
 
-class UnknownEffect(_SigningPayload):
+class _AwaitingPerson(_SigningPayload):
+    """Details of a call that waits for a person: what proves them, and where to answer."""
+
+    #: The policy's public keys by actor, and whether the answer must be signed with one
+    #: (checked again by the activity).
+    keys: dict[str, list[str]] = Field(default_factory=dict)
+    signature_required: bool = False
+    #: The Temporal address the tool's worker uses, for the person's commands.
+    address: str | None = None
+
+
+class UnknownEffect(_AwaitingPerson):
     """Details of a ToolEffectUnknown failure: what the workflow needs to park the step."""
 
     key: str
@@ -372,12 +384,6 @@ class UnknownEffect(_SigningPayload):
     error: str | None = None
     #: Actor patterns the worker's policy allows to reconcile (checked again by the activity).
     reconcilers: list[str] = Field(default_factory=list)
-    #: The policy's public keys by actor, and whether a verdict must be signed with one
-    #: (checked again by the activity).
-    keys: dict[str, list[str]] = Field(default_factory=dict)
-    signature_required: bool = False
-    #: The Temporal address the tool's worker uses, for the operator's commands.
-    address: str | None = None
     #: Whether the namespace has the ``LedgerOpenEffects`` search attribute; the
     #: workflow upserts it only then (an unregistered one would fail its task).
     open_effects_attribute: bool = False
@@ -451,7 +457,7 @@ class ReconcileResult(_Payload):
     next_operation: NextOperation
 
 
-class ApprovalNeeded(_SigningPayload):
+class ApprovalNeeded(_AwaitingPerson):
     """Details of a ToolAwaitingApproval failure: what the workflow shows the approver."""
 
     key: str
@@ -462,10 +468,6 @@ class ApprovalNeeded(_SigningPayload):
     arguments: Any = None
     #: Actor patterns the worker's policy allows to approve (checked again by the activity).
     approvers: list[str] = Field(default_factory=list)
-    #: The policy's public keys by actor, and whether a decision must be signed with one.
-    keys: dict[str, list[str]] = Field(default_factory=dict)
-    signature_required: bool = False
-    address: str | None = None
     #: Whether the namespace has the ``LedgerAwaitingApproval`` search attribute.
     awaiting_approval_attribute: bool = False
 

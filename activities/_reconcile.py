@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import logging
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from temporalio import activity
@@ -16,12 +17,14 @@ from temporalio.exceptions import ApplicationError
 from ..ledger import (
     ApprovalRefused,
     InvalidRequest,
+    Ledger,
     LedgerUnavailable,
     ReconciliationRefused,
     Verdict,
 )
 from . import _protocol as p
 from ._metrics import count_approval, count_reconciliation
+from ._policy import Policy
 from ._probe import Finding, ProbeAnswer
 from ._protocol import APPROVE_ACTIVITY, PROBE_ACTIVITY, RECONCILE_ACTIVITY, ProbeOutcome
 from ._runtime import Runtime, current_runtime
@@ -29,26 +32,17 @@ from ._tool import argument_of
 
 logger = logging.getLogger(__name__)
 
+_Recorded = TypeVar("_Recorded")
+
 
 @activity.defn(name=RECONCILE_ACTIVITY)
 async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
     """Check the actor and its signature against the policy, then append the verdict
     beside the key's history."""
-    # One heartbeat at once: the workflow's short heartbeat timeout then notices a worker
-    # that died here within seconds instead of at the start-to-close timeout.
-    activity.heartbeat()
-    runtime = current_runtime()
-    _check_person(
-        runtime,
+    state = await _record_answer(
         verdict,
-        allowed=runtime.policy.may_reconcile(verdict.actor),
-        doing="reconcile effects",
-        refused=p.ErrorType.RECONCILE_NOT_ALLOWED,
-    )
-    with _ledger_answers(
-        refused=p.ErrorType.RECONCILE_REFUSED, first=p.ErrorType.RECONCILE_ALREADY_RESOLVED
-    ):
-        state = await runtime.ledger.reconcile(
+        _VERDICTS,
+        lambda ledger: ledger.reconcile(
             verdict.key,
             verdict.verdict,
             verdict.actor,
@@ -57,7 +51,8 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
             output=verdict.output,
             action_id=verdict.action_id,
             signature=verdict.signature,
-        )
+        ),
+    )
     count_reconciliation(verdict.verdict, actor="operator")
     return p.ReconcileResult(
         key=state.key,
@@ -67,22 +62,62 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
     )
 
 
-def _check_person(
-    runtime: Runtime,
+@dataclass(frozen=True)
+class _AnswerKind:
+    """What a person's answer of one kind does, and the error types that end it."""
+
+    #: Whether the policy lets an actor give this answer.
+    allowed: Callable[[Policy, str], bool]
+    doing: str
+    not_allowed: p.ErrorType
+    refused: p.ErrorType
+    #: Somebody else answered first; that answer stands.
+    first: p.ErrorType
+
+
+_VERDICTS = _AnswerKind(
+    Policy.may_reconcile,
+    "reconcile effects",
+    not_allowed=p.ErrorType.RECONCILE_NOT_ALLOWED,
+    refused=p.ErrorType.RECONCILE_REFUSED,
+    first=p.ErrorType.RECONCILE_ALREADY_RESOLVED,
+)
+_DECISIONS = _AnswerKind(
+    Policy.may_approve,
+    "approve calls",
+    not_allowed=p.ErrorType.APPROVE_NOT_ALLOWED,
+    refused=p.ErrorType.APPROVE_REFUSED,
+    first=p.ErrorType.APPROVE_ALREADY_DECIDED,
+)
+
+
+async def _record_answer(
     given: p.ReconcileInput | p.ApproveInput,
-    *,
-    allowed: bool,
-    doing: str,
-    refused: p.ErrorType,
+    kind: _AnswerKind,
+    record: Callable[[Ledger], Awaitable[_Recorded]],
+) -> _Recorded:
+    """Check the person, then record their answer, with the ledger's refusals as
+    non-retryable errors."""
+    # One heartbeat at once: the workflow's short heartbeat timeout then notices a worker
+    # that died here within seconds instead of at the start-to-close timeout.
+    activity.heartbeat()
+    runtime = current_runtime()
+    _check_person(runtime, given, kind)
+    with _ledger_answers(refused=kind.refused, first=kind.first):
+        return await record(runtime.ledger)
+
+
+def _check_person(
+    runtime: Runtime, given: p.ReconcileInput | p.ApproveInput, kind: _AnswerKind
 ) -> None:
     """The person against this worker's policy: may they do this, and does the signature
     (where one is given or required) prove them, for the run Temporal says the input came
     from. The workflow's validator checked both already; this holds an input that reached
     the activity some other way (an older workflow worker) to the policy too."""
-    if not allowed:
+    if not kind.allowed(runtime.policy, given.actor):
         raise ApplicationError(
-            f"actor {given.actor!r} may not {doing} under this worker's policy",
-            type=refused,
+            f"actor {given.actor!r} may not {kind.doing} under this worker's policy",
+            type=kind.not_allowed,
             non_retryable=True,
         )
     info = activity.info()
@@ -90,7 +125,7 @@ def _check_person(
         runtime.policy.signers(), workflow_id=info.workflow_id, namespace=info.workflow_namespace
     )
     if problem is not None:
-        raise ApplicationError(problem, type=refused, non_retryable=True)
+        raise ApplicationError(problem, type=kind.not_allowed, non_retryable=True)
 
 
 @contextlib.contextmanager
@@ -114,26 +149,18 @@ def _ledger_answers(*, refused: p.ErrorType, first: p.ErrorType) -> Iterator[Non
 async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
     """Check the approver and its signature against the policy, then record the decision
     under the key."""
-    activity.heartbeat()
-    runtime = current_runtime()
-    _check_person(
-        runtime,
+    approval = await _record_answer(
         decision,
-        allowed=runtime.policy.may_approve(decision.actor),
-        doing="approve calls",
-        refused=p.ErrorType.APPROVE_NOT_ALLOWED,
-    )
-    with _ledger_answers(
-        refused=p.ErrorType.APPROVE_REFUSED, first=p.ErrorType.APPROVE_ALREADY_DECIDED
-    ):
-        approval = await runtime.ledger.approve(
+        _DECISIONS,
+        lambda ledger: ledger.approve(
             decision.key,
             fingerprint=decision.fingerprint,
             actor=decision.actor,
             basis=decision.basis,
             decision=decision.decision,
             signature=decision.signature,
-        )
+        ),
+    )
     count_approval(decision.decision)
     return p.ApproveResult(
         key=decision.key,

@@ -9,7 +9,7 @@ import os
 import shlex
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,30 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = [_options(inherited=True)]
 
+    _add_reading_commands(commands, common)
+    _add_answering_commands(commands, common)
+    _add_upkeep_commands(commands, common)
+    _cli_signing.add_commands(commands, key=_key, non_empty=_non_empty, json_value=_json_value)
+    _cli_waiting.add_command(commands)
+
+    replay = commands.add_parser(
+        "replay", help="replay exported workflow histories against your workflow code"
+    )
+    replay.add_argument(
+        "histories", nargs="+", type=Path, help="JSON files from `temporal workflow show -o json`"
+    )
+    replay.add_argument(
+        "--workflow",
+        action="append",
+        default=[],
+        metavar="MODULE:CLASS",
+        help="a workflow class to replay with (repeatable)",
+    )
+    return parser
+
+
+def _add_reading_commands(commands: Any, common: list[argparse.ArgumentParser]) -> None:
+    """show, events, open-effects: what the ledger holds."""
     show = commands.add_parser("show", parents=common, help="a key's state and its events")
     show.add_argument("key", type=_key)
 
@@ -99,6 +123,9 @@ def _parser() -> argparse.ArgumentParser:
         "open-effects", parents=common, help="every effect that is unknown and unresolved"
     )
 
+
+def _add_answering_commands(commands: Any, common: list[argparse.ArgumentParser]) -> None:
+    """reconcile, approve: a person's answer recorded in the ledger alone."""
     reconcile = commands.add_parser(
         "reconcile", parents=common, help="record an operator's verdict"
     )
@@ -142,6 +169,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     _signing_options(approve)
 
+
+def _add_upkeep_commands(commands: Any, common: list[argparse.ArgumentParser]) -> None:
+    """verify, compact: the ledger's integrity and size."""
     verify = commands.add_parser(
         "verify", parents=common, help="recompute hash chains and invariants"
     )
@@ -169,24 +199,6 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="compact final outcomes settled more than this many seconds ago",
     )
-
-    _cli_signing.add_commands(commands, key=_key, non_empty=_non_empty, json_value=_json_value)
-    _cli_waiting.add_command(commands)
-
-    replay = commands.add_parser(
-        "replay", help="replay exported workflow histories against your workflow code"
-    )
-    replay.add_argument(
-        "histories", nargs="+", type=Path, help="JSON files from `temporal workflow show -o json`"
-    )
-    replay.add_argument(
-        "--workflow",
-        action="append",
-        default=[],
-        metavar="MODULE:CLASS",
-        help="a workflow class to replay with (repeatable)",
-    )
-    return parser
 
 
 def _signing_options(parser: argparse.ArgumentParser) -> None:
@@ -549,7 +561,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return _error(str(exc), REFUSED)
     with ledger:
         try:
-            return _dispatch(ledger, args)
+            return _COMMANDS[args.command](ledger, args)
         except LedgerError as exc:
             # The ledger refused (a reconcile of a known effect, an output that does not
             # fit the tool's schema) or could not be reached. Nothing else was recorded.
@@ -575,142 +587,171 @@ def _signed_for(ledger: Ledger, args: argparse.Namespace) -> dict[str, str]:
     return {"workflow_id": workflow_id, "namespace": namespace}
 
 
-def _dispatch(ledger: Ledger, args: argparse.Namespace) -> int:
-    if args.command == "show":
+def _show_key(ledger: Ledger, args: argparse.Namespace) -> int:
+    """A key's state and its events; refused when it has no records."""
+    state = ledger.state(args.key)
+    events = ledger.events(args.key)
+    if args.json:
+        _print_json(
+            {
+                "state": state.model_dump(mode="json"),
+                "events": [e.model_dump(mode="json") for e in events],
+            }
+        )
+    elif not events:
+        print(f"key {args.key!r}: no records")
+    else:
+        requested = [e for e in events if e.type == EventType.REQUESTED]
+        run = requested[-1].payload.get("context") or {} if requested else {}
+        print(_show(state, run if isinstance(run, dict) else {}))
+        print()
+        print(_table(_event_rows(events), _EVENT_HEADERS))
+    return OK if events else REFUSED
+
+
+def _list_events(ledger: Ledger, args: argparse.Namespace) -> int:
+    """The log, in order."""
+    events = ledger.events(args.key, after=args.after, limit=args.limit)
+    if args.json:
+        _print_json([e.model_dump(mode="json") for e in events])
+    else:
+        print(_table(_event_rows(events), _EVENT_HEADERS))
+    return OK
+
+
+def _list_open_effects(ledger: Ledger, args: argparse.Namespace) -> int:
+    """Every effect that is unknown and unresolved."""
+    states = ledger.open_effects()
+    if args.json:
+        _print_json([s.model_dump(mode="json") for s in states])
+    elif not states:
+        print("no open effects")
+    else:
+        print(_table(_state_rows(states), _STATE_HEADERS))
+    return OK
+
+
+def _reconcile(ledger: Ledger, args: argparse.Namespace) -> int:
+    """Record an operator's verdict, signed where a key file is given."""
+    signature = None
+    action_id = None
+    if args.private_key is not None:
+        # The action whose effect is unknown: an expired holder's, or the outcome's.
         state = ledger.state(args.key)
-        events = ledger.events(args.key)
-        if args.json:
-            _print_json(
-                {
-                    "state": state.model_dump(mode="json"),
-                    "events": [e.model_dump(mode="json") for e in events],
-                }
-            )
-        elif not events:
-            print(f"key {args.key!r}: no records")
-        else:
-            requested = [e for e in events if e.type == EventType.REQUESTED]
-            run = requested[-1].payload.get("context") or {} if requested else {}
-            print(_show(state, run if isinstance(run, dict) else {}))
-            print()
-            print(_table(_event_rows(events), _EVENT_HEADERS))
-        return OK if events else REFUSED
-    if args.command == "events":
-        events = ledger.events(args.key, after=args.after, limit=args.limit)
-        if args.json:
-            _print_json([e.model_dump(mode="json") for e in events])
-        else:
-            print(_table(_event_rows(events), _EVENT_HEADERS))
-        return OK
-    if args.command == "open-effects":
-        states = ledger.open_effects()
-        if args.json:
-            _print_json([s.model_dump(mode="json") for s in states])
-        elif not states:
-            print("no open effects")
-        else:
-            print(_table(_state_rows(states), _STATE_HEADERS))
-        return OK
-    if args.command == "reconcile":
-        signature = None
-        action_id = None
-        if args.private_key is not None:
-            # The action whose effect is unknown: an expired holder's, or the outcome's.
-            state = ledger.state(args.key)
-            action_id = state.holder_action_id or state.outcome_action_id
-            if action_id is None:
-                return _error(f"key {args.key!r}: no execution is recorded to reconcile", REFUSED)
-            signature = sign(
-                args.private_key,
-                verdict_statement(
-                    key=args.key,
-                    action_id=action_id,
-                    verdict=args.verdict,
-                    actor=args.actor,
-                    basis=args.basis,
-                    evidence=args.evidence,
-                    output=args.output,
-                    **_signed_for(ledger, args),
-                ),
-            )
-        try:
-            state = asyncio.run(
-                ledger.reconcile(
-                    args.key,
-                    args.verdict,
-                    args.actor,
-                    args.basis,
-                    evidence=args.evidence,
-                    output=args.output,
-                    action_id=action_id,
-                    signature=signature,
-                )
-            )
-        except InvalidRequest as exc:
-            # The output does not fit the tool's recorded schema; nothing was recorded.
-            schema = ledger.state(args.key).output_schema
-            hint = f"\n  --output must fit: {_schema_fields(schema)}" if schema else ""
-            return _error(f"{exc}{hint}", REFUSED)
-        if args.json:
-            _print_json(state.model_dump(mode="json"))
-        else:
-            print(
-                f"{state.key}: {args.verdict} recorded; effect {state.effect}, "
-                f"next {state.next_operation}"
-            )
-        return OK
-    if args.command == "approve":
-        decision = Decision.REJECT if args.reject else Decision.APPROVE
-        signature = None
-        if args.private_key is not None:
-            signature = sign(
-                args.private_key,
-                decision_statement(
-                    key=args.key,
-                    fingerprint=args.fingerprint,
-                    decision=decision,
-                    actor=args.actor,
-                    basis=args.basis,
-                    **_signed_for(ledger, args),
-                ),
-            )
-        approval = asyncio.run(
-            ledger.approve(
-                args.key,
-                fingerprint=args.fingerprint,
+        action_id = state.holder_action_id or state.outcome_action_id
+        if action_id is None:
+            return _error(f"key {args.key!r}: no execution is recorded to reconcile", REFUSED)
+        signature = sign(
+            args.private_key,
+            verdict_statement(
+                key=args.key,
+                action_id=action_id,
+                verdict=args.verdict,
                 actor=args.actor,
                 basis=args.basis,
-                decision=decision,
+                evidence=args.evidence,
+                output=args.output,
+                **_signed_for(ledger, args),
+            ),
+        )
+    try:
+        state = asyncio.run(
+            ledger.reconcile(
+                args.key,
+                args.verdict,
+                args.actor,
+                args.basis,
+                evidence=args.evidence,
+                output=args.output,
+                action_id=action_id,
                 signature=signature,
             )
         )
-        if args.json:
-            _print_json(approval.model_dump(mode="json"))
-        else:
-            print(f"{args.key}: {approval.state} by {approval.actor} ({approval.fingerprint})")
-        return OK
-    if args.command == "verify":
-        signers = None
-        gated = list(args.gated)
-        if args.policy_read is not None:
-            signers, policy_gated = args.policy_read
-            gated += policy_gated
-        report = ledger.verify(gated=gated, signers=signers)
-        if args.json:
-            _print_json(report.model_dump(mode="json"))
-        else:
-            print(
-                f"{report.events} events, {report.keys} keys: "
-                f"{'OK' if report.ok else f'{len(report.problems)} problem(s)'}"
-            )
-            for problem in report.problems:
-                print(f"  - {problem}")
-        return OK if report.ok else REFUSED
-    if args.command == "compact":
-        count = asyncio.run(ledger.compact(older_than=args.older_than))
-        if args.json:
-            _print_json({"compacted_keys": count})
-        else:
-            print(f"compacted {count} key(s)")
-        return OK
-    raise AssertionError(args.command)  # argparse only admits the commands above
+    except InvalidRequest as exc:
+        # The output does not fit the tool's recorded schema; nothing was recorded.
+        schema = ledger.state(args.key).output_schema
+        hint = f"\n  --output must fit: {_schema_fields(schema)}" if schema else ""
+        return _error(f"{exc}{hint}", REFUSED)
+    if args.json:
+        _print_json(state.model_dump(mode="json"))
+    else:
+        print(
+            f"{state.key}: {args.verdict} recorded; effect {state.effect}, "
+            f"next {state.next_operation}"
+        )
+    return OK
+
+
+def _approve(ledger: Ledger, args: argparse.Namespace) -> int:
+    """Record a person's decision, signed where a key file is given."""
+    decision = Decision.REJECT if args.reject else Decision.APPROVE
+    signature = None
+    if args.private_key is not None:
+        signature = sign(
+            args.private_key,
+            decision_statement(
+                key=args.key,
+                fingerprint=args.fingerprint,
+                decision=decision,
+                actor=args.actor,
+                basis=args.basis,
+                **_signed_for(ledger, args),
+            ),
+        )
+    approval = asyncio.run(
+        ledger.approve(
+            args.key,
+            fingerprint=args.fingerprint,
+            actor=args.actor,
+            basis=args.basis,
+            decision=decision,
+            signature=signature,
+        )
+    )
+    if args.json:
+        _print_json(approval.model_dump(mode="json"))
+    else:
+        print(f"{args.key}: {approval.state} by {approval.actor} ({approval.fingerprint})")
+    return OK
+
+
+def _verify(ledger: Ledger, args: argparse.Namespace) -> int:
+    """Recompute the chains and invariants; refused when a problem is found."""
+    signers = None
+    gated = list(args.gated)
+    if args.policy_read is not None:
+        signers, policy_gated = args.policy_read
+        gated += policy_gated
+    report = ledger.verify(gated=gated, signers=signers)
+    if args.json:
+        _print_json(report.model_dump(mode="json"))
+    else:
+        print(
+            f"{report.events} events, {report.keys} keys: "
+            f"{'OK' if report.ok else f'{len(report.problems)} problem(s)'}"
+        )
+        for problem in report.problems:
+            print(f"  - {problem}")
+    return OK if report.ok else REFUSED
+
+
+def _compact(ledger: Ledger, args: argparse.Namespace) -> int:
+    """Drop old completion bodies, keep tombstones."""
+    count = asyncio.run(ledger.compact(older_than=args.older_than))
+    if args.json:
+        _print_json({"compacted_keys": count})
+    else:
+        print(f"compacted {count} key(s)")
+    return OK
+
+
+#: The commands that read or write a ledger, by name.
+_COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
+    "show": _show_key,
+    "events": _list_events,
+    "open-effects": _list_open_effects,
+    "reconcile": _reconcile,
+    "approve": _approve,
+    "verify": _verify,
+    "compact": _compact,
+}

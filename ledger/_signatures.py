@@ -242,12 +242,19 @@ def raw_public_key(private_key: Ed25519PrivateKey) -> bytes:
 
 
 def write_private_key(path: Path, private_key: Ed25519PrivateKey) -> None:
-    """Write a new key file readable by its owner alone; never overwrite one."""
+    """Write a new key file readable by its owner alone, in a folder made for its owner
+    alone where there is none (as ``ssh-keygen`` does); never overwrite one."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:  # a file where the folder should be, or no permission
+        raise InvalidRequest(f"cannot write key file {path}: {exc.strerror or exc}") from None
     try:
         descriptor = os.open(path, flags, 0o600)
     except FileExistsError:
         raise InvalidRequest(f"{path} exists: a key file is never overwritten") from None
+    except OSError as exc:
+        raise InvalidRequest(f"cannot write key file {path}: {exc.strerror or exc}") from None
     with os.fdopen(descriptor, "wb") as file:
         file.write(private_key_pem(private_key))
 
@@ -497,17 +504,23 @@ class Signers:
         return None
 
 
+def read_policy_file(path: Path) -> dict[str, Any]:
+    """A policy file's TOML tables; :class:`InvalidRequest` when it is missing or not TOML.
+    The workers' policy and ``verify --policy`` read the same file."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidRequest(f"policy file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidRequest(f"policy file {path} is not valid TOML: {exc}") from None
+
+
 def read_policy(path: str | Path) -> tuple[Signers, list[str]]:
     """From a policy file, what ``verify`` holds the ledger to: the signers, and the
     capability patterns ``[approve] capabilities`` gates. :class:`InvalidRequest` naming
     what is wrong."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InvalidRequest(f"policy file not found: {path}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidRequest(f"policy file {path} is not valid TOML: {exc}") from None
+    data = read_policy_file(path)
     signers = Signers.from_policy(data, where=f"policy file {path}")
     gated = data.get("approve", {}).get("capabilities", [])
     if not isinstance(gated, list) or not all(isinstance(g, str) and g for g in gated):

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import signal
 import sqlite3
 import sys
@@ -43,7 +44,7 @@ from tests.temporal_support import (
     wait_for,
 )
 from tests.temporal_tools import NotifyWorkflow, PlainCallWorkflow
-from worker import free_port
+from worker import free_port, temporal_binary
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -214,11 +215,31 @@ async def test_without_the_search_attributes_a_step_parks_and_resumes_with_one_w
             await handle.execute_update("reconcile", confirmed(key, {"message_id": "m-2"}))
             report = await handle.result()
         assert report.steps[0].outcome == "done"
-    messages = [r.getMessage() for r in caplog.records]
-    warnings = [m for m in messages if "search-attribute create" in m]
-    assert len(warnings) == 2, warnings
-    assert f"--name {OPEN_EFFECTS_ATTRIBUTE} --type Int" in warnings[0]
-    assert f"--name {AWAITING_APPROVAL_ATTRIBUTE} --type Int" in warnings[1]
+        warnings = [m for m in _messages(caplog) if "search-attribute create" in m]
+        assert len(warnings) == 2, warnings
+        assert f"--name {OPEN_EFFECTS_ATTRIBUTE} --type Int" in warnings[0]
+        assert f"--name {AWAITING_APPROVAL_ATTRIBUTE} --type Int" in warnings[1]
+
+        # Each names the server and namespace it came from: pasted as printed, it registers
+        # the attribute there, and a worker started afterwards warns no more.
+        for warning in warnings:
+            printed = warning.split("register it with: ", 1)[1].split(" (then restart", 1)[0]
+            command = shlex.split(printed)
+            assert command[:3] == ["temporal", "operator", "search-attribute"], command
+            assert command[command.index("--address") + 1] == setup.address, command
+            process = await asyncio.create_subprocess_exec(
+                temporal_binary(), *command[1:], stderr=asyncio.subprocess.PIPE
+            )
+            _, stderr = await asyncio.wait_for(process.communicate(), 60)
+            assert process.returncode == 0, stderr.decode()
+        caplog.clear()
+        async with setup.workflow_worker(client, tools=True):
+            pass
+        assert not [m for m in _messages(caplog) if "search-attribute create" in m]
+
+
+def _messages(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [record.getMessage() for record in caplog.records]
 
 
 async def test_metrics_reach_the_worker_runtimes_prometheus_endpoint(setup: Setup) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+import stat
 import subprocess
 import sys
 import uuid
@@ -501,3 +502,27 @@ def test_keys_without_the_signing_extra_name_it(tmp_path: Path) -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "pip install 'temporal-ledger[signing]'" in done.stdout, done.stderr
+
+
+async def test_keygen_makes_the_folder_for_its_owner_alone_and_never_overwrites(
+    tmp_path: Path,
+) -> None:
+    """``keygen --out ~/.ledger/ann.pem`` on a machine without ``~/.ledger``: the folder is
+    made (owner only, as ssh-keygen makes ~/.ssh); a second keygen to the same file, or to a
+    folder that cannot be made, is refused with a message and exit 2, not a traceback."""
+    out_file = tmp_path / "home" / ".ledger" / "ann.pem"
+    code, out = await cli("keygen", "--out", str(out_file), "--actor", "lead-ann")
+    assert code == 0, out
+    assert stat.S_IMODE(out_file.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(out_file.stat().st_mode) == 0o600
+    first = out_file.read_bytes()
+    assert read_private_key(out_file) is not None
+
+    code, out = await cli("keygen", "--out", str(out_file))
+    assert code == 2 and "is never overwritten" in out and "Traceback" not in out, out
+    assert out_file.read_bytes() == first
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    code, out = await cli("keygen", "--out", str(blocker / "ann.pem"))
+    assert code == 2 and "cannot write key file" in out and "Traceback" not in out, out
