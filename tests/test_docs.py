@@ -63,6 +63,9 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert 'id="temporal_ledger.ledger.testing.LedgerContract"' in ledger
     workflows = (site / "reference" / "workflows" / "index.html").read_text(encoding="utf-8")
     assert 'id="temporal_ledger.workflows.run_tool"' in workflows
+    # The docstrings' Sphinx roles (:class:`X`) show as the code X.
+    for text in (reference, ledger, workflows):
+        assert ":class:" not in text and ":meth:" not in text and ":func:" not in text
     # The README's app, included from README.md, is on the Getting started page.
     started = (site / "getting-started" / "index.html").read_text(encoding="utf-8")
     assert "charge_card" in started and "--8&lt;--" not in started
