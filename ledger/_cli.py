@@ -38,7 +38,7 @@ from ._signatures import (
 from .sqlite import path_from_url
 
 ENV_URL = "LEDGER_URL"
-# Exit statuses: see the parser's epilog and README's "The operator CLI".
+# Exit statuses: see the parser's epilog and docs/operating.md's "The operator CLI".
 OK, REFUSED, USAGE = 0, 1, 2
 #: Output cut off by a closed pipe (``... | head``): what a process killed by SIGPIPE reports.
 CLOSED_PIPE = 128 + 13

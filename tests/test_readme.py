@@ -3,15 +3,19 @@ app (``tests/test_user_app.py`` runs that) run as they are shown."""
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from temporal_ledger.activities import Policy
+from temporal_ledger.activities import LedgerPlugin, Policy
 from temporal_ledger.ledger import Authority
 
 from tests.temporal_support import ROOT
+from worker import free_port, temporal_binary
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 #: The pages the snippets moved to from the README (the site's sources, under docs/).
@@ -89,3 +93,53 @@ def test_every_section_the_site_includes_is_marked_in_the_readme() -> None:
         assert f"```python\n# {name}\n" in app, name
     # Relative links would break on the site, which includes the text from docs/.
     assert not re.search(r"\]\((?!https?:)", app), "no relative link in the included app"
+
+
+def test_the_readmes_dev_server_command_registers_the_ledgers_search_attributes(
+    tmp_path: Path,
+) -> None:
+    """Step 5's ``temporal server start-dev`` line, run as shown (on a free loopback port):
+    the namespace then lists both attributes as Int, so the worker finds them at start."""
+    (block,) = [b for b in blocks("sh") if "temporal server start-dev" in b]
+    line = re.search(r"^temporal server start-dev.*?(?<!\\)$", block, flags=re.S | re.M)
+    assert line is not None, block
+    shown = shlex.split(re.sub(r"#[^\n]*", "", line.group(0)).replace("\\\n", " "))
+    port, ui_port = free_port(), free_port()
+    where = ["--ip", "127.0.0.1", "--port", str(port), "--ui-port", str(ui_port), "--headless"]
+    server = subprocess.Popen(
+        [temporal_binary(), *shown[1:], *where, "--db-filename", str(tmp_path / "t.db")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        listed = ""
+        address = ["--address", f"127.0.0.1:{port}"]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            done = subprocess.run(
+                [temporal_binary(), "operator", "search-attribute", "list", *address, "-o", "json"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            if done.returncode == 0:
+                listed = done.stdout
+                break
+            time.sleep(0.5)
+        attributes = json.loads(listed)["customAttributes"]
+        for name in LedgerPlugin.search_attributes:
+            assert attributes.get(name) == "INDEXED_VALUE_TYPE_INT", attributes
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_the_signing_policy_snippet_is_a_whole_policy(tmp_path: Path) -> None:
+    """Who may decide's TOML, pasted as the workers' policy: its keys parse, signatures are
+    required, and its performers may still act (a policy without them lets nobody act)."""
+    (snippet,) = [b for b in blocks("toml", APPROVALS_AND_PROBES) if "[keys]" in b]
+    (tmp_path / "policy.toml").write_text(snippet, encoding="utf-8")
+    policy = Policy.load(tmp_path / "policy.toml")
+    assert policy.signed_verdicts and policy.may_approve("lead-ann")
+    assert set(policy.keys) == {"lead-ann", "ops-cy"} and len(policy.keys["lead-ann"]) == 2
+    assert policy.authority_for("support-bot").allows("payments.refund")
