@@ -49,7 +49,7 @@ from ._models import (
     new_action_id,
     validate_key,
 )
-from ._recorder import KeyRecord, PendingEvent, Phase, Recorder, Transaction, iso
+from ._recorder import Recorder
 from ._rule import (
     Admission,
     Answer,
@@ -71,6 +71,7 @@ from ._rule import (
     unrecordable_output,
 )
 from ._signatures import DecisionSignature, Signers, recorded_problems
+from ._transaction import KeyRecord, PendingEvent, Phase, Transaction, iso
 from ._verify import VerifyReport, verify_ledger
 
 logger = logging.getLogger(__name__)

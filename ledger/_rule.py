@@ -41,8 +41,8 @@ from ._models import (
     Verdict,
     may_act_again,
 )
-from ._recorder import KeyRecord, Phase, Transaction, iso
 from ._schema import output_misfit
+from ._transaction import KeyRecord, Phase, Transaction, iso
 
 
 # What the admission transaction decided; raised or acted on after it committed.

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from ._models import EventType
-from ._recorder import TALLY_STRIPES, Tally, body_hash, chain_hash, head_mark, stripe_of
+from ._transaction import TALLY_STRIPES, Tally, body_hash, chain_hash, head_mark, stripe_of
 
 if TYPE_CHECKING:
     from ._models import LedgerEvent

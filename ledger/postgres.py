@@ -67,18 +67,20 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 from ._errors import InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
 from ._recorder import (
+    Recorder,
+    T,
+    event_from_row,
+    events_sql,
+    resolve,
+)
+from ._transaction import (
     TOMBSTONE,
     KeyRecord,
     PendingEvent,
     Phase,
-    Recorder,
-    T,
     Tally,
     Transaction,
-    event_from_row,
-    events_sql,
     indexed_values,
-    resolve,
     tally_of_records,
 )
 from .sqlite import integrity_error

@@ -25,14 +25,8 @@ from typing import Any
 from ._errors import DuplicateActionId, InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
 from ._recorder import (
-    TOMBSTONE,
-    KeyRecord,
-    PendingEvent,
-    Phase,
     Recorder,
     T,
-    Tally,
-    Transaction,
     event_from_row,
     event_values,
     events_sql,
@@ -40,9 +34,17 @@ from ._recorder import (
     record_values,
     resolve,
     row_values,
-    tally_of_records,
     update_row_sql,
     write_record_sql,
+)
+from ._transaction import (
+    TOMBSTONE,
+    KeyRecord,
+    PendingEvent,
+    Phase,
+    Tally,
+    Transaction,
+    tally_of_records,
 )
 
 # The schema, as the ordered list of migrations that built it: a file records the

@@ -10,7 +10,7 @@ import sqlite3
 import time
 from typing import Any
 
-from temporal_ledger.ledger._recorder import body_hash, chain_hash, iso, payload_text
+from temporal_ledger.ledger._transaction import body_hash, chain_hash, iso, payload_text
 
 
 def append_forged_event(
@@ -79,10 +79,10 @@ def _recount(cursor: Any, mark: str, key: str, old_head: str, new_head: str) -> 
             f"UPDATE ledger_keys SET head_hash = {mark} WHERE key = {mark}", (new_head, key)
         )
     if tally:
-        from temporal_ledger.ledger import _recorder
+        from temporal_ledger.ledger._transaction import head_mark as mark_of
+        from temporal_ledger.ledger._transaction import stripe_of
 
-        stripe = _recorder.stripe_of(key)  # type: ignore[attr-defined]
-        mark_of = _recorder.head_mark  # type: ignore[attr-defined]
+        stripe = stripe_of(key)
         cursor.execute(
             f"SELECT events, digest FROM ledger_stripes WHERE stripe = {mark}", (stripe,)
         )

@@ -241,7 +241,7 @@ def test_a_transition_failing_after_it_wrote_is_undone_alone(tmp_path: Path) -> 
     sends the batch round again with a savepoint each, so only its writes are undone."""
     import threading
 
-    from temporal_ledger.ledger._recorder import KeyRecord
+    from temporal_ledger.ledger._transaction import KeyRecord
 
     recorder = SQLiteRecorder(tmp_path / "ledger.db")
     gate = threading.Event()

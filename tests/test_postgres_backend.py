@@ -30,8 +30,9 @@ from temporal_ledger.ledger import (
     LedgerUnavailable,
     NoEffect,
 )
-from temporal_ledger.ledger._recorder import SCHEMA_VERSION, KeyRecord
+from temporal_ledger.ledger._recorder import SCHEMA_VERSION
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
+from temporal_ledger.ledger._transaction import KeyRecord
 from temporal_ledger.ledger.postgres import MIGRATIONS, PostgresRecorder
 
 from tests import pg

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from temporal_ledger.ledger._recorder import KeyRecord, iso
+from temporal_ledger.ledger._transaction import KeyRecord, iso
 
 
 def _plain_iso(epoch: float) -> str:

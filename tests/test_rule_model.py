@@ -26,7 +26,6 @@ from temporal_ledger.ledger import (
 )
 from temporal_ledger.ledger._canonical import combine, fingerprint_dimensions
 from temporal_ledger.ledger._models import APPROVAL_REJECTED, APPROVAL_REQUIRED, may_act_again
-from temporal_ledger.ledger._recorder import KeyRecord, PendingEvent, Transaction
 from temporal_ledger.ledger._rule import (
     Answer,
     Busy,
@@ -39,6 +38,7 @@ from temporal_ledger.ledger._rule import (
     reconcile_key,
     success_fields,
 )
+from temporal_ledger.ledger._transaction import KeyRecord, PendingEvent, Transaction
 
 LEASE = 10.0
 KEYS = ("a", "b")

@@ -1,0 +1,299 @@
+"""A key's record and the transaction that writes it: what the rule reads and writes.
+
+Hash chaining and the ledger-wide tally are computed here, so every backend chains and
+counts the same way. Nothing here waits: a backend runs a :class:`Transaction` on
+whatever thread or loop it likes (:mod:`._recorder` says how a ledger reaches one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import math
+import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from ._canonical import sha256_hex
+
+#: The payload a compacted event keeps: its body is gone, its hash is not.
+TOMBSTONE: dict[str, Any] = {"compacted": True}
+
+#: The ledger-wide tally (``ledger_stripes``) keeps, per stripe of the keys, how many
+#: keys have a record, how many events they hold, and the XOR of their chain heads: a
+#: whole key deleted (its events and its record) leaves the stripe short. A transaction
+#: updates only its key's stripe, so writers of different keys rarely meet on one row.
+TALLY_STRIPES = 256
+
+
+class Phase(enum.StrEnum):
+    """Where a key is in its life. Stored as text in ``ledger_keys.phase``."""
+
+    VACANT = "vacant"  # only denials so far: no identity bound, nothing claimed
+    CLAIMED = "claimed"  # claimed under a fencing token; no started marker yet
+    #: Identity bound, nothing claimed: the call waits for a person's approval.
+    AWAITING_APPROVAL = "awaiting_approval"
+    RUNNING = "running"  # the started marker is durable; the adapter may be acting
+    SETTLED = "settled"  # an outcome is recorded
+
+
+@dataclasses.dataclass
+class KeyRecord:
+    """The per-key current state: what a lookup reads instead of scanning the log."""
+
+    key: str
+    phase: str = Phase.VACANT
+    head_hash: str = ""
+    events: int = 0
+    fingerprint: str | None = None
+    fingerprint_version: str | None = None
+    dimensions: dict[str, str] = dataclasses.field(default_factory=dict)
+    capability: str | None = None
+    performer: str | None = None
+    original_action_id: str | None = None
+    token: int = 0
+    holder_action_id: str | None = None
+    lease_expires: float | None = None
+    retry_safe: bool = False
+    output_schema: dict[str, Any] | None = None
+    outcome: dict[str, Any] | None = None
+    reconciliations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: The approval of the key's call, for calls that need one (``Approval`` fields).
+    approval: dict[str, Any] | None = None
+    updated_at: str = ""
+
+    @property
+    def effect(self) -> str | None:
+        return None if self.outcome is None else self.outcome["effect"]
+
+    @property
+    def settled_at(self) -> str | None:
+        return None if self.outcome is None else self.outcome.get("recorded_at")
+
+    def to_json(self) -> str:
+        # Every field is already a JSON value; vars() avoids asdict's deep copy.
+        return _RECORD_ENCODER.encode(vars(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> KeyRecord:
+        fields = json.loads(text)
+        if fields.keys() != _RECORD_FIELDS:
+            # A record of another release (a field it lacks, or one it adds): the
+            # constructor fills defaults in, or refuses what it does not know.
+            return cls(**fields)
+        # Every field present: the constructor would only copy them, one by one.
+        record = cls.__new__(cls)
+        record.__dict__.update(fields)
+        return record
+
+
+_RECORD_FIELDS = frozenset(field.name for field in dataclasses.fields(KeyRecord))
+
+
+def iso(epoch: float) -> str:
+    """``datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")``, with the
+    date and time of day formatted once per second: every transaction stamps its events
+    (and a claim its lease's end, a lease later: a few seconds are kept)."""
+    if epoch < 0:
+        return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
+    fraction, whole = math.modf(epoch)
+    # Rounded as datetime rounds (half to even), carrying into the next second.
+    micros = round(fraction * 1e6)
+    if micros >= 1_000_000:
+        whole += 1.0
+        micros -= 1_000_000
+    second = int(whole)
+    text = _ISO_SECONDS.get(second)
+    if text is None:
+        if len(_ISO_SECONDS) >= 64:
+            _ISO_SECONDS.clear()  # a cache: another thread's entry may go too
+        text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        _ISO_SECONDS[second] = text
+    return f"{text}.{micros:06d}+00:00"
+
+
+_ISO_SECONDS: dict[int, str] = {}
+
+
+# Built once: json.dumps with options builds a new encoder on every call.
+# A record is built from JSON values and never refers to itself: no cycle check.
+_RECORD_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+_PAYLOAD_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
+def payload_text(payload: dict[str, Any]) -> str:
+    """The stored JSON text of a payload: sorted keys, so it re-serialises identically."""
+    return _PAYLOAD_ENCODER.encode(payload)
+
+
+def body_hash(payload: dict[str, Any]) -> str:
+    return sha256_hex(payload_text(payload).encode())
+
+
+def chain_hash(
+    *, prev_hash: str, key: str, action_id: str | None, type: str, body: str, recorded_at: str
+) -> str:
+    """The hash that links one event to the previous event of the same key.
+
+    Chains are per key so that appends for different keys never contend; the key's
+    head hash and event count live in ``ledger_keys``, so a dropped tail is seen too.
+    The fields are joined by a unit separator, which no key, id or type can contain.
+    """
+    fields = (prev_hash, key, action_id or "", type, body, recorded_at)
+    return sha256_hex("\x1f".join(fields).encode())
+
+
+def stripe_of(key: str) -> int:
+    """The tally stripe a key counts in."""
+    return zlib.crc32(key.encode()) % TALLY_STRIPES
+
+
+def head_mark(head: str) -> int:
+    """A chain head as the signed 64-bit number the tally XORs (0 for no events)."""
+    if not head:
+        return 0
+    value = int(head[:16], 16)
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+@dataclasses.dataclass(frozen=True)
+class Tally:
+    """One stripe of the ledger-wide tally, or what one transaction adds to its stripe."""
+
+    keys: int
+    events: int
+    digest: int
+
+
+def tally_of_records(records: Iterable[tuple[str, str, int]]) -> dict[int, Tally]:
+    """The tally of ``(key, head hash, events)`` rows: what a migration writes for a
+    ledger that had none, and what ``verify`` recomputes."""
+    keys = [0] * TALLY_STRIPES
+    events = [0] * TALLY_STRIPES
+    digests = [0] * TALLY_STRIPES
+    for key, head, count in records:
+        stripe = stripe_of(key)
+        keys[stripe] += 1
+        events[stripe] += count
+        digests[stripe] ^= head_mark(head)
+    return {s: Tally(keys[s], events[s], digests[s]) for s in range(TALLY_STRIPES)}
+
+
+@dataclasses.dataclass
+class PendingEvent:
+    key: str
+    action_id: str | None
+    type: str
+    payload: dict[str, Any]
+    payload_json: str
+    recorded_at: str
+    body_hash: str
+    prev_hash: str
+    hash: str
+
+
+class Transaction(ABC):
+    """One atomic, durable write transaction that holds one key.
+
+    ``record`` is the key's current state (``None`` for a key never seen) and
+    ``now`` the storage's clock. Nothing is visible to others until the backend
+    commits, which it does only after the rule's function returned.
+    """
+
+    def __init__(self, key: str, record: KeyRecord | None, now: float) -> None:
+        self.key = key
+        self.record = record
+        self.now = now
+        self.recorded_at = iso(now)
+        self._head = record.head_hash if record else ""
+        self._count = record.events if record else 0
+        self._start = (self._head, self._count)
+        self._created = False
+        # The indexed columns as stored: a save that leaves them as they were (a replay,
+        # a lease renewal) rewrites only the row, not the indexes (SQLite skips an index
+        # whose columns an UPDATE does not set; PostgreSQL can update the row in place).
+        self._stored_index = indexed_values(record) if record else None
+
+    def append(self, type: str, action_id: str | None, payload: dict[str, Any]) -> PendingEvent:
+        text = payload_text(payload)
+        digest = sha256_hex(text.encode())
+        event = PendingEvent(
+            key=self.key,
+            action_id=action_id,
+            type=type,
+            payload=payload,
+            payload_json=text,
+            recorded_at=self.recorded_at,
+            body_hash=digest,
+            prev_hash=self._head,
+            hash=chain_hash(
+                prev_hash=self._head,
+                key=self.key,
+                action_id=action_id,
+                type=type,
+                body=digest,
+                recorded_at=self.recorded_at,
+            ),
+        )
+        self._insert_event(event)
+        self._head = event.hash
+        self._count += 1
+        return event
+
+    def save(self, record: KeyRecord) -> None:
+        """Write the key's state, with the chain head of everything appended so far."""
+        record.head_hash = self._head
+        record.events = self._count
+        record.updated_at = self.recorded_at
+        created = self.record is None
+        self._created = self._created or created
+        self._write_record(record, created=created)
+        self.record = record
+        self._stored_index = indexed_values(record)
+
+    def tally(self) -> tuple[int, Tally] | None:
+        """What this transaction adds to the ledger-wide tally (its key's stripe, and the
+        keys, events and head it adds there), or ``None`` if it wrote nothing that counts.
+        A backend writes it in the same transaction as the events."""
+        head, count = self._start
+        if count == self._count and not self._created:
+            return None
+        return stripe_of(self.key), Tally(
+            keys=int(self._created),
+            events=self._count - count,
+            digest=head_mark(head) ^ head_mark(self._head),
+        )
+
+    def index_unchanged(self, record: KeyRecord) -> bool:
+        """Whether saving ``record`` leaves the indexed columns of the stored row as they
+        are, so that :func:`update_row_sql` suffices (backends call it from ``_write_record``)."""
+        return self._stored_index is not None and self._stored_index == indexed_values(record)
+
+    @abstractmethod
+    def _insert_event(self, event: PendingEvent) -> None: ...
+
+    @abstractmethod
+    def _write_record(self, record: KeyRecord, *, created: bool) -> None: ...
+
+    @abstractmethod
+    def compact_bodies(self, through_seq: int) -> int:
+        """Replace the payload of this key's events up to ``through_seq`` by the tombstone."""
+
+
+def indexed_values(record: KeyRecord) -> tuple[Any, ...]:
+    """The values of the indexed columns of ``ledger_keys`` (the first four of
+    :func:`record_values`)."""
+    outcome = record.outcome
+    if outcome is None:
+        return (record.phase, None, None, 0)
+    return (
+        record.phase,
+        outcome["effect"],
+        outcome.get("recorded_at"),
+        int(bool(outcome.get("compacted"))),
+    )
