@@ -8,7 +8,7 @@ from enum import StrEnum
 from temporalio import activity
 
 from ..ledger import ActionResult, ActionStatus, Decision, EffectState, Verdict
-from ._protocol import APPROVAL_REQUIRED
+from ._protocol import FailureType
 from ._tracing import current_call
 
 
@@ -28,7 +28,10 @@ class CallOutcome(StrEnum):
         """What the ledger's answer to a call counts as."""
         if result.replayed:
             return cls.REPLAYED
-        if result.status is ActionStatus.DENIED and result.error_type == APPROVAL_REQUIRED:
+        if (
+            result.status is ActionStatus.DENIED
+            and result.error_type == FailureType.APPROVAL_REQUIRED
+        ):
             return cls.AWAITING_APPROVAL
         if result.status is ActionStatus.DENIED:
             return cls.DENIED

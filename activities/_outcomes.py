@@ -12,10 +12,9 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from ..ledger import ActionRequest, ActionResult, ActionStatus, EffectState, Verdict
 from ._metrics import CallOutcome, count_call
 from ._protocol import (
-    APPROVAL_REJECTED,
-    APPROVAL_REQUIRED,
     ApprovalNeeded,
     ErrorType,
+    FailureType,
     ToolOutcome,
     ToolSpec,
     UnknownEffect,
@@ -76,7 +75,7 @@ def outcome_or_raise(
 def _denied(
     spec: ToolSpec[Any, Any], result: ActionResult, runtime: Runtime, request: dict[str, Any]
 ) -> ApplicationError:
-    if result.error_type == APPROVAL_REQUIRED:
+    if result.error_type == FailureType.APPROVAL_REQUIRED:
         policy = runtime.policy
         needed = ApprovalNeeded(
             key=result.key,
@@ -91,7 +90,7 @@ def _denied(
             awaiting_approval_attribute=runtime.awaiting_approval_attribute,
         )
         return _hand_over(f"{spec.name}: {result.error}", needed, ErrorType.AWAITING_APPROVAL)
-    if result.error_type == APPROVAL_REJECTED:
+    if result.error_type == FailureType.APPROVAL_REJECTED:
         return ApplicationError(
             f"{spec.name}: {result.error}", type=ErrorType.REJECTED, non_retryable=True
         )

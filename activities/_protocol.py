@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from ..ledger import Decision, EffectState, NextOperation, Verdict
-from ..ledger._models import APPROVAL_REJECTED, APPROVAL_REQUIRED, ApprovalState, may_act_again
+from ..ledger._models import ApprovalState, FailureType, may_act_again
 from ..ledger._schema import output_misfit, output_template
 from ..ledger._signatures import DecisionSignature, Signers, read_policy_file
 
@@ -36,8 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ANCHOR_HEADER",
-    "APPROVAL_REJECTED",
-    "APPROVAL_REQUIRED",
     "APPROVE_ACTIVITY",
     "APPROVE_UPDATE",
     "AWAITING_APPROVAL_ATTRIBUTE",
@@ -57,6 +55,7 @@ __all__ = [
     "ApproveResult",
     "ConflictDetails",
     "ErrorType",
+    "FailureType",
     "ProbeInput",
     "ProbeOutcome",
     "ProbeResult",

@@ -43,6 +43,7 @@ from ._models import (
     EffectState,
     EventType,
     ExecutionContext,
+    FailureType,
     LedgerEvent,
     NextOperation,
     Verdict,
@@ -583,7 +584,7 @@ class Ledger:
                     (
                         "precondition drift: the current state differs from the precondition the "
                         "operation was planned against",
-                        "PreconditionDrift",
+                        FailureType.PRECONDITION_DRIFT,
                         False,
                     )
                     if drift
@@ -676,7 +677,7 @@ class Ledger:
                 tx,
                 record,
                 error="the ledger connection was lost before the adapter ran; nothing was executed",
-                error_type="LedgerUnavailable",
+                error_type=FailureType.LEDGER_UNAVAILABLE,
             )
             tx.save(record)
 

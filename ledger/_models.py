@@ -82,10 +82,28 @@ class ApprovalState(StrEnum):
     CONSUMED = "consumed"
 
 
-#: ``ActionResult.error_type`` of a call that needs approval and has none (DENIED, no effect).
-APPROVAL_REQUIRED = "ApprovalRequired"
-#: ``ActionResult.error_type`` of a call whose approval was rejected (DENIED, no effect).
-APPROVAL_REJECTED = "ApprovalRejected"
+class FailureType(StrEnum):
+    """The ``error_type`` of a failure the ledger itself records (an adapter's failure
+    records its exception's class name)."""
+
+    #: A claim whose lease expired before its started marker: the adapter never ran.
+    ABANDONED = "Abandoned"
+    #: A started execution whose lease expired with no outcome: the effect is unknown.
+    INTERRUPTED = "Interrupted"
+    #: The adapter raised ``NoEffect``: it knows nothing happened.
+    NO_EFFECT = "NoEffect"
+    #: The adapter acted and returned what the storage cannot record.
+    UNRECORDABLE_OUTPUT = "UnrecordableOutput"
+    #: The authority lacks the capability (DENIED, no effect).
+    DENIED = "Denied"
+    #: The current state is not the one the operation was planned against.
+    PRECONDITION_DRIFT = "PreconditionDrift"
+    #: The connection was lost before the adapter ran; the claim is released.
+    LEDGER_UNAVAILABLE = "LedgerUnavailable"
+    #: The call needs an approval and has none (DENIED, no effect).
+    APPROVAL_REQUIRED = "ApprovalRequired"
+    #: The call's approval was rejected (DENIED, no effect).
+    APPROVAL_REJECTED = "ApprovalRejected"
 
 
 class Decision(StrEnum):

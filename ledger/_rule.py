@@ -24,8 +24,6 @@ from ._canonical import (
 )
 from ._errors import ActionInProgressError, IdempotencyConflictError, InvalidRequest, NoEffect
 from ._models import (
-    APPROVAL_REJECTED,
-    APPROVAL_REQUIRED,
     ActionRequest,
     ActionResult,
     ActionState,
@@ -36,6 +34,7 @@ from ._models import (
     Decision,
     EffectState,
     EventType,
+    FailureType,
     NextOperation,
     Reconciliation,
     Verdict,
@@ -177,7 +176,7 @@ def recover_expired(tx: Transaction, record: KeyRecord) -> None:
             tx,
             record,
             error="abandoned before the started marker (lease expired); nothing was executed",
-            error_type="Abandoned",
+            error_type=FailureType.ABANDONED,
         )
         return
     outcome = outcome_body(
@@ -187,7 +186,7 @@ def recover_expired(tx: Transaction, record: KeyRecord) -> None:
         recorded_at=tx.recorded_at,
         error="interrupted: the execution started and never reported before its lease "
         "expired; the effect may or may not have happened",
-        error_type="Interrupted",
+        error_type=FailureType.INTERRUPTED,
         token=record.token,
         interrupted=True,
     )
@@ -310,7 +309,7 @@ def failure_fields(exc: BaseException) -> dict[str, Any]:
             status=ActionStatus.FAILED,
             effect=EffectState.NONE,
             error=_message(exc),
-            error_type="NoEffect",
+            error_type=FailureType.NO_EFFECT,
             retryable=exc.retryable,
             retry_after=retry_after if _finite_number(retry_after) else None,
         )
@@ -357,7 +356,7 @@ def unrecordable_output(output: Any, reason: BaseException | str) -> dict[str, A
         status=ActionStatus.FAILED,
         effect=EffectState.OBSERVED,
         error=f"the adapter returned output that cannot be recorded (sha256 {digest}): {why}",
-        error_type="UnrecordableOutput",
+        error_type=FailureType.UNRECORDABLE_OUTPUT,
         output_sha256=digest,
     )
 
@@ -419,7 +418,7 @@ def admit(
                 effect=EffectState.NONE,
                 recorded_at=tx.recorded_at,
                 error=f"{authority.principal!r} may not use capability {request.capability!r}",
-                error_type="Denied",
+                error_type=FailureType.DENIED,
             )
             tx.append(EventType.COMPLETED, action_id, outcome)
             tx.save(record)
@@ -563,7 +562,7 @@ def await_approval(
     if rejected:
         assert approval is not None
         error = f"the call was rejected by {approval.get('actor')!r}: {approval.get('basis')}"
-        error_type = APPROVAL_REJECTED
+        error_type = FailureType.APPROVAL_REJECTED
     else:
         record.approval = {
             "state": ApprovalState.REQUESTED.value,
@@ -572,7 +571,7 @@ def await_approval(
             "performer": request.performer,
         }
         error = f"the call needs an approval of fingerprint {fingerprint} before it may act"
-        error_type = APPROVAL_REQUIRED
+        error_type = FailureType.APPROVAL_REQUIRED
     if record.phase == Phase.VACANT:
         record.phase = Phase.AWAITING_APPROVAL
     outcome = outcome_body(

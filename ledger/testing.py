@@ -45,7 +45,7 @@ from temporal_ledger.ledger import (
 )
 
 from ._canonical import combine, fingerprint_dimensions
-from ._models import APPROVAL_REJECTED, APPROVAL_REQUIRED, ApprovalState
+from ._models import ApprovalState, FailureType
 from ._rule import Answer, admit
 from ._testing_child import AUTHORITY, count_effects, hammer_worker, request
 
@@ -825,7 +825,7 @@ class LedgerContract:
         gated = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
         waiting = await ledger.execute(request("k"), **gated)
         assert (waiting.status, waiting.effect) == (ActionStatus.DENIED, EffectState.NONE)
-        assert waiting.error_type == APPROVAL_REQUIRED and far_side.calls == []
+        assert waiting.error_type == FailureType.APPROVAL_REQUIRED and far_side.calls == []
         state = ledger.state("k")
         assert state.next_operation is NextOperation.AWAIT_APPROVAL
         assert state.approval is not None and state.approval.state is ApprovalState.REQUESTED
@@ -869,7 +869,7 @@ class LedgerContract:
         first = await ledger.execute(request("k"), **gated)
         assert first.retryable and len(far_side.calls) == 1  # the key may act again...
         again = await ledger.execute(request("k"), **gated)
-        assert again.error_type == APPROVAL_REQUIRED  # ...under an approval of its own
+        assert again.error_type == FailureType.APPROVAL_REQUIRED  # ...under an approval of its own
         assert ledger.state("k").next_operation is NextOperation.AWAIT_APPROVAL
         assert len(far_side.calls) == 1
         with pytest.raises(ApprovalRefused):
@@ -900,7 +900,10 @@ class LedgerContract:
         )
         assert rejection.state is ApprovalState.REJECTED
         again = await ledger.execute(request("k"), **gated)
-        assert again.status is ActionStatus.DENIED and again.error_type == APPROVAL_REJECTED
+        assert (
+            again.status is ActionStatus.DENIED
+            and again.error_type == FailureType.APPROVAL_REJECTED
+        )
         assert "too much" in (again.error or "")
         with pytest.raises(ApprovalRefused, match="already rejected"):
             await ledger.approve("k", fingerprint=fingerprint, actor="bob", basis="fine by me")
@@ -972,7 +975,6 @@ class LedgerContract:
         assert types(ledger, "k")[len(before) :] == ["action.requested", "action.completed"]
         assert ledger.verify().ok
 
-
     # Hostile values: what tool arguments and outputs written by models can hold --------
     async def test_an_output_holding_nul_replays_for_ever(
         self, ledger: Ledger, ledger_url: str
@@ -1024,9 +1026,7 @@ class LedgerContract:
             again = await ledger.execute(request(key), authority=AUTHORITY, adapter=far_side)
             assert again.replayed and again.error == first.error
             async with Ledger.open(ledger_url) as reopened:
-                third = await reopened.execute(
-                    request(key), authority=AUTHORITY, adapter=far_side
-                )
+                third = await reopened.execute(request(key), authority=AUTHORITY, adapter=far_side)
             assert third.replayed and third.error_type == "UnrecordableOutput"
             assert len(far_side.calls) == 1
         assert ledger.open_effects() == []
@@ -1068,7 +1068,7 @@ class LedgerContract:
             "$tag$ $$ $1 %s %(x)s ? :name",
             "back\\slash \\' \\\\ E'\\x00' e'\\n'",
             "E'it''s' U&'\\0041' B'101' X'ff'",
-            "\";\n\r\t\u2028\u2029\U0001f600 \u00e9",
+            '";\n\r\t\u2028\u2029\U0001f600 \u00e9',
         ]
         key = "k'\\;--$$ E'\\x41'"
         payload = {text: [text, {"nested": text}] for text in texts}
@@ -1148,9 +1148,7 @@ class LedgerContract:
             answered = await ledger.execute(own, authority=AUTHORITY, adapter=far_side)
             assert (answered.status, answered.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
             assert answered.error_type == "Interrupted" and not answered.replayed
-            completions = [
-                e for e in ledger.events("k") if e.type == "action.completed"
-            ]
+            completions = [e for e in ledger.events("k") if e.type == "action.completed"]
             assert [e.action_id for e in completions] == [holder]
             later = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
             assert later.replayed and later.reused_from_action_id == holder

@@ -25,7 +25,7 @@ from temporal_ledger.ledger import (
     Verdict,
 )
 from temporal_ledger.ledger._canonical import combine, fingerprint_dimensions
-from temporal_ledger.ledger._models import APPROVAL_REJECTED, APPROVAL_REQUIRED, may_act_again
+from temporal_ledger.ledger._models import FailureType, may_act_again
 from temporal_ledger.ledger._rule import (
     Answer,
     Busy,
@@ -379,8 +379,8 @@ def test_a_gated_key_acts_only_under_a_fresh_approval_of_its_exact_request(
         )  # fmt: skip
         if isinstance(decision, Answer):
             got = {
-                APPROVAL_REQUIRED: "awaiting",
-                APPROVAL_REJECTED: "rejected",
+                FailureType.APPROVAL_REQUIRED: "awaiting",
+                FailureType.APPROVAL_REJECTED: "rejected",
                 "Denied": "denied",
             }.get(decision.result.error_type or "", "replay")
         elif isinstance(decision, Conflict):
