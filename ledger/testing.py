@@ -1,16 +1,28 @@
 """The ledger's behaviour, once for every backend: the recorder contract's test suite.
 
-A backend's test module subclasses :class:`LedgerContract` and provides the
-``ledger_url`` fixture (an empty ledger of that backend); a third backend is a
-:class:`~temporal_ledger.ledger._recorder.Recorder` subclass plus this suite::
+A backend's test module subclasses :class:`LedgerContract` and says how to open a ledger
+of that backend: ``ledger_url``, a URL :meth:`Ledger.open` takes, or ``open_ledger``,
+any callable that opens a :class:`Ledger` over the same, at first empty, storage each
+time it is called (a third backend is a
+:class:`~temporal_ledger.ledger._recorder.Recorder` subclass plus this suite)::
 
+    import pytest
+    from temporal_ledger.ledger import Ledger
     from temporal_ledger.ledger.testing import LedgerContract
 
     class TestMyLedger(LedgerContract):
         @pytest.fixture
-        def ledger_url(self, tmp_path): ...
+        def open_ledger(self):
+            store = MyStore()
+            return lambda **options: Ledger(MyRecorder(store), **options)
 
-Needs pytest and pytest-asyncio (``pip install 'temporal-ledger[test]'``).
+A backend opened by ``open_ledger`` alone skips the tests that start other processes on
+the ledger (they need a URL those processes can open); one that gives ``ledger_url``
+runs them too.
+
+The suite runs under pytest with pytest-asyncio in ``asyncio_mode = "auto"``; both come
+with the ``test`` extra (``pip install 'temporal-ledger[test]'``). Importing
+``temporal_ledger.ledger`` never needs them, only importing this module does.
 """
 
 from __future__ import annotations
@@ -24,10 +36,18 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
+try:
+    import pytest
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "temporal_ledger.ledger.testing is a pytest suite and needs pytest and "
+        "pytest-asyncio: pip install 'temporal-ledger[test]'"
+    ) from exc
+
 from temporal_ledger.ledger import (
     ActionInProgressError,
     ActionRequest,
@@ -70,14 +90,24 @@ def types(ledger: Ledger, key: str) -> list[str]:
 
 
 class LedgerContract:
-    """Behaviour every backend must show. Subclasses provide ``ledger_url``."""
+    """Behaviour every backend must show. Subclasses provide ``ledger_url`` or
+    ``open_ledger`` (see the module's docstring)."""
 
     @pytest.fixture
-    async def ledger(self, ledger_url: str):
-        async with Ledger.open(ledger_url, lease=2.0) as ledger:
+    def ledger_url(self) -> str:
+        pytest.skip("this backend has no URL that another process could open")
+
+    @pytest.fixture
+    def open_ledger(self, ledger_url: str) -> Callable[..., Ledger]:
+        """``open_ledger(**options)``: a new :class:`Ledger` over the test's storage."""
+        return functools.partial(Ledger.open, ledger_url)
+
+    @pytest.fixture
+    async def ledger(self, open_ledger: Callable[..., Ledger]) -> AsyncIterator[Ledger]:
+        async with open_ledger(lease=2.0) as ledger:
             yield ledger
         # Every ledger a test builds must still verify.
-        with Ledger.open(ledger_url) as reopened:
+        with open_ledger() as reopened:
             report = reopened.verify()
             assert report.ok, report.problems
 
@@ -120,7 +150,7 @@ class LedgerContract:
 
     # 2 -------------------------------------------------------------------------------
     async def test_identical_request_replays_also_after_reopen(
-        self, ledger: Ledger, ledger_url: str
+        self, ledger: Ledger, open_ledger: Callable[..., Ledger]
     ) -> None:
         far_side = Counter()
         first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
@@ -129,7 +159,7 @@ class LedgerContract:
         assert second.replayed and second.reused_from_action_id == first.action_id
         assert second.action_id != first.action_id
         assert (second.status, second.output) == (first.status, first.output)
-        async with Ledger.open(ledger_url) as reopened:
+        async with open_ledger() as reopened:
             third = await reopened.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         assert len(far_side.calls) == 1
         assert third.replayed and third.reused_from_action_id == first.action_id
@@ -158,7 +188,11 @@ class LedgerContract:
         ],
     )
     async def test_a_different_operation_under_the_key_is_refused(
-        self, ledger: Ledger, ledger_url: str, dimension: str, change: dict[str, Any]
+        self,
+        ledger: Ledger,
+        open_ledger: Callable[..., Ledger],
+        dimension: str,
+        change: dict[str, Any],
     ) -> None:
         far_side = Counter()
         first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
@@ -179,7 +213,7 @@ class LedgerContract:
         assert refusal.type == "action.replay_refused"
         assert refusal.payload["dimensions"] == [dimension]
         assert refusal.payload["original_action_id"] == first.action_id
-        async with Ledger.open(ledger_url) as reopened:
+        async with open_ledger() as reopened:
             with pytest.raises(IdempotencyConflictError) as again:
                 await reopened.execute(
                     request("k", **change),
@@ -403,13 +437,13 @@ class LedgerContract:
 
     # 7 -------------------------------------------------------------------------------
     async def test_crash_gap_is_recorded_and_never_acted_again(
-        self, ledger_url: str, tmp_path: Path
+        self, ledger_url: str, open_ledger: Callable[..., Ledger], tmp_path: Path
     ) -> None:
         effects = tmp_path / "effects.txt"
         lease = 1.5
         _crash_after_acting(ledger_url, "k", effects, lease)
         far_side = Counter()
-        async with Ledger.open(ledger_url, lease=lease) as ledger:
+        async with open_ledger(lease=lease) as ledger:
             state = ledger.state("k")
             if state.next_operation is NextOperation.WAIT:
                 with pytest.raises(ActionInProgressError) as busy:
@@ -470,7 +504,7 @@ class LedgerContract:
         assert result.status is ActionStatus.SUCCEEDED and not result.replayed
 
     async def test_a_late_completion_is_kept_while_a_newer_attempt_holds_the_key(
-        self, ledger_url: str
+        self, open_ledger: Callable[..., Ledger]
     ) -> None:
         """Attempt A stalls past its lease; B (retry-safe) recovers the key and is still
         running when A reports: A's report is kept as evidence, and A is told the key
@@ -484,7 +518,7 @@ class LedgerContract:
                 return {"a": True}
 
             async def run() -> None:
-                async with Ledger.open(ledger_url, lease=lease) as a:
+                async with open_ledger(lease=lease) as a:
                     try:
                         a_result["value"] = await a.execute(
                             request("k"), authority=AUTHORITY, adapter=stalled, retry_safe=True
@@ -502,7 +536,7 @@ class LedgerContract:
             release.wait(10)
             return {"b": True}
 
-        async with Ledger.open(ledger_url, lease=lease) as b:
+        async with open_ledger(lease=lease) as b:
             await asyncio.sleep(lease * 1.5)
             running = asyncio.create_task(
                 b.execute(request("k"), authority=AUTHORITY, adapter=held, retry_safe=True)
@@ -747,11 +781,11 @@ class LedgerContract:
 
     # 10 ------------------------------------------------------------------------------
     def test_concurrent_processes_cause_one_effect_per_key(
-        self, ledger_url: str, tmp_path: Path
+        self, ledger_url: str, open_ledger: Callable[..., Ledger], tmp_path: Path
     ) -> None:
         keys = [f"key-{i:03d}" for i in range(200)]
         effects = tmp_path / "effects.txt"
-        with Ledger.open(ledger_url):
+        with open_ledger():
             pass  # create the schema before the race
         tallies = run_hammer(ledger_url, keys, effects, processes=8)
         counts = count_effects(effects)
@@ -760,13 +794,13 @@ class LedgerContract:
         assert sum(t["errors"] for t in tallies) == 0
         assert sum(t["fresh"] for t in tallies) == 200
         assert sum(t["replayed"] + t["deferred"] for t in tallies) == 7 * 200
-        with Ledger.open(ledger_url) as ledger:
+        with open_ledger() as ledger:
             report = ledger.verify()
             assert report.ok, report.problems
 
     # 11 ------------------------------------------------------------------------------
     async def test_a_completion_under_a_stale_token_is_only_evidence(
-        self, ledger_url: str, tmp_path: Path
+        self, ledger_url: str, open_ledger: Callable[..., Ledger], tmp_path: Path
     ) -> None:
         effects = tmp_path / "effects.txt"
         lease = 1.0
@@ -775,7 +809,7 @@ class LedgerContract:
             _wait_for_line(child, "ACTED")
             child.send_signal(signal.SIGSTOP)  # a stalled worker: it cannot renew its lease
             await asyncio.sleep(lease + 0.5)
-            async with Ledger.open(ledger_url, lease=lease) as ledger:
+            async with open_ledger(lease=lease) as ledger:
                 taken = await ledger.execute(request("k"), authority=AUTHORITY, adapter=Counter())
                 assert taken.error_type == "Interrupted" and taken.replayed
             child.send_signal(signal.SIGCONT)
@@ -783,7 +817,7 @@ class LedgerContract:
         finally:
             _reap(child)
         assert child.returncode == 0, out
-        async with Ledger.open(ledger_url, lease=lease) as ledger:
+        async with open_ledger(lease=lease) as ledger:
             late = [e for e in ledger.events("k") if e.type == "action.late_completion"]
             assert len(late) == 1
             assert late[0].payload["status"] == "succeeded"
@@ -977,7 +1011,7 @@ class LedgerContract:
 
     # Hostile values: what tool arguments and outputs written by models can hold --------
     async def test_an_output_holding_nul_replays_for_ever(
-        self, ledger: Ledger, ledger_url: str
+        self, ledger: Ledger, open_ledger: Callable[..., Ledger]
     ) -> None:
         """A NUL in an output is recorded like any character: the key replays, also after
         the ledger is reopened (no write of the same output is refused later)."""
@@ -987,7 +1021,7 @@ class LedgerContract:
         again = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         assert first.ok and first.output == output
         assert again.replayed and again.output == output
-        async with Ledger.open(ledger_url) as reopened:
+        async with open_ledger() as reopened:
             third = await reopened.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         assert third.replayed and third.output == output
         assert len(far_side.calls) == 1
@@ -1006,7 +1040,7 @@ class LedgerContract:
         assert ledger.events() == []
 
     async def test_an_output_that_cannot_be_recorded_is_an_observed_effect(
-        self, ledger: Ledger, ledger_url: str
+        self, ledger: Ledger, open_ledger: Callable[..., Ledger]
     ) -> None:
         """The adapter acted; its output is too deep (or not JSON) to record. The outcome is
         FAILED with its effect observed, naming the output's hash, and the key answers that
@@ -1025,7 +1059,7 @@ class LedgerContract:
             assert first.error is not None and "sha256 " in first.error
             again = await ledger.execute(request(key), authority=AUTHORITY, adapter=far_side)
             assert again.replayed and again.error == first.error
-            async with Ledger.open(ledger_url) as reopened:
+            async with open_ledger() as reopened:
                 third = await reopened.execute(request(key), authority=AUTHORITY, adapter=far_side)
             assert third.replayed and third.error_type == "UnrecordableOutput"
             assert len(far_side.calls) == 1
@@ -1061,7 +1095,9 @@ class LedgerContract:
             await ledger.reconcile("k", "still_unknown", "ops \ud800", "seen")
         assert ledger.events() == []
 
-    async def test_sql_like_text_round_trips_exactly(self, ledger: Ledger, ledger_url: str) -> None:
+    async def test_sql_like_text_round_trips_exactly(
+        self, ledger: Ledger, open_ledger: Callable[..., Ledger]
+    ) -> None:
         texts = [
             "'); DROP TABLE ledger_events; --",
             "$$; DROP TABLE ledger_keys; $$",
@@ -1079,7 +1115,7 @@ class LedgerContract:
             adapter=far_side,
         )
         assert first.ok and first.output == {"echo": texts}
-        async with Ledger.open(ledger_url) as reopened:
+        async with open_ledger() as reopened:
             again = await reopened.execute(
                 request(key, instruction=texts[0], payload=payload, performer=texts[3]),
                 authority=AUTHORITY,
@@ -1095,7 +1131,7 @@ class LedgerContract:
 
     # A resubmission: the same ActionRequest (same action_id) again ----------------------
     async def test_a_deferred_submission_is_answered_once_the_holders_lease_expired(
-        self, ledger_url: str, tmp_path: Path
+        self, ledger_url: str, open_ledger: Callable[..., Ledger], tmp_path: Path
     ) -> None:
         """The holder acted and died. A request deferred while its lease was live, submitted
         again (the same action_id) after the lease expired, gets the crash-gap answer
@@ -1104,7 +1140,7 @@ class LedgerContract:
         lease = 3.0  # long enough to be deferred first, on a slow machine too
         _crash_after_acting(ledger_url, "k", effects, lease)
         far_side = Counter()
-        async with Ledger.open(ledger_url, lease=lease) as ledger:
+        async with open_ledger(lease=lease) as ledger:
             holder = ledger.state("k").holder_action_id
             assert holder is not None
             deferred = request("k")
@@ -1131,13 +1167,13 @@ class LedgerContract:
         assert count_effects(effects) == {"k": 1}
 
     async def test_the_holders_own_submission_again_settles_its_crash_gap(
-        self, ledger_url: str, tmp_path: Path
+        self, ledger_url: str, open_ledger: Callable[..., Ledger], tmp_path: Path
     ) -> None:
         effects = tmp_path / "effects.txt"
         lease = 1.5
         _crash_after_acting(ledger_url, "k", effects, lease)
         far_side = Counter()
-        async with Ledger.open(ledger_url, lease=lease) as ledger:
+        async with open_ledger(lease=lease) as ledger:
             holder = ledger.state("k").holder_action_id
             assert holder is not None
             own = request("k", action_id=holder)
