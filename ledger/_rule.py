@@ -377,138 +377,246 @@ def admit(
 ) -> Admission:
     """Decide a request's admission under its key: ``first`` records the request;
     ``resubmitted`` admits again a request recorded before and never answered (deferred,
-    or holding a claim), as a new submission would be but without a second request."""
-    key, action_id = request.key, request.action_id
-    record = tx.record or KeyRecord(key=key)
+    or holding a claim), as a new submission would be but without a second request.
+
+    The steps, in order: the request is recorded; an authority without the capability is
+    refused before any lookup; a key bound to another request refuses it, a live claim
+    defers it, an expired one is recovered, a settled outcome replays; a call that needs
+    an approval waits for one; else the request claims the key.
+    """
+    record = tx.record or KeyRecord(key=request.key)
     if resubmitted:
-        own = own_claim(tx, record, action_id)
+        own = own_claim(tx, record, request.action_id)
         if own is not None:
             return own
     if first:
-        tx.append(
-            EventType.REQUESTED,
-            action_id,
-            {
-                **request.identity(),
-                "context": request.context,
-                **({"output_schema": request.output_schema} if request.output_schema else {}),
-                **({"requires_approval": True} if requires_approval else {}),
-                "principal": authority.principal,
-                "retry_safe": retry_safe,
-                "fingerprint": fingerprint,
-                "fingerprint_version": FINGERPRINT_VERSION,
-                "dimensions": dimensions,
-            },
+        _record_request(
+            tx,
+            request,
+            authority,
+            dimensions=dimensions,
+            fingerprint=fingerprint,
+            retry_safe=retry_safe,
+            requires_approval=requires_approval,
         )
-    if first or resubmitted:
-        if not authority.allows(request.capability):
-            # Refused before any lookup: the answer has the same shape whatever the key holds.
-            tx.append(
-                EventType.AUTHORIZATION_REFUSED,
-                action_id,
-                {
-                    "principal": authority.principal,
-                    "capability": request.capability,
-                    "granted": list(authority.capabilities),
-                },
-            )
-            outcome = outcome_body(
-                action_id=action_id,
-                status=ActionStatus.DENIED,
-                effect=EffectState.NONE,
-                recorded_at=tx.recorded_at,
-                error=f"{authority.principal!r} may not use capability {request.capability!r}",
-                error_type=FailureType.DENIED,
-            )
-            tx.append(EventType.COMPLETED, action_id, outcome)
-            tx.save(record)
-            return Answer(result_of(outcome, key=key, action_id=action_id, replayed=False))
-
-    if record.phase != Phase.VACANT:
-        if record.fingerprint != fingerprint:
-            names = differing(record.dimensions, dimensions)
-            tx.append(
-                EventType.REPLAY_REFUSED,
-                action_id,
-                {
-                    "key": key,
-                    "original_action_id": record.original_action_id,
-                    "fingerprint_version": record.fingerprint_version,
-                    "dimensions": names,
-                    "fingerprint": fingerprint,
-                    "original_fingerprint": record.fingerprint,
-                },
-            )
-            tx.save(record)
-            return Conflict(
-                IdempotencyConflictError(
-                    key=key,
-                    original_action_id=record.original_action_id or "",
-                    dimensions=names,
-                    fingerprint_version=record.fingerprint_version or FINGERPRINT_VERSION,
-                    action_id=action_id,
-                )
-            )
-        if record.phase in (Phase.CLAIMED, Phase.RUNNING):
-            if not is_expired(record, tx.now):
-                remaining = (record.lease_expires or 0) - tx.now
-                holder = record.holder_action_id or ""
-                if not give_up:
-                    if first:
-                        tx.save(record)
-                    return Busy(holder, remaining, recorded=False)
-                tx.append(
-                    EventType.DEFERRED,
-                    action_id,
-                    {"holder_action_id": holder, "lease_remaining": round(remaining, 3)},
-                )
-                tx.save(record)
-                return Busy(holder, remaining, recorded=True)
-            recover_expired(tx, record)
-        # Both this request and the attempt that left the outcome must be retry-safe:
-        # a caller cannot declare an unknown effect of an unguarded attempt safe.
-        if record.phase == Phase.SETTLED and not may_act_again_after(
-            record.outcome or {}, retry_safe and record.retry_safe
-        ):
-            assert record.outcome is not None
-            replay = result_of(record.outcome, key=key, action_id=action_id, replayed=True)
-            tx.append(
-                EventType.COMPLETED,
-                action_id,
-                {
-                    **record.outcome,
-                    "action_id": action_id,
-                    "replayed": True,
-                    "reused_from_action_id": record.outcome["action_id"],
-                    "recorded_at": tx.recorded_at,
-                },
-            )
-            tx.save(record)
-            return Answer(replay)
+    if (first or resubmitted) and not authority.allows(request.capability):
+        # Refused before any lookup: the answer has the same shape whatever the key holds.
+        return _refuse_authority(tx, record, request, authority)
+    if record.phase == Phase.VACANT:
+        _bind_identity(record, request, dimensions=dimensions, fingerprint=fingerprint)
     else:
-        record.fingerprint = fingerprint
-        record.fingerprint_version = FINGERPRINT_VERSION
-        record.dimensions = dimensions
-        record.capability = request.capability
-        record.performer = request.performer
-        record.original_action_id = action_id
-
+        answered = _answer_from_the_key(
+            tx,
+            record,
+            request,
+            dimensions=dimensions,
+            fingerprint=fingerprint,
+            retry_safe=retry_safe,
+            first=first,
+            give_up=give_up,
+        )
+        if answered is not None:
+            return answered
     approval_id: str | None = None
     if requires_approval:
-        approval = record.approval
-        if (
-            approval is None
-            or approval["state"] != ApprovalState.APPROVED
-            or approval["fingerprint"] != fingerprint
-        ):
+        approval_id = _consume_approval(
+            record, action_id=request.action_id, fingerprint=fingerprint
+        )
+        if approval_id is None:
             return await_approval(tx, record, request, fingerprint)
-        # Consumed by this execution alone: another one under the key needs a new approval.
-        approval_id = approval["approval_id"]
-        consumed = ApprovalState.CONSUMED.value
-        record.approval = {**approval, "state": consumed, "consumed_by": action_id}
+    return _claim(tx, record, request, retry_safe=retry_safe, lease=lease, approval_id=approval_id)
 
+
+def _record_request(
+    tx: Transaction,
+    request: ActionRequest,
+    authority: Authority,
+    *,
+    dimensions: dict[str, str],
+    fingerprint: str,
+    retry_safe: bool,
+    requires_approval: bool,
+) -> None:
+    tx.append(
+        EventType.REQUESTED,
+        request.action_id,
+        {
+            **request.identity(),
+            "context": request.context,
+            **({"output_schema": request.output_schema} if request.output_schema else {}),
+            **({"requires_approval": True} if requires_approval else {}),
+            "principal": authority.principal,
+            "retry_safe": retry_safe,
+            "fingerprint": fingerprint,
+            "fingerprint_version": FINGERPRINT_VERSION,
+            "dimensions": dimensions,
+        },
+    )
+
+
+def _refuse_authority(
+    tx: Transaction, record: KeyRecord, request: ActionRequest, authority: Authority
+) -> Answer:
+    tx.append(
+        EventType.AUTHORIZATION_REFUSED,
+        request.action_id,
+        {
+            "principal": authority.principal,
+            "capability": request.capability,
+            "granted": list(authority.capabilities),
+        },
+    )
+    outcome = outcome_body(
+        action_id=request.action_id,
+        status=ActionStatus.DENIED,
+        effect=EffectState.NONE,
+        recorded_at=tx.recorded_at,
+        error=f"{authority.principal!r} may not use capability {request.capability!r}",
+        error_type=FailureType.DENIED,
+    )
+    tx.append(EventType.COMPLETED, request.action_id, outcome)
+    tx.save(record)
+    return Answer(result_of(outcome, key=request.key, action_id=request.action_id, replayed=False))
+
+
+def _bind_identity(
+    record: KeyRecord, request: ActionRequest, *, dimensions: dict[str, str], fingerprint: str
+) -> None:
+    """The key's first admitted request: from now on the key holds this request alone."""
+    record.fingerprint = fingerprint
+    record.fingerprint_version = FINGERPRINT_VERSION
+    record.dimensions = dimensions
+    record.capability = request.capability
+    record.performer = request.performer
+    record.original_action_id = request.action_id
+
+
+def _answer_from_the_key(
+    tx: Transaction,
+    record: KeyRecord,
+    request: ActionRequest,
+    *,
+    dimensions: dict[str, str],
+    fingerprint: str,
+    retry_safe: bool,
+    first: bool,
+    give_up: bool,
+) -> Admission | None:
+    """What a key bound to a request answers: a conflict, a deferral or a replay; ``None``
+    when the request may act (after recovering an expired claim)."""
+    if record.fingerprint != fingerprint:
+        return _refuse_conflict(tx, record, request, dimensions=dimensions, fingerprint=fingerprint)
+    if record.phase in (Phase.CLAIMED, Phase.RUNNING):
+        if not is_expired(record, tx.now):
+            return _defer(tx, record, request, first=first, give_up=give_up)
+        recover_expired(tx, record)
+    # Both this request and the attempt that left the outcome must be retry-safe:
+    # a caller cannot declare an unknown effect of an unguarded attempt safe.
+    if record.phase == Phase.SETTLED and not may_act_again_after(
+        record.outcome or {}, retry_safe and record.retry_safe
+    ):
+        return _replay(tx, record, request)
+    return None
+
+
+def _refuse_conflict(
+    tx: Transaction,
+    record: KeyRecord,
+    request: ActionRequest,
+    *,
+    dimensions: dict[str, str],
+    fingerprint: str,
+) -> Conflict:
+    names = differing(record.dimensions, dimensions)
+    tx.append(
+        EventType.REPLAY_REFUSED,
+        request.action_id,
+        {
+            "key": request.key,
+            "original_action_id": record.original_action_id,
+            "fingerprint_version": record.fingerprint_version,
+            "dimensions": names,
+            "fingerprint": fingerprint,
+            "original_fingerprint": record.fingerprint,
+        },
+    )
+    tx.save(record)
+    return Conflict(
+        IdempotencyConflictError(
+            key=request.key,
+            original_action_id=record.original_action_id or "",
+            dimensions=names,
+            fingerprint_version=record.fingerprint_version or FINGERPRINT_VERSION,
+            action_id=request.action_id,
+        )
+    )
+
+
+def _defer(
+    tx: Transaction, record: KeyRecord, request: ActionRequest, *, first: bool, give_up: bool
+) -> Busy:
+    """A live claim holds the key: the caller waits, or (giving up) the deferral is recorded."""
+    remaining = (record.lease_expires or 0) - tx.now
+    holder = record.holder_action_id or ""
+    if not give_up:
+        if first:
+            tx.save(record)
+        return Busy(holder, remaining, recorded=False)
+    tx.append(
+        EventType.DEFERRED,
+        request.action_id,
+        {"holder_action_id": holder, "lease_remaining": round(remaining, 3)},
+    )
+    tx.save(record)
+    return Busy(holder, remaining, recorded=True)
+
+
+def _replay(tx: Transaction, record: KeyRecord, request: ActionRequest) -> Answer:
+    outcome = record.outcome
+    assert outcome is not None
+    tx.append(
+        EventType.COMPLETED,
+        request.action_id,
+        {
+            **outcome,
+            "action_id": request.action_id,
+            "replayed": True,
+            "reused_from_action_id": outcome["action_id"],
+            "recorded_at": tx.recorded_at,
+        },
+    )
+    tx.save(record)
+    return Answer(result_of(outcome, key=request.key, action_id=request.action_id, replayed=True))
+
+
+def _consume_approval(record: KeyRecord, *, action_id: str, fingerprint: str) -> str | None:
+    """The id of the approval of this exact request, now consumed by this execution alone
+    (another one under the key needs a new approval); ``None`` when there is none."""
+    approval = record.approval
+    if (
+        approval is None
+        or approval["state"] != ApprovalState.APPROVED
+        or approval["fingerprint"] != fingerprint
+    ):
+        return None
+    consumed = ApprovalState.CONSUMED.value
+    record.approval = {**approval, "state": consumed, "consumed_by": action_id}
+    return approval["approval_id"]
+
+
+def _claim(
+    tx: Transaction,
+    record: KeyRecord,
+    request: ActionRequest,
+    *,
+    retry_safe: bool,
+    lease: float,
+    approval_id: str | None,
+) -> Claimed:
+    """Take the key under a new fencing token; without a precondition to check first, the
+    started marker is written in the same transaction."""
     record.token += 1
-    record.holder_action_id = action_id
+    record.holder_action_id = request.action_id
     record.lease_expires = tx.now + lease
     record.retry_safe = retry_safe
     record.output_schema = request.output_schema
@@ -517,7 +625,7 @@ def admit(
     if started:
         tx.append(
             EventType.STARTED,
-            action_id,
+            request.action_id,
             {
                 "token": record.token,
                 "lease_expires_at": iso(record.lease_expires),
