@@ -16,7 +16,6 @@ from typing import Any, Literal, TypeAlias, TypeVar
 from pydantic import BaseModel
 
 from ._canonical import (
-    canonical_json,
     check_json,
     check_text,
     combine,
@@ -26,7 +25,6 @@ from ._errors import (
     ActionInProgressError,
     ApprovalRefused,
     DuplicateActionId,
-    IdempotencyConflictError,
     InvalidRequest,
     LedgerError,
     LedgerUnavailable,
@@ -36,14 +34,10 @@ from ._models import (
     ActionRequest,
     ActionResult,
     ActionState,
-    ActionStatus,
     Approval,
     Authority,
     Decision,
-    EffectState,
-    EventType,
     ExecutionContext,
-    FailureType,
     LedgerEvent,
     NextOperation,
     Verdict,
@@ -64,11 +58,14 @@ from ._rule import (
     extend_lease,
     failure_fields,
     mark_started,
+    precondition_failure,
     project,
     reconcile_key,
-    release_without_effect,
+    release_unused_claim,
+    resubmission_answer,
     stopped_waiting,
     success_fields,
+    unreadable_state,
     unrecordable_output,
 )
 from ._signatures import DecisionSignature, Signers, recorded_problems
@@ -518,50 +515,7 @@ class Ledger:
         """The same submission (``action_id``) again: its recorded answer, or ``None`` when
         none was recorded (it was deferred, or it holds the key), to admit it again."""
         events, record = await self._run(self._key_history, request.key)
-        own = [e for e in events if e.action_id == request.action_id]
-        requested = next((e for e in own if e.type == EventType.REQUESTED), None)
-        recorded_fingerprint = (
-            None
-            if requested is None
-            else record.fingerprint
-            if requested.compacted and record is not None
-            else requested.payload.get("fingerprint")
-        )
-        if recorded_fingerprint != fingerprint:
-            where = "under another key" if requested is None else "for a different request"
-            raise InvalidRequest(
-                f"action_id {request.action_id} was already submitted {where}: every "
-                "submission of a different request needs its own action_id"
-            )
-        for event in own:
-            if event.type == EventType.COMPLETED:
-                body = event.payload
-                if event.compacted and record is not None and record.outcome is not None:
-                    body = {**record.outcome, "replayed": True}
-                return ActionResult(
-                    action_id=request.action_id,
-                    key=request.key,
-                    status=ActionStatus(body["status"]),
-                    effect=EffectState(body["effect"]),
-                    output=body.get("output"),
-                    error=body.get("error"),
-                    error_type=body.get("error_type"),
-                    replayed=bool(body.get("replayed")),
-                    reused_from_action_id=body.get("reused_from_action_id"),
-                    retryable=bool(body.get("retryable")),
-                    retry_after=body.get("retry_after"),
-                    verdict=body.get("verdict"),
-                    compacted=event.compacted,
-                )
-            if event.type == EventType.REPLAY_REFUSED:
-                raise IdempotencyConflictError(
-                    key=request.key,
-                    original_action_id=event.payload["original_action_id"],
-                    dimensions=event.payload["dimensions"],
-                    fingerprint_version=event.payload["fingerprint_version"],
-                    action_id=request.action_id,
-                )
-        return None
+        return resubmission_answer(events, record, request=request, fingerprint=fingerprint)
 
     def _key_history(self, key: str) -> tuple[list[LedgerEvent], KeyRecord | None]:
         return self._recorder.events(key), self._recorder.get(key)
@@ -578,25 +532,10 @@ class Ledger:
             assert state is not None
             try:
                 current = await _call(state, request)
-                check_json(current, where="current state")
-                drift = canonical_json(current) != canonical_json(request.precondition)
-                failure: tuple[str, str, bool] | None = (
-                    (
-                        "precondition drift: the current state differs from the precondition the "
-                        "operation was planned against",
-                        FailureType.PRECONDITION_DRIFT,
-                        False,
-                    )
-                    if drift
-                    else None
-                )
             except Exception as exc:
-                # Nothing ran either way; only an I/O failure is worth reading again.
-                failure = (
-                    f"state resolver failed: {exc!r}",
-                    type(exc).__name__,
-                    isinstance(exc, OSError),
-                )
+                failure = unreadable_state(exc)
+            else:
+                failure = precondition_failure(request.precondition, current)
             try:
                 outcome = await self._transact(
                     key,
@@ -657,35 +596,20 @@ class Ledger:
                     await renewal
 
     async def _release_unused_claim(self, key: str, action_id: str) -> None:
-        """After a lost connection, settle a claim this request may hold as no effect.
-
-        The commit that claimed the key may have landed even though its answer was
-        lost; the adapter has not run, so the honest record is a retryable no-effect
-        failure, not an unknown effect left for an operator. Best effort: if the
-        ledger is still unreachable, lease expiry settles the claim conservatively.
+        """After a lost connection, settle a claim this request may hold as no effect
+        (:func:`release_unused_claim`): a retryable no-effect failure, not an unknown
+        effect left for an operator. Best effort: if the ledger is still unreachable,
+        lease expiry settles the claim conservatively.
         """
-
-        def release(tx: Transaction) -> None:
-            record = tx.record
-            if (
-                record is None
-                or record.holder_action_id != action_id
-                or record.phase not in (Phase.CLAIMED, Phase.RUNNING)
-            ):
-                return
-            release_without_effect(
-                tx,
-                record,
-                error="the ledger connection was lost before the adapter ran; nothing was executed",
-                error_type=FailureType.LEDGER_UNAVAILABLE,
-            )
-            tx.save(record)
-
         # Retried like a completion: a claim that did land and is never released holds a
         # started marker (without a precondition), and its lease would expire into an
         # interrupted, unknown effect, parking a step whose adapter never ran.
         with contextlib.suppress(LedgerError):
-            await self._transact_durably(key, release, what="the release of an unused claim")
+            await self._transact_durably(
+                key,
+                functools.partial(release_unused_claim, action_id=action_id),
+                what="the release of an unused claim",
+            )
 
     async def _complete_now(
         self,

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from ._canonical import (
     FINGERPRINT_VERSION,
+    canonical_json,
     check_json,
     differing,
     recordable_text,
@@ -35,6 +36,7 @@ from ._models import (
     EffectState,
     EventType,
     FailureType,
+    LedgerEvent,
     NextOperation,
     Reconciliation,
     Verdict,
@@ -109,21 +111,98 @@ def outcome_body(
 
 
 def result_of(outcome: dict[str, Any], *, key: str, action_id: str, replayed: bool) -> ActionResult:
+    """The answer of the key's outcome to ``action_id``: its own, or a replay of it."""
+    return _result(
+        outcome,
+        key=key,
+        action_id=action_id,
+        replayed=replayed,
+        reused_from_action_id=outcome["action_id"] if replayed else None,
+        compacted=bool(outcome.get("compacted")),
+    )
+
+
+def answer_of(body: dict[str, Any], *, key: str, action_id: str, compacted: bool) -> ActionResult:
+    """The answer an ``action.completed`` event (its ``body``) gave its own submission."""
+    return _result(
+        body,
+        key=key,
+        action_id=action_id,
+        replayed=bool(body.get("replayed")),
+        reused_from_action_id=body.get("reused_from_action_id"),
+        compacted=compacted,
+    )
+
+
+def _result(
+    body: dict[str, Any],
+    *,
+    key: str,
+    action_id: str,
+    replayed: bool,
+    reused_from_action_id: str | None,
+    compacted: bool,
+) -> ActionResult:
     return ActionResult(
         action_id=action_id,
         key=key,
-        status=ActionStatus(outcome["status"]),
-        effect=EffectState(outcome["effect"]),
-        output=outcome.get("output"),
-        error=outcome.get("error"),
-        error_type=outcome.get("error_type"),
+        status=ActionStatus(body["status"]),
+        effect=EffectState(body["effect"]),
+        output=body.get("output"),
+        error=body.get("error"),
+        error_type=body.get("error_type"),
         replayed=replayed,
-        reused_from_action_id=outcome["action_id"] if replayed else None,
-        retryable=bool(outcome.get("retryable")),
-        retry_after=outcome.get("retry_after"),
-        verdict=outcome.get("verdict"),
-        compacted=bool(outcome.get("compacted")),
+        reused_from_action_id=reused_from_action_id,
+        retryable=bool(body.get("retryable")),
+        retry_after=body.get("retry_after"),
+        verdict=body.get("verdict"),
+        compacted=compacted,
     )
+
+
+def resubmission_answer(
+    events: list[LedgerEvent], record: KeyRecord | None, *, request: ActionRequest, fingerprint: str
+) -> ActionResult | None:
+    """The same submission (``action_id``) again, decided from its key's log: its recorded
+    answer, or ``None`` when none was recorded (it was deferred, or it holds the key), to
+    admit it again.
+
+    Raises:
+        InvalidRequest: The ``action_id`` was submitted for another request or key.
+        IdempotencyConflictError: Its first submission was refused as a conflict.
+    """
+    own = [e for e in events if e.action_id == request.action_id]
+    requested = next((e for e in own if e.type == EventType.REQUESTED), None)
+    recorded_fingerprint = (
+        None
+        if requested is None
+        else record.fingerprint
+        if requested.compacted and record is not None
+        else requested.payload.get("fingerprint")
+    )
+    if recorded_fingerprint != fingerprint:
+        where = "under another key" if requested is None else "for a different request"
+        raise InvalidRequest(
+            f"action_id {request.action_id} was already submitted {where}: every "
+            "submission of a different request needs its own action_id"
+        )
+    for event in own:
+        if event.type == EventType.COMPLETED:
+            body = event.payload
+            if event.compacted and record is not None and record.outcome is not None:
+                body = {**record.outcome, "replayed": True}
+            return answer_of(
+                body, key=request.key, action_id=request.action_id, compacted=event.compacted
+            )
+        if event.type == EventType.REPLAY_REFUSED:
+            raise IdempotencyConflictError(
+                key=request.key,
+                original_action_id=event.payload["original_action_id"],
+                dimensions=event.payload["dimensions"],
+                fingerprint_version=event.payload["fingerprint_version"],
+                action_id=request.action_id,
+            )
+    return None
 
 
 def may_act_again_after(outcome: dict[str, Any], retry_safe: bool) -> bool:
@@ -221,6 +300,52 @@ def release_without_effect(
             token=record.token,
         ),
     )
+
+
+def release_unused_claim(tx: Transaction, *, action_id: str) -> None:
+    """After a lost connection, settle a claim ``action_id`` may hold as no effect: the
+    commit that claimed the key may have landed though its answer was lost, and the
+    adapter has not run. Any other key is left as it is."""
+    record = tx.record
+    if (
+        record is None
+        or record.holder_action_id != action_id
+        or record.phase not in (Phase.CLAIMED, Phase.RUNNING)
+    ):
+        return
+    release_without_effect(
+        tx,
+        record,
+        error="the ledger connection was lost before the adapter ran; nothing was executed",
+        error_type=FailureType.LEDGER_UNAVAILABLE,
+    )
+    tx.save(record)
+
+
+#: Why an execution stops before its started marker: error, error type, retryable.
+Stop = tuple[str, str, bool]
+
+
+def precondition_failure(precondition: Any, current: Any) -> Stop | None:
+    """Whether the state read now differs from the one the operation was planned against
+    (or cannot be compared with it): ``None`` when the execution may start."""
+    try:
+        check_json(current, where="current state")
+        if canonical_json(current) == canonical_json(precondition):
+            return None
+    except Exception as exc:  # a state the ledger cannot read is a failed read
+        return unreadable_state(exc)
+    return (
+        "precondition drift: the current state differs from the precondition the "
+        "operation was planned against",
+        FailureType.PRECONDITION_DRIFT,
+        False,
+    )
+
+
+def unreadable_state(exc: Exception) -> Stop:
+    """The state resolver failed. Nothing ran; only an I/O failure is worth reading again."""
+    return f"state resolver failed: {exc!r}", type(exc).__name__, isinstance(exc, OSError)
 
 
 def stopped_waiting(tx: Transaction, *, action_id: str) -> None:
@@ -771,7 +896,7 @@ def mark_started(
     *,
     action_id: str,
     token: int,
-    failure: tuple[str, str, bool] | None,
+    failure: Stop | None,
     lease: float,
 ) -> ActionResult | ActionInProgressError | None:
     record = tx.record
