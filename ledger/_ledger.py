@@ -1,4 +1,5 @@
-"""The rule: validate, record, authorise, look up, claim, mark, act, complete."""
+"""The ledger: it validates a request, carries out the rule's decisions (:mod:`._rule`) in
+transactions, and runs the adapter between them."""
 
 from __future__ import annotations
 

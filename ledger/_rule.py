@@ -43,7 +43,7 @@ from ._models import (
     may_act_again,
 )
 from ._schema import output_misfit
-from ._transaction import KeyRecord, Phase, Transaction, iso
+from ._transaction import KeyRecord, Outcome, Phase, Transaction, iso
 
 
 # What the admission transaction decided; raised or acted on after it committed.
@@ -80,52 +80,22 @@ class Claimed:
 Admission = Answer | Conflict | Busy | Claimed
 
 
-def outcome_body(
-    *,
-    action_id: str,
-    status: ActionStatus,
-    effect: EffectState,
-    recorded_at: str,
-    output: Any = None,
-    error: str | None = None,
-    error_type: str | None = None,
-    retryable: bool = False,
-    retry_after: float | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """The body of an original ``action.completed``; also kept as the key's outcome."""
-    return {
-        "action_id": action_id,
-        "status": status.value,
-        "effect": effect.value,
-        "output": output,
-        "error": error,
-        "error_type": error_type,
-        "retryable": retryable,
-        "retry_after": retry_after,
-        "verdict": None,
-        "compacted": False,
-        "recorded_at": recorded_at,
-        **extra,
-    }
-
-
-def result_of(outcome: dict[str, Any], *, key: str, action_id: str, replayed: bool) -> ActionResult:
+def result_of(outcome: Outcome, *, key: str, action_id: str, replayed: bool) -> ActionResult:
     """The answer of the key's outcome to ``action_id``: its own, or a replay of it."""
     return _result(
         outcome,
         key=key,
         action_id=action_id,
         replayed=replayed,
-        reused_from_action_id=outcome["action_id"] if replayed else None,
-        compacted=bool(outcome.get("compacted")),
+        reused_from_action_id=outcome.action_id if replayed else None,
+        compacted=outcome.compacted,
     )
 
 
 def answer_of(body: dict[str, Any], *, key: str, action_id: str, compacted: bool) -> ActionResult:
     """The answer an ``action.completed`` event (its ``body``) gave its own submission."""
     return _result(
-        body,
+        Outcome.of(body),
         key=key,
         action_id=action_id,
         replayed=bool(body.get("replayed")),
@@ -135,7 +105,7 @@ def answer_of(body: dict[str, Any], *, key: str, action_id: str, compacted: bool
 
 
 def _result(
-    body: dict[str, Any],
+    outcome: Outcome,
     *,
     key: str,
     action_id: str,
@@ -146,16 +116,16 @@ def _result(
     return ActionResult(
         action_id=action_id,
         key=key,
-        status=ActionStatus(body["status"]),
-        effect=EffectState(body["effect"]),
-        output=body.get("output"),
-        error=body.get("error"),
-        error_type=body.get("error_type"),
+        status=outcome.status,
+        effect=outcome.effect,
+        output=outcome.output,
+        error=outcome.error,
+        error_type=outcome.error_type,
         replayed=replayed,
         reused_from_action_id=reused_from_action_id,
-        retryable=bool(body.get("retryable")),
-        retry_after=body.get("retry_after"),
-        verdict=body.get("verdict"),
+        retryable=outcome.retryable,
+        retry_after=outcome.retry_after,
+        verdict=outcome.verdict,
         compacted=compacted,
     )
 
@@ -190,7 +160,7 @@ def resubmission_answer(
         if event.type == EventType.COMPLETED:
             body = event.payload
             if event.compacted and record is not None and record.outcome is not None:
-                body = {**record.outcome, "replayed": True}
+                body = {**record.outcome.body(), "replayed": True}
             return answer_of(
                 body, key=request.key, action_id=request.action_id, compacted=event.compacted
             )
@@ -205,11 +175,11 @@ def resubmission_answer(
     return None
 
 
-def may_act_again_after(outcome: dict[str, Any], retry_safe: bool) -> bool:
+def may_act_again_after(outcome: Outcome, retry_safe: bool) -> bool:
     return may_act_again(
-        status=outcome["status"],
-        effect=outcome["effect"],
-        retryable=bool(outcome.get("retryable")),
+        status=outcome.status,
+        effect=outcome.effect,
+        retryable=outcome.retryable,
         retry_safe=retry_safe,
     )
 
@@ -227,16 +197,17 @@ def next_operation(record: KeyRecord | None, now: float) -> NextOperation:
             if record.phase == Phase.CLAIMED
             else NextOperation.RECONCILE_EFFECT
         )
-    outcome = record.outcome or {}
-    if outcome.get("retryable"):
+    outcome = record.outcome
+    assert outcome is not None  # settled
+    if outcome.retryable:
         # Free to act again, unless its next execution waits for a person's approval.
         approval = record.approval
-        if approval is not None and approval["state"] == ApprovalState.REQUESTED:
+        if approval is not None and approval.state is ApprovalState.REQUESTED:
             return NextOperation.AWAIT_APPROVAL
         return NextOperation.START_ACTION
-    if outcome["effect"] == EffectState.UNKNOWN.value:
+    if outcome.effect is EffectState.UNKNOWN:
         return NextOperation.RECONCILE_EFFECT
-    if outcome["status"] == ActionStatus.FAILED and outcome["effect"] == EffectState.NONE:
+    if outcome.status is ActionStatus.FAILED and outcome.effect is EffectState.NONE:
         return NextOperation.FIX_INPUTS
     return NextOperation.NONE
 
@@ -258,7 +229,7 @@ def recover_expired(tx: Transaction, record: KeyRecord) -> None:
             error_type=FailureType.ABANDONED,
         )
         return
-    outcome = outcome_body(
+    outcome = Outcome(
         action_id=holder,
         status=ActionStatus.FAILED,
         effect=EffectState.UNKNOWN,
@@ -272,9 +243,9 @@ def recover_expired(tx: Transaction, record: KeyRecord) -> None:
     settle(tx, record, outcome)
 
 
-def settle(tx: Transaction, record: KeyRecord, outcome: dict[str, Any]) -> None:
+def settle(tx: Transaction, record: KeyRecord, outcome: Outcome) -> None:
     """Record an original completion as the key's outcome and release the claim."""
-    tx.append(EventType.COMPLETED, outcome["action_id"], outcome)
+    tx.append(EventType.COMPLETED, outcome.action_id, outcome.body())
     record.phase = Phase.SETTLED
     record.outcome = outcome
     record.holder_action_id = None
@@ -289,7 +260,7 @@ def release_without_effect(
     settle(
         tx,
         record,
-        outcome_body(
+        Outcome(
             action_id=record.holder_action_id,
             status=ActionStatus.FAILED,
             effect=EffectState.NONE,
@@ -385,9 +356,9 @@ def holds_own_completion(record: KeyRecord, *, action_id: str, token: int) -> bo
     outcome = record.outcome
     return (
         outcome is not None
-        and outcome.get("action_id") == action_id
-        and outcome.get("token") == token
-        and not outcome.get("interrupted")
+        and outcome.action_id == action_id
+        and outcome.token == token
+        and not outcome.interrupted
     )
 
 
@@ -401,14 +372,13 @@ def compact_key(tx: Transaction, *, cutoff: str) -> int:
         record is None
         or record.phase != Phase.SETTLED
         or record.outcome is None
-        or record.outcome.get("compacted")
-        or record.outcome["effect"] == EffectState.UNKNOWN.value
+        or record.outcome.compacted
+        or record.outcome.effect is EffectState.UNKNOWN
         or (record.settled_at or "") >= cutoff
     ):
         return 0
     bodies = tx.compact_bodies(through_seq=2**62)
-    outcome = dict(record.outcome)
-    outcome.update(output=None, error=None, compacted=True)
+    outcome = dataclasses.replace(record.outcome, output=None, error=None, compacted=True)
     record.outcome = outcome
     record.reconciliations = [{**r, "evidence": [], "output": None} for r in record.reconciliations]
     tx.append(
@@ -416,8 +386,8 @@ def compact_key(tx: Transaction, *, cutoff: str) -> int:
         None,
         {
             "fingerprint": record.fingerprint,
-            "status": outcome["status"],
-            "effect": outcome["effect"],
+            "status": outcome.status,
+            "effect": outcome.effect,
             "events_compacted": bodies,
         },
     )
@@ -591,7 +561,7 @@ def _refuse_authority(
             "granted": list(authority.capabilities),
         },
     )
-    outcome = outcome_body(
+    outcome = Outcome(
         action_id=request.action_id,
         status=ActionStatus.DENIED,
         effect=EffectState.NONE,
@@ -599,7 +569,7 @@ def _refuse_authority(
         error=f"{authority.principal!r} may not use capability {request.capability!r}",
         error_type=FailureType.DENIED,
     )
-    tx.append(EventType.COMPLETED, request.action_id, outcome)
+    tx.append(EventType.COMPLETED, request.action_id, outcome.body())
     tx.save(record)
     return Answer(result_of(outcome, key=request.key, action_id=request.action_id, replayed=False))
 
@@ -638,7 +608,7 @@ def _answer_from_the_key(
     # Both this request and the attempt that left the outcome must be retry-safe:
     # a caller cannot declare an unknown effect of an unguarded attempt safe.
     if record.phase == Phase.SETTLED and not may_act_again_after(
-        record.outcome or {}, retry_safe and record.retry_safe
+        record.outcome, retry_safe and record.retry_safe
     ):
         return _replay(tx, record, request)
     return None
@@ -703,10 +673,10 @@ def _replay(tx: Transaction, record: KeyRecord, request: ActionRequest) -> Answe
         EventType.COMPLETED,
         request.action_id,
         {
-            **outcome,
+            **outcome.body(),
             "action_id": request.action_id,
             "replayed": True,
-            "reused_from_action_id": outcome["action_id"],
+            "reused_from_action_id": outcome.action_id,
             "recorded_at": tx.recorded_at,
         },
     )
@@ -720,13 +690,14 @@ def _consume_approval(record: KeyRecord, *, action_id: str, fingerprint: str) ->
     approval = record.approval
     if (
         approval is None
-        or approval["state"] != ApprovalState.APPROVED
-        or approval["fingerprint"] != fingerprint
+        or approval.state is not ApprovalState.APPROVED
+        or approval.fingerprint != fingerprint
     ):
         return None
-    consumed = ApprovalState.CONSUMED.value
-    record.approval = {**approval, "state": consumed, "consumed_by": action_id}
-    return approval["approval_id"]
+    record.approval = approval.model_copy(
+        update={"state": ApprovalState.CONSUMED, "consumed_by": action_id}
+    )
+    return approval.approval_id
 
 
 def _claim(
@@ -775,7 +746,7 @@ def own_claim(tx: Transaction, record: KeyRecord, action_id: str) -> Admission |
         outcome = record.outcome
         assert outcome is not None
         return Answer(result_of(outcome, key=tx.key, action_id=action_id, replayed=False))
-    if outcome is not None and outcome.get("action_id") == action_id:
+    if outcome is not None and outcome.action_id == action_id:
         # Its claim settled between the lookup of its history and this transaction.
         return Answer(result_of(outcome, key=tx.key, action_id=action_id, replayed=False))
     return None
@@ -789,25 +760,25 @@ def await_approval(
     approval = record.approval
     rejected = (
         approval is not None
-        and approval["state"] == ApprovalState.REJECTED
-        and approval["fingerprint"] == fingerprint
+        and approval.state is ApprovalState.REJECTED
+        and approval.fingerprint == fingerprint
     )
     if rejected:
         assert approval is not None
-        error = f"the call was rejected by {approval.get('actor')!r}: {approval.get('basis')}"
+        error = f"the call was rejected by {approval.actor!r}: {approval.basis}"
         error_type = FailureType.APPROVAL_REJECTED
     else:
-        record.approval = {
-            "state": ApprovalState.REQUESTED.value,
-            "fingerprint": fingerprint,
-            "capability": request.capability,
-            "performer": request.performer,
-        }
+        record.approval = Approval(
+            state=ApprovalState.REQUESTED,
+            fingerprint=fingerprint,
+            capability=request.capability,
+            performer=request.performer,
+        )
         error = f"the call needs an approval of fingerprint {fingerprint} before it may act"
         error_type = FailureType.APPROVAL_REQUIRED
     if record.phase == Phase.VACANT:
         record.phase = Phase.AWAITING_APPROVAL
-    outcome = outcome_body(
+    outcome = Outcome(
         action_id=request.action_id,
         status=ActionStatus.DENIED,
         effect=EffectState.NONE,
@@ -816,7 +787,7 @@ def await_approval(
         error_type=error_type,
         fingerprint=fingerprint,
     )
-    tx.append(EventType.COMPLETED, request.action_id, outcome)
+    tx.append(EventType.COMPLETED, request.action_id, outcome.body())
     tx.save(record)
     return Answer(result_of(outcome, key=request.key, action_id=request.action_id, replayed=False))
 
@@ -845,50 +816,51 @@ def decide_approval(
     reason: str | None = None
     if record is None or approval is None:
         reason = "no call under this key awaits approval"
-    elif approval["fingerprint"] != fingerprint:
+    elif approval.fingerprint != fingerprint:
         reason = (
             f"the decision names fingerprint {fingerprint}, but the call under this key has "
-            f"fingerprint {approval['fingerprint']}: a decision holds only for the exact request "
+            f"fingerprint {approval.fingerprint}: a decision holds only for the exact request "
             "it was shown"
         )
-    elif actor == approval.get("performer"):
+    elif actor == approval.performer:
         reason = f"{actor!r} is the call's performer, and a performer never approves its own call"
-    elif approval["state"] == decided and approval.get("actor") == actor:
-        return None, Approval(**approval)
-    elif approval["state"] != ApprovalState.REQUESTED:
-        by = f" by {approval['actor']!r}" if approval.get("actor") else ""
-        reason = f"the call's approval is already {approval['state']}{by}"
+    elif approval.state is decided and approval.actor == actor:
+        return None, approval
+    elif approval.state is not ApprovalState.REQUESTED:
+        by = f" by {approval.actor!r}" if approval.actor else ""
+        reason = f"the call's approval is already {approval.state}{by}"
     body = {"fingerprint": fingerprint, "decision": decision.value, "actor": actor, "basis": basis}
     if signature is not None:
         body["signature"] = signature
     if reason is not None:
         tx.append(EventType.APPROVAL_REFUSED, None, {**body, "reason": reason})
         tx.save(record or KeyRecord(key=tx.key))
-        settled = approval is not None and approval["state"] != ApprovalState.REQUESTED
-        return reason, Approval(**approval) if settled and approval else None
+        settled = approval is not None and approval.state is not ApprovalState.REQUESTED
+        return reason, approval if settled else None
     assert record is not None and approval is not None
-    approval = {
-        **approval,
-        "state": decided.value,
-        "approval_id": approval_id,
-        "actor": actor,
-        "basis": basis,
-        "decided_at": tx.recorded_at,
-        **({"signature": signature} if signature is not None else {}),
-    }
+    approval = approval.model_copy(
+        update={
+            "state": decided,
+            "approval_id": approval_id,
+            "actor": actor,
+            "basis": basis,
+            "decided_at": tx.recorded_at,
+            **({"signature": signature} if signature is not None else {}),
+        }
+    )
     tx.append(
         EventType.APPROVED if decision is Decision.APPROVE else EventType.APPROVAL_REJECTED,
         None,
         {
             **body,
             "approval_id": approval_id,
-            "capability": approval.get("capability"),
-            "performer": approval.get("performer"),
+            "capability": approval.capability,
+            "performer": approval.performer,
         },
     )
     record.approval = approval
     tx.save(record)
-    return None, Approval(**approval)
+    return None, approval
 
 
 def mark_started(
@@ -906,7 +878,7 @@ def mark_started(
         return late_answer(tx, record, action_id)
     if failure is not None:
         error, error_type, retryable = failure
-        outcome = outcome_body(
+        outcome = Outcome(
             action_id=action_id,
             status=ActionStatus.FAILED,
             effect=EffectState.NONE,
@@ -922,7 +894,7 @@ def mark_started(
     record.phase = Phase.RUNNING
     record.lease_expires = tx.now + lease
     approval = record.approval
-    consumed = approval is not None and approval.get("consumed_by") == action_id
+    consumed = approval is not None and approval.consumed_by == action_id
     tx.append(
         EventType.STARTED,
         action_id,
@@ -930,7 +902,7 @@ def mark_started(
             "token": token,
             "lease_expires_at": iso(record.lease_expires),
             "precondition_checked": True,
-            **({"approval_id": approval["approval_id"]} if consumed and approval else {}),
+            **({"approval_id": approval.approval_id} if consumed and approval else {}),
         },
     )
     tx.save(record)
@@ -961,7 +933,7 @@ def complete(
         if record is not None:
             tx.save(record)
         return late_answer(tx, record, action_id)
-    outcome = outcome_body(action_id=action_id, recorded_at=tx.recorded_at, token=token, **fields)
+    outcome = Outcome(action_id=action_id, recorded_at=tx.recorded_at, token=token, **fields)
     settle(tx, record, outcome)
     tx.save(record)
     return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
@@ -1010,15 +982,15 @@ def reconcile_key(
             recover_expired(tx, record)
     if reason is None:
         assert record is not None and record.outcome is not None
-        if record.outcome["effect"] != EffectState.UNKNOWN.value:
-            known_effect = record.outcome["effect"]
+        if record.outcome.effect is not EffectState.UNKNOWN:
+            known_effect = record.outcome.effect
             reason = f"its effect is {known_effect}, not unknown"
-        elif action_id is not None and record.outcome["action_id"] != action_id:
+        elif action_id is not None and record.outcome.action_id != action_id:
             # The action the verdict is about was settled; the key moved on to another.
-            known_effect = record.outcome["effect"]
+            known_effect = record.outcome.effect
             reason = (
                 f"the verdict is about action {action_id}, but the unknown effect of this key "
-                f"is action {record.outcome['action_id']}'s"
+                f"is action {record.outcome.action_id}'s"
             )
     body = {"verdict": verdict.value, "actor": actor, "basis": basis}
     if signature is not None:
@@ -1036,18 +1008,15 @@ def reconcile_key(
         tx.save(record or KeyRecord(key=tx.key))
         return reason, known_effect
     assert record is not None and record.outcome is not None
-    outcome = dict(record.outcome)
-    outcome["verdict"] = verdict.value
+    outcome = dataclasses.replace(record.outcome, verdict=verdict.value)
     if verdict is Verdict.EFFECT_CONFIRMED:
-        outcome["effect"] = EffectState.OBSERVED.value
-        outcome["output"] = output
+        outcome = dataclasses.replace(outcome, effect=EffectState.OBSERVED, output=output)
     elif verdict is Verdict.NO_EFFECT_CONFIRMED:
-        outcome["effect"] = EffectState.NONE.value
-        outcome["retryable"] = True
+        outcome = dataclasses.replace(outcome, effect=EffectState.NONE, retryable=True)
     tx.append(
         EventType.RECONCILED,
-        outcome["action_id"],
-        {**body, "evidence": evidence, "output": output, "effect": outcome["effect"]},
+        outcome.action_id,
+        {**body, "evidence": evidence, "output": output, "effect": outcome.effect},
     )
     record.outcome = outcome
     record.reconciliations.append(
@@ -1060,17 +1029,17 @@ def reconcile_key(
 def project(key: str, record: KeyRecord | None, now: float) -> ActionState:
     if record is None:
         return ActionState(key=key)
-    outcome = record.outcome or {}
-    status = outcome.get("status")
-    effect = outcome.get("effect", EffectState.NONE.value)
-    error = outcome.get("error")
+    outcome = record.outcome
+    status = None if outcome is None else outcome.status
+    effect = EffectState.NONE if outcome is None else outcome.effect
+    error = None if outcome is None else outcome.error
     if record.phase == Phase.RUNNING:
         status, error = None, None
-        effect = EffectState.UNKNOWN.value
+        effect = EffectState.UNKNOWN
         if (record.lease_expires or 0) <= now:
             error = "the execution started and its lease expired without a report"
     elif record.phase in (Phase.CLAIMED, Phase.AWAITING_APPROVAL):
-        status, effect, error = None, EffectState.NONE.value, None
+        status, effect, error = None, EffectState.NONE, None
     return ActionState(
         key=key,
         status=status,
@@ -1081,15 +1050,15 @@ def project(key: str, record: KeyRecord | None, now: float) -> ActionState:
         fingerprint=record.fingerprint,
         fingerprint_version=record.fingerprint_version,
         original_action_id=record.original_action_id,
-        outcome_action_id=outcome.get("action_id"),
+        outcome_action_id=None if outcome is None else outcome.action_id,
         holder_action_id=record.holder_action_id,
         lease_expires_at=record.lease_expires,
         error=error,
-        output=outcome.get("output"),
-        since=outcome.get("recorded_at") or record.updated_at,
+        output=None if outcome is None else outcome.output,
+        since=record.settled_at or record.updated_at,
         retry_safe=record.retry_safe,
         output_schema=record.output_schema,
         reconciliations=[Reconciliation(**r) for r in record.reconciliations],
-        approval=None if record.approval is None else Approval(**record.approval),
+        approval=record.approval,
         events=record.events,
     )

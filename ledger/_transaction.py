@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ._canonical import sha256_hex
+from ._models import ActionStatus, Approval, EffectState
 
 #: The payload a compacted event keeps: its body is gone, its hash is not.
 TOMBSTONE: dict[str, Any] = {"compacted": True}
@@ -40,12 +41,88 @@ class Phase(enum.StrEnum):
     SETTLED = "settled"  # an outcome is recorded
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outcome:
+    """A key's outcome: the body of its original ``action.completed``, as a record.
+
+    :meth:`body` is the event's payload and the record's stored form; the fields that
+    apply to some outcomes only (``token`` onwards) are in it only where they apply.
+    """
+
+    action_id: str
+    status: ActionStatus
+    effect: EffectState
+    recorded_at: str = ""
+    output: Any = None
+    error: str | None = None
+    error_type: str | None = None
+    retryable: bool = False
+    retry_after: float | None = None
+    verdict: str | None = None
+    compacted: bool = False
+    #: The fencing token of the execution it ends (none for a denial or a replay).
+    token: int | None = None
+    #: The execution started and never reported before its lease expired.
+    interrupted: bool = False
+    #: The request a call waiting for its approval is bound to.
+    fingerprint: str | None = None
+    #: The hash of an output the adapter returned and the storage could not record.
+    output_sha256: str | None = None
+    #: Fields of another release, kept as they were recorded.
+    other: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        """The outcome as recorded: the payload of its ``action.completed``."""
+        body = {
+            "action_id": self.action_id,
+            "status": self.status,
+            "effect": self.effect,
+            "output": self.output,
+            "error": self.error,
+            "error_type": self.error_type,
+            "retryable": self.retryable,
+            "retry_after": self.retry_after,
+            "verdict": self.verdict,
+            "compacted": self.compacted,
+            "recorded_at": self.recorded_at,
+        }
+        if self.token is not None:
+            body["token"] = self.token
+        if self.interrupted:
+            body["interrupted"] = True
+        if self.fingerprint is not None:
+            body["fingerprint"] = self.fingerprint
+        if self.output_sha256 is not None:
+            body["output_sha256"] = self.output_sha256
+        body.update(self.other)
+        return body
+
+    @classmethod
+    def of(cls, body: dict[str, Any]) -> Outcome:
+        """The outcome a :meth:`body` records (also one of an earlier release)."""
+        known = {name: value for name, value in body.items() if name in _OUTCOME_FIELDS}
+        other = {name: value for name, value in body.items() if name not in _OUTCOME_FIELDS}
+        return cls(
+            **{
+                **known,
+                "status": ActionStatus(known.get("status", ActionStatus.FAILED)),
+                "effect": EffectState(known.get("effect", EffectState.UNKNOWN)),
+            },
+            other=other,
+        )
+
+
+_OUTCOME_FIELDS = frozenset(
+    field.name for field in dataclasses.fields(Outcome) if field.name != "other"
+)
+
+
 @dataclasses.dataclass
 class KeyRecord:
     """The per-key current state: what a lookup reads instead of scanning the log."""
 
     key: str
-    phase: str = Phase.VACANT
+    phase: Phase = Phase.VACANT
     head_hash: str = ""
     events: int = 0
     fingerprint: str | None = None
@@ -59,27 +136,37 @@ class KeyRecord:
     lease_expires: float | None = None
     retry_safe: bool = False
     output_schema: dict[str, Any] | None = None
-    outcome: dict[str, Any] | None = None
+    outcome: Outcome | None = None
     reconciliations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    #: The approval of the key's call, for calls that need one (``Approval`` fields).
-    approval: dict[str, Any] | None = None
+    #: The approval of the key's call, for calls that need one.
+    approval: Approval | None = None
     updated_at: str = ""
 
     @property
-    def effect(self) -> str | None:
-        return None if self.outcome is None else self.outcome["effect"]
+    def effect(self) -> EffectState | None:
+        return None if self.outcome is None else self.outcome.effect
 
     @property
     def settled_at(self) -> str | None:
-        return None if self.outcome is None else self.outcome.get("recorded_at")
+        return None if self.outcome is None else self.outcome.recorded_at or None
 
     def to_json(self) -> str:
-        # Every field is already a JSON value; vars() avoids asdict's deep copy.
-        return _RECORD_ENCODER.encode(vars(self))
+        # The other fields are JSON values already; vars() avoids asdict's deep copy.
+        fields = dict(vars(self))
+        if self.outcome is not None:
+            fields["outcome"] = self.outcome.body()
+        if self.approval is not None:
+            fields["approval"] = self.approval.model_dump(mode="json", exclude_none=True)
+        return _RECORD_ENCODER.encode(fields)
 
     @classmethod
     def from_json(cls, text: str) -> KeyRecord:
         fields = json.loads(text)
+        fields["phase"] = Phase(fields.get("phase", Phase.VACANT))
+        if fields.get("outcome") is not None:
+            fields["outcome"] = Outcome.of(fields["outcome"])
+        if fields.get("approval") is not None:
+            fields["approval"] = Approval.model_validate(fields["approval"])
         if fields.keys() != _RECORD_FIELDS:
             # A record of another release (a field it lacks, or one it adds): the
             # constructor fills defaults in, or refuses what it does not know.
@@ -291,9 +378,4 @@ def indexed_values(record: KeyRecord) -> tuple[Any, ...]:
     outcome = record.outcome
     if outcome is None:
         return (record.phase, None, None, 0)
-    return (
-        record.phase,
-        outcome["effect"],
-        outcome.get("recorded_at"),
-        int(bool(outcome.get("compacted"))),
-    )
+    return (record.phase, outcome.effect, outcome.recorded_at or None, int(outcome.compacted))

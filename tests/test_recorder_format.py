@@ -9,7 +9,13 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from temporal_ledger.ledger._transaction import KeyRecord, iso
+from temporal_ledger.ledger._models import (
+    ActionStatus,
+    Approval,
+    ApprovalState,
+    EffectState,
+)
+from temporal_ledger.ledger._transaction import KeyRecord, Outcome, Phase, iso
 
 
 def _plain_iso(epoch: float) -> str:
@@ -34,10 +40,17 @@ def test_iso_carries_a_rounded_up_second() -> None:
 def _record() -> KeyRecord:
     return KeyRecord(
         key="k",
-        phase="settled",
+        phase=Phase.SETTLED,
         dimensions={"payload": "ab" * 32},
-        outcome={"action_id": "a", "effect": "observed", "output": {"ok": True}},
+        outcome=Outcome(
+            action_id="a",
+            status=ActionStatus.SUCCEEDED,
+            effect=EffectState.OBSERVED,
+            output={"ok": True},
+            token=1,
+        ),
         reconciliations=[{"verdict": "still_unknown"}],
+        approval=Approval(state=ApprovalState.CONSUMED, fingerprint="f", consumed_by="a"),
     )
 
 
@@ -59,3 +72,30 @@ def test_a_record_with_a_field_this_release_does_not_know_is_refused() -> None:
     fields = {**json.loads(_record().to_json()), "from_the_future": 1}
     with pytest.raises(TypeError):
         KeyRecord.from_json(json.dumps(fields))
+
+
+def test_an_outcome_is_recorded_as_the_body_it_always_had() -> None:
+    """The typed outcome writes the keys an outcome always had, the ones that apply only
+    where they apply, and keeps a field of another release as it was."""
+    body = {
+        "action_id": "a",
+        "status": "failed",
+        "effect": "unknown",
+        "output": None,
+        "error": "interrupted",
+        "error_type": "Interrupted",
+        "retryable": False,
+        "retry_after": None,
+        "verdict": None,
+        "compacted": False,
+        "recorded_at": "2026-01-01T00:00:00.000000+00:00",
+        "token": 3,
+        "interrupted": True,
+        "from_another_release": {"kept": [1, 2]},
+    }
+    outcome = Outcome.of(body)
+    assert outcome.effect is EffectState.UNKNOWN and outcome.interrupted and outcome.token == 3
+    assert json.dumps(outcome.body(), sort_keys=True) == json.dumps(body, sort_keys=True)
+    plain = Outcome(action_id="b", status=ActionStatus.DENIED, effect=EffectState.NONE)
+    assert "token" not in plain.body() and "interrupted" not in plain.body()
+    assert Outcome.of(plain.body()) == plain
