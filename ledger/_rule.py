@@ -380,7 +380,9 @@ def compact_key(tx: Transaction, *, cutoff: str) -> int:
     bodies = tx.compact_bodies(through_seq=2**62)
     outcome = dataclasses.replace(record.outcome, output=None, error=None, compacted=True)
     record.outcome = outcome
-    record.reconciliations = [{**r, "evidence": [], "output": None} for r in record.reconciliations]
+    record.reconciliations = [
+        r.model_copy(update={"evidence": [], "output": None}) for r in record.reconciliations
+    ]
     tx.append(
         EventType.COMPACTED,
         None,
@@ -1020,7 +1022,15 @@ def reconcile_key(
     )
     record.outcome = outcome
     record.reconciliations.append(
-        {**body, "evidence": evidence, "output": output, "recorded_at": tx.recorded_at}
+        Reconciliation(
+            verdict=verdict,
+            actor=actor,
+            basis=basis,
+            evidence=evidence,
+            output=output,
+            recorded_at=tx.recorded_at,
+            signature=signature,
+        )
     )
     tx.save(record)
     return None
@@ -1058,7 +1068,7 @@ def project(key: str, record: KeyRecord | None, now: float) -> ActionState:
         since=record.settled_at or record.updated_at,
         retry_safe=record.retry_safe,
         output_schema=record.output_schema,
-        reconciliations=[Reconciliation(**r) for r in record.reconciliations],
+        reconciliations=record.reconciliations,
         approval=record.approval,
         events=record.events,
     )

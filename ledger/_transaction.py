@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ._canonical import sha256_hex
-from ._models import ActionStatus, Approval, EffectState
+from ._models import ActionStatus, Approval, EffectState, Reconciliation
 
 #: The payload a compacted event keeps: its body is gone, its hash is not.
 TOMBSTONE: dict[str, Any] = {"compacted": True}
@@ -137,7 +137,7 @@ class KeyRecord:
     retry_safe: bool = False
     output_schema: dict[str, Any] | None = None
     outcome: Outcome | None = None
-    reconciliations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    reconciliations: list[Reconciliation] = dataclasses.field(default_factory=list)
     #: The approval of the key's call, for calls that need one.
     approval: Approval | None = None
     updated_at: str = ""
@@ -157,6 +157,10 @@ class KeyRecord:
             fields["outcome"] = self.outcome.body()
         if self.approval is not None:
             fields["approval"] = self.approval.model_dump(mode="json", exclude_none=True)
+        if self.reconciliations:
+            fields["reconciliations"] = [
+                r.model_dump(mode="json", exclude_none=True) for r in self.reconciliations
+            ]
         return _RECORD_ENCODER.encode(fields)
 
     @classmethod
@@ -167,6 +171,10 @@ class KeyRecord:
             fields["outcome"] = Outcome.of(fields["outcome"])
         if fields.get("approval") is not None:
             fields["approval"] = Approval.model_validate(fields["approval"])
+        if fields.get("reconciliations"):
+            fields["reconciliations"] = [
+                Reconciliation.model_validate(r) for r in fields["reconciliations"]
+            ]
         if fields.keys() != _RECORD_FIELDS:
             # A record of another release (a field it lacks, or one it adds): the
             # constructor fills defaults in, or refuses what it does not know.

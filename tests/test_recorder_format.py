@@ -14,6 +14,8 @@ from temporal_ledger.ledger._models import (
     Approval,
     ApprovalState,
     EffectState,
+    Reconciliation,
+    Verdict,
 )
 from temporal_ledger.ledger._transaction import KeyRecord, Outcome, Phase, iso
 
@@ -49,7 +51,11 @@ def _record() -> KeyRecord:
             output={"ok": True},
             token=1,
         ),
-        reconciliations=[{"verdict": "still_unknown"}],
+        reconciliations=[
+            Reconciliation(
+                verdict=Verdict.STILL_UNKNOWN, actor="ann", basis="asked", recorded_at="t"
+            )
+        ],
         approval=Approval(state=ApprovalState.CONSUMED, fingerprint="f", consumed_by="a"),
     )
 
