@@ -49,7 +49,6 @@ from ._recorder import Recorder
 from ._rule import (
     Admission,
     Answer,
-    Busy,
     Claimed,
     Conflict,
     admit,
@@ -323,22 +322,9 @@ class Ledger:
             LedgerUnavailable: The database could not be reached.
         """
         request = ActionRequest.parse(request)
-        if not isinstance(authority, Authority):
-            raise InvalidRequest(f"authority must be an Authority, not {type(authority).__name__}")
-        if not callable(adapter):
-            raise InvalidRequest("adapter must be callable")
-        if state is not None and not callable(state):
-            raise InvalidRequest("state must be a callable that reads the current state")
-        if request.precondition is not None and state is None:
-            raise InvalidRequest(
-                "the request has a precondition but no state resolver: a precondition that "
-                "cannot be checked is refused, not skipped"
-            )
-        if not (isinstance(wait, (int, float)) and wait >= 0):
-            raise InvalidRequest(f"wait must be >= 0 seconds, got {wait!r}")
+        _check_arguments(request, authority=authority, adapter=adapter, state=state, wait=wait)
         dimensions = fingerprint_dimensions(request.identity())
         fingerprint = combine(dimensions)
-
         admission = functools.partial(
             admit,
             request=request,
@@ -353,7 +339,21 @@ class Ledger:
             replay = await self._replay_from_the_record(request.key, admission)
             if replay is not None:
                 return replay
+        decided = await self._admit(request, admission, fingerprint=fingerprint, wait=wait)
+        if isinstance(decided, ActionResult):
+            return decided
+        return await self._perform(request, decided, adapter, state)
 
+    async def _admit(
+        self,
+        request: ActionRequest,
+        admission: Callable[..., Admission],
+        *,
+        fingerprint: str,
+        wait: float,
+    ) -> ActionResult | Claimed:
+        """The rule's admission, written: an answer, or the claim to act under. Raises the
+        conflict or the deferral it decided; waits up to ``wait`` for a live holder."""
         deadline = time.monotonic() + wait
         first = True
         resubmitted = False
@@ -364,9 +364,14 @@ class Ledger:
                 admission, first=first, give_up=give_up, resubmitted=resubmitted
             )
             try:
-                decision = await self._admit_unchanged(request.key, decide) if first else None
-                if decision is None:
-                    decision = await self._transact(request.key, decide)
+                # The first try may go in one exchange, against the record this process
+                # expects the key to have; the usual transaction decides otherwise.
+                done = (
+                    await self._recorder.transact_expected(request.key, decide) if first else None
+                )
+                decision = (
+                    done[1] if done is not None else await self._transact(request.key, decide)
+                )
             except DuplicateActionId:
                 if not first:
                     raise
@@ -391,59 +396,35 @@ class Ledger:
                 return decision.result
             if isinstance(decision, Conflict):
                 raise decision.error
-            if isinstance(decision, Busy):
-                if decision.recorded or give_up:
-                    raise ActionInProgressError(
-                        key=request.key,
-                        holder_action_id=decision.holder_action_id,
-                        lease_remaining=decision.remaining,
-                        action_id=request.action_id,
-                    )
-                try:
-                    await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-                except asyncio.CancelledError:
-                    # The request is recorded; a caller that stops waiting still gets
-                    # its one resolution, or verify would call it dropped.
-                    with contextlib.suppress(Exception):
-                        await asyncio.shield(
-                            self._transact(
-                                request.key,
-                                functools.partial(stopped_waiting, action_id=request.action_id),
-                            )
-                        )
-                    raise
-                delay = min(delay * 2, 0.5)
-                continue
-            assert isinstance(decision, Claimed)
-            decision.decided = time.monotonic()
-            return await self._perform(request, decision, adapter, state)
-
-    async def _admit_unchanged(
-        self, key: str, admission: Callable[[Transaction], Admission]
-    ) -> Admission | None:
-        """The admission in one exchange with the storage, against the record this
-        process expects the key to have (none, for a key it has not met): ``None`` when
-        the recorder offers no such shortcut or the key was not as expected twice (the
-        guess, then what the failed try read back); the usual transaction decides then.
-
-        A claimed or running key is left to the usual transaction: its lease moves
-        without an event, so no expectation of it can be checked.
-        """
-        for _ in range(2):
-            expected = self._recorder.expect(key)
-            if expected is None:
-                return None
-            record, now = expected
-            if record is not None and record.phase in (Phase.CLAIMED, Phase.RUNNING):
-                return None
-            done = await self._recorder.transact_unchanged(key, record, now, admission)
-            if done is None:
-                return None
-            if done[0]:
-                decision = done[1]
-                assert decision is not None
+            if isinstance(decision, Claimed):
+                decision.decided = time.monotonic()
                 return decision
-        return None
+            if decision.recorded or give_up:
+                raise ActionInProgressError(
+                    key=request.key,
+                    holder_action_id=decision.holder_action_id,
+                    lease_remaining=decision.remaining,
+                    action_id=request.action_id,
+                )
+            await self._wait_for_the_holder(
+                request, min(delay, max(0.0, deadline - time.monotonic()))
+            )
+            delay = min(delay * 2, 0.5)
+
+    async def _wait_for_the_holder(self, request: ActionRequest, delay: float) -> None:
+        try:
+            await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            # The request is recorded; a caller that stops waiting still gets its one
+            # resolution, or verify would call it dropped.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(
+                    self._transact(
+                        request.key,
+                        functools.partial(stopped_waiting, action_id=request.action_id),
+                    )
+                )
+            raise
 
     async def _replay_from_the_record(
         self, key: str, admission: Callable[..., Admission]
@@ -622,12 +603,19 @@ class Ledger:
         claim: Claimed | None = None,
     ) -> ActionResult:
         completion = functools.partial(complete, action_id=action_id, token=token, fields=fields)
-        result: ActionResult | ActionInProgressError | None = None
         try:
+            done = None
             if claim is not None and claim.committed is not None:
-                result = await self._complete_unchanged(key, claim, completion)
-            if result is None:
-                result = await self._transact_durably(key, completion, what="the completion")
+                # The rule's completion reads the record but not the clock, except for the
+                # record's timestamp: the storage's clock at the claim plus the time
+                # elapsed here since, so it never runs ahead of the storage's.
+                now = claim.now + (time.monotonic() - claim.decided)
+                done = await self._recorder.transact_after(key, claim.committed, now, completion)
+            result = (
+                done[1]
+                if done is not None
+                else await self._transact_durably(key, completion, what="the completion")
+            )
         except InvalidRequest as exc:
             if "output" not in fields:
                 raise
@@ -639,34 +627,6 @@ class Ledger:
         if isinstance(result, ActionInProgressError):
             raise result
         return result
-
-    async def _complete_unchanged(
-        self,
-        key: str,
-        claim: Claimed,
-        completion: Callable[[Transaction], ActionResult | ActionInProgressError],
-    ) -> ActionResult | ActionInProgressError | None:
-        """The completion in one exchange, when nothing was appended to the key since the
-        claim committed (the usual case); ``None`` to complete the usual way.
-
-        The rule's completion reads the key's record but not the clock, except for the
-        record's timestamp; that is the storage's clock at the claim plus the time
-        elapsed here since, so it never runs ahead of the storage's.
-        """
-        assert claim.committed is not None
-        now = claim.now + (time.monotonic() - claim.decided)
-        try:
-            done = await self._recorder.transact_unchanged(
-                key,
-                claim.committed,  # the claim's own copy: used once, here
-                now,
-                completion,
-            )
-        except LedgerUnavailable:
-            return None  # retried the usual way, which finds this try's record if it landed
-        if done is None or not done[0]:
-            return None
-        return done[1]
 
     async def _keep_lease(self, key: str, token: int) -> None:
         """Renew the lease now, then every third of it (started a third into the lease)."""
@@ -918,6 +878,29 @@ class Ledger:
 
 
 E = TypeVar("E", Verdict, Decision)
+
+
+def _check_arguments(
+    request: ActionRequest,
+    *,
+    authority: Any,
+    adapter: Any,
+    state: Any,
+    wait: Any,
+) -> None:
+    if not isinstance(authority, Authority):
+        raise InvalidRequest(f"authority must be an Authority, not {type(authority).__name__}")
+    if not callable(adapter):
+        raise InvalidRequest("adapter must be callable")
+    if state is not None and not callable(state):
+        raise InvalidRequest("state must be a callable that reads the current state")
+    if request.precondition is not None and state is None:
+        raise InvalidRequest(
+            "the request has a precondition but no state resolver: a precondition that "
+            "cannot be checked is refused, not skipped"
+        )
+    if not (isinstance(wait, (int, float)) and wait >= 0):
+        raise InvalidRequest(f"wait must be >= 0 seconds, got {wait!r}")
 
 
 def _one_of(kind: type[E], value: Any, name: str) -> E:

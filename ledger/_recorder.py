@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from ._errors import LedgerUnavailable
 from ._models import LedgerEvent
-from ._transaction import KeyRecord, PendingEvent, Tally, Transaction, indexed_values
+from ._transaction import KeyRecord, PendingEvent, Phase, Tally, Transaction, indexed_values
 
 T = TypeVar("T")
 
@@ -98,6 +99,47 @@ class Recorder(ABC):
         running key's record, except to the completion, which reads no lease.
         """
         return None
+
+    async def transact_expected(
+        self, key: str, fn: Callable[[Transaction], T]
+    ) -> tuple[bool, T] | None:
+        """Run ``fn`` in one exchange against the record this process expects the key to
+        have (:meth:`expect`): ``(True, result)`` once it committed, or ``None`` when this
+        recorder offers no such shortcut or the key was not as expected twice (the guess,
+        then what the failed try read back); :meth:`transact` decides then.
+
+        A claimed or running key is left to :meth:`transact`: its lease moves without an
+        event, so no expectation of it can be checked.
+        """
+        for _ in range(2):
+            expected = self.expect(key)
+            if expected is None:
+                return None
+            record, now = expected
+            if record is not None and record.phase in (Phase.CLAIMED, Phase.RUNNING):
+                return None
+            done = await self.transact_unchanged(key, record, now, fn)
+            if done is None:
+                return None
+            if done[0]:
+                return True, done[1]  # type: ignore[return-value]
+        return None
+
+    async def transact_after(
+        self, key: str, committed: KeyRecord, now: float, fn: Callable[[Transaction], T]
+    ) -> tuple[bool, T] | None:
+        """Run ``fn`` in one exchange against ``committed``, the record this process's own
+        transaction just wrote (nothing else appended since: the usual case for the
+        completion of a claim), at ``now``: ``(True, result)``, or ``None`` to use
+        :meth:`transact`, also when the connection failed (that try may have landed;
+        the usual transaction finds it)."""
+        try:
+            done = await self.transact_unchanged(key, committed, now, fn)
+        except LedgerUnavailable:
+            return None
+        if done is None or not done[0]:
+            return None
+        return True, done[1]  # type: ignore[return-value]
 
     def tally(self) -> dict[int, Tally] | None:
         """The ledger-wide tally by stripe, or ``None`` for a backend that keeps none
