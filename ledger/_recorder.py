@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from ._errors import LedgerUnavailable
+from ._errors import InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
 from ._transaction import KeyRecord, PendingEvent, Phase, Tally, Transaction, indexed_values
 
@@ -182,6 +182,26 @@ class Recorder(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+
+def stored_schema_version(conn: Any, *, where: str, known: int) -> int:
+    """The schema version of the ledger behind ``conn`` (a DB-API connection inside the
+    migration's transaction; 0 for a new database, whose version table it creates).
+
+    Raises:
+        InvalidRequest: The version is newer than the ``known`` migrations of this release.
+    """
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS ledger_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
+    )
+    row = conn.execute("SELECT value FROM ledger_meta WHERE name = 'schema_version'").fetchone()
+    current = int(row[0]) if row else 0
+    if current > known:
+        raise InvalidRequest(
+            f"ledger {where} has schema version {current}, newer than this release "
+            f"understands ({known}); upgrade the package"
+        )
+    return current
 
 
 def event_from_row(row: tuple[Any, ...]) -> LedgerEvent:

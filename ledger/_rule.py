@@ -253,24 +253,23 @@ def settle(tx: Transaction, record: KeyRecord, outcome: Outcome) -> None:
 
 
 def release_without_effect(
-    tx: Transaction, record: KeyRecord, *, error: str, error_type: str
-) -> None:
-    """Settle a claim whose adapter never ran: no effect, and the key may act again."""
+    tx: Transaction, record: KeyRecord, *, error: str, error_type: str, retryable: bool = True
+) -> Outcome:
+    """Settle a claim whose adapter never ran: no effect, and (``retryable``) the key may
+    act again."""
     assert record.holder_action_id is not None
-    settle(
-        tx,
-        record,
-        Outcome(
-            action_id=record.holder_action_id,
-            status=ActionStatus.FAILED,
-            effect=EffectState.NONE,
-            recorded_at=tx.recorded_at,
-            error=error,
-            error_type=error_type,
-            retryable=True,
-            token=record.token,
-        ),
+    outcome = Outcome(
+        action_id=record.holder_action_id,
+        status=ActionStatus.FAILED,
+        effect=EffectState.NONE,
+        recorded_at=tx.recorded_at,
+        error=error,
+        error_type=error_type,
+        retryable=retryable,
+        token=record.token,
     )
+    settle(tx, record, outcome)
+    return outcome
 
 
 def release_unused_claim(tx: Transaction, *, action_id: str) -> None:
@@ -563,13 +562,33 @@ def _refuse_authority(
             "granted": list(authority.capabilities),
         },
     )
+    return _deny(
+        tx,
+        record,
+        request,
+        error=f"{authority.principal!r} may not use capability {request.capability!r}",
+        error_type=FailureType.DENIED,
+    )
+
+
+def _deny(
+    tx: Transaction,
+    record: KeyRecord,
+    request: ActionRequest,
+    *,
+    error: str,
+    error_type: FailureType,
+    fingerprint: str | None = None,
+) -> Answer:
+    """Answer the request DENIED, with no effect; the key's outcome stays as it was."""
     outcome = Outcome(
         action_id=request.action_id,
         status=ActionStatus.DENIED,
         effect=EffectState.NONE,
         recorded_at=tx.recorded_at,
-        error=f"{authority.principal!r} may not use capability {request.capability!r}",
-        error_type=FailureType.DENIED,
+        error=error,
+        error_type=error_type,
+        fingerprint=fingerprint,
     )
     tx.append(EventType.COMPLETED, request.action_id, outcome.body())
     tx.save(record)
@@ -780,18 +799,7 @@ def await_approval(
         error_type = FailureType.APPROVAL_REQUIRED
     if record.phase == Phase.VACANT:
         record.phase = Phase.AWAITING_APPROVAL
-    outcome = Outcome(
-        action_id=request.action_id,
-        status=ActionStatus.DENIED,
-        effect=EffectState.NONE,
-        recorded_at=tx.recorded_at,
-        error=error,
-        error_type=error_type,
-        fingerprint=fingerprint,
-    )
-    tx.append(EventType.COMPLETED, request.action_id, outcome.body())
-    tx.save(record)
-    return Answer(result_of(outcome, key=request.key, action_id=request.action_id, replayed=False))
+    return _deny(tx, record, request, error=error, error_type=error_type, fingerprint=fingerprint)
 
 
 def decide_approval(
@@ -880,17 +888,9 @@ def mark_started(
         return late_answer(tx, record, action_id)
     if failure is not None:
         error, error_type, retryable = failure
-        outcome = Outcome(
-            action_id=action_id,
-            status=ActionStatus.FAILED,
-            effect=EffectState.NONE,
-            recorded_at=tx.recorded_at,
-            error=error,
-            error_type=error_type,
-            retryable=retryable,
-            token=token,
+        outcome = release_without_effect(
+            tx, record, error=error, error_type=error_type, retryable=retryable
         )
-        settle(tx, record, outcome)
         tx.save(record)
         return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
     record.phase = Phase.RUNNING

@@ -72,6 +72,7 @@ from ._recorder import (
     event_from_row,
     events_sql,
     resolve,
+    stored_schema_version,
 )
 from ._transaction import (
     TOMBSTONE,
@@ -547,20 +548,8 @@ class PostgresRecorder(Recorder):
             # Serialises concurrent first opens: CREATE TABLE IF NOT EXISTS alone is
             # not safe against a racing CREATE in another session.
             conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", _MIGRATION_LOCK)
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS ledger_meta"
-                " (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
-            )
-            row = conn.execute(
-                "SELECT value FROM ledger_meta WHERE name = 'schema_version'"
-            ).fetchone()
-            current = int(row[0]) if row else 0
+            current = stored_schema_version(conn, where=self.where, known=len(MIGRATIONS))
             target = len(MIGRATIONS)
-            if current > target:
-                raise InvalidRequest(
-                    f"ledger {self.where} has schema version {current}, newer than this "
-                    f"release understands ({target}); upgrade the package"
-                )
             encoding = conn.execute("SHOW server_encoding").fetchone()
             if encoding is None or encoding[0] != "UTF8":
                 # Text the ledger accepted must fit every later write: only UTF8 holds

@@ -34,6 +34,7 @@ from ._recorder import (
     record_values,
     resolve,
     row_values,
+    stored_schema_version,
     update_row_sql,
     write_record_sql,
 )
@@ -308,20 +309,10 @@ class SQLiteRecorder(Recorder):
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                self._conn.execute(
-                    "CREATE TABLE IF NOT EXISTS ledger_meta"
-                    " (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
+                current = stored_schema_version(
+                    self._conn, where=str(self.path), known=len(MIGRATIONS)
                 )
-                row = self._conn.execute(
-                    "SELECT value FROM ledger_meta WHERE name = 'schema_version'"
-                ).fetchone()
-                current = int(row[0]) if row else 0
                 target = len(MIGRATIONS)
-                if current > target:
-                    raise InvalidRequest(
-                        f"ledger {self.path} has schema version {current}, newer than this "
-                        f"release understands ({target}); upgrade the package"
-                    )
                 for statements in MIGRATIONS[current:]:
                     for statement in statements:
                         self._conn.execute(statement)
