@@ -11,7 +11,7 @@ import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from . import _cli_signing, _cli_waiting
 from ._errors import InvalidRequest, LedgerError
@@ -234,23 +234,26 @@ def _non_empty(text: str) -> str:
     return text
 
 
+N = TypeVar("N", int, float)
+
+
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {text!r}")
-    return value
+    return _number(text, int, "a whole number", lambda v: v > 0, "a positive whole number")
 
 
 def _non_negative_float(text: str) -> float:
+    return _number(text, float, "a number of seconds", lambda v: v >= 0, ">= 0 seconds")
+
+
+def _number(
+    text: str, kind: Callable[[str], N], called: str, fits: Callable[[N], bool], must_be: str
+) -> N:
     try:
-        value = float(text)
+        value = kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {text!r}")
+        raise argparse.ArgumentTypeError(f"not {called}: {text!r}") from None
+    if not fits(value):
+        raise argparse.ArgumentTypeError(f"must be {must_be}, got {text!r}")
     return value
 
 

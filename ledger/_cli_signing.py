@@ -218,12 +218,10 @@ def _send(args: argparse.Namespace, update: str, text: str) -> int:
     cli = temporal_cli(args)
     if cli is None:
         return _error(no_temporal_cli("--send"), USAGE)
-    command = [cli, "workflow", "update", "execute", "--workflow-id", args.workflow_id]
-    command += ["--namespace", args.namespace, "--name", update, "--input", text]
-    if args.address:
-        command += ["--address", args.address]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        done = run_temporal(
+            cli, args, "workflow", "update", "execute", "--name", update, "--input", text
+        )
     except OSError as exc:
         return _error(f"cannot run {cli}: {exc}", USAGE)
     sys.stdout.write(done.stdout)
@@ -239,6 +237,17 @@ def temporal_cli(args: argparse.Namespace) -> str | None:
         return chosen
     beside = Path(sys.executable).parent / "temporal"
     return str(beside) if beside.is_file() else shutil.which("temporal")
+
+
+def run_temporal(
+    cli: str, args: argparse.Namespace, *words: str
+) -> subprocess.CompletedProcess[str]:
+    """``temporal WORDS`` on the run ``args`` name (``--workflow-id``, ``--namespace``,
+    ``--address``), its output captured. Raises ``OSError`` if ``cli`` cannot run."""
+    command = [cli, *words, "--workflow-id", args.workflow_id, "--namespace", args.namespace]
+    if args.address:
+        command += ["--address", args.address]
+    return subprocess.run(command, capture_output=True, text=True, check=False)
 
 
 def no_temporal_cli(needed_by: str) -> str:

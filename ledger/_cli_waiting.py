@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from typing import Any
 
-from ._cli_signing import ENV_TEMPORAL, no_temporal_cli, temporal_cli
+from ._cli_signing import ENV_TEMPORAL, no_temporal_cli, run_temporal, temporal_cli
 
 OK, REFUSED, USAGE = 0, 1, 2
 
@@ -42,12 +41,8 @@ def run(args: argparse.Namespace) -> int:
         return _error(no_temporal_cli("waiting"), USAGE)
     found: dict[str, list[dict[str, Any]]] = {}
     for query in ("open_effects", "pending_approvals"):
-        command = [cli, "workflow", "query", "--workflow-id", args.workflow_id]
-        command += ["--namespace", args.namespace, "--name", query, "-o", "json"]
-        if args.address:
-            command += ["--address", args.address]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, check=False)
+            done = run_temporal(cli, args, "workflow", "query", "--name", query, "-o", "json")
         except OSError as exc:
             return _error(f"cannot run {cli}: {exc}", USAGE)
         if done.returncode != 0:
