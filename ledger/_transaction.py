@@ -100,21 +100,23 @@ class Outcome:
     @classmethod
     def of(cls, body: dict[str, Any]) -> Outcome:
         """The outcome a :meth:`body` records (also one of an earlier release)."""
-        known = {name: value for name, value in body.items() if name in _OUTCOME_FIELDS}
-        other = {name: value for name, value in body.items() if name not in _OUTCOME_FIELDS}
-        return cls(
-            **{
-                **known,
-                "status": ActionStatus(known.get("status", ActionStatus.FAILED)),
-                "effect": EffectState(known.get("effect", EffectState.UNKNOWN)),
-            },
-            other=other,
-        )
+        if body.keys() <= _OUTCOME_FIELDS:  # as this release records it: no field to set apart
+            fields = dict(body)
+        else:
+            fields = {name: value for name, value in body.items() if name in _OUTCOME_FIELDS}
+            fields["other"] = {n: v for n, v in body.items() if n not in _OUTCOME_FIELDS}
+        # By value, without the enum's call: a record is read on every transaction.
+        fields["status"] = _STATUSES[fields.get("status", ActionStatus.FAILED)]
+        fields["effect"] = _EFFECTS[fields.get("effect", EffectState.UNKNOWN)]
+        return cls(**fields)
 
 
 _OUTCOME_FIELDS = frozenset(
     field.name for field in dataclasses.fields(Outcome) if field.name != "other"
 )
+_STATUSES = {status.value: status for status in ActionStatus}
+_EFFECTS = {effect.value: effect for effect in EffectState}
+_PHASES = {phase.value: phase for phase in Phase}
 
 
 @dataclasses.dataclass
@@ -166,7 +168,7 @@ class KeyRecord:
     @classmethod
     def from_json(cls, text: str) -> KeyRecord:
         fields = json.loads(text)
-        fields["phase"] = Phase(fields.get("phase", Phase.VACANT))
+        fields["phase"] = _PHASES[fields.get("phase", Phase.VACANT)]
         if fields.get("outcome") is not None:
             fields["outcome"] = Outcome.of(fields["outcome"])
         if fields.get("approval") is not None:
