@@ -41,7 +41,9 @@ class Phase(enum.StrEnum):
     SETTLED = "settled"  # an outcome is recorded
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+# Not frozen: a record's outcome is built on every read of the record, and a frozen
+# dataclass's constructor costs four times as much. The rule replaces it, never edits it.
+@dataclasses.dataclass(slots=True)
 class Outcome:
     """A key's outcome: the body of its original ``action.completed``, as a record.
 
