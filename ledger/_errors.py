@@ -6,7 +6,36 @@ caller can tell "the ledger refused" from "the adapter blew up".
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from typing import Any, TypeVar
+
+E = TypeVar("E", bound=type[BaseException])
+
+
+def _rebuilt_by_arguments(kind: E) -> E:
+    """Make an error pickle as the call that made it. ``Exception`` pickles its ``args``
+    (here the message), which an error with keyword-only fields cannot be rebuilt from:
+    across a process boundary it would fail to unpickle, or lose its fields."""
+    init = kind.__init__
+
+    @functools.wraps(init)
+    def __init__(self: BaseException, *args: Any, **kwargs: Any) -> None:
+        self._arguments = (args, kwargs)  # type: ignore[attr-defined]
+        init(self, *args, **kwargs)
+
+    def __reduce__(self: BaseException) -> tuple[Any, ...]:
+        return (_by_arguments, (type(self), *self._arguments))  # type: ignore[attr-defined]
+
+    kind.__init__ = __init__  # type: ignore[method-assign]
+    kind.__reduce__ = __reduce__  # type: ignore[method-assign,assignment]
+    return kind
+
+
+def _by_arguments(
+    kind: type[BaseException], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> BaseException:
+    return kind(*args, **kwargs)
 
 
 class LedgerError(Exception):
@@ -21,6 +50,7 @@ class DuplicateActionId(InvalidRequest):
     """This ``action_id`` was submitted before (the log's unique index refused it again)."""
 
 
+@_rebuilt_by_arguments
 class IdempotencyConflictError(LedgerError):
     """The key is already bound to a different operation.
 
@@ -54,29 +84,8 @@ class IdempotencyConflictError(LedgerError):
             "operation"
         )
 
-    def __reduce__(self):  # keep it picklable across process boundaries
-        return (
-            _rebuild_conflict,
-            (
-                self.key,
-                self.original_action_id,
-                self.dimensions,
-                self.fingerprint_version,
-                self.action_id,
-            ),
-        )
 
-
-def _rebuild_conflict(key, original_action_id, dimensions, fingerprint_version, action_id):
-    return IdempotencyConflictError(
-        key=key,
-        original_action_id=original_action_id,
-        dimensions=dimensions,
-        fingerprint_version=fingerprint_version,
-        action_id=action_id,
-    )
-
-
+@_rebuilt_by_arguments
 class ActionInProgressError(LedgerError):
     """A live execution holds the key; this request was deferred (and recorded as such).
 
@@ -104,22 +113,8 @@ class ActionInProgressError(LedgerError):
             f"(lease expires in {lease_remaining:.1f}s); try again later"
         )
 
-    def __reduce__(self):
-        return (
-            _rebuild_in_progress,
-            (self.key, self.holder_action_id, self.lease_remaining, self.action_id),
-        )
 
-
-def _rebuild_in_progress(key, holder_action_id, lease_remaining, action_id):
-    return ActionInProgressError(
-        key=key,
-        holder_action_id=holder_action_id,
-        lease_remaining=lease_remaining,
-        action_id=action_id,
-    )
-
-
+@_rebuilt_by_arguments
 class ReconciliationRefused(LedgerError):
     """A reconciliation was refused (unknown key, or an effect that is not unknown).
 
@@ -138,14 +133,8 @@ class ReconciliationRefused(LedgerError):
         self.effect = effect
         super().__init__(f"cannot reconcile {key!r}: {reason}")
 
-    def __reduce__(self):
-        return (_rebuild_refused, (self.key, self.reason, self.effect))
 
-
-def _rebuild_refused(key, reason, effect):
-    return ReconciliationRefused(key, reason, effect=effect)
-
-
+@_rebuilt_by_arguments
 class ApprovalRefused(LedgerError):
     """An approval decision was refused: nothing awaits approval under the key, the
     decision names another fingerprint, or the approver is the call's own performer.
@@ -167,14 +156,8 @@ class ApprovalRefused(LedgerError):
         self.decided = decided
         super().__init__(f"cannot decide the approval of {key!r}: {reason}")
 
-    def __reduce__(self):
-        return (_rebuild_approval_refused, (self.key, self.reason, self.decided))
 
-
-def _rebuild_approval_refused(key, reason, decided):
-    return ApprovalRefused(key, reason, decided=decided)
-
-
+@_rebuilt_by_arguments
 class LedgerUnavailable(LedgerError):
     """The ledger's storage could not be reached or lost its connection.
 
@@ -190,14 +173,8 @@ class LedgerUnavailable(LedgerError):
         self.maybe_committed = maybe_committed
         super().__init__(message)
 
-    def __reduce__(self):
-        return (_rebuild_unavailable, (str(self), self.maybe_committed))
 
-
-def _rebuild_unavailable(message, maybe_committed):
-    return LedgerUnavailable(message, maybe_committed=maybe_committed)
-
-
+@_rebuilt_by_arguments
 class NoEffect(Exception):
     """Raised by an adapter that knows its attempt had no effect.
 
@@ -227,10 +204,3 @@ class NoEffect(Exception):
         self.retryable = retryable
         self.retry_after = retry_after
         super().__init__(message)
-
-    def __reduce__(self):
-        return (_rebuild_no_effect, (str(self), self.retryable, self.retry_after))
-
-
-def _rebuild_no_effect(message, retryable, retry_after):
-    return NoEffect(message, retryable=retryable, retry_after=retry_after)
