@@ -69,7 +69,7 @@ from ._rule import (
     unrecordable_output,
 )
 from ._signatures import DecisionSignature, Signers, recorded_problems
-from ._transaction import KeyRecord, PendingEvent, Phase, Transaction, iso
+from ._transaction import Draft, KeyRecord, Phase, Transaction, iso
 from ._verify import VerifyReport, verify_ledger
 
 logger = logging.getLogger(__name__)
@@ -435,26 +435,16 @@ class Ledger:
         record, now = read if read is not None else await self._run(self._read_key, key)
         if record is None or record.phase != Phase.SETTLED:
             return None
-        draft = _Draft(key, record, now)
+        draft = Draft(key, record, now)
         decision = admission(draft, first=True, give_up=True)
         if not (isinstance(decision, Answer) and decision.result.replayed):
             return None
-        appended = draft.appended
-
-        def audit(tx: Transaction) -> None:
-            # Both records or neither: verify still holds after a crash drops the batch.
-            # Hashed here, against the chain head as it is when the batch commits.
-            for type_, action_id, payload in appended:
-                tx.append(type_, action_id, payload)
-            assert tx.record is not None  # settled keys are never removed
-            tx.save(tx.record)
-
         # Handed to the writer once per turn of the event loop, all together: a caller
         # replaying in a loop that never yields would otherwise wake the writer thread
         # for every replay, and the two would contend for the GIL on each record.
         if not self._audit_batch:
             asyncio.get_running_loop().call_soon(self._submit_audits)
-        self._audit_batch.append((key, audit))
+        self._audit_batch.append((key, draft.write))
         return decision.result
 
     def _submit_audits(self) -> None:
@@ -919,30 +909,6 @@ def _non_empty(**values: Any) -> None:
         if not isinstance(value, str) or not value.strip():
             raise InvalidRequest(f"{name} must be a non-empty string")
         check_text(value, where=name)
-
-
-class _Draft(Transaction):
-    """What the rule would append for a batched replay, neither hashed nor stored: the
-    audit transaction hashes it against the chain head it finds when it commits."""
-
-    def __init__(self, key: str, record: KeyRecord | None, now: float) -> None:
-        super().__init__(key, record, now)
-        self.appended: list[tuple[str, str | None, dict[str, Any]]] = []
-
-    def append(self, type: str, action_id: str | None, payload: dict[str, Any]) -> None:  # type: ignore[override]
-        self.appended.append((type, action_id, payload))
-
-    def save(self, record: KeyRecord) -> None:
-        pass
-
-    def _insert_event(self, event: PendingEvent) -> None:  # pragma: no cover - append is lazy
-        raise NotImplementedError
-
-    def _write_record(self, record: KeyRecord, *, created: bool) -> None:  # pragma: no cover
-        raise NotImplementedError
-
-    def compact_bodies(self, through_seq: int) -> int:  # pragma: no cover - never compacts
-        raise NotImplementedError
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:

@@ -384,6 +384,39 @@ class Transaction(ABC):
         """Replace the payload of this key's events up to ``through_seq`` by the tombstone."""
 
 
+class Draft(Transaction):
+    """What the rule would append, neither hashed nor stored: a batched replay answers
+    from it at once, and :meth:`write` records it later, hashed against the chain head
+    it finds then."""
+
+    def __init__(self, key: str, record: KeyRecord | None, now: float) -> None:
+        super().__init__(key, record, now)
+        self.appended: list[tuple[str, str | None, dict[str, Any]]] = []
+
+    def append(self, type: str, action_id: str | None, payload: dict[str, Any]) -> None:  # type: ignore[override]
+        self.appended.append((type, action_id, payload))
+
+    def save(self, record: KeyRecord) -> None:
+        pass
+
+    def write(self, tx: Transaction) -> None:
+        """Append what was drafted in ``tx``, all of it or, if ``tx`` fails, none (so
+        ``verify`` still holds after a crash drops the batch)."""
+        for type_, action_id, payload in self.appended:
+            tx.append(type_, action_id, payload)
+        assert tx.record is not None  # a drafted replay's key is settled, never removed
+        tx.save(tx.record)
+
+    def _insert_event(self, event: PendingEvent) -> None:  # pragma: no cover - append is lazy
+        raise NotImplementedError
+
+    def _write_record(self, record: KeyRecord, *, created: bool) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def compact_bodies(self, through_seq: int) -> int:  # pragma: no cover - never compacts
+        raise NotImplementedError
+
+
 def indexed_values(record: KeyRecord) -> tuple[Any, ...]:
     """The values of the indexed columns of ``ledger_keys`` (the first four of
     :func:`record_values`)."""
