@@ -973,27 +973,7 @@ def reconcile_key(
     action the verdict is about, refused if the unknown effect is another's;
     ``signature`` (its author's proof) is recorded with the verdict."""
     record = tx.record
-    reason: str | None = None
-    known_effect: str | None = None
-    if record is None or record.phase in (Phase.VACANT, Phase.AWAITING_APPROVAL):
-        reason = "no execution is recorded for this key"
-    elif record.phase in (Phase.CLAIMED, Phase.RUNNING):
-        if not is_expired(record, tx.now):
-            reason = "an execution holds the key and is still running; wait for it"
-        else:
-            recover_expired(tx, record)
-    if reason is None:
-        assert record is not None and record.outcome is not None
-        if record.outcome.effect is not EffectState.UNKNOWN:
-            known_effect = record.outcome.effect
-            reason = f"its effect is {known_effect}, not unknown"
-        elif action_id is not None and record.outcome.action_id != action_id:
-            # The action the verdict is about was settled; the key moved on to another.
-            known_effect = record.outcome.effect
-            reason = (
-                f"the verdict is about action {action_id}, but the unknown effect of this key "
-                f"is action {record.outcome.action_id}'s"
-            )
+    reason, known_effect = _unknown_effect_of(tx, record, action_id=action_id)
     body = {"verdict": verdict.value, "actor": actor, "basis": basis}
     if signature is not None:
         body["signature"] = signature
@@ -1034,6 +1014,32 @@ def reconcile_key(
     )
     tx.save(record)
     return None
+
+
+def _unknown_effect_of(
+    tx: Transaction, record: KeyRecord | None, *, action_id: str | None
+) -> tuple[str | None, EffectState | None]:
+    """Why a verdict cannot be about the key's effect (and the effect, when it is known),
+    or ``(None, None)`` when the key's effect is unknown; an expired claim is recovered
+    first, so its interruption is what the verdict settles."""
+    if record is None or record.phase in (Phase.VACANT, Phase.AWAITING_APPROVAL):
+        return "no execution is recorded for this key", None
+    if record.phase in (Phase.CLAIMED, Phase.RUNNING):
+        if not is_expired(record, tx.now):
+            return "an execution holds the key and is still running; wait for it", None
+        recover_expired(tx, record)
+    outcome = record.outcome
+    assert outcome is not None
+    if outcome.effect is not EffectState.UNKNOWN:
+        return f"its effect is {outcome.effect}, not unknown", outcome.effect
+    if action_id is not None and outcome.action_id != action_id:
+        # The action the verdict is about was settled; the key moved on to another.
+        return (
+            f"the verdict is about action {action_id}, but the unknown effect of this key "
+            f"is action {outcome.action_id}'s",
+            outcome.effect,
+        )
+    return None, None
 
 
 def project(key: str, record: KeyRecord | None, now: float) -> ActionState:
