@@ -202,12 +202,12 @@ def next_operation(record: KeyRecord | None, now: float) -> NextOperation:
     if outcome.retryable:
         # Free to act again, unless its next execution waits for a person's approval.
         approval = record.approval
-        if approval is not None and approval.state is ApprovalState.REQUESTED:
+        if approval is not None and approval.state == ApprovalState.REQUESTED:
             return NextOperation.AWAIT_APPROVAL
         return NextOperation.START_ACTION
-    if outcome.effect is EffectState.UNKNOWN:
+    if outcome.effect == EffectState.UNKNOWN:
         return NextOperation.RECONCILE_EFFECT
-    if outcome.status is ActionStatus.FAILED and outcome.effect is EffectState.NONE:
+    if outcome.status == ActionStatus.FAILED and outcome.effect == EffectState.NONE:
         return NextOperation.FIX_INPUTS
     return NextOperation.NONE
 
@@ -372,7 +372,7 @@ def compact_key(tx: Transaction, *, cutoff: str) -> int:
         or record.phase != Phase.SETTLED
         or record.outcome is None
         or record.outcome.compacted
-        or record.outcome.effect is EffectState.UNKNOWN
+        or record.outcome.effect == EffectState.UNKNOWN
         or (record.settled_at or "") >= cutoff
     ):
         return 0
@@ -711,7 +711,7 @@ def _consume_approval(record: KeyRecord, *, action_id: str, fingerprint: str) ->
     approval = record.approval
     if (
         approval is None
-        or approval.state is not ApprovalState.APPROVED
+        or approval.state != ApprovalState.APPROVED
         or approval.fingerprint != fingerprint
     ):
         return None
@@ -781,7 +781,7 @@ def await_approval(
     approval = record.approval
     rejected = (
         approval is not None
-        and approval.state is ApprovalState.REJECTED
+        and approval.state == ApprovalState.REJECTED
         and approval.fingerprint == fingerprint
     )
     if rejected:
@@ -834,9 +834,9 @@ def decide_approval(
         )
     elif actor == approval.performer:
         reason = f"{actor!r} is the call's performer, and a performer never approves its own call"
-    elif approval.state is decided and approval.actor == actor:
+    elif approval.state == decided and approval.actor == actor:
         return None, approval
-    elif approval.state is not ApprovalState.REQUESTED:
+    elif approval.state != ApprovalState.REQUESTED:
         by = f" by {approval.actor!r}" if approval.actor else ""
         reason = f"the call's approval is already {approval.state}{by}"
     body = {"fingerprint": fingerprint, "decision": decision.value, "actor": actor, "basis": basis}
@@ -845,7 +845,7 @@ def decide_approval(
     if reason is not None:
         tx.append(EventType.APPROVAL_REFUSED, None, {**body, "reason": reason})
         tx.save(record or KeyRecord(key=tx.key))
-        settled = approval is not None and approval.state is not ApprovalState.REQUESTED
+        settled = approval is not None and approval.state != ApprovalState.REQUESTED
         return reason, approval if settled else None
     assert record is not None and approval is not None
     approval = approval.model_copy(
@@ -1030,7 +1030,7 @@ def _unknown_effect_of(
         recover_expired(tx, record)
     outcome = record.outcome
     assert outcome is not None
-    if outcome.effect is not EffectState.UNKNOWN:
+    if outcome.effect != EffectState.UNKNOWN:
         return f"its effect is {outcome.effect}, not unknown", outcome.effect
     if action_id is not None and outcome.action_id != action_id:
         # The action the verdict is about was settled; the key moved on to another.
