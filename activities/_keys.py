@@ -34,3 +34,33 @@ def step_key(
     digest = hashlib.sha256(key.encode()).hexdigest()
     prefix = "".join(c if c.isprintable() else "?" for c in workflow_id)[:120]
     return f"{prefix}/sha256:{digest}"
+
+
+#: The characters a key keeps on the wire: RFC 3986's unreserved set without ``~``,
+#: which every router, proxy, client and header parser passes through unchanged.
+_WIRE_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._")
+
+
+def wire_key(key: str) -> str:
+    """The one spelling of ``key`` that a far side sees, in a header, a body and a lookup.
+
+    Letters, digits, ``-``, ``.`` and ``_`` stay; every other character becomes ``~`` and
+    two upper-case hex digits per UTF-8 byte (``order-ann smith/r1/step`` is
+    ``order-ann~20smith~2Fr1~2Fstep``). Percent-encoding would not do: a router, a proxy or
+    a framework decodes ``%`` in a query or a path (Starlette, FastAPI and most others do)
+    but never in a header, so a far side would file an operation under one spelling and
+    look it up under another. The form is made only of characters nothing decodes, and is
+    one-to-one, so the far side never has to decode anything to match a key.
+
+    Args:
+        key: The ledger's idempotency key.
+
+    Returns:
+        The key's wire form.
+    """
+    if all(c in _WIRE_SAFE for c in key):
+        return key
+    return "".join(
+        c if c in _WIRE_SAFE else "".join(f"~{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+        for c in key
+    )

@@ -1,8 +1,9 @@
 """HTTP for ledgered tools: forward the idempotency key, classify what a call may have done.
 
 Use :func:`request_json` inside a ``@tool``. It sends the tool's idempotency key as an
-``Idempotency-Key`` header and turns every outcome into one of three things the ledger
-understands:
+``Idempotency-Key`` header, in its one wire form (:func:`wire_key`: the same in a header,
+a body and a lookup URL, so the far side never decodes anything), and turns every outcome
+into one of three things the ledger understands:
 
 ========================================  ==============================================
 what happened                             what the ledger records
@@ -26,8 +27,7 @@ import functools
 import json as jsonlib
 import math
 import ssl
-import string
-import urllib.parse
+import warnings
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -42,6 +42,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from ..ledger import NoEffect
+from ._keys import wire_key
 from ._probe import Probe, ProbeAnswer, absent, inconclusive, present
 from ._runtime import tool_context
 
@@ -52,13 +53,14 @@ __all__ = [
     "lookup_probe",
     "parse_retry_after",
     "request_json",
+    "wire_key",
 ]
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 _EXCERPT = 200
-# Everything a header value carries unchanged; '%' is escaped so the encoding stays one-to-one.
-_HEADER_SAFE = "".join(c for c in string.printable if "!" <= c <= "~" and c != "%")
+#: The field of a far side's JSON answer that names the key it looked up.
+_KEY_FIELD = "idempotency_key"
 
 
 class HttpResult(BaseModel):
@@ -148,10 +150,10 @@ async def request_json(
     """Send one HTTP request for a ledgered tool and classify its outcome.
 
     ``idempotency_key`` defaults to the running tool's key (``tool_context().key``);
-    pass it when calling from a plain ledger adapter. Keys outside printable ASCII
-    (and ``%``, and spaces) are percent-encoded so that every ledger key has exactly
-    one header form. ``client`` lets the caller share a connection pool; otherwise a
-    client lives for this call. Never follows redirects and never retries by itself:
+    pass it when calling from a plain ledger adapter. The header carries its wire form,
+    :func:`wire_key`: put the same form in a body or a URL that names the key. ``client``
+    lets the caller share a connection pool; otherwise a client lives for this call.
+    Never follows redirects and never retries by itself:
     whether to try again is the ledger's decision.
 
     Args:
@@ -182,7 +184,7 @@ async def request_json(
             "pass idempotency_key= instead",
             retryable=False,
         )
-    send_headers[IDEMPOTENCY_HEADER] = _header_form(key)
+    send_headers[IDEMPOTENCY_HEADER] = wire_key(key)
     content: bytes | None = None
     if json is not None:
         # Serialised here so that a body JSON cannot carry fails before anything is sent.
@@ -213,18 +215,12 @@ async def request_json(
     return _classify(method, url, response)
 
 
-def _header_form(key: str) -> str:
-    """The key as an ``Idempotency-Key`` header value: one form for every key."""
-    return urllib.parse.quote(key, safe=_HEADER_SAFE)
-
-
-def _echoes(response: httpx.Response, key: str) -> bool:
-    """Whether a far side's answer names ``key`` as the key it looked up."""
-    echoed = response.headers.get(IDEMPOTENCY_HEADER)
-    if echoed is not None and key in (echoed, urllib.parse.unquote(echoed)):
-        return True
-    body = _body(response)
-    return isinstance(body, dict) and body.get("idempotency_key") == key
+def _names_key(result: HttpResult, key: str) -> bool:
+    """Whether a far side's JSON answer names ``key`` (its wire form) as the key it looked
+    up. A header proves nothing: middleware may copy ``Idempotency-Key`` onto every
+    response, a router's 404 for a route it does not have included."""
+    body = result.body
+    return isinstance(body, dict) and body.get(_KEY_FIELD) == key
 
 
 @functools.cache
@@ -296,25 +292,24 @@ def lookup_probe(
     absent_statuses: Collection[int] = (404,),
     headers: dict[str, str] | None = None,
     timeout: float = 10.0,
-    require_echo: bool = True,
+    looked_up: Callable[[HttpResult, str], bool] | None = None,
+    require_echo: bool | None = None,
 ) -> Probe:
     """A probe for ``@tool(probe=...)`` that GETs the operation by its idempotency key.
 
-    ``url`` is a template: ``{key}`` is the key, percent-encoded (a ``/`` in the key too),
-    and ``{field}`` any field of the tool's argument. Put the key in the query, e.g.
-    ``"{base_url}/orders?idempotency_key={key}"``: every router passes a query through
-    as it was sent, while many (Starlette, FastAPI: every ASGI app) decode ``%2F`` in a
-    path before routing, so a key in a path segment can meet no route at all. The GET
-    carries the key as ``Idempotency-Key`` too, in :func:`request_json`'s form.
+    ``url`` is a template: ``{key}`` is the key's wire form (:func:`wire_key`, the form
+    :func:`request_json` sends in its header), and ``{field}`` any field of the tool's
+    argument. Put the key in the query, e.g. ``"{base_url}/orders?idempotency_key={key}"``.
+    The GET carries the key as ``Idempotency-Key`` too.
 
-    A 2xx answer is ``present``, with ``output(result)`` as the tool's output (the
-    :class:`HttpResult` itself without ``output``). A status in ``absent_statuses`` is
-    ``absent`` only when the answer shows the far side looked this key up: its
-    ``Idempotency-Key`` response header (percent-encoded or not), or an
-    ``idempotency_key`` field of its JSON body, is the key (any router answers 404 for a
-    route it does not have, and that says nothing about the operation);
-    ``require_echo=False`` takes the status alone. Anything
-    else, or no answer, is ``inconclusive``. Every answer is recorded as evidence.
+    An answer counts only as evidence that the far side looked this key up: by default its
+    JSON body has an ``idempotency_key`` field that is the key's wire form; ``looked_up``
+    replaces that test with the tool's own parser of the answer. Then a 2xx is ``present``,
+    with ``output(result)`` as the tool's output (the :class:`HttpResult` itself without
+    ``output``), and a status in ``absent_statuses`` is ``absent``. Everything else is
+    ``inconclusive`` and parks the step for a person: a router's 404 for a route it does
+    not have, an HTML error page, a header that middleware copies onto every response, a
+    timeout. Every answer is recorded as evidence.
 
     Args:
         url: The template of the URL to GET.
@@ -322,35 +317,49 @@ def lookup_probe(
         absent_statuses: The statuses that say the far side has no such operation.
         headers: More request headers.
         timeout: httpx's timeout per phase of the GET.
-        require_echo: An absent status counts only if the answer names the key.
+        looked_up: ``looked_up(result, wire_key)``: whether the answer shows that the far
+            side looked this key up.
+        require_echo: Deprecated and ignored: an answer is never evidence unless it shows
+            that the far side looked the key up.
 
     Returns:
         The probe.
     """
+    if require_echo is not None:
+        warnings.warn(
+            "lookup_probe(require_echo=...) is deprecated and ignored: a status alone is "
+            "never evidence; pass looked_up= to parse the far side's answer",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    shows_lookup = looked_up or _names_key
 
     async def probe(key: str, arg: BaseModel) -> ProbeAnswer:
         fields = arg.model_dump() if isinstance(arg, BaseModel) else {}
-        where = url.format(**{**fields, "key": urllib.parse.quote(key, safe="")})
-        send = {**(headers or {}), IDEMPOTENCY_HEADER: _header_form(key)}
+        wire = wire_key(key)
+        where = url.format(**{**fields, "key": wire})
+        send = {**(headers or {}), IDEMPOTENCY_HEADER: wire}
         try:
             async with httpx.AsyncClient(timeout=timeout, verify=_tls()) as client:
                 response = await client.get(where, headers=send, follow_redirects=False)
         except httpx.HTTPError as exc:
             return inconclusive(f"GET {where}: {type(exc).__name__}: {exc}")
-        seen = {"GET": where, "status": response.status_code, "body": _excerpt(response)}
-        if 200 <= response.status_code < 300:
-            result = HttpResult(status=response.status_code, body=_body(response))
-            found = output(result) if output is not None else result
-            return present(found, [seen], basis=f"GET {where} found the operation")
-        if response.status_code in absent_statuses:
-            if not require_echo or _echoes(response, key):
-                return absent([seen], basis=f"GET {where} answered {response.status_code}")
+        status = response.status_code
+        seen = {"GET": where, "status": status, "body": _excerpt(response)}
+        result = HttpResult(status=status, body=_body(response))
+        answered = 200 <= status < 300 or status in absent_statuses
+        if answered and not shows_lookup(result, wire):
             return inconclusive(
-                f"GET {where} answered {response.status_code} without naming the key it "
-                f"looked up (its {IDEMPOTENCY_HEADER} header or an idempotency_key field): "
-                "a route that does not exist answers so too",
+                f"GET {where} answered {status}, but the answer does not show that the far "
+                f"side looked up {wire!r} (a JSON body whose {_KEY_FIELD} is the key): a "
+                "route that does not exist, an error page or a proxy answers so too",
                 [seen],
             )
-        return inconclusive(f"GET {where} answered {response.status_code}", [seen])
+        if 200 <= status < 300:
+            found = output(result) if output is not None else result
+            return present(found, [seen], basis=f"GET {where} found the operation")
+        if status in absent_statuses:
+            return absent([seen], basis=f"GET {where} answered {status} for the key")
+        return inconclusive(f"GET {where} answered {status}", [seen])
 
     return probe

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from temporal_ledger.activities import LedgerPlugin
+from temporal_ledger.activities.http import wire_key
+from temporal_ledger.ledger import Ledger
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -311,3 +313,9 @@ async def send_update(address: str, workflow_id: str, name: str, payload: Any) -
         json.dumps(payload),
         check=False,
     )
+
+
+def key_on_the_wire(ledger: Ledger, wire: str | None) -> str:
+    """The ledger's key that the far side saw as ``wire`` (its one wire form)."""
+    (key,) = {event.key for event in ledger.events() if wire_key(event.key) == wire}
+    return key

@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import ActionRequest, EventType, Ledger
 from temporal_ledger.ledger._models import ApprovalState
 from temporalio.client import (
@@ -33,7 +34,14 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from tests.approval_tools import PAYMENT_TOOLS, PaymentJob, PaymentWorkflow
-from tests.temporal_support import Setup, open_effects, query_json, temporal_cli, wait_for
+from tests.temporal_support import (
+    Setup,
+    key_on_the_wire,
+    open_effects,
+    query_json,
+    temporal_cli,
+    wait_for,
+)
 from worker import free_port
 
 pytestmark = pytest.mark.timeout(120)
@@ -68,7 +76,7 @@ class Payments:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                key = urllib.parse.unquote(self.headers["Idempotency-Key"])
+                key = self.headers["Idempotency-Key"]  # one spelling: never decoded
                 with far.lock:
                     far.posts += 1
                     step = far.script.pop(0) if far.script else "answer"
@@ -81,12 +89,15 @@ class Payments:
                 self.reply(201, far.by_key[key])
 
             def do_GET(self) -> None:
-                key = urllib.parse.unquote(self.path.rsplit("/", 1)[-1])
+                key = self.path.rsplit("/", 1)[-1]
                 with far.lock:
                     found = far.by_key.get(key)
-                # A 404 that names the key it looked up: the probe may take it as absence.
-                missing = {"error": "no such key", "idempotency_key": key}
-                self.reply(200, found) if found else self.reply(404, missing)
+                # Answers that name the key they looked up: the probe may take them as
+                # evidence.
+                if found is None:
+                    self.reply(404, {"error": "no such key", "idempotency_key": key})
+                else:
+                    self.reply(200, {**found, "idempotency_key": key})
 
             def reply(self, status: int, body: Any) -> None:
                 data = json.dumps(body).encode()
@@ -294,8 +305,8 @@ async def test_a_probe_that_finds_the_effect_settles_it_without_parking(
     handle = await start(setup, client, "charge", payments, 7)
     assert await handle.result() == {"payment_id": "P-1", "amount": 7}
     assert payments.effects == 1 and payments.posts == 1
-    key = next(iter(payments.by_key))
     with Ledger.open(setup.ledger_url) as ledger:
+        key = key_on_the_wire(ledger, next(iter(payments.by_key)))
         state = ledger.state(key)
         assert [(r.verdict.value, r.actor) for r in state.reconciliations] == [
             ("effect_confirmed", "probe:charge")
@@ -314,8 +325,8 @@ async def test_a_conclusive_absence_lets_the_step_act_again_once(
     handle = await start(setup, client, "charge_conclusive", payments, 9)
     assert await handle.result() == {"payment_id": "P-1", "amount": 9}
     assert payments.effects == 1 and payments.posts == 2
-    key = next(iter(payments.by_key))
     with Ledger.open(setup.ledger_url) as ledger:
+        key = key_on_the_wire(ledger, next(iter(payments.by_key)))
         state = ledger.state(key)
         assert [(r.verdict.value, r.actor) for r in state.reconciliations] == [
             ("no_effect_confirmed", "probe:charge_conclusive")
@@ -351,7 +362,7 @@ async def test_a_probe_that_raises_leaves_the_step_parked_as_before(
         assert ledger.state(key).reconciliations == []  # the failed probe recorded nothing
     verdict = {
         "key": key, "verdict": "effect_confirmed", "actor": "ops-bo", "basis": "in the books",
-        "output": payments.by_key[key],
+        "output": payments.by_key[wire_key(key)],
     }  # fmt: skip
     await handle.execute_update("reconcile", verdict)
     assert await handle.result() == {"payment_id": "P-1", "amount": 5}
@@ -400,12 +411,12 @@ async def test_lookup_probe_reads_the_far_sides_answer(payments: Payments) -> No
     from tests.approval_tools import Payment, Receipt, by_key
 
     key = "wf/run/pay?x=1"  # slashes and query characters stay inside one path segment
-    payments.by_key[key] = {"payment_id": "P-9", "amount": 4}
+    payments.by_key[wire_key(key)] = {"payment_id": "P-9", "amount": 4}
     arg = Payment(base_url=payments.url, amount=4)
     found = await by_key(key, arg)
     assert found.finding is Finding.PRESENT and found.output == {"payment_id": "P-9", "amount": 4}
     assert (
-        found.evidence[0]["status"] == 200 and "wf%2Frun%2Fpay%3Fx%3D1" in found.evidence[0]["GET"]
+        found.evidence[0]["status"] == 200 and "wf~2Frun~2Fpay~3Fx~3D1" in found.evidence[0]["GET"]
     )
     assert Receipt.model_validate(found.output).payment_id == "P-9"
     missing = await by_key("other", arg)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporal_ledger.activities.http import wire_key
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
@@ -96,6 +97,12 @@ async def worker_process(
 
 async def run_starter(*args: str, example: str = "plan") -> tuple[str, Any]:
     """``python -m examples.EXAMPLE.starter ARGS``: its workflow id and its result (JSON)."""
+    fields = await starter_lines(*args, example=example)
+    return fields["workflow id"], json.loads(fields["result"])
+
+
+async def starter_lines(*args: str, example: str) -> dict[str, str]:
+    """``python -m examples.EXAMPLE.starter ARGS``: the ``name: value`` lines it prints."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -115,8 +122,7 @@ async def run_starter(*args: str, example: str = "plan") -> tuple[str, Any]:
             await process.wait()
     text = out.decode()
     assert process.returncode == 0, f"starter exited {process.returncode}: {text}{err.decode()}"
-    fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
-    return fields["workflow id"], json.loads(fields["result"])
+    return dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
 
 
 async def test_plan_worker_and_starter_append_each_line_once(
@@ -213,13 +219,15 @@ async def test_probe_example_settles_a_lost_reply_without_parking(
     ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
     try:
         async with worker_process(*common, "--ledger", ledger, example="probe"):
-            _, order = await run_starter(*common, "--url", url, example="probe")
+            printed = await starter_lines(*common, "--url", url, example="probe")
     finally:
         service.shutdown()
         service.server_close()
-    assert order == {"order_id": "O-1", "item": "book", "quantity": 1}
-    assert len(service.orders) == 1
-    key = next(iter(service.orders))
+    assert json.loads(printed["result"]) == {"order_id": "O-1", "item": "book", "quantity": 1}
+    # The far side filed the order under the key's one wire form; the starter prints the
+    # ledger's key, which `show` takes.
+    key = printed["ledger key"]
+    assert list(service.orders) == [wire_key(key)]
     show = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "temporal_ledger.ledger", "--db", ledger, "show", key,
         stdout=asyncio.subprocess.PIPE,

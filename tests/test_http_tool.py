@@ -23,6 +23,7 @@ from temporal_ledger.activities.http import (
     HttpResult,
     parse_retry_after,
     request_json,
+    wire_key,
 )
 from temporal_ledger.ledger import ActionStatus, Authority, EffectState, Ledger, NoEffect
 from temporalio.client import Client, WorkflowFailureError
@@ -31,7 +32,14 @@ from temporalio.worker import Worker
 
 from examples.tickets.activities import HTTP_TOOLS
 from tests.http_workflows import PlainPostWorkflow, TicketCall, TicketWorkflow, plain_post
-from tests.temporal_support import Setup, make_setup, open_effects, temporal_cli, wait_for
+from tests.temporal_support import (
+    Setup,
+    key_on_the_wire,
+    make_setup,
+    open_effects,
+    temporal_cli,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -297,17 +305,25 @@ async def test_transport_errors_are_classified(error: Exception, expected: type)
         assert (raised.value.method, raised.value.url) == ("POST", "http://far/x")
 
 
-async def test_keys_http_cannot_carry_are_percent_encoded_one_to_one() -> None:
+async def test_the_header_carries_the_keys_one_wire_form_one_to_one() -> None:
     seen: list[str] = []
 
     def record(request: httpx.Request) -> httpx.Response:
         seen.append(request.headers["Idempotency-Key"])
         return httpx.Response(200)
 
+    keys = ["wf-1.step_2", "wf/run/step-1", "café 1", "caf~C3~A9~201", "caf%C3%A9%201"]
     async with httpx.AsyncClient(transport=httpx.MockTransport(record)) as client:
-        for key in ["wf/run/step-1", "café 1", "caf%C3%A9%201"]:
+        for key in keys:
             await request_json("POST", "http://far/x", idempotency_key=key, client=client)
-    assert seen == ["wf/run/step-1", "caf%C3%A9%201", "caf%25C3%25A9%25201"]
+    assert seen == [
+        "wf-1.step_2",
+        "wf~2Frun~2Fstep-1",
+        "caf~C3~A9~201",
+        "caf~7EC3~7EA9~7E201",
+        "caf~25C3~25A9~25201",
+    ]
+    assert seen == [wire_key(key) for key in keys] and len(set(seen)) == len(keys)
 
 
 async def test_a_body_json_cannot_carry_is_not_sent() -> None:
@@ -372,9 +388,10 @@ async def test_retry_safe_tool_against_a_deduping_far_side_acts_once(setup: Setu
             )
     assert result == {"ticket_id": "T-1", "status": 200, "already_done": False}
     assert far.effects == 1
-    key = far.keys[0]
-    assert key is not None and far.keys == [key, key]
+    wire = far.keys[0]
+    assert wire is not None and far.keys == [wire, wire]
     with Ledger.open(setup.ledger_url) as ledger:
+        key = key_on_the_wire(ledger, wire)
         state = ledger.state(key)
         assert (state.status, state.effect) == (ActionStatus.SUCCEEDED, EffectState.OBSERVED)
         starts = [e for e in ledger.events(key) if e.type == "action.execution_started"]
@@ -399,8 +416,8 @@ async def test_unguarded_tool_parks_and_the_operator_confirms_the_effect(setup: 
             effect = parked[0]
             assert effect["tool"] == "create_ticket_unguarded"
             assert "HttpEffectUnknown" in effect["why"] and "503" in effect["why"]
-            assert far.keys == [effect["key"]] and far.effects == 1
-            ticket = far.tickets[effect["key"]]["ticket_id"]
+            assert far.keys == [wire_key(effect["key"])] and far.effects == 1
+            ticket = far.tickets[wire_key(effect["key"])]["ticket_id"]
             await temporal_cli(
                 setup.address,
                 "workflow",
@@ -482,6 +499,6 @@ async def test_409_is_recorded_as_done(setup: Setup) -> None:
     assert result == {"ticket_id": "T-77", "status": 409, "already_done": True}
     assert len(far.requests) == 1
     with Ledger.open(setup.ledger_url) as ledger:
-        state = ledger.state(far.keys[0] or "")
+        state = ledger.state(key_on_the_wire(ledger, far.keys[0]))
         assert (state.status, state.effect) == (ActionStatus.SUCCEEDED, EffectState.OBSERVED)
         assert state.output == {"ticket_id": "T-77", "status": 409, "already_done": True}

@@ -3,12 +3,12 @@
 ``place_order`` POSTs an order with the ledger's key as ``Idempotency-Key``. When the
 reply is lost (a timeout, a dropped connection, a 5xx) the effect is unknown; instead of
 parking the step for a person, the workflow runs the tool's probe, a GET of
-``{base_url}/orders?idempotency_key={key}`` (the key in the query, which every router
-passes through as sent): 2xx means the order exists (recorded as ``effect_confirmed`` by
+``{base_url}/orders?idempotency_key={key}`` (``{key}`` is the key in the one spelling the
+header carries too, which no router decodes). An answer whose JSON names the key it looked
+up is evidence: 2xx means the order exists (recorded as ``effect_confirmed`` by
 ``probe:place_order``, with the response as evidence, and its body is the step's output),
-a 404 that names the key it looked up means it does not (conclusive for this far side, so
-the step places the order again under the same key), anything else parks the step as
-before.
+404 means it does not (conclusive for this far side, so the step places the order again
+under the same key). Anything else parks the step as before.
 """
 
 from __future__ import annotations

@@ -2,12 +2,13 @@
 
     python -m examples.probe.far_side [--port 8080] [--lose-replies 1]
 
-``POST /orders`` files an order under the request's ``Idempotency-Key`` (the same key
-again returns the same order); the first ``--lose-replies`` POSTs file the order and then
-drop the connection without answering, as a crash or a network fault would.
+``POST /orders`` files an order under the request's ``Idempotency-Key`` exactly as sent
+(the same key again returns the same order); the first ``--lose-replies`` POSTs file the
+order and then drop the connection without answering, as a crash or a network fault would.
 ``GET /orders?idempotency_key=KEY`` answers the order (200) or 404; both name the key it
-looked up in their ``Idempotency-Key`` header, so a 404 says "no such order", not "no
-such route".
+looked up in the ``idempotency_key`` field of their JSON body, so a 404 says "no such
+order", not "no such route". Nothing is decoded: the ledger sends a key in one spelling
+(``wire_key``), the same in the header and in the query.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-        key = urllib.parse.unquote(self.headers.get("Idempotency-Key", ""))
+        key = self.headers.get("Idempotency-Key", "")
         with self.server.lock:
             orders = self.server.orders
             order = orders.setdefault(key, {"order_id": f"O-{len(orders) + 1}", **body})
@@ -47,7 +48,7 @@ class _Handler(BaseHTTPRequestHandler):
         if lose:
             self.close_connection = True  # filed, and the reply is lost
             return
-        self._reply(201, order)
+        self._reply(201, {**order, "idempotency_key": key})
 
     def do_GET(self) -> None:
         path, _, query = self.path.partition("?")
@@ -58,16 +59,16 @@ class _Handler(BaseHTTPRequestHandler):
         key = keys[0]
         with self.server.lock:
             order = self.server.orders.get(key)
-        echo = urllib.parse.quote(key, safe="")
-        self._reply(200, order, echo) if order else self._reply(404, {"error": "no order"}, echo)
+        if order is None:
+            self._reply(404, {"error": "no such order", "idempotency_key": key})
+        else:
+            self._reply(200, {**order, "idempotency_key": key})
 
-    def _reply(self, status: int, body: Any, key: str | None = None) -> None:
+    def _reply(self, status: int, body: Any) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        if key is not None:
-            self.send_header("Idempotency-Key", key)
         self.end_headers()
         self.wfile.write(data)
 

@@ -7,7 +7,8 @@
 
 The far side files the order and loses the reply; the tool's probe finds the order by
 its key and the run completes with it, without parking. ``temporal-ledger --db
-sqlite:///ledger.db show KEY`` then shows the verdict by ``probe:place_order``.
+sqlite:///ledger.db show KEY``, with the ledger key the starter prints, then shows the
+verdict by ``probe:place_order``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import asyncio
 import os
 import uuid
 
+from temporal_ledger.activities import step_key
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -48,6 +50,11 @@ async def main(args: argparse.Namespace) -> None:
         task_queue=args.task_queue,
     )
     print(f"workflow id: {workflow_id}", flush=True)
+    # run_tool's key for the step "order": what `temporal-ledger show` takes.
+    key = step_key(
+        workflow_id, handle.first_execution_run_id or handle.result_run_id or "", "order"
+    )
+    print(f"ledger key: {key}", flush=True)
     order = await handle.result()
     print(f"result: {order.model_dump_json()}", flush=True)
 
