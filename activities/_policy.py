@@ -52,6 +52,7 @@ class Policy(BaseModel):
 
         [reconcile]
         actors = ["ops-*", "alice@example.com"]
+        probes = ["place_order"]        # tools whose probes may settle an unknown effect
 
         [approve]
         capabilities = ["payments.*"]   # every call of these needs an approval
@@ -84,6 +85,8 @@ class Policy(BaseModel):
 
     performers: dict[str, list[str]] = Field(default_factory=dict)
     reconcilers: list[str] = Field(default_factory=list)
+    #: Tool-name patterns whose probes may record a verdict (as ``probe:<tool>``).
+    probes: list[str] = Field(default_factory=list)
     #: Capability patterns whose every call needs an approval, as with
     #: ``@tool(requires_approval=True)``.
     gated: list[str] = Field(default_factory=list)
@@ -115,7 +118,10 @@ class Policy(BaseModel):
     def _keys_and_flags(self) -> Policy:
         try:  # the ledger's own reading, as `temporal-ledger verify --policy` reads them
             Signers.from_tables(
-                self.keys, decisions=self.signed_decisions, verdicts=self.signed_verdicts
+                self.keys,
+                decisions=self.signed_decisions,
+                verdicts=self.signed_verdicts,
+                probes=self.probes,
             )
         except InvalidRequest as exc:
             raise ValueError(str(exc)) from None
@@ -134,7 +140,13 @@ class Policy(BaseModel):
             "reconcile or approve); outside local development pass "
             "LedgerPlugin(policy='policy.toml')"
         )
-        return cls(performers={"*": ["*"]}, reconcilers=["*"], approvers=["*"], allow_all=True)
+        return cls(
+            performers={"*": ["*"]},
+            reconcilers=["*"],
+            probes=["*"],
+            approvers=["*"],
+            allow_all=True,
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> Policy:
@@ -159,10 +171,14 @@ class Policy(BaseModel):
                 "expected [performers], [reconcile], [approve], [keys] and [tools]"
             )
         reconcile = data.get("reconcile", {})
-        if not isinstance(reconcile, dict) or set(reconcile) - {"actors", "require_signature"}:
+        if not isinstance(reconcile, dict) or set(reconcile) - {
+            "actors",
+            "probes",
+            "require_signature",
+        }:
             raise InvalidRequest(
-                f"policy file {path}: [reconcile] takes only actors = [...] and "
-                "require_signature = true|false"
+                f"policy file {path}: [reconcile] takes only actors = [...], probes = [...] "
+                "and require_signature = true|false"
             )
         approve = data.get("approve", {})
         if not isinstance(approve, dict) or set(approve) - {
@@ -182,6 +198,7 @@ class Policy(BaseModel):
             return cls(
                 performers=data.get("performers", {}),
                 reconcilers=reconcile.get("actors", []),
+                probes=list(signers.probes),
                 gated=approve.get("capabilities", []),
                 approvers=approve.get("actors", []),
                 gate_destructive=approve.get("destructive", False),
@@ -220,6 +237,17 @@ class Policy(BaseModel):
         """
         return bool(actor) and _matches(actor, self.reconcilers)
 
+    def may_probe(self, tool: str) -> bool:
+        """Whether ``tool``'s probe may record a verdict on an unknown effect.
+
+        Args:
+            tool: The tool's (activity's) name.
+
+        Returns:
+            ``True`` if the tool matches a pattern of ``[reconcile] probes``.
+        """
+        return _matches(tool, self.probes)
+
     def requires_approval(self, capability: str) -> bool:
         """Whether every call of ``capability`` waits for a person's approval.
 
@@ -253,6 +281,7 @@ class Policy(BaseModel):
             keys=self.keys,
             decisions_signed=self.signed_decisions,
             verdicts_signed=self.signed_verdicts,
+            probes=tuple(self.probes),
         )
 
     def treatment(

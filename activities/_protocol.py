@@ -16,14 +16,27 @@ from __future__ import annotations
 import dataclasses
 import functools
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 
-from ..ledger import Decision, EffectState, NextOperation, Verdict
+from ..ledger import Decision, EffectState, InvalidRequest, NextOperation, Verdict
 from ..ledger._models import ApprovalState, FailureType, may_act_again
 from ..ledger._schema import output_misfit, output_template
-from ..ledger._signatures import DecisionSignature, Signers, read_policy_file
+from ..ledger._signatures import (
+    PROBE_ACTOR_PREFIX,
+    DecisionSignature,
+    Signers,
+    read_policy_file,
+)
+from ..ledger._template_text import refuse_placeholders
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -405,6 +418,26 @@ class _PersonsAnswer(_SigningPayload):
     #: The fields the signature covers, and the ``Signers`` check of them.
     _SIGNED: ClassVar[tuple[str, ...]]
     _CHECK: ClassVar[str]
+
+    @model_validator(mode="after")
+    def _a_persons_own_words(self) -> Self:
+        """Refused before anything is recorded: a template's placeholder left in (the
+        ledger refuses it too), or a person writing as a tool's probe."""
+        actor: str = getattr(self, "actor")  # noqa: B009 - declared by each subclass
+        if actor.startswith(PROBE_ACTOR_PREFIX):
+            raise ValueError(
+                f"actor {actor!r}: {PROBE_ACTOR_PREFIX}<tool> is the worker's own probe, which "
+                "records its verdicts itself; give your own name"
+            )
+        try:
+            refuse_placeholders(
+                actor=actor,
+                basis=getattr(self, "basis"),  # noqa: B009
+                evidence=getattr(self, "evidence", []),
+            )
+        except InvalidRequest as exc:
+            raise ValueError(str(exc)) from None
+        return self
 
     def signature_problem(
         self, signers: Signers, *, workflow_id: str, namespace: str

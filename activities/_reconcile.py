@@ -191,6 +191,13 @@ async def probe_effect(probe: p.ProbeInput) -> p.ProbeResult:
             type=p.ErrorType.PROBE_UNAVAILABLE,
             non_retryable=True,
         )
+    if not runtime.policy.may_probe(probe.tool):
+        raise ApplicationError(
+            f"the policy names no probe for tool {probe.tool!r}, so its probe may not give a "
+            "verdict: add the tool to [reconcile] probes in the policy file (Policy(probes=[...]))",
+            type=p.ErrorType.PROBE_UNAVAILABLE,
+            non_retryable=True,
+        )
     run, arg, conclusive, check_output = found
     answer = await run(probe.key, arg)
     if not isinstance(answer, ProbeAnswer):
@@ -201,6 +208,10 @@ async def probe_effect(probe: p.ProbeInput) -> p.ProbeResult:
             non_retryable=True,
         )
     verdict, basis, output = _verdict_for(answer, conclusive)
+    if verdict is not Verdict.STILL_UNKNOWN and not answer.evidence:
+        # A finding that settles the effect rests on what the far side answered.
+        verdict, output = Verdict.STILL_UNKNOWN, None
+        basis = f"the probe answered {answer.finding.value} without evidence: {basis}"
     if verdict is Verdict.EFFECT_CONFIRMED:
         try:
             check_output(output)

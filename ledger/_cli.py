@@ -29,12 +29,14 @@ from ._models import (
 )
 from ._schema import describe_schema, output_template
 from ._signatures import (
+    PROBE_ACTOR_PREFIX,
     decision_statement,
     read_policy,
     read_private_key,
     sign,
     verdict_statement,
 )
+from ._template_text import refuse_placeholders
 from .sqlite import path_from_url
 
 ENV_URL = "LEDGER_URL"
@@ -90,7 +92,14 @@ def _parser() -> argparse.ArgumentParser:
     _add_reading_commands(commands, common)
     _add_answering_commands(commands, common)
     _add_upkeep_commands(commands, common)
-    _cli_signing.add_commands(commands, key=_key, non_empty=_non_empty, json_value=_json_value)
+    _cli_signing.add_commands(
+        commands,
+        key=_key,
+        non_empty=_non_empty,
+        person=_person,
+        persons_words=_persons_words,
+        json_value=_json_value,
+    )
     _cli_waiting.add_command(commands)
 
     replay = commands.add_parser(
@@ -131,11 +140,9 @@ def _add_answering_commands(commands: Any, common: list[argparse.ArgumentParser]
     )
     reconcile.add_argument("key", type=_key)
     reconcile.add_argument("--verdict", required=True, choices=[v.value for v in Verdict])
+    reconcile.add_argument("--actor", required=True, type=_person, help="who inspected the world")
     reconcile.add_argument(
-        "--actor", required=True, type=_non_empty, help="who inspected the world"
-    )
-    reconcile.add_argument(
-        "--basis", required=True, type=_non_empty, help="what the verdict rests on"
+        "--basis", required=True, type=_persons_words, help="what the verdict rests on"
     )
     reconcile.add_argument(
         "--evidence", action="append", default=[], help="a reference to evidence (repeatable)"
@@ -160,9 +167,9 @@ def _add_answering_commands(commands: Any, common: list[argparse.ArgumentParser]
         type=_non_empty,
         help="the fingerprint of the request you were shown (`show KEY` prints it)",
     )
-    approve.add_argument("--actor", required=True, type=_non_empty, help="who decides")
+    approve.add_argument("--actor", required=True, type=_person, help="who decides")
     approve.add_argument(
-        "--basis", required=True, type=_non_empty, help="what the decision rests on"
+        "--basis", required=True, type=_persons_words, help="what the decision rests on"
     )
     approve.add_argument(
         "--reject", action="store_true", help="reject the call instead: it ends with no effect"
@@ -232,6 +239,25 @@ def _non_empty(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
     return text
+
+
+def _persons_words(text: str) -> str:
+    """A person's own words: not empty, and no template's placeholder left in."""
+    try:
+        refuse_placeholders(value=_non_empty(text))
+    except InvalidRequest as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("value ")) from None
+    return text
+
+
+def _person(text: str) -> str:
+    """A person's name: their own words, and not a tool's probe."""
+    if text.startswith(PROBE_ACTOR_PREFIX):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: {PROBE_ACTOR_PREFIX}<tool> is the worker's own probe, which records "
+            "its verdicts itself; give your own name"
+        )
+    return _persons_words(text)
 
 
 N = TypeVar("N", int, float)

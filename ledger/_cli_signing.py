@@ -42,6 +42,8 @@ def add_commands(
     *,
     key: Callable[[str], str],
     non_empty: Callable[[str], str],
+    person: Callable[[str], str],
+    persons_words: Callable[[str], str],
     json_value: Callable[[str], Any],
 ) -> None:
     """Add ``keygen``, ``public-key`` and ``sign approve|reconcile`` to the parser."""
@@ -83,9 +85,9 @@ def add_commands(
             help=f"the run's namespace (default: {DEFAULT_NAMESPACE})",
         )
         parser.add_argument("--key", required=True, type=key, help="the call's key")
-        parser.add_argument("--actor", required=True, type=non_empty, help="who decides (you)")
+        parser.add_argument("--actor", required=True, type=person, help="who decides (you)")
         parser.add_argument(
-            "--basis", required=True, type=non_empty, help="what the decision rests on"
+            "--basis", required=True, type=persons_words, help="what the decision rests on"
         )
         parser.add_argument(
             "--send",

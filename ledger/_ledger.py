@@ -68,7 +68,8 @@ from ._rule import (
     unreadable_state,
     unrecordable_output,
 )
-from ._signatures import DecisionSignature, Signers, recorded_problems
+from ._signatures import PROBE_ACTOR_PREFIX, DecisionSignature, Signers, recorded_problems
+from ._template_text import refuse_placeholders
 from ._transaction import Draft, KeyRecord, Phase, Transaction, iso
 from ._verify import VerifyReport, verify_ledger
 
@@ -700,7 +701,10 @@ class Ledger:
             The key's state after the verdict.
 
         Raises:
-            InvalidRequest: Bad input; nothing is recorded.
+            InvalidRequest: Bad input, a placeholder of a printed template left in
+                ``actor``, ``basis`` or ``evidence`` (``YOUR-NAME``, ``WHY``, ``<...>``),
+                or a ``probe:`` verdict that settles the effect without evidence;
+                nothing is recorded.
             ReconciliationRefused: The key has no execution, its effect is not unknown,
                 or ``action_id`` is another action's (the refusal is recorded).
         """
@@ -711,6 +715,16 @@ class Ledger:
         if not isinstance(evidence, list):
             raise InvalidRequest("evidence must be a list")
         check_json(evidence, where="evidence")
+        if actor.startswith(PROBE_ACTOR_PREFIX):
+            # A probe's evidence is the far side's answer as it came (HTML included).
+            refuse_placeholders(actor=actor, basis=basis)
+            if verdict is not Verdict.STILL_UNKNOWN and not evidence:
+                raise InvalidRequest(
+                    f"{actor}: a probe's verdict that settles an effect rests on evidence "
+                    "(the far side's answer); none was given"
+                )
+        else:
+            refuse_placeholders(actor=actor, basis=basis, evidence=evidence)
         if isinstance(output, BaseModel):
             output = output.model_dump(mode="json")
         check_json(output, where="output")
@@ -766,7 +780,9 @@ class Ledger:
             The approval as recorded.
 
         Raises:
-            InvalidRequest: Bad input; nothing is recorded.
+            InvalidRequest: Bad input, or a placeholder of a printed template left in
+                ``actor`` or ``basis`` (``YOUR-NAME``, ``WHY``, ``<...>``); nothing is
+                recorded.
             ApprovalRefused: No call awaits approval under the key, the fingerprint is
                 another request's, the actor is the performer, or the call was already
                 decided (the refusal is recorded).
@@ -774,6 +790,7 @@ class Ledger:
         validate_key(key)
         decision = _one_of(Decision, decision, "decision")
         _non_empty(fingerprint=fingerprint, actor=actor, basis=basis)
+        refuse_placeholders(actor=actor, basis=basis)
         signed = DecisionSignature.parse(signature)
         reason, approval = await self._transact(
             key,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import fnmatch
 import hashlib
 import os
 import tomllib
@@ -333,17 +334,20 @@ def parse_keys(table: Any, *, where: str = "[keys]") -> dict[str, list[str]]:
 
 @dataclasses.dataclass(frozen=True)
 class Signers:
-    """The actors' public keys, and which kinds of decision must be signed.
+    """The actors' public keys, which kinds of decision must be signed, and which tools'
+    probes may give a verdict.
 
     Built from a policy (``[keys]``, ``[approve] require_signature``, ``[reconcile]
-    require_signature``). A decision that carries a signature is checked whether or not
-    signatures are required; one without passes only where they are not.
+    require_signature`` and ``probes``). A decision that carries a signature is checked
+    whether or not signatures are required; one without passes only where they are not.
     """
 
     #: Actor name (exact, not a pattern) to its public keys, as the policy writes them.
     keys: Mapping[str, Iterable[str]] = dataclasses.field(default_factory=dict)
     decisions_signed: bool = False
     verdicts_signed: bool = False
+    #: Tool-name patterns whose probes may record a verdict (as ``probe:<tool>``).
+    probes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.decisions_signed or self.verdicts_signed) and not self.keys:
@@ -354,19 +358,34 @@ class Signers:
 
     @classmethod
     def from_tables(
-        cls, keys: Any, *, decisions: Any = False, verdicts: Any = False, where: str = "policy"
+        cls,
+        keys: Any,
+        *,
+        decisions: Any = False,
+        verdicts: Any = False,
+        probes: Any = (),
+        where: str = "policy",
     ) -> Signers:
-        """From a policy's ``[keys]`` table and its two ``require_signature`` flags;
-        :class:`InvalidRequest` naming the fault, and the ImportError naming the extra
-        when keys are configured without ``cryptography``."""
+        """From a policy's ``[keys]`` table, its two ``require_signature`` flags and its
+        ``[reconcile] probes``; :class:`InvalidRequest` naming the fault, and the
+        ImportError naming the extra when keys are configured without ``cryptography``."""
         for section, flag in (("approve", decisions), ("reconcile", verdicts)):
             if not isinstance(flag, bool):
                 raise InvalidRequest(f"{where}: [{section}] require_signature is true or false")
+        if not isinstance(probes, (list, tuple)) or not all(
+            isinstance(p, str) and p.strip() for p in probes
+        ):
+            raise InvalidRequest(f"{where}: [reconcile] probes is a list of tool-name patterns")
         parsed = parse_keys(keys, where=f"{where}: [keys]")
         if parsed:
             require_crypto()  # now, rather than at the first signature
         try:
-            return cls(keys=parsed, decisions_signed=decisions, verdicts_signed=verdicts)
+            return cls(
+                keys=parsed,
+                decisions_signed=decisions,
+                verdicts_signed=verdicts,
+                probes=tuple(probes),
+            )
         except InvalidRequest as exc:
             raise InvalidRequest(f"{where}: {exc}") from None
 
@@ -382,8 +401,23 @@ class Signers:
             data.get("keys", {}),
             decisions=approve.get("require_signature", False),
             verdicts=reconcile.get("require_signature", False),
+            probes=reconcile.get("probes", []),
             where=where,
         )
+
+    def probe_problem(self, actor: str, verdict: Any, evidence: Any) -> str | None:
+        """Why a verdict by ``probe:<tool>`` is not one a probe of this policy could give,
+        or ``None``: the policy lets that tool's probe decide, and a verdict that settles
+        the effect rests on evidence."""
+        tool = actor.removeprefix(PROBE_ACTOR_PREFIX)
+        if not any(fnmatch.fnmatchcase(tool, pattern) for pattern in self.probes):
+            return (
+                f"a verdict by {actor!r}, but the policy names no probe for tool {tool!r} "
+                "([reconcile] probes): nobody but that tool's probe may give it"
+            )
+        if _value(verdict) != "still_unknown" and not evidence:
+            return f"a verdict by {actor!r} that settles the effect without evidence"
+        return None
 
     def decision_problem(
         self,
@@ -533,8 +567,9 @@ def read_policy(path: str | Path) -> tuple[Signers, list[str]]:
 
 def recorded_problems(events: Iterable[LedgerEvent], signers: Signers) -> list[str]:
     """Re-check the signature of every recorded approval, rejection and person's verdict
-    against the policy's keys; name each event whose signature fails (or is missing
-    where the policy requires one). Compacted events have no body left to check."""
+    against the policy's keys, and every probe's verdict against the probes the policy
+    names; name each event that fails (or lacks a signature where the policy requires
+    one). Compacted events have no body left to check."""
     problems = []
     for event in events:
         if event.compacted:
@@ -546,7 +581,13 @@ def recorded_problems(events: Iterable[LedgerEvent], signers: Signers) -> list[s
                 fingerprint=payload.get("fingerprint"), decision=payload.get("decision")
             )
         elif event.type == EventType.RECONCILED:
-            if str(payload.get("actor", "")).startswith(PROBE_ACTOR_PREFIX):
+            actor = str(payload.get("actor", ""))
+            if actor.startswith(PROBE_ACTOR_PREFIX):
+                problem = signers.probe_problem(
+                    actor, payload.get("verdict"), payload.get("evidence")
+                )
+                if problem is not None:
+                    problems.append(f"seq {event.seq} ({event.type}, key {event.key!r}): {problem}")
                 continue
             check = signers.verdict_problem  # type: ignore[assignment]
             fields = dict(

@@ -619,6 +619,44 @@ class LedgerContract:
         assert once_more.replayed
         assert len(far_side.calls) == 2
 
+    @pytest.mark.parametrize(
+        ("actor", "basis", "evidence", "named"),
+        [
+            ("YOUR-NAME", "the file has the line", [], "actor"),
+            ("you", "the file has the line", [], "actor"),
+            ("ops-ann", "WHY", [], "basis"),
+            ("ops-ann", "WHAT-YOU-SAW", [], "basis"),
+            ("ops-ann", "saw <what you saw>", [], "basis"),
+            ("ops-ann", "the file has the line", ["<a link to it>"], "evidence"),
+            ("probe:append", "the far side said so", [], "evidence"),
+        ],
+    )
+    async def test_a_verdict_in_nobodys_name_is_refused_and_records_nothing(
+        self, ledger: Ledger, actor: str, basis: str, evidence: list[Any], named: str
+    ) -> None:
+        await self._unknown(ledger, "k")
+        before = ledger.events("k")
+        with pytest.raises(InvalidRequest, match=named):
+            await ledger.reconcile("k", "no_effect_confirmed", actor, basis, evidence=evidence)
+        assert ledger.events("k") == before
+        assert ledger.state("k").next_operation is NextOperation.RECONCILE_EFFECT
+
+    async def test_an_approval_in_nobodys_name_is_refused_and_records_nothing(
+        self, ledger: Ledger
+    ) -> None:
+        gated = await ledger.execute(
+            request("k"), authority=AUTHORITY, adapter=Counter(), requires_approval=True
+        )
+        assert gated.error_type == FailureType.APPROVAL_REQUIRED
+        pending = ledger.state("k").approval
+        assert pending is not None
+        before = ledger.events("k")
+        for actor, basis in (("YOUR-NAME", "the refund is right"), ("lead-ann", "WHY")):
+            with pytest.raises(InvalidRequest, match="placeholder"):
+                await ledger.approve("k", fingerprint=pending.fingerprint, actor=actor, basis=basis)
+        assert ledger.events("k") == before
+        assert ledger.state("k").approval == pending
+
     async def test_still_unknown_keeps_the_effect_open(self, ledger: Ledger) -> None:
         far_side = await self._unknown(ledger, "k")
         state = await ledger.reconcile("k", "still_unknown", "ops", "far side unreachable")

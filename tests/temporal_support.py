@@ -40,6 +40,7 @@ POLICY_TOML = """
 
 [reconcile]
 actors = ["ops-*"]
+probes = ["place_order"]
 """
 
 

@@ -52,6 +52,7 @@ POLICY = """
 
 [reconcile]
 actors = ["ops-*"]
+probes = ["charge*"]
 
 [approve]
 actors = ["lead-*", "agent"]

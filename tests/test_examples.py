@@ -190,6 +190,12 @@ async def test_approval_example_acts_once_after_the_operator_approves_with_the_c
                 said[name] = value
             pending = json.loads(said["awaiting approval"])
             assert pending["arguments"]["amount_cents"] == 2000 and not book.exists()
+            # The printed command pasted unchanged, under the example's allow-all policy:
+            # refused, its placeholders named, and no refund made.
+            pasted = shlex.split(said["approve with"])
+            code, refusal = await temporal_cli(temporal_address, *pasted[1:], check=False)
+            assert code != 0 and "placeholder 'YOUR-NAME'" in refusal, refusal
+            assert not book.exists()
             # The printed command, as an operator fills it in.
             command = said["approve with"].replace("YOUR-NAME", "lead-ann").replace("WHY", "ok")
             words = shlex.split(command)

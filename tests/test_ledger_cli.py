@@ -711,7 +711,14 @@ def test_show_says_what_to_do_next(schema_ledger: tuple[str, Path]) -> None:
     [command] = [line for line in header.splitlines() if "temporal-ledger reconcile" in line]
     argv = shlex.split(command)
     assert argv[:3] == ["temporal-ledger", "reconcile", SCHEMA_KEY]
-    # The printed command is one this CLI accepts, and its --output has the schema's shape.
+    # Pasted unchanged, the printed command is refused: its actor and basis are the
+    # template's placeholders.
+    unchanged = cli(url, *argv[1:])
+    assert unchanged.returncode == 2 and "placeholder 'YOU'" in unchanged.stderr
+    # With the person's name and reason put in, this CLI accepts it, and its --output has
+    # the schema's shape.
+    argv[argv.index("--actor") + 1] = "ops-ann"
+    argv[argv.index("--basis") + 1] = "the mail relay's log shows the message"
     args = _parser().parse_args([*argv[1:], "--db", url])
     assert (args.key, args.verdict) == (SCHEMA_KEY, "effect_confirmed")
     assert set(args.output) == {"message_id", "count"}

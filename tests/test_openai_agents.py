@@ -88,6 +88,7 @@ class Desk:
                 "StatelessProviderWorkflow": ["activity.*"],
             },
             reconcilers=["ops-*"],
+            probes=["refund_and_lose_reply"],
             approvers=["lead-*"],
         )
 

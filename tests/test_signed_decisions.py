@@ -24,6 +24,7 @@ from temporal_ledger.activities import Policy
 from temporal_ledger.activities._protocol import ApproveInput
 from temporal_ledger.activities._reconcile import approve_call
 from temporal_ledger.activities._runtime import Runtime, _runtime
+from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import ActionRequest, EventType, InvalidRequest, Ledger
 from temporal_ledger.ledger._models import ApprovalState
 from temporal_ledger.ledger._signatures import (
@@ -102,6 +103,7 @@ class Keys:
 
 [reconcile]
 actors = ["ops-*"]
+probes = ["charge*"]
 require_signature = {json.dumps(verdicts)}
 
 [approve]
@@ -308,7 +310,7 @@ async def test_a_verdict_signed_over_another_output_is_refused(
     assert "temporal-ledger sign reconcile --key-file" in parked["update_command"]
     assert '--input "$(temporal-ledger sign reconcile --key-file' in parked["signal_command"]
     key, action_id = parked["key"], parked["action_id"]
-    seen = payments.by_key[key]
+    seen = payments.by_key[wire_key(key)]
 
     def verdict(output: Any, signed_output: Any, **changes: Any) -> dict[str, Any]:
         sent = {
