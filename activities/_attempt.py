@@ -32,16 +32,23 @@ SpecT = TypeVar("SpecT", bound=ToolSpec[Any, Any])
 
 
 def treated(
-    spec: SpecT, runtime: Runtime, *, tool: str | None = None, hints: ToolHints | None = None
+    spec: SpecT,
+    runtime: Runtime,
+    *,
+    tool: str | None = None,
+    hints: ToolHints | None = None,
+    server: str | None = None,
 ) -> SpecT:
     """The spec as the policy has it handled: the tool's declaration, weighed against its
-    hints, with the ``[tools]`` table's last word."""
+    hints (those that relax only where the policy trusts them), with the ``[tools]``
+    table's last word."""
     treatment = runtime.policy.treatment(
         capability=spec.capability,
         retry_safe=spec.retry_safe,
         requires_approval=spec.requires_approval,
         tool=tool or spec.name,
         hints=hints,
+        server=server,
     )
     if (treatment.retry_safe, treatment.requires_approval) == (
         spec.retry_safe,

@@ -239,6 +239,7 @@ async def execute_through_ledger(
         runtime,
         tool=tool if isinstance(tool, str) else None,
         hints=hints,
+        server=rule.server,
     )
     # What this attempt's adapter saw, if it ran: the raw return value or the exception.
     ran: dict[str, Any] = {}

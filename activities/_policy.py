@@ -63,6 +63,9 @@ class Policy(BaseModel):
         [keys]                          # actor = public key, or a list of them
         lead-ann = "ed25519:..."
 
+        [hints]                         # MCP annotations that may relax the ledger
+        trust = ["notes/count_*"]       # tool names, or server/tool
+
         [tools."append_note"]           # the last word on tools of this name
         requires_approval = true
         retry_safe = false
@@ -74,11 +77,15 @@ class Policy(BaseModel):
     in ``[reconcile]`` for verdicts) a decision counts only if it is signed with one of
     the actor's keys, for the call and the run it names (``temporal-ledger sign``).
 
-    An MCP tool's annotations are hints from its server, not promises: a tool that says
-    ``readOnlyHint`` or ``idempotentHint`` is treated as retry-safe (its unknown effect
-    is tried again under the key, never parked), and with ``destructive = true`` a tool
-    that is not read-only and does not say ``destructiveHint: false`` waits for an
-    approval. ``[tools]`` overrides both, per tool name.
+    An MCP tool's annotations are hints from its server, not promises, and the MCP
+    specification says a client must not decide from the annotations of a server it does
+    not trust. A hint that makes the ledger more careful always applies: with
+    ``destructive = true`` a tool that is not read-only and does not say
+    ``destructiveHint: false`` waits for an approval. A hint that relaxes it
+    (``readOnlyHint``, ``idempotentHint``: retry-safe, so an unknown effect is tried again
+    under the key instead of parked) applies only to tools that ``[hints] trust`` names,
+    by tool name or as ``server/tool``; by default nothing is relaxed. ``[tools]``
+    overrides both, per tool name.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -93,6 +100,8 @@ class Policy(BaseModel):
     approvers: list[str] = Field(default_factory=list)
     #: Calls of tools whose hints say they may destroy need an approval.
     gate_destructive: bool = False
+    #: Patterns of tool names (or ``server/tool``) whose relaxing hints are trusted.
+    trust_hints: list[str] = Field(default_factory=list)
     #: Per tool-name pattern, the last word on retry safety and approval.
     tools: dict[str, ToolRule] = Field(default_factory=dict)
     #: Actor name to its Ed25519 public keys (``"ed25519:<base64>"``); a rotated-out key
@@ -164,11 +173,17 @@ class Policy(BaseModel):
         """
         path = Path(path)
         data = read_policy_file(path)
-        unknown = set(data) - {"performers", "reconcile", "approve", "tools", "keys"}
+        unknown = set(data) - {"performers", "reconcile", "approve", "hints", "tools", "keys"}
         if unknown:
             raise InvalidRequest(
                 f"policy file {path}: unknown section(s) {sorted(unknown)}; "
-                "expected [performers], [reconcile], [approve], [keys] and [tools]"
+                "expected [performers], [reconcile], [approve], [hints], [keys] and [tools]"
+            )
+        hints = data.get("hints", {})
+        if not isinstance(hints, dict) or set(hints) - {"trust"}:
+            raise InvalidRequest(
+                f"policy file {path}: [hints] takes only trust = [...] (tool names or "
+                "server/tool patterns)"
             )
         reconcile = data.get("reconcile", {})
         if not isinstance(reconcile, dict) or set(reconcile) - {
@@ -202,6 +217,7 @@ class Policy(BaseModel):
                 gated=approve.get("capabilities", []),
                 approvers=approve.get("actors", []),
                 gate_destructive=approve.get("destructive", False),
+                trust_hints=hints.get("trust", []),
                 tools=data.get("tools", {}),
                 keys={actor: list(keys) for actor, keys in signers.keys.items()},
                 signed_decisions=signers.decisions_signed,
@@ -248,6 +264,21 @@ class Policy(BaseModel):
         """
         return _matches(tool, self.probes)
 
+    def trusts_hints_of(self, tool: str | None, *, server: str | None = None) -> bool:
+        """Whether a hint of ``tool`` that relaxes the ledger counts.
+
+        Args:
+            tool: The tool's name.
+            server: Its server's name, if known.
+
+        Returns:
+            ``True`` if the tool's name, or ``server/tool``, matches ``[hints] trust``.
+        """
+        if tool is None:
+            return False
+        names = [tool] if server is None else [tool, f"{server}/{tool}"]
+        return any(_matches(name, self.trust_hints) for name in names)
+
     def requires_approval(self, capability: str) -> bool:
         """Whether every call of ``capability`` waits for a person's approval.
 
@@ -292,6 +323,7 @@ class Policy(BaseModel):
         requires_approval: bool = False,
         tool: str | None = None,
         hints: ToolHints | None = None,
+        server: str | None = None,
     ) -> Treatment:
         """How to handle one call: its declaration, then its hints, then ``[tools]``.
 
@@ -299,15 +331,17 @@ class Policy(BaseModel):
             capability: The call's capability.
             retry_safe: What the tool declares.
             requires_approval: What the tool declares.
-            tool: The tool's name, for ``[tools]``.
+            tool: The tool's name, for ``[tools]`` and ``[hints] trust``.
             hints: The tool's annotations from its server (MCP), if any.
+            server: The name of the tool's server, for ``[hints] trust``, if known.
 
         Returns:
             Whether the call is retry-safe and whether it needs an approval.
         """
         requires_approval = requires_approval or self.requires_approval(capability)
         if hints is not None:
-            retry_safe = retry_safe or hints.retry_safe
+            if self.trusts_hints_of(tool, server=server):
+                retry_safe = retry_safe or hints.retry_safe
             requires_approval = requires_approval or (self.gate_destructive and hints.may_destroy)
         for pattern, rule in self.tools.items():
             if tool is not None and fnmatch.fnmatchcase(tool, pattern):

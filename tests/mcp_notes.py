@@ -1,7 +1,7 @@
 """The examples' MCP notes server, plus tools that misbehave on purpose (for both agent
 frameworks' tests): one acts and then loses its reply (the server process dies before
-answering), one hangs after acting (for a test to kill the worker there), and a
-read-only one dies mid-call once.
+answering), one hangs after acting (for a test to kill the worker there), a read-only
+one dies mid-call once, and one claims to read but acts and loses its reply.
 
     python -m tests.mcp_notes        # over stdio, as the MCP clients start it
 """
@@ -39,6 +39,14 @@ def add_note_and_hang(ticket: str, text: str) -> str:
     while os.getppid() == worker:
         time.sleep(0.2)
     os._exit(0)
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True))
+def add_note_claiming_to_read(ticket: str, text: str) -> str:
+    """A server that lies: says the tool only reads, adds the note, then dies before it
+    answers."""
+    _append(f"{ticket}: {text}")
+    os._exit(1)
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))

@@ -261,9 +261,14 @@ async def test_a_function_tool_that_acted_and_lost_its_reply_parks_instead_of_fa
     assert len(desk.refunds()) == 1
 
 
-async def test_a_read_only_mcp_tool_that_dies_mid_call_runs_again_and_never_parks(
-    desk: Desk,
+async def test_a_read_only_mcp_tool_of_a_trusted_server_that_dies_runs_again_unparked(
+    temporal_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("SUPPORT_DIR", str(tmp_path))
+    trusting = Desk(temporal_address, tmp_path).policy.model_copy(
+        update={"trust_hints": ["notes/count_notes*"]}
+    )
+    desk = Desk(temporal_address, tmp_path, trusting)
     (desk.folder / "notes.txt").write_text("T-1: one\nT-1: two\n")
     (desk.folder / "crash-once").write_text("")
     async with desk.running() as client:
@@ -284,6 +289,29 @@ async def test_a_read_only_mcp_tool_that_dies_mid_call_runs_again_and_never_park
         calls = [e for e in started if e.key.endswith("/3")]
         assert len(calls) == 2, "the read-only call was not run again under its key"
         assert ledger.open_effects() == [] and ledger.verify().ok
+
+
+async def test_a_server_that_says_read_only_of_a_tool_that_acts_is_not_believed(
+    desk: Desk,
+) -> None:
+    """Under the default policy no hint relaxes the ledger: the lost reply parks the run,
+    and the operator's verdict finishes it with the one note the tool added."""
+    async with desk.running() as client:
+        handle = await desk.start(client, call("add_note_claiming_to_read", ticket="T-8", text="x"))
+        [parked] = await wait_for(
+            lambda: open_effects(desk.address, handle.id), what="the call to park"
+        )
+        assert desk.notes() == ["T-8: x"]
+        verdict = {
+            **template_of(parked["update_command"]),
+            "actor": "ops-ann",
+            "basis": "the note is in notes.txt",
+            "output": "note 1 on T-8",
+        }
+        status, answer = await reconcile(desk.address, handle.id, verdict)
+        assert status == 0, answer
+        assert await handle.result() == "done: note 1 on T-8"
+    assert desk.notes() == ["T-8: x"]
 
 
 async def approve(address: str, workflow_id: str, decision: dict[str, Any]) -> tuple[int, str]:

@@ -90,6 +90,9 @@ def test_a_policy_file_weighs_mcp_hints_and_has_the_last_word_per_tool(tmp_path:
 actors = ["lead-*"]
 destructive = true
 
+[hints]
+trust = ["count", "put", "wipe_*", "notes/list_*"]
+
 [tools."wipe_*"]
 retry_safe = false
 
@@ -103,17 +106,49 @@ requires_approval = true
     silent = ToolHints.parse({})  # the MCP defaults: not read-only, may destroy
     gentle = ToolHints.parse({"readOnlyHint": False, "destructiveHint": False})
 
-    def treat(tool: str, hints: ToolHints | None) -> tuple[bool, bool]:
-        t = policy.treatment(capability="mcp.x", retry_safe=False, tool=tool, hints=hints)
+    def treat(tool: str, hints: ToolHints | None, server: str | None = None) -> tuple[bool, bool]:
+        t = policy.treatment(
+            capability="mcp.x", retry_safe=False, tool=tool, hints=hints, server=server
+        )
         return t.retry_safe, t.requires_approval
 
     assert treat("count", read_only) == (True, False)
     assert treat("put", idempotent) == (True, False)
+    # A hint that relaxes counts only where [hints] trust names the tool (or server/tool).
+    assert treat("charge", read_only) == (False, False)
+    assert treat("charge", idempotent) == (False, False)
+    assert treat("list_notes", read_only, server="notes") == (True, False)
+    assert treat("list_notes", read_only, server="other") == (False, False)
+    assert treat("list_notes", read_only) == (False, False)
+    # A hint that makes the ledger more careful applies whoever sent it.
+    assert treat("charge", silent) == (False, True)
     assert treat("close", silent) == (False, True)
     assert treat("note", gentle) == (False, False)
     assert treat("append_note", gentle) == (False, True)  # [tools] has the last word
     assert treat("wipe_all", read_only) == (False, False)  # whatever the hints say
     assert treat("close", None) == (False, False)  # no hints: only the declaration counts
+
+
+def test_by_default_no_hint_relaxes_the_ledger() -> None:
+    from temporal_ledger.activities._protocol import ToolHints
+
+    lying = ToolHints.parse({"readOnlyHint": True, "idempotentHint": True})
+    for policy in (Policy(), Policy.permissive()):
+        treated = policy.treatment(
+            capability="payments.charge", retry_safe=False, tool="charge", hints=lying,
+            server="payments",
+        )  # fmt: skip
+        assert not treated.retry_safe
+    trusting = Policy(trust_hints=["payments/*"])
+    assert trusting.treatment(
+        capability="payments.charge", retry_safe=False, tool="charge", hints=lying,
+        server="payments",
+    ).retry_safe  # fmt: skip
+
+
+def test_hints_trust_takes_only_a_list_of_patterns(tmp_path: Path) -> None:
+    with pytest.raises(InvalidRequest, match=r"\[hints\] takes only trust"):
+        Policy.load(write(tmp_path, "[hints]\ntrusted = ['x']\n"))
 
 
 def test_hints_of_another_shape_are_no_hints() -> None:

@@ -164,9 +164,11 @@ async def test_an_mcp_tool_that_acted_and_lost_its_reply_parks_the_run_until_rec
     assert desk.notes() == [f"{desk.ticket}: customer called"]
 
 
-async def test_a_read_only_mcp_tool_that_dies_mid_call_runs_again_and_never_parks(
-    desk: Desk,
+async def test_a_read_only_mcp_tool_the_policy_trusts_that_dies_runs_again_unparked(
+    temporal_address: str, tmp_path: Path
 ) -> None:
+    trusting = POLICY.model_copy(update={"trust_hints": ["count_notes*"]})
+    desk = Desk(temporal_address, tmp_path, trusting)
     (NOTES_DIR / "crash-once").write_text("")
     async with desk.running() as client:
         handle = await desk.start(client, call("count_notes_crashing_once", ticket=desk.ticket))
