@@ -31,7 +31,8 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from temporal_ledger.activities import LedgerPlugin
+from temporal_ledger.activities import LedgerPlugin, step_key
+from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import EventType, Ledger
 from temporalio.client import Client
 
@@ -464,7 +465,7 @@ async def demo(work: Path, export: Path | None) -> int:
             threading.Thread(target=orders.serve_forever, daemon=True).start()
             try:
                 say("-- the order service files the order and loses its reply")
-                order = await client.execute_workflow(
+                placing = await client.start_workflow(
                     OrderWorkflow.run,
                     PlaceOrder(
                         base_url=f"http://127.0.0.1:{orders.server_address[1]}", item="runbook"
@@ -472,19 +473,22 @@ async def demo(work: Path, export: Path | None) -> int:
                     id=f"order-{suffix}",
                     task_queue=TASK_QUEUE,
                 )
+                order = await placing.result()
+                # run_tool's key of the step; the far side filed it in its wire form.
+                order_key = step_key(placing.id, placing.first_execution_run_id or "", "order")
             finally:
                 orders.shutdown()
                 orders.server_close()
             say(f"  order: {order.model_dump_json()}")
             await cli(
                 sys.executable, "-m", "temporal_ledger.ledger", "--db", ledger_url,
-                "show", next(iter(orders.orders)),
+                "show", order_key,
             )  # fmt: skip
             checks["refund acted once, after its approval"] = len(refund_lines) == 1 and (
                 refund_lines[0].startswith(refunded.refund_id)
             )
             checks["the probe found the order"] = (
-                len(orders.orders) == 1 and order.order_id == "O-1"
+                list(orders.orders) == [wire_key(order_key)] and order.order_id == "O-1"
             )
             orders_placed = len(orders.orders)
 
