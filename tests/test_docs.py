@@ -48,6 +48,7 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
         "approvals-and-probes",
         "backends",
         "design",
+        "crash-matrix",
         "repository",
         "reference/ledger",
         "reference/activities",

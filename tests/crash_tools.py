@@ -1,0 +1,248 @@
+"""The crash matrix's tools, one per way of calling a tool, and its worker process.
+
+Every tool appends its cell's line (``tests.crash_points.act``): a ``@tool`` for
+``run_tool``, a plain activity ledgered by pattern, an OpenAI Agents ``activity_as_tool``
+activity, the MCP server ``tests.crash_mcp`` for both agent frameworks, and a
+pydantic-ai function tool. ``CrashPoints`` is a Temporal activity interceptor put on the
+worker outside the ledger's, so it sees a tool call before the ledger claims its key and
+its result after the ledger recorded it.
+
+    python -m tests.crash_tools ADDRESS LEDGER_URL TASK_QUEUE_PREFIX
+
+runs one worker per framework (task queues ``PREFIX-plain``, ``PREFIX-oai``,
+``PREFIX-pai``), each with its plugin's own pool on the one ledger, stopping calls where
+``CRASH_ARM`` says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import logging
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from agents.mcp import MCPServerStdio
+from fastmcp.client.transports import StdioTransport
+from pydantic import BaseModel
+from pydantic_ai import Agent
+from pydantic_ai.durable_exec.temporal import PydanticAIPlugin, TemporalDurability
+from pydantic_ai.mcp import MCPToolset
+from pydantic_ai.models.function import FunctionModel
+from temporal_ledger.activities import LedgerPlugin, Policy, tool
+from temporal_ledger.activities import openai_agents as ledger_openai
+from temporal_ledger.activities import pydantic_ai as ledger_pydantic_ai
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+    Worker,
+)
+
+from examples.openai_agents.model import ScriptedProvider
+from examples.pydantic_ai.activities import scripted
+from tests.crash_points import AFTER_RECORD, BEFORE_CLAIM, act, cell_of_workflow, hold
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Seconds a started call holds its key, and how soon Temporal gives up an attempt whose
+#: worker stopped heartbeating: a dead worker's call is found out within seconds. Not
+#: shorter: on a busy machine a worker that just took over two dozen runs stalls for
+#: seconds, a live call of its own then loses its lease or its attempt, and the matrix
+#: would show that instead of the crash.
+LEASE = 10.0
+HEARTBEAT = timedelta(seconds=10)
+START_TO_CLOSE = timedelta(seconds=30)
+AGENT_NAME = "crash_agent"
+POLICY = Policy(
+    performers={"crash-matrix": ["files.*"], "Crash*Workflow": ["activity.*"]},
+    reconcilers=["ops-*"],
+)
+
+
+class Cell(BaseModel):
+    cell: str
+
+
+class Appended(BaseModel):
+    text: str
+
+
+# 1. run_tool: a @tool.
+@tool(capability="files.append")
+async def crash_append(arg: Cell) -> Appended:
+    """Append the cell's line to its file."""
+    return Appended(text=await act(arg.cell))
+
+
+# 2. A plain activity, ledgered by pattern (LedgerPlugin(ledger_activities=[...])).
+@activity.defn
+async def crash_generic_append(arg: Cell) -> str:
+    """Append the cell's line to its file."""
+    return await act(arg.cell)
+
+
+# 3. An OpenAI Agents tool: an activity the agent calls through activity_as_tool.
+@activity.defn
+async def crash_oai_append(cell: str) -> str:
+    """Append the cell's line to its file."""
+    return await act(cell)
+
+
+def _mcp_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+# 4. The OpenAI Agents MCP server (its call-tool activity).
+def notes_server() -> MCPServerStdio:
+    return MCPServerStdio(
+        params={
+            "command": sys.executable,
+            "args": ["-m", "tests.crash_mcp"],
+            "env": _mcp_env(),
+            "cwd": str(ROOT),
+        },
+        name="notes",
+        cache_tools_list=True,
+    )
+
+
+# 5 and 6. A pydantic-ai agent with a function tool and the same MCP server.
+notes = MCPToolset(
+    StdioTransport(
+        command=sys.executable, args=["-m", "tests.crash_mcp"], env=_mcp_env(), cwd=str(ROOT)
+    ),
+    id="notes",
+    tool_error_behavior="error",  # a lost connection fails the call (and parks it)
+)
+agent = Agent(
+    FunctionModel(scripted),
+    name=AGENT_NAME,
+    toolsets=[notes],
+    capabilities=[
+        TemporalDurability(
+            activity_config={
+                "start_to_close_timeout": START_TO_CLOSE,
+                "heartbeat_timeout": HEARTBEAT,
+            }
+        )
+    ],
+)
+
+
+@agent.tool_plain
+async def append_line(cell: str) -> str:
+    """Append the cell's line to its file."""
+    return await act(cell)
+
+
+#: The activities that call a tool, one per way (not the model calls, not tool lists).
+TOOL_ACTIVITIES = (
+    "crash_append",
+    "crash_generic_append",
+    "crash_oai_append",
+    "temporalio.mcp.notes.call-tool",
+    f"agent__{AGENT_NAME}__*__call_tool",
+)
+
+
+class CrashPoints(Interceptor):
+    """Stops a tool call before the ledger claims its key, or after the ledger recorded
+    its outcome and before Temporal hears of it (where ``CRASH_ARM`` says). Put first in
+    ``Worker(interceptors=...)``: the ledger's plugin appends its own after it, inside."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _Stops(next)
+
+
+class _Stops(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        info = activity.info()
+        calls_a_tool = any(fnmatch.fnmatchcase(info.activity_type, p) for p in TOOL_ACTIVITIES)
+        cell = cell_of_workflow(info.workflow_id) if calls_a_tool else None
+        if cell is not None:
+            await hold(cell, BEFORE_CLAIM, heartbeat=activity.heartbeat)
+        result = await self.next.execute_activity(input)
+        if cell is not None:
+            await hold(cell, AFTER_RECORD, heartbeat=activity.heartbeat)
+        return result
+
+
+async def main(address: str, ledger_url: str, prefix: str) -> None:
+    from tests.crash_workflows import (
+        CrashGenericWorkflow,
+        CrashOpenAIWorkflow,
+        CrashPydanticWorkflow,
+        CrashRunToolWorkflow,
+    )
+
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    plain = await Client.connect(
+        address,
+        plugins=[
+            LedgerPlugin(
+                ledger_url, policy=POLICY, lease=LEASE, ledger_activities=["crash_generic_append"]
+            )
+        ],
+    )
+    oai = await Client.connect(
+        address,
+        plugins=[
+            OpenAIAgentsPlugin(
+                model_provider=ScriptedProvider(),
+                model_params=ModelActivityParameters(start_to_close_timeout=START_TO_CLOSE),
+                mcp_servers={"notes": notes_server},
+            ),
+            ledger_openai.ledgered_plugin(
+                ledger_url,
+                tools=[crash_oai_append],
+                mcp_servers=["notes"],
+                policy=POLICY,
+                lease=LEASE,
+            ),
+        ],
+    )
+    pai = await Client.connect(
+        address,
+        plugins=[
+            PydanticAIPlugin(),
+            ledger_pydantic_ai.ledgered_plugin(
+                ledger_url, agents=[AGENT_NAME], policy=POLICY, lease=LEASE
+            ),
+        ],
+    )
+    # A dead worker's cached runs go to another worker after this long.
+    common: dict[str, Any] = dict(
+        interceptors=[CrashPoints()],
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+    )
+    async with (
+        Worker(
+            plain,
+            task_queue=f"{prefix}-plain",
+            workflows=[CrashRunToolWorkflow, CrashGenericWorkflow],
+            activities=[crash_append, crash_generic_append],
+            **common,
+        ),
+        Worker(
+            oai,
+            task_queue=f"{prefix}-oai",
+            workflows=[CrashOpenAIWorkflow],
+            activities=[crash_oai_append],
+            **common,
+        ),
+        Worker(pai, task_queue=f"{prefix}-pai", workflows=[CrashPydanticWorkflow], **common),
+    ):
+        print("WORKER READY", flush=True)
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:4]))

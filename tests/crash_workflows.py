@@ -1,0 +1,88 @@
+"""The crash matrix's workflows: each calls one tool one way (``tests.crash_tools``)."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+# One module for the workflows of all three workers: everything it imports is passed
+# through, so that each worker's sandbox accepts it.
+with workflow.unsafe.imports_passed_through():
+    from agents import Agent, Runner
+    from pydantic_ai.durable_exec.temporal import PydanticAIWorkflow
+    from temporal_ledger.workflows import run_tool
+    from temporalio.contrib.openai_agents.workflow import activity_as_tool, temporal_mcp_server
+
+    from tests.crash_tools import (
+        HEARTBEAT,
+        START_TO_CLOSE,
+        Cell,
+        agent,
+        crash_append,
+        crash_generic_append,
+        crash_oai_append,
+    )
+
+
+@workflow.defn
+class CrashRunToolWorkflow:
+    @workflow.run
+    async def run(self, cell: str) -> str:
+        out = await run_tool(
+            crash_append,
+            Cell(cell=cell),
+            step="append",
+            performer="crash-matrix",
+            start_to_close_timeout=START_TO_CLOSE,
+            heartbeat_timeout=HEARTBEAT,
+        )
+        return out.text
+
+
+@workflow.defn
+class CrashGenericWorkflow:
+    @workflow.run
+    async def run(self, cell: str) -> str:
+        return await workflow.execute_activity(
+            crash_generic_append,
+            Cell(cell=cell),
+            start_to_close_timeout=START_TO_CLOSE,
+            heartbeat_timeout=HEARTBEAT,
+        )
+
+
+@workflow.defn
+class CrashOpenAIWorkflow:
+    """The agent calls the tool the prompt names (``crash_oai_append`` or the MCP
+    server's ``append_note``), then answers with what it returned."""
+
+    @workflow.run
+    async def run(self, prompt: str) -> str:
+        config = workflow.ActivityConfig(
+            start_to_close_timeout=START_TO_CLOSE, heartbeat_timeout=HEARTBEAT
+        )
+        crasher = Agent(
+            name="Crash",
+            instructions="Call the tool, then answer.",
+            tools=[
+                activity_as_tool(
+                    crash_oai_append,
+                    start_to_close_timeout=START_TO_CLOSE,
+                    heartbeat_timeout=HEARTBEAT,
+                )
+            ],
+            mcp_servers=[temporal_mcp_server("notes", activity_config=config)],
+        )
+        result = await Runner.run(crasher, prompt)
+        return str(result.final_output)
+
+
+@workflow.defn
+class CrashPydanticWorkflow(PydanticAIWorkflow):
+    """The same with pydantic-ai: ``append_line`` or the MCP server's ``append_note``."""
+
+    __pydantic_ai_agents__ = [agent]
+
+    @workflow.run
+    async def run(self, prompt: str) -> str:
+        result = await agent.run(prompt)
+        return result.output

@@ -1,0 +1,605 @@
+"""The crash matrix: every way of calling a tool, killed at every moment of a call.
+
+Six ways (``run_tool``, a generic activity ledgered by pattern, OpenAI Agents
+``activity_as_tool`` and MCP ``call_tool``, a pydantic-ai tool and MCP tool) times five
+crash points (a: before the claim, b: after the claim, c: after the effect, d: after
+the record, e: the ledger's connections cut mid-call), against a real Temporal dev
+server, a real PostgreSQL ledger and worker processes that are really killed (SIGKILL
+to the process group) while every call of a crash point is held at that moment. A new
+worker then takes over. Each cell records the effects in the world (lines in the
+cell's file), whether the run parked (search attribute ``LedgerOpenEffects``, query
+``open_effects``) and what the operator did: where a run parks, the operator looks at
+the file and answers with the real ``temporal`` CLI (``temporal workflow update execute
+--name reconcile``). Every cell must end with exactly one effect, and every unknown
+effect must have parked.
+
+The observed table is the page ``docs/crash-matrix.md``: the test fails when they
+differ. ``LEDGER_WRITE_CRASH_MATRIX=1 .venv/bin/pytest tests/test_crash_matrix.py``
+rewrites the page from the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import difflib
+import json
+import os
+import shlex
+import signal
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from temporal_ledger.ledger import Ledger
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import SearchAttributeKey
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from tests import pg
+from tests.crash_points import AFTER_EFFECT, AFTER_RECORD, ARM, KILLED, STOPS, WORLD, output_for
+from tests.temporal_support import ROOT, query_json, send_update, temporal_cli
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(420)]
+
+PAGE = ROOT / "docs" / "crash-matrix.md"
+REWRITE = "LEDGER_WRITE_CRASH_MATRIX"
+BEGIN = "<!-- crash-matrix: begin (written by tests/test_crash_matrix.py) -->"
+END = "<!-- crash-matrix: end -->"
+#: How long one phase may take before the test says where it is stuck.
+PATIENCE = 120.0
+OPEN_EFFECTS = SearchAttributeKey.for_int("LedgerOpenEffects")
+
+
+@dataclasses.dataclass(frozen=True)
+class Way:
+    """One way of calling a tool: its workflow, worker and what the operator answers."""
+
+    name: str
+    title: str
+    workflow: str
+    queue: str
+    #: The workflow's argument for a cell (the agents get a one-line script).
+    argument: Callable[[str], str]
+    #: The tool's output, as an operator confirms it, for the output text.
+    confirmed: Callable[[str], Any]
+    #: What the run returns when the tool returned the output text.
+    answer: Callable[[str], str]
+    #: The capability of the call's ledger key.
+    capability: str
+
+
+def _script(tool: str) -> Callable[[str], str]:
+    return lambda cell: f"{tool} {json.dumps({'cell': cell})}"
+
+
+def _done(text: str) -> str:
+    return f"done: {text}"
+
+
+def _same(text: str) -> Any:
+    return text
+
+
+WAYS = [
+    Way(
+        "run_tool",
+        "`run_tool` (a `@tool`)",
+        "CrashRunToolWorkflow",
+        "plain",
+        _same,
+        lambda text: {"text": text},
+        _same,
+        "files.append",
+    ),
+    Way(
+        "generic",
+        "generic activity (`LedgerPlugin(ledger_activities=[...])`)",
+        "CrashGenericWorkflow",
+        "plain",
+        _same,
+        _same,
+        _same,
+        "activity.crash_generic_append",
+    ),
+    Way(
+        "oai_tool",
+        "OpenAI Agents `activity_as_tool`",
+        "CrashOpenAIWorkflow",
+        "oai",
+        _script("crash_oai_append"),
+        _same,
+        _done,
+        "activity.crash_oai_append",
+    ),
+    Way(
+        "oai_mcp",
+        "OpenAI Agents MCP `call_tool`",
+        "CrashOpenAIWorkflow",
+        "oai",
+        _script("append_note"),
+        lambda text: [{"type": "text", "text": text}],
+        _done,
+        "activity.temporalio.mcp.notes.call-tool",
+    ),
+    Way(
+        "pai_tool",
+        "pydantic-ai tool (`TemporalDurability`)",
+        "CrashPydanticWorkflow",
+        "pai",
+        _script("append_line"),
+        _same,
+        _done,
+        "activity.agent.crash_agent.toolset._agent_.call_tool",
+    ),
+    Way(
+        "pai_mcp",
+        "pydantic-ai MCP tool",
+        "CrashPydanticWorkflow",
+        "pai",
+        _script("append_note"),
+        _same,
+        _done,
+        "activity.agent.crash_agent.mcp_server.notes.call_tool",
+    ),
+]
+POINTS = {
+    "a": "a. killed before the claim",
+    "b": "b. killed after the claim",
+    "c": "c. killed after the effect",
+    "d": "d. killed after the record",
+    "e": "e. ledger connection lost",
+}
+#: What the design promises at each point (DESIGN.md, "The rule, in order"): the call
+#: runs once, the new attempt replays the record, or the run parks and the operator's
+#: verdict follows from the world.
+PROMISED = {
+    "a": "ran",  # no claim, no marker: the new worker's attempt is the first to act
+    "b": "no_effect_confirmed",  # marker, no effect: the crash gap parks; nothing to see
+    "c": "effect_confirmed",  # marker and effect: the crash gap parks; the line is there
+    "d": "replayed",  # a final outcome: the new attempt replays it
+    "e": "ran",  # the completion is retried on a new connection until it commits
+}
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What one cell showed."""
+
+    way: Way
+    point: str
+    workflow_id: str
+    #: Lines in the cell's file at the crash (the kill, or the cut of the connections).
+    effects_at_crash: int = 0
+    #: Lines in it when the run parked, or when it ended without parking.
+    effects_seen: int = 0
+    #: Lines in all, once the run completed.
+    effects: int = 0
+    #: The run's ``LedgerOpenEffects`` (as described) counted the call, and query
+    #: ``open_effects`` listed it; ``temporal workflow list`` found the run by it.
+    parked: bool = False
+    listed: bool = False
+    #: The run's history upserted ``LedgerOpenEffects`` above zero.
+    parked_in_history: bool = False
+    verdict: str | None = None
+    result: str | None = None
+    #: From the ledger, for the call's key.
+    started: int = 0
+    replays: int = 0
+    unknown: bool = False
+    verdicts: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def cell(self) -> str:
+        return f"{self.way.name}.{self.point}"
+
+    @property
+    def ended(self) -> str:
+        if self.parked:
+            return self.verdict or "parked, no verdict"
+        return "replayed" if self.replays else "ran"
+
+
+def lines_of(world: Path, cell: str) -> int:
+    path = world / f"{cell}.txt"
+    return len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
+
+
+@contextlib.asynccontextmanager
+async def crash_worker(
+    address: str, ledger_url: str, prefix: str, log: Path, env: dict[str, str]
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``python -m tests.crash_tools``: the three frameworks' workers in a process group of
+    their own, logging to ``log`` (a pipe nobody reads would fill and stall it); yielded
+    once ready, killed on the way out."""
+    with log.open("ab") as out:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-u",
+            "-m",
+            "tests.crash_tools",
+            address,
+            ledger_url,
+            prefix,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while b"WORKER READY" not in log.read_bytes():
+            if process.returncode is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the crash worker did not start:\n{log.read_text()}")
+            await asyncio.sleep(0.1)
+        yield process
+    finally:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+
+
+class Matrix:
+    """One run of the matrix: its world, ledger, task queues and cells."""
+
+    def __init__(self, client: Client, address: str, ledger_url: str, folder: Path) -> None:
+        self.client = client
+        self.address = address
+        self.ledger_url = ledger_url
+        self.world = folder / "world"
+        self.world.mkdir()
+        self.logs = folder
+        self.prefix = f"crash-{uuid.uuid4().hex[:8]}"
+        self.handles: dict[str, WorkflowHandle[Any, str]] = {}
+        self.outcomes: dict[str, Outcome] = {}
+
+    def worker(self, name: str, armed: str) -> contextlib.AbstractAsyncContextManager[Any]:
+        env = {WORLD: str(self.world), ARM: armed}
+        log = self.logs / f"worker-{name}.log"
+        return crash_worker(self.address, self.ledger_url, self.prefix, log, env)
+
+    async def start(self, point: str) -> list[str]:
+        """Start the point's cell of every way; their names."""
+        cells = []
+        for way in WAYS:
+            cell = f"{way.name}.{point}"
+            handle = await self.client.start_workflow(
+                way.workflow,
+                way.argument(cell),
+                id=f"crash-{cell}-{uuid.uuid4().hex[:8]}",
+                task_queue=f"{self.prefix}-{way.queue}",
+            )
+            self.handles[cell] = handle
+            self.outcomes[cell] = Outcome(way, point, handle.id)
+            cells.append(cell)
+        return cells
+
+    async def held(self, cells: list[str]) -> None:
+        """Wait until every cell's call is held at its crash point."""
+        deadline = time.monotonic() + PATIENCE
+        while True:
+            missing = [c for c in cells if not (self.world / f"{c}.at").exists()]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"never reached their crash point: {missing}")
+            await asyncio.sleep(0.1)
+
+    def crashed(self, cells: list[str]) -> None:
+        """Count the cells' effects at the crash: a line already when held after it."""
+        for cell in cells:
+            outcome = self.outcomes[cell]
+            outcome.effects_at_crash = lines_of(self.world, cell)
+            acted = STOPS[outcome.point] in (AFTER_EFFECT, AFTER_RECORD)
+            assert outcome.effects_at_crash == int(acted), f"{cell}: {outcome.effects_at_crash}"
+
+    async def settle(self, cell: str) -> Outcome:
+        """Follow the cell's run to its end, answering as the operator where it parks."""
+        handle, outcome = self.handles[cell], self.outcomes[cell]
+        parked = await self._parked_or_done(cell, handle)
+        outcome.effects_seen = lines_of(self.world, cell)
+        if parked is not None:
+            outcome.parked = True
+            await self._operate(outcome)
+        try:
+            outcome.result = await asyncio.wait_for(handle.result(), PATIENCE)
+        except Exception as exc:
+            raise AssertionError(f"{cell}: the run did not complete: {exc!r}") from exc
+        outcome.effects = lines_of(self.world, cell)
+        outcome.parked_in_history = await _parked_in_history(handle)
+        return outcome
+
+    async def _parked_or_done(
+        self, cell: str, handle: WorkflowHandle[Any, str]
+    ) -> dict[str, Any] | None:
+        """Poll the run's description (the server's, which asks no worker) until it
+        completes or its ``LedgerOpenEffects`` says it parked; then its query must list
+        the call."""
+        deadline = time.monotonic() + PATIENCE
+        while time.monotonic() < deadline:
+            described = await handle.describe()
+            if described.status == WorkflowExecutionStatus.COMPLETED:
+                return None
+            if described.status != WorkflowExecutionStatus.RUNNING:
+                raise AssertionError(f"{cell}: the run ended {described.status}")
+            if described.typed_search_attributes.get(OPEN_EFFECTS):
+                found = await handle.query("open_effects")
+                assert len(found) == 1, f"{cell}: parked, and its query lists {found}"
+                return found[0]
+            await asyncio.sleep(1.0)
+        raise AssertionError(f"{cell}: the run neither parked nor completed")
+
+    async def _operate(self, outcome: Outcome) -> None:
+        """The operator: finds the run among those waiting, reads what it waits for,
+        looks at the world, and answers with ``temporal workflow update execute``."""
+        cell, workflow_id = outcome.cell, outcome.workflow_id
+        outcome.listed = await self._listed(workflow_id)
+        [waiting] = await query_json(self.address, workflow_id, "open_effects")
+        answer = json.loads(shlex.split(waiting["update_command"])[-1])
+        seen = lines_of(self.world, cell)
+        if seen:
+            output = outcome.way.confirmed(output_for(cell, seen))
+            answer.update(verdict="effect_confirmed", output=output)
+            answer["basis"] = f"line {seen} of {cell}.txt is the call's"
+        else:
+            answer.pop("output", None)
+            answer.update(verdict="no_effect_confirmed", basis=f"{cell}.txt has no line")
+        answer["actor"] = "ops-matrix"
+        status, printed = await send_update(self.address, workflow_id, "reconcile", answer)
+        assert status == 0, f"{cell}: the verdict was refused: {printed}"
+        outcome.verdict = answer["verdict"]
+
+    async def _listed(self, workflow_id: str) -> bool:
+        query = f"LedgerOpenEffects > 0 AND WorkflowId = '{workflow_id}'"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            _, out = await temporal_cli(
+                self.address, "workflow", "list", "--query", query, "-o", "json"
+            )
+            if workflow_id in out:
+                return True
+            await asyncio.sleep(0.5)
+        return False
+
+    def read_ledger(self) -> None:
+        """Each cell's call, as the ledger recorded it; the ledger has nothing open."""
+        with Ledger.open(self.ledger_url) as ledger:
+            events = ledger.events()
+            capability = {
+                e.key: e.payload.get("capability") for e in events if e.type == "action.requested"
+            }
+            for outcome in self.outcomes.values():
+                keys = {
+                    key
+                    for key, cap in capability.items()
+                    if cap == outcome.way.capability and key.startswith(outcome.workflow_id + "/")
+                }
+                assert len(keys) == 1, f"{outcome.cell}: the tool's keys: {keys}"
+                mine = [e for e in events if e.key in keys]
+                completed = [e.payload for e in mine if e.type == "action.completed"]
+                outcome.started = sum(e.type == "action.execution_started" for e in mine)
+                outcome.replays = sum(bool(p.get("replayed")) for p in completed)
+                outcome.unknown = any(p.get("effect") == "unknown" for p in completed)
+                outcome.verdicts = [
+                    e.payload["verdict"] for e in mine if e.type == "action.reconciled"
+                ]
+            assert ledger.open_effects() == [], "the ledger still has open effects"
+            report = ledger.verify()
+            assert report.ok, report
+
+
+async def _parked_in_history(handle: WorkflowHandle[Any, str]) -> bool:
+    history = await handle.fetch_history()
+    for event in history.events:
+        if event.HasField("upsert_workflow_search_attributes_event_attributes"):
+            fields = (
+                event.upsert_workflow_search_attributes_event_attributes.search_attributes
+            ).indexed_fields
+            if "LedgerOpenEffects" in fields and json.loads(fields["LedgerOpenEffects"].data):
+                return True
+    return False
+
+
+def _terminate_ledger_connections(ledger_url: str) -> int:
+    """``pg_terminate_backend`` every session of the ledger's database; how many."""
+    database = ledger_url.rsplit("/", 1)[1]
+    admin = pg.admin_url()
+    assert admin is not None
+    with psycopg.connect(admin, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database,),
+        ).fetchall()
+    return sum(bool(row[0]) for row in rows)
+
+
+async def _servers_ended(world: Path) -> list[int]:
+    """The MCP servers the workers started that are still alive a while after their
+    worker died (each wrote its pid under ``servers/``); killed, by pid, and named."""
+    listed = world / "servers"
+    pids = [int(p.name) for p in listed.glob("*")] if listed.exists() else []
+
+    def alive(pid: int) -> bool:
+        try:
+            return "tests.crash_mcp" in Path(f"/proc/{pid}/cmdline").read_text()
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    survivors = [pid for pid in pids if alive(pid)]
+    for pid in survivors:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return survivors
+
+
+# -- the page ------------------------------------------------------------------------
+
+
+def _short(outcome: Outcome) -> str:
+    effects = f"{outcome.effects} effect" + ("" if outcome.effects == 1 else "s")
+    says = {
+        "ran": "ran once",
+        "replayed": "replayed",
+        "effect_confirmed": "parked → `effect_confirmed`",
+        "no_effect_confirmed": "parked → `no_effect_confirmed`, ran once",
+    }.get(outcome.ended, outcome.ended)
+    return f"{effects}: {says}"
+
+
+def _operator(outcome: Outcome) -> str:
+    return {
+        "ran": "nothing to do: the call ran once",
+        "replayed": "nothing to do: the new attempt replayed the recorded outcome",
+        "effect_confirmed": (
+            "parked: the line is there, so `reconcile` `effect_confirmed` with the "
+            "tool's output; the run goes on with it"
+        ),
+        "no_effect_confirmed": (
+            "parked: no line, so `reconcile` `no_effect_confirmed`; the call runs once more"
+        ),
+    }.get(outcome.ended, outcome.ended)
+
+
+def render(outcomes: dict[str, Outcome]) -> str:
+    """The page's generated part: the grid, then one row per cell."""
+    out = ["| Way of calling | " + " | ".join(POINTS.values()) + " |"]
+    out.append("|---" * (len(POINTS) + 1) + "|")
+    for way in WAYS:
+        row = [_short(outcomes[f"{way.name}.{point}"]) for point in POINTS]
+        out.append(f"| {way.title} | " + " | ".join(row) + " |")
+    out += [
+        "",
+        "| Way of calling | Crash point | Effects at the crash | Parked | "
+        "What the operator sees and does | Effects in all | Executions started |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for way in WAYS:
+        for point in POINTS:
+            o = outcomes[f"{way.name}.{point}"]
+            parked = "yes" if o.parked else "no"
+            out.append(
+                f"| {way.title} | {POINTS[point]} | {o.effects_at_crash} | {parked} | "
+                f"{_operator(o)} | {o.effects} | {o.started} |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def _generated_part(page: str) -> str | None:
+    if BEGIN not in page or END not in page:
+        return None
+    return page.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
+
+
+def check_page(table: str) -> None:
+    """Compare the run's table with the page's; with ``LEDGER_WRITE_CRASH_MATRIX=1``,
+    write it into the page instead."""
+    page = PAGE.read_text(encoding="utf-8")
+    if _generated_part(page) is None:
+        raise AssertionError(f"{PAGE} has no {BEGIN!r} ... {END!r} section")
+    if os.environ.get(REWRITE):
+        before, rest = page.split(BEGIN, 1)
+        after = rest.split(END, 1)[1]
+        PAGE.write_text(f"{before}{BEGIN}\n\n{table}\n{END}{after}", encoding="utf-8")
+        return
+    checked_in = _generated_part(page).strip("\n") + "\n"  # type: ignore[union-attr]
+    if checked_in != table:
+        diff = "".join(
+            difflib.unified_diff(
+                checked_in.splitlines(keepends=True),
+                table.splitlines(keepends=True),
+                "docs/crash-matrix.md",
+                "this run",
+            )
+        )
+        raise AssertionError(
+            "docs/crash-matrix.md is not what this run observed. If the change is meant, "
+            f"regenerate the page with {REWRITE}=1 .venv/bin/pytest "
+            f"tests/test_crash_matrix.py and review its diff:\n{diff}"
+        )
+
+
+# -- the test ------------------------------------------------------------------------
+
+
+def _problems(outcomes: dict[str, Outcome]) -> list[str]:
+    """Every cell: at most one effect, exactly one in the end, every unknown parked,
+    the operator's verdict recorded, the run's answer the tool's, the design's promise."""
+    problems = []
+    for cell, o in outcomes.items():
+        if o.effects_seen > 1 or o.effects != 1:
+            problems.append(f"{cell}: {o.effects_seen} effects seen, {o.effects} in all")
+        if o.parked and o.effects_seen != o.effects_at_crash:
+            problems.append(f"{cell}: acted after the crash, before its verdict")
+        if o.unknown and not (o.parked and o.listed and o.parked_in_history):
+            problems.append(
+                f"{cell}: the ledger recorded an unknown effect, but the run was not parked "
+                f"and listed (query: {o.parked}, list: {o.listed}, history: "
+                f"{o.parked_in_history})"
+            )
+        if o.parked != o.parked_in_history or (o.parked and not o.unknown):
+            problems.append(
+                f"{cell}: parked per query {o.parked}, per history {o.parked_in_history}, "
+                f"unknown per ledger {o.unknown}"
+            )
+        if o.verdicts != ([o.verdict] if o.verdict else []):
+            problems.append(f"{cell}: the ledger's verdicts {o.verdicts}, sent {o.verdict}")
+        expected = o.way.answer(output_for(cell, 1))
+        if o.result != expected:
+            problems.append(f"{cell}: the run returned {o.result!r}, not {expected!r}")
+        if o.ended != PROMISED[o.point]:
+            problems.append(f"{cell}: {o.ended}, where the design promises {PROMISED[o.point]}")
+    return problems
+
+
+async def test_every_way_of_calling_a_tool_survives_every_crash_point_with_one_effect(
+    temporal_address: str, postgres_url: str, tmp_path: Path
+) -> None:
+    began = time.monotonic()
+    client = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
+    matrix = Matrix(client, temporal_address, postgres_url, tmp_path)
+    try:
+        # a-d: one worker, killed while the call of every cell is held at its moment.
+        async with matrix.worker("killed", armed="".join(KILLED)) as doomed:
+            cells = [cell for point in KILLED for cell in await matrix.start(point)]
+            await matrix.held(cells)
+            os.killpg(doomed.pid, signal.SIGKILL)
+            await doomed.wait()
+        matrix.crashed(cells)
+        killed = time.monotonic()
+        # A new worker takes over; it also holds the e cells after their effect.
+        async with matrix.worker("new", armed="e"):
+            await asyncio.gather(*(matrix.settle(cell) for cell in cells))
+            taken_over = time.monotonic()
+            # e: the ledger's connections are cut while every call is in its tool.
+            held = await matrix.start("e")
+            await matrix.held(held)
+            cut = _terminate_ledger_connections(postgres_url)
+            assert cut > 0, "no ledger connection to cut"
+            matrix.crashed(held)
+            for cell in held:
+                (matrix.world / f"{cell}.go").touch()
+            await asyncio.gather(*(matrix.settle(cell) for cell in held))
+    finally:
+        survivors = await _servers_ended(matrix.world)
+    assert survivors == [], f"MCP servers outlived their worker: {survivors}"
+    matrix.read_ledger()
+    table = render(matrix.outcomes)
+    print(
+        f"\ncrash matrix: kill after {killed - began:.1f} s, taken over after "
+        f"{taken_over - killed:.1f} s, e after {time.monotonic() - taken_over:.1f} s\n{table}"
+    )
+    problems = _problems(matrix.outcomes)
+    assert not problems, "\n".join(problems) + "\n\n" + table
+    check_page(table)
