@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import typing
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from ..ledger import Decision, EffectState, NextOperation, Verdict
+from ..ledger._canonical import canonical_dump, check_json, model_json
 from ..ledger._models import ApprovalState, FailureType, may_act_again
 from ..ledger._schema import output_misfit, output_template
 from ..ledger._signatures import DecisionSignature, Signers, read_policy_file
@@ -68,8 +70,11 @@ __all__ = [
     "ToolOutcome",
     "ToolSpec",
     "UnknownEffect",
+    "argument_json",
+    "canonical_dump",
     "holds_placeholder",
     "may_act_again",
+    "model_json",
     "output_misfit",
     "output_template",
     "read_policy_file",
@@ -157,6 +162,19 @@ class ToolSpec(Generic[ArgT, OutT]):
         if not isinstance(spec, ToolSpec):
             raise TypeError(f"{tool!r} is not a @tool; decorate it with activities.tool(...)")
         return spec
+
+
+def argument_json(arg: BaseModel) -> dict[str, Any]:
+    """A tool's argument as its call carries it and the ledger fingerprints it: the same
+    JSON in every process (sets in canonical order, see ``model_json``).
+
+    Raises:
+        InvalidRequest: A value has no exact JSON form (a NaN, an infinity, an integer
+            beyond ±2**53, ...): the message names its field, e.g. ``Reading.limit``.
+    """
+    value = model_json(arg)
+    check_json(value, where=type(arg).__name__)
+    return typing.cast("dict[str, Any]", value)
 
 
 def holds_placeholder(output: Any, template: Any) -> bool:

@@ -21,6 +21,7 @@ from ._canonical import (
     check_text,
     combine,
     fingerprint_dimensions,
+    model_json,
 )
 from ._errors import (
     ActionInProgressError,
@@ -712,7 +713,7 @@ class Ledger:
             raise InvalidRequest("evidence must be a list")
         check_json(evidence, where="evidence")
         if isinstance(output, BaseModel):
-            output = output.model_dump(mode="json")
+            output = model_json(output)
         check_json(output, where="output")
         if action_id is not None:
             _non_empty(action_id=action_id)
