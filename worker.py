@@ -2,6 +2,9 @@
 
 python worker.py --dev                      # embedded dev server + SQLite ledger
 python worker.py --address temporal:7233 --ledger postgresql://... --policy policy.toml
+
+A ledger it cannot open stops it at start with one line on stderr that says what to
+change, and a non-zero exit status.
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ import socket
 import subprocess
 import sys
 import sysconfig
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from temporal_ledger.activities import LedgerPlugin, Policy
+from temporal_ledger.ledger import LedgerError
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -252,37 +256,54 @@ async def run(args: argparse.Namespace, *, ready: asyncio.Event | None = None) -
             print(f"Temporal UI: {server.ui_url}", flush=True)
         plugin = LedgerPlugin(args.ledger, policy=policy, lease=args.lease)
         client = await Client.connect(address, namespace=args.namespace, plugins=[plugin])
-        worker = Worker(
-            client,
-            task_queue=args.task_queue,
-            workflows=[
-                *EXAMPLE_WORKFLOWS,
-                *AGENT_WORKFLOWS,
-                *TICKET_WORKFLOWS,
-                *APPROVAL_WORKFLOWS,
-                *PROBE_WORKFLOWS,
-            ],
-            activities=[
-                *EXAMPLE_TOOLS.values(),
-                *HTTP_TOOLS.values(),
-                *APPROVAL_TOOLS.values(),
-                *PROBE_TOOLS.values(),
-                model_tool(model_client(args)),
-            ],
-        )
+        with _ledger_stops_the_worker():  # the plugin checks the ledger's URL here
+            worker = _worker(client, args)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with worker:
-            print(
-                f"worker ready: task queue {args.task_queue!r} on {address}, ledger {args.ledger}",
-                flush=True,
-            )
-            if ready is not None:
-                ready.set()
-            await stop.wait()
+        with _ledger_stops_the_worker():  # and opens the ledger as the worker starts
+            async with worker:
+                print(
+                    f"worker ready: task queue {args.task_queue!r} on {address}, "
+                    f"ledger {args.ledger}",
+                    flush=True,
+                )
+                if ready is not None:
+                    ready.set()
+                await stop.wait()
         print("worker stopped", flush=True)
+
+
+@contextlib.contextmanager
+def _ledger_stops_the_worker() -> Iterator[None]:
+    """A ledger the worker cannot open ends it with the ledger's one-line message (which
+    names the URL and the fix) instead of a traceback."""
+    try:
+        yield
+    except (LedgerError, ImportError) as exc:  # ImportError: the URL's missing extra
+        raise SystemExit(f"worker: {exc}") from None
+
+
+def _worker(client: Client, args: argparse.Namespace) -> Worker:
+    return Worker(
+        client,
+        task_queue=args.task_queue,
+        workflows=[
+            *EXAMPLE_WORKFLOWS,
+            *AGENT_WORKFLOWS,
+            *TICKET_WORKFLOWS,
+            *APPROVAL_WORKFLOWS,
+            *PROBE_WORKFLOWS,
+        ],
+        activities=[
+            *EXAMPLE_TOOLS.values(),
+            *HTTP_TOOLS.values(),
+            *APPROVAL_TOOLS.values(),
+            *PROBE_TOOLS.values(),
+            model_tool(model_client(args)),
+        ],
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

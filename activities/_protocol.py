@@ -23,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from ..ledger import Decision, EffectState, NextOperation, Verdict
 from ..ledger._canonical import canonical_dump, check_json, model_json
+from ..ledger._ledger import opener as ledger_opener
+from ..ledger._ledger import shown_url
 from ..ledger._models import ApprovalState, FailureType, may_act_again
 from ..ledger._schema import output_misfit, output_template
 from ..ledger._signatures import DecisionSignature, Signers, read_policy_file
@@ -73,12 +75,14 @@ __all__ = [
     "argument_json",
     "canonical_dump",
     "holds_placeholder",
+    "ledger_opener",
     "may_act_again",
     "model_json",
     "output_misfit",
     "output_template",
     "read_policy_file",
     "replay_command",
+    "shown_url",
     "workflow_interceptor",
 ]
 
