@@ -1,14 +1,16 @@
 """A worker whose ledger cannot be used stops at start (issue 28, item 6).
 
 A bad ledger URL, a missing folder or a missing extra used to start the worker fine; every
-tool call then failed and was retried for ever. Each case here is a real worker process
-(or a real worker) against the session's dev server, on loopback.
+tool call then failed and was retried for ever. And ``worker.py --dev`` on a taken port
+printed its own address as if its server had started. Each case here is a real worker
+process (or a real worker) against the session's dev server, on loopback.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 import time
 import uuid
@@ -182,3 +184,23 @@ async def test_a_ledger_that_cannot_be_opened_stops_the_worker_as_it_starts(
     async with setup.workflow_worker(client, tools=True):
         assert await asyncio.wait_for(handle.result(), 30) == [{"lines": 1}]
     assert lines(target) == ["once"]
+
+
+async def test_the_dev_worker_on_a_taken_port_exits_saying_so(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        status, out, err, took = await run_worker_py(
+            "--dev", "--address", f"localhost:{port}", "--dev-db", str(tmp_path / "dev" / "t.db"),
+            cwd=tmp_path,
+        )  # fmt: skip
+    assert status != 0 and took < 5
+    assert err.splitlines()[-1] == (
+        f"worker --dev: port {port} on 127.0.0.1 for the dev server is taken: stop what "
+        "listens there, or choose another port with --address localhost:PORT (the dev "
+        "server takes PORT and the UI PORT+1000); to use a Temporal server that is already "
+        "running, leave out --dev"
+    )
+    assert "Temporal dev server" not in out  # it claims no server
+    assert not (tmp_path / "dev").exists()  # and started none
