@@ -2,6 +2,9 @@
 
 python worker.py --dev                      # embedded dev server + SQLite ledger
 python worker.py --address temporal:7233 --ledger postgresql://... --policy policy.toml
+
+A ledger it cannot open, or a --dev port that is taken, stops it at start with one line
+on stderr that says what to change, and a non-zero exit status.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import errno
 import logging
 import os
 import shutil
@@ -18,12 +22,13 @@ import socket
 import subprocess
 import sys
 import sysconfig
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from temporal_ledger.activities import LedgerPlugin, Policy
+from temporal_ledger.ledger import LedgerError
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -86,7 +91,15 @@ class DevServer:
 async def dev_server(
     *, port: int, ui_port: int | None, db_file: Path | None, log_file: Path | None = None
 ) -> AsyncIterator[DevServer]:
-    """Start ``temporal server start-dev`` on 127.0.0.1 and stop it on exit."""
+    """Start ``temporal server start-dev`` on 127.0.0.1 and stop it on exit.
+
+    Raises:
+        SystemExit: A port it needs is taken (by another Temporal server, say), or the
+            server exits or does not become ready: one line that says so.
+    """
+    _check_free(port, "the dev server")
+    if ui_port is not None:
+        _check_free(ui_port, "its Web UI")
     args = [
         temporal_binary(),
         "server",
@@ -144,6 +157,24 @@ async def dev_server(
             log.close()
 
 
+def _check_free(port: int, what: str) -> None:
+    """Refuse a port something already listens on, before starting a server there: a
+    client would reach that other server, and this one would seem to have started."""
+    with socket.socket() as sock:
+        # As the server binds: a port that only lingers in TIME_WAIT is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except (OSError, OverflowError) as exc:  # OverflowError: beyond 65535
+            taken = getattr(exc, "errno", None) == errno.EADDRINUSE
+            why = "is taken: stop what listens there, or" if taken else f"cannot be used ({exc}):"
+            raise SystemExit(
+                f"worker --dev: port {port} on 127.0.0.1 for {what} {why} choose another port "
+                "with --address localhost:PORT (the dev server takes PORT and the UI "
+                "PORT+1000); to use a Temporal server that is already running, leave out --dev"
+            ) from None
+
+
 def _spawn(args: list[str], log_file: Path | None) -> tuple[subprocess.Popen[bytes], Any]:
     log: Any = open(log_file, "ab") if log_file else subprocess.DEVNULL
     process = subprocess.Popen(
@@ -159,9 +190,18 @@ async def _wait_until_serving(address: str, process: subprocess.Popen[bytes]) ->
         try:
             client = await Client.connect(address)
             await client.service_client.check_health()
-            return
         except Exception:
             await asyncio.sleep(0.1)
+            continue
+        # Whoever answered, the server must still run: one that could not bind its port
+        # exits, and the answer came from another.
+        await asyncio.sleep(0.2)
+        if process.poll() is not None:
+            raise SystemExit(
+                f"the Temporal dev server exited with status {process.returncode}, and "
+                f"another server answers at {address}: choose another port with --address"
+            )
+        return
     raise SystemExit(f"the Temporal dev server at {address} did not become ready in 30 s")
 
 
@@ -252,37 +292,54 @@ async def run(args: argparse.Namespace, *, ready: asyncio.Event | None = None) -
             print(f"Temporal UI: {server.ui_url}", flush=True)
         plugin = LedgerPlugin(args.ledger, policy=policy, lease=args.lease)
         client = await Client.connect(address, namespace=args.namespace, plugins=[plugin])
-        worker = Worker(
-            client,
-            task_queue=args.task_queue,
-            workflows=[
-                *EXAMPLE_WORKFLOWS,
-                *AGENT_WORKFLOWS,
-                *TICKET_WORKFLOWS,
-                *APPROVAL_WORKFLOWS,
-                *PROBE_WORKFLOWS,
-            ],
-            activities=[
-                *EXAMPLE_TOOLS.values(),
-                *HTTP_TOOLS.values(),
-                *APPROVAL_TOOLS.values(),
-                *PROBE_TOOLS.values(),
-                model_tool(model_client(args)),
-            ],
-        )
+        with _ledger_stops_the_worker():  # the plugin checks the ledger's URL here
+            worker = _worker(client, args)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with worker:
-            print(
-                f"worker ready: task queue {args.task_queue!r} on {address}, ledger {args.ledger}",
-                flush=True,
-            )
-            if ready is not None:
-                ready.set()
-            await stop.wait()
+        with _ledger_stops_the_worker():  # and opens the ledger as the worker starts
+            async with worker:
+                print(
+                    f"worker ready: task queue {args.task_queue!r} on {address}, "
+                    f"ledger {args.ledger}",
+                    flush=True,
+                )
+                if ready is not None:
+                    ready.set()
+                await stop.wait()
         print("worker stopped", flush=True)
+
+
+@contextlib.contextmanager
+def _ledger_stops_the_worker() -> Iterator[None]:
+    """A ledger the worker cannot open ends it with the ledger's one-line message (which
+    names the URL and the fix) instead of a traceback."""
+    try:
+        yield
+    except (LedgerError, ImportError) as exc:  # ImportError: the URL's missing extra
+        raise SystemExit(f"worker: {exc}") from None
+
+
+def _worker(client: Client, args: argparse.Namespace) -> Worker:
+    return Worker(
+        client,
+        task_queue=args.task_queue,
+        workflows=[
+            *EXAMPLE_WORKFLOWS,
+            *AGENT_WORKFLOWS,
+            *TICKET_WORKFLOWS,
+            *APPROVAL_WORKFLOWS,
+            *PROBE_WORKFLOWS,
+        ],
+        activities=[
+            *EXAMPLE_TOOLS.values(),
+            *HTTP_TOOLS.values(),
+            *APPROVAL_TOOLS.values(),
+            *PROBE_TOOLS.values(),
+            model_tool(model_client(args)),
+        ],
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -61,7 +61,15 @@ from ._attempt import execute_ledgered, treated
 from ._keys import step_key
 from ._outcomes import outcome_or_raise, record_outcome
 from ._probe import Probe
-from ._protocol import ANCHOR_HEADER, HINTS_HEADER, ErrorType, RunAnchor, ToolHints, ToolSpec
+from ._protocol import (
+    ANCHOR_HEADER,
+    HINTS_HEADER,
+    ErrorType,
+    RunAnchor,
+    ToolHints,
+    ToolSpec,
+    canonical_dump,
+)
 from ._results import AsReturned, ResultShape
 from ._runtime import Runtime
 from ._tracing import call_span, current_call, describe_request
@@ -221,7 +229,13 @@ async def execute_through_ledger(
         )
     converter: PayloadConverter = activity.payload_converter()
     try:
-        args = [_to_json(payload) for payload in converter.to_payloads(list(input.args))]
+        # Sets in canonical order, a NaN kept to be refused by name (JSON writes it null).
+        args = [
+            canonical_dump(arg, _to_json(payload))
+            for arg, payload in zip(
+                input.args, converter.to_payloads(list(input.args)), strict=True
+            )
+        ]
     except Exception as exc:
         raise _refuse(f"{info.activity_type}: arguments are not JSON: {exc}") from None
     payload = rule.normalize(info.activity_type, args) if rule.normalize else {"args": args}
@@ -255,8 +269,9 @@ async def execute_through_ledger(
             raise
         ran["value"] = value
         # Recorded through the same converter Temporal would use to send it to the
-        # workflow, so decoding it on replay gives the workflow the same object.
-        return _to_json(converter.to_payload(value))
+        # workflow, so decoding it on replay gives the workflow the same object (a set's
+        # items in canonical order; a NaN makes the output one the ledger cannot record).
+        return canonical_dump(value, _to_json(converter.to_payload(value)))
 
     request = _request(info, anchor, key, spec, payload, performer, tool=tool, hints=hints)
     with call_span(

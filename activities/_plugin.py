@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import fnmatch
 import logging
 import shlex
-import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -41,7 +41,13 @@ from ..ledger.sqlite import path_from_url
 from ._generic import LedgeredActivity, execute_through_ledger
 from ._options import LedgerOptions
 from ._policy import Policy
-from ._protocol import AWAITING_APPROVAL_ATTRIBUTE, OPEN_EFFECTS_ATTRIBUTE, workflow_interceptor
+from ._protocol import (
+    AWAITING_APPROVAL_ATTRIBUTE,
+    OPEN_EFFECTS_ATTRIBUTE,
+    ledger_opener,
+    shown_url,
+    workflow_interceptor,
+)
 from ._reconcile import approve_call, probe_effect, reconcile_effect
 from ._runtime import Runtime, _runtime
 
@@ -118,7 +124,11 @@ class LedgerPlugin(SimplePlugin):
     Args:
         ledger: A URL (``sqlite:///path``, ``postgresql://...``) opened when the first
             worker starts and closed when the last one stops, or an open
-            :class:`~temporal_ledger.ledger.Ledger` that stays the caller's.
+            :class:`~temporal_ledger.ledger.Ledger` that stays the caller's. A URL the
+            ledger cannot open stops the worker at start, never at a tool call: a bad
+            scheme, a missing folder or a missing extra when the ``Worker`` is made, a
+            database that cannot be reached (or a policy file that does not load) when
+            it starts to run, before it polls.
         policy: Which performers may use which capabilities, who may reconcile and who
             may approve: a :class:`Policy`, the path of its TOML file, or ``None`` for
             the logged allow-all of local development.
@@ -232,8 +242,15 @@ class LedgerPlugin(SimplePlugin):
             The configuration, with the plugin's activities, interceptors and sandbox.
 
         Raises:
+            InvalidRequest: The ledger URL is not one the ledger opens (an unknown scheme,
+                ``sqlite://`` without its third slash, a folder that does not exist); the
+                message names the URL and the fix.
+            ImportError: A ``postgresql://`` ledger without the ``[postgres]`` extra.
             ValueError: The worker's client does not use the pydantic data converter.
         """
+        if isinstance(self._ledger_source, str):
+            # Everything about the URL that needs no connection, before the worker exists.
+            ledger_opener(self._ledger_source)
         config = super().configure_worker(config)
         for fn in config.get("activities") or ():
             spec = getattr(fn, "__ledger_tool__", None)
@@ -254,18 +271,33 @@ class LedgerPlugin(SimplePlugin):
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         """Run the worker, after finding which of the ledger's search attributes its
-        namespace has (Temporal calls it).
+        namespace has and opening the ledger (Temporal calls it).
+
+        A worker that runs activities opens the ledger (and loads the policy) before it
+        polls: a ledger that cannot be opened stops it at start, with the ledger's own
+        error, instead of failing every tool call it would take.
 
         Args:
             worker: The worker.
             next: Runs it.
+
+        Raises:
+            LedgerUnavailable: The ledger's database cannot be reached.
+            InvalidRequest: The ledger or the policy cannot be used as given.
         """
         client = worker.client
         self._address = client.service_client.config.target_host
         listed = await _listed_attributes(client)
         self._open_effects_attribute = OPEN_EFFECTS_ATTRIBUTE in listed
         self._awaiting_approval_attribute = AWAITING_APPROVAL_ATTRIBUTE in listed
-        await super().run_worker(worker, next)
+        async with self._worker_running():
+            if self._ledger_source is not None and not worker.config().get("no_remote_activities"):
+                try:
+                    await self._open_runtime()
+                except Exception:
+                    await _stop_unstarted(worker, next)
+                    raise
+            await next(worker)
 
     @asynccontextmanager
     async def _worker_running(self) -> AsyncIterator[None]:
@@ -371,16 +403,19 @@ def _open_logged(url: str, lease: float) -> Ledger:
             logger.warning("ledger: created a new, empty SQLite ledger at %s", path)
         return ledger
     ledger = Ledger.open(url, lease=lease)
-    logger.info("ledger: %s", _without_password(url))
+    logger.info("ledger: %s", shown_url(url))
     return ledger
 
 
-def _without_password(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+async def _stop_unstarted(worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+    """End a worker that must not run as one that ran and stopped: ``async with Worker``
+    (and ``shutdown()``) waits for the end of a run, for ever if none comes. Asked to shut
+    down before it runs, it stops as soon as it has started."""
+    stopping = asyncio.ensure_future(worker.shutdown())
+    await asyncio.sleep(0)  # the request to shut down is made before the run begins
+    with contextlib.suppress(Exception):  # its own trouble says less than the ledger's
+        await next(worker)
+    await stopping
 
 
 def _add_once(*fns: Callable[..., Any]) -> Callable[[Sequence[Any] | None], Sequence[Any]]:

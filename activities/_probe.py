@@ -15,6 +15,8 @@ from typing import Any, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ._protocol import model_json
+
 
 class Finding(StrEnum):
     """What a probe found on the far side."""
@@ -59,7 +61,7 @@ def present(output: Any = None, evidence: Sequence[Any] = (), *, basis: str = ""
         The answer, recorded as an ``effect_confirmed`` verdict by ``probe:<tool>``.
     """
     if isinstance(output, BaseModel):
-        output = output.model_dump(mode="json")
+        output = model_json(output)
     return ProbeAnswer(
         finding=Finding.PRESENT,
         output=output,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import typing
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
 
@@ -28,6 +29,9 @@ from pydantic import (
 )
 
 from ..ledger import Decision, EffectState, InvalidRequest, NextOperation, Verdict
+from ..ledger._canonical import canonical_dump, check_json, model_json
+from ..ledger._ledger import opener as ledger_opener
+from ..ledger._ledger import shown_url
 from ..ledger._models import ApprovalState, FailureType, may_act_again
 from ..ledger._schema import output_misfit, output_template
 from ..ledger._signatures import (
@@ -81,12 +85,17 @@ __all__ = [
     "ToolOutcome",
     "ToolSpec",
     "UnknownEffect",
+    "argument_json",
+    "canonical_dump",
     "holds_placeholder",
+    "ledger_opener",
     "may_act_again",
+    "model_json",
     "output_misfit",
     "output_template",
     "read_policy_file",
     "replay_command",
+    "shown_url",
     "workflow_interceptor",
 ]
 
@@ -170,6 +179,19 @@ class ToolSpec(Generic[ArgT, OutT]):
         if not isinstance(spec, ToolSpec):
             raise TypeError(f"{tool!r} is not a @tool; decorate it with activities.tool(...)")
         return spec
+
+
+def argument_json(arg: BaseModel) -> dict[str, Any]:
+    """A tool's argument as its call carries it and the ledger fingerprints it: the same
+    JSON in every process (sets in canonical order, see ``model_json``).
+
+    Raises:
+        InvalidRequest: A value has no exact JSON form (a NaN, an infinity, an integer
+            beyond ±2**53, ...): the message names its field, e.g. ``Reading.limit``.
+    """
+    value = model_json(arg)
+    check_json(value, where=type(arg).__name__)
+    return typing.cast("dict[str, Any]", value)
 
 
 def holds_placeholder(output: Any, template: Any) -> bool:

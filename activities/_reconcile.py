@@ -26,7 +26,13 @@ from . import _protocol as p
 from ._metrics import count_approval, count_reconciliation
 from ._policy import Policy
 from ._probe import Finding, ProbeAnswer
-from ._protocol import APPROVE_ACTIVITY, PROBE_ACTIVITY, RECONCILE_ACTIVITY, ProbeOutcome
+from ._protocol import (
+    APPROVE_ACTIVITY,
+    PROBE_ACTIVITY,
+    RECONCILE_ACTIVITY,
+    ProbeOutcome,
+    model_json,
+)
 from ._runtime import Runtime, current_runtime
 from ._tool import argument_of
 
@@ -262,7 +268,7 @@ def _verdict_for(answer: ProbeAnswer, conclusive: bool) -> tuple[Verdict, str, A
         basis += " (not conclusive for this tool: declare probe_absence_conclusive=True)"
     output: Any = answer.output if verdict is Verdict.EFFECT_CONFIRMED else None
     if isinstance(output, BaseModel):
-        output = output.model_dump(mode="json")
+        output = model_json(output)
     return verdict, basis, output
 
 

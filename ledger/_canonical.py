@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import hashlib
 import json
 import math
@@ -10,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, TypeAlias
 
 import rfc8785
+from pydantic import BaseModel, RootModel
 
 from ._errors import InvalidRequest
 
@@ -113,7 +116,11 @@ def _check(value: Any, where: _Where, active: set[int], depth: int) -> int:
         return _NODE_BOUND
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise InvalidRequest(f"{_place(where)}: {value!r} is not representable in JSON")
+            raise InvalidRequest(
+                f"{_place(where)}: {_NON_FINITE.get(repr(value), repr(value))} has no exact "
+                "JSON form: NaN and infinities cannot be fingerprinted or recorded (use a "
+                "finite number, or null)"
+            )
         return _NODE_BOUND
     if isinstance(value, (dict, list)):
         if depth >= MAX_JSON_DEPTH:
@@ -149,6 +156,9 @@ def _check(value: Any, where: _Where, active: set[int], depth: int) -> int:
         f"{_place(where)}: a {type(value).__name__} is not representable in JSON exactly "
         "(use objects, arrays, strings, finite numbers, booleans or null)"
     )
+
+
+_NON_FINITE = {"nan": "NaN", "inf": "infinity", "-inf": "-infinity"}
 
 
 def _check_text(text: str, where: _Where) -> None:
@@ -203,6 +213,146 @@ def _same_as_sorted_json(value: Any) -> bool:
             for k, v in value.items()
         )
     return False
+
+
+def model_json(model: BaseModel) -> Any:
+    """A pydantic model as the JSON the ledger fingerprints and records:
+    ``model.model_dump(mode="json")`` made canonical by :func:`canonical_dump`.
+
+    The same model gives the same JSON in every process, whatever its ``PYTHONHASHSEED``
+    (a ``set[str]`` iterates in a different order in each). A NaN or an infinity stays a
+    float, so :func:`check_json` names its field instead of the value reaching the ledger
+    as ``null`` (pydantic's JSON for it) or failing later as another type.
+    """
+    return canonical_dump(model, model.model_dump(mode="json"))
+
+
+def canonical_dump(instance: Any, dumped: Any) -> Any:
+    """``dumped``, the JSON form of ``instance`` (as pydantic or Temporal's pydantic
+    converter writes it), with what no process setting may change settled:
+
+    * every array that a ``set`` or ``frozenset`` of ``instance`` became is sorted by the
+      RFC 8785 canonical JSON of its items (a set has no order of its own: its iteration
+      order follows the string hashes, which ``PYTHONHASHSEED`` changes);
+    * every NaN or infinity of ``instance`` that the dump wrote as ``null`` (or kept) is
+      the float again, for :func:`check_json` to refuse with its field's path.
+
+    The two are walked side by side: a set's array is paired with the set item by item,
+    which holds because the dump iterated that very set object (so call this on a fresh
+    dump of ``instance``, never on JSON that came from elsewhere). Where the two differ in
+    shape (a custom serializer), ``dumped`` is kept as it is. A value without sets and
+    non-finite numbers comes back unchanged (the same object), so no record made before
+    this canonical form existed changes its fingerprint.
+    """
+    return _canonical(instance, dumped)
+
+
+def _canonical(instance: Any, dumped: Any) -> Any:
+    kind = type(instance)
+    if kind is str or kind is int or kind is bool or instance is None:
+        return dumped
+    if isinstance(instance, float):
+        if math.isfinite(instance) or not (dumped is None or isinstance(dumped, float)):
+            return dumped  # a finite number, or one the dump spelled out ('NaN' strings)
+        return float(instance)
+    if isinstance(instance, BaseModel):
+        if isinstance(instance, RootModel):
+            return _canonical(instance.root, dumped)
+        return _canonical_model(instance, dumped) if type(dumped) is dict else dumped
+    if isinstance(instance, dict):
+        return _canonical_dict(instance, dumped) if type(dumped) is dict else dumped
+    if isinstance(instance, (list, tuple, collections.deque)):
+        if type(dumped) is not list or len(dumped) != len(instance):
+            return dumped
+        return _canonical_items(instance, dumped)
+    if isinstance(instance, (set, frozenset)):
+        if type(dumped) is not list or len(dumped) != len(instance):
+            return dumped
+        return sorted(_canonical_items(instance, dumped), key=_set_order)
+    if dataclasses.is_dataclass(instance) and not isinstance(instance, type):
+        if type(dumped) is not dict:
+            return dumped
+        return _canonical_fields(dumped, lambda name: getattr(instance, name, _MISSING))
+    return dumped
+
+
+class _Missing:
+    pass
+
+
+_MISSING = _Missing()
+
+
+def _canonical_items(instance: Any, dumped: list[Any]) -> list[Any]:
+    changed: list[Any] | None = None
+    for i, (item, json_item) in enumerate(zip(instance, dumped, strict=True)):
+        new = _canonical(item, json_item)
+        if new is not json_item:
+            if changed is None:
+                changed = list(dumped)
+            changed[i] = new
+    return dumped if changed is None else changed
+
+
+def _canonical_fields(dumped: dict[str, Any], value_of: Any) -> dict[str, Any]:
+    changed: dict[str, Any] | None = None
+    for name, json_value in dumped.items():
+        value = value_of(name)
+        if value is _MISSING:
+            continue
+        new = _canonical(value, json_value)
+        if new is not json_value:
+            if changed is None:
+                changed = dict(dumped)
+            changed[name] = new
+    return dumped if changed is None else changed
+
+
+def _canonical_model(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
+    kind = type(model)
+    fields = kind.model_fields
+    computed = kind.model_computed_fields
+    extra = model.__pydantic_extra__ or {}
+    aliases: dict[str, str] | None = None
+
+    def value_of(name: str) -> Any:
+        nonlocal aliases
+        if name in fields or name in computed:
+            return getattr(model, name, _MISSING)
+        if name in extra:
+            return extra[name]
+        if aliases is None:  # dumped by alias: a field's key is its serialization alias
+            aliases = {}
+            for attribute, info in {**fields, **computed}.items():
+                alias = getattr(info, "serialization_alias", None) or getattr(info, "alias", None)
+                if alias:
+                    aliases[alias] = attribute
+        return getattr(model, aliases[name], _MISSING) if name in aliases else _MISSING
+
+    return _canonical_fields(dumped, value_of)
+
+
+def _canonical_dict(instance: dict[Any, Any], dumped: dict[str, Any]) -> dict[str, Any]:
+    if len(instance) == len(dumped):
+        # Keys may be written differently (1 becomes "1"), never reordered.
+        changed: dict[str, Any] | None = None
+        for value, (name, json_value) in zip(instance.values(), dumped.items(), strict=True):
+            new = _canonical(value, json_value)
+            if new is not json_value:
+                if changed is None:
+                    changed = dict(dumped)
+                changed[name] = new
+        return dumped if changed is None else changed
+    return _canonical_fields(dumped, lambda name: instance.get(name, _MISSING))
+
+
+def _set_order(item: Any) -> bytes:
+    """A set's item's place: its RFC 8785 bytes. An item that has none (a NaN, refused
+    later by check_json) sorts after every other, by a digest of what it is."""
+    try:
+        return canonical_json(item)
+    except (InvalidRequest, TypeError, ValueError, RecursionError):
+        return b"\xff" + value_digest(item).encode()
 
 
 def value_digest(value: Any) -> str:

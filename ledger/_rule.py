@@ -20,6 +20,7 @@ from ._canonical import (
     canonical_json,
     check_json,
     differing,
+    model_json,
     recordable_text,
     value_digest,
 )
@@ -436,7 +437,7 @@ def success_fields(output: Any) -> dict[str, Any]:
     observed effect whose report is unusable, identified by its hash, never as nothing."""
     try:
         if isinstance(output, BaseModel):
-            output = output.model_dump(mode="json")
+            output = model_json(output)  # sets in canonical order, a NaN kept to be named
         check_json(output, where="output")
     except Exception as exc:
         return unrecordable_output(output, exc)

@@ -277,6 +277,18 @@ _CONNECT_DEFAULTS: dict[str, str] = {
 _CONNECTION_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
+def check_url(url: str) -> None:
+    """Refuse a PostgreSQL URL that libpq cannot parse.
+
+    Raises:
+        InvalidRequest: The URL is not valid conninfo; the message says why, on one line.
+    """
+    try:
+        conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise InvalidRequest(f"not a valid PostgreSQL URL ({' '.join(str(exc).split())})") from None
+
+
 def _describe(conninfo: str) -> str:
     """Where the ledger lives, for messages: never the password."""
     try:

@@ -267,7 +267,10 @@ class SQLiteRecorder(Recorder):
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 60.0) -> None:
         self.path = Path(path)
         if self.path.parent and not self.path.parent.exists():
-            raise InvalidRequest(f"the ledger's folder does not exist: {self.path.parent}")
+            raise InvalidRequest(
+                f"SQLite ledger {self.path}: folder {self.path.parent.absolute()} does not "
+                "exist: create it or pass another path"
+            )
         self._lock = threading.RLock()
         self._queue: queue.SimpleQueue[_Queued | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None

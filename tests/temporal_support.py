@@ -92,9 +92,18 @@ class Setup:
 
     @contextlib.asynccontextmanager
     async def tool_worker_process(
-        self, model_url: str = "http://127.0.0.1:9/unused"
+        self,
+        model_url: str = "http://127.0.0.1:9/unused",
+        *,
+        workflows: bool = False,
+        hash_seed: int | None = None,
     ) -> AsyncIterator[asyncio.subprocess.Process]:
-        """A separate worker process that runs the tools, so it can be killed mid-tool."""
+        """A separate worker process that runs the tools, so it can be killed mid-tool;
+        with ``workflows`` it runs ``StepsWorkflow`` too, and ``hash_seed`` is its
+        ``PYTHONHASHSEED``."""
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        if hash_seed is not None:
+            env["PYTHONHASHSEED"] = str(hash_seed)
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-u",
@@ -106,8 +115,9 @@ class Setup:
             str(self.policy),
             str(self.lease),
             model_url,
+            *(["workflows"] if workflows else []),
             cwd=ROOT,
-            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            env=env,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,

@@ -93,10 +93,26 @@ async def append_if_unchanged(arg: Guarded) -> Lines:
     return Lines(lines=await asyncio.to_thread(_append, Path(arg.path), arg.line))
 
 
+class Tagged(BaseModel):
+    """An argument whose set iterates in an order each process's ``PYTHONHASHSEED`` picks."""
+
+    path: str
+    tags: set[str]
+    weight: float = 1.0
+    limits: dict[str, float] = {}
+
+
+@tool(capability="files.append")
+async def append_tags(arg: Tagged) -> Lines:
+    line = " ".join(sorted(arg.tags))
+    return Lines(lines=await asyncio.to_thread(_append, Path(arg.path), line))
+
+
 TEST_TOOLS = {
     "hold_and_append": hold_and_append,
     "reserve_slot": reserve_slot,
     "append_if_unchanged": append_if_unchanged,
+    "append_tags": append_tags,
 }
 register_agent_tool(hold_and_append)
 

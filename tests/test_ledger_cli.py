@@ -523,7 +523,10 @@ def test_create_makes_the_ledger_and_adopts_nothing_else(tmp_path: Path) -> None
     conn.close()
     for url, message in (
         (f"sqlite:///{app}", "is not a ledger"),
-        (f"sqlite:///{tmp_path}/no/such/folder/x.db", "folder does not exist"),
+        (
+            f"sqlite:///{tmp_path}/no/such/folder/x.db",
+            f"folder {tmp_path}/no/such/folder does not exist: create it or pass another path",
+        ),
     ):
         done = cli(url, "verify", "--create")
         assert done.returncode == 2, done.stderr

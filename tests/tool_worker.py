@@ -1,4 +1,5 @@
-"""A worker process that runs only tool activities, so a test can kill it mid-tool."""
+"""A worker process that runs tool activities (and, asked to, the test workflows), so a
+test can kill it mid-tool or run it with a ``PYTHONHASHSEED`` of its own."""
 
 from __future__ import annotations
 
@@ -12,11 +13,18 @@ from temporalio.worker import Worker
 
 from examples.agent.models import OpenAIChatClient, model_tool
 from examples.plan.activities import EXAMPLE_TOOLS
-from tests.temporal_tools import TEST_TOOLS
+from tests.temporal_tools import TEST_TOOLS, StepsWorkflow
 
 
 async def main(
-    address: str, task_queue: str, ledger_url: str, policy: str, lease: float, model_url: str
+    address: str,
+    task_queue: str,
+    ledger_url: str,
+    policy: str,
+    lease: float,
+    model_url: str,
+    *,
+    workflows: bool = False,
 ) -> None:
     client = await Client.connect(
         address, plugins=[LedgerPlugin(ledger_url, policy=policy, lease=lease)]
@@ -28,6 +36,7 @@ async def main(
         client,
         task_queue=task_queue,
         activities=[*TEST_TOOLS.values(), *EXAMPLE_TOOLS.values(), model],
+        workflows=[StepsWorkflow] if workflows else [],
     ):
         print("WORKER READY", flush=True)
         await stop.wait()
@@ -36,4 +45,7 @@ async def main(
 if __name__ == "__main__":
     address, task_queue, ledger_url, policy, lease = sys.argv[1:6]
     model_url = sys.argv[6] if len(sys.argv) > 6 else "http://127.0.0.1:9/unused"
-    asyncio.run(main(address, task_queue, ledger_url, policy, float(lease), model_url))
+    workflows = sys.argv[7:8] == ["workflows"]
+    asyncio.run(
+        main(address, task_queue, ledger_url, policy, float(lease), model_url, workflows=workflows)
+    )

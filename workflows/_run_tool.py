@@ -20,10 +20,11 @@ from ..activities._protocol import (
     ToolCall,
     ToolOutcome,
     UnknownEffect,
+    argument_json,
     output_misfit,
     output_template,
 )
-from ..ledger import Decision
+from ..ledger import Decision, InvalidRequest
 from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError, ToolRejectedError
 from ._inbox import Call, inbox
 from ._probe import settle_unknown
@@ -160,7 +161,12 @@ def _tool_call(
     key: str | None,
 ) -> ToolCall:
     """The call ``run_tool`` schedules; bad input fails the workflow with a typed error
-    (a plain exception would fail the workflow task, retried by Temporal forever)."""
+    (a plain exception would fail the workflow task, retried by Temporal forever).
+
+    The argument travels as the JSON the ledger fingerprints (``argument_json``): a set
+    in canonical order, so a worker with another ``PYTHONHASHSEED`` (after a reset, say)
+    sends the same request; a NaN or an infinity refused here, naming its field, before
+    anything is scheduled or recorded (JSON would carry it as null)."""
     if not isinstance(step, str) or not step:
         raise ToolFailedError(
             "run_tool needs a non-empty step name",
@@ -168,21 +174,31 @@ def _tool_call(
             step=str(step),
             error_type=ErrorType.INVALID_REQUEST,
         )
+    key = key or default_key(step)
     if not isinstance(arg, spec.arg_type):
         try:
             arg = spec.arg_type.model_validate(arg)
         except ValidationError as exc:
             raise ToolFailedError(
                 f"{spec.name}: argument does not fit {spec.arg_type.__name__}: {exc}",
-                key=key or "-",
+                key=key,
                 step=step,
                 error_type=ErrorType.INVALID_REQUEST,
             ) from None
+    try:
+        payload = argument_json(arg)
+    except InvalidRequest as exc:
+        raise ToolFailedError(
+            f"{spec.name}: argument cannot be sent: {exc}",
+            key=key,
+            step=step,
+            error_type=ErrorType.INVALID_REQUEST,
+        ) from None
     return ToolCall(
-        key=key or default_key(step),
+        key=key,
         step=step,
         performer=performer,
-        arg=arg.model_dump(mode="json"),
+        arg=payload,
         precondition=precondition,
     )
 
