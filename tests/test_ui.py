@@ -260,7 +260,13 @@ async def test_an_incomplete_verdict_is_refused_in_the_dialog_and_the_run_keeps_
     for verdict, reason, shot in (
         (without_output | signed, "message_id: missing (string)", "refused"),
         (template | signed, "message_id: still the template's placeholder '<string>'", None),
-        (template, "actor 'YOUR-NAME' may not reconcile", None),
+        # Pasted unchanged: the template's placeholders are nobody's decision.
+        (template, "actor still holds the template's placeholder 'YOUR-NAME'", None),
+        (
+            template | {"actor": "guest-bo", "basis": "looked", "output": {"message_id": "m"}},
+            "actor 'guest-bo' may not reconcile",
+            None,
+        ),
     ):
         await ui.fill_update("reconcile", verdict)
         refusal = await ui.submit_update()
