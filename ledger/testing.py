@@ -279,7 +279,7 @@ class LedgerContract:
     ) -> None:
         req = request("k", payload={"line": "x"})
         req.payload["line"] = float("nan")  # frozen model, mutable dict inside
-        with pytest.raises(InvalidRequest, match="payload.line: NaN"):
+        with pytest.raises(InvalidRequest, match=r"payload\.line: NaN"):
             await ledger.execute(req, authority=AUTHORITY, adapter=Counter())
         assert ledger.events() == []
 
