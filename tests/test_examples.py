@@ -14,6 +14,7 @@ import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,7 @@ async def worker_process(
             seen.append(line)
             if line.startswith(b"worker ready"):
                 break
+        process.said = b"".join(seen).decode()  # type: ignore[attr-defined]
         yield process
     finally:
         if process.returncode is None:
@@ -103,6 +105,19 @@ async def run_starter(*args: str, example: str = "plan") -> tuple[str, Any]:
 
 async def starter_lines(*args: str, example: str) -> dict[str, str]:
     """``python -m examples.EXAMPLE.starter ARGS``: the ``name: value`` lines it prints."""
+    return (await starter_output(*args, example=example)).fields
+
+
+@dataclass
+class Printed:
+    """What a starter printed: all of it (stdout and stderr), and its ``name: value`` lines."""
+
+    text: str
+    fields: dict[str, str]
+
+
+async def starter_output(*args: str, example: str) -> Printed:
+    """``python -m examples.EXAMPLE.starter ARGS``, which must exit 0: what it printed."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -122,7 +137,8 @@ async def starter_lines(*args: str, example: str) -> dict[str, str]:
             await process.wait()
     text = out.decode()
     assert process.returncode == 0, f"starter exited {process.returncode}: {text}{err.decode()}"
-    return dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+    fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+    return Printed(text + err.decode(), fields)
 
 
 async def test_plan_worker_and_starter_append_each_line_once(
@@ -253,8 +269,11 @@ async def test_agent_examples_refund_and_note_once_even_when_reset(
     task_queue = f"examples-{example}-{uuid.uuid4().hex[:8]}"
     common = ["--address", address, "--task-queue", task_queue]
     ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
-    async with worker_process(*common, "--ledger", ledger, example=example):
-        workflow_id, answer = await run_starter(*common, example=example)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # the model is scripted
+    async with worker_process(*common, "--ledger", ledger, example=example) as worker:
+        printed = await starter_output(*common, example=example)
+        workflow_id = printed.fields["workflow id"]
+        answer = json.loads(printed.fields["result"])
         assert answer == "done: refunded 1250 cents on A-1 | note 1 on T-7"
         first = await temporal_env.client.get_workflow_handle(workflow_id).describe()
         await reset_to_first_task(
@@ -262,3 +281,7 @@ async def test_agent_examples_refund_and_note_once_even_when_reset(
         )
     assert lines(tmp_path / "notes.txt") == ["T-7: refunded A-1"]
     assert len(lines(tmp_path / "refunds.jsonl")) == 1
+    # Nothing here needs an OpenAI key: neither process may warn that it is missing.
+    assert worker.stdout is not None
+    said = worker.said + (await worker.stdout.read()).decode() + printed.text
+    assert "OPENAI_API_KEY" not in said, said

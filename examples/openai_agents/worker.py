@@ -9,6 +9,7 @@ Options: ``--address localhost:7233 --namespace default --task-queue ledger-supp
 --ledger sqlite:///ledger.db --policy policy.toml``. The tools write ``refunds.jsonl`` and
 ``notes.txt`` to ``$SUPPORT_DIR`` (default: the current folder). The model is scripted
 (no network, no API key): see ``model.py``; leave out ``model_provider=`` for OpenAI's.
+Without ``OPENAI_API_KEY`` the worker does not export the Agents SDK's traces to OpenAI.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+from agents import set_trace_processors
 from agents.mcp import MCPServerStdio
 from temporal_ledger.activities.openai_agents import ledgered_plugin
 from temporalio.client import Client
@@ -75,6 +77,11 @@ def plugins(args: argparse.Namespace) -> list[object]:
 
 
 async def main(args: argparse.Namespace) -> None:
+    if not os.environ.get("OPENAI_API_KEY"):
+        # The model is scripted and nothing here calls OpenAI. The Agents SDK would still
+        # export its traces to OpenAI's tracing backend, and, without a key, warn that
+        # OPENAI_API_KEY is not set at every export: keep the traces in this process.
+        set_trace_processors([])
     client = await Client.connect(
         args.address,
         namespace=args.namespace,
