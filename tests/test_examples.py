@@ -182,17 +182,33 @@ async def test_plan_worker_and_starter_append_each_line_once(
         assert described.task_queue == task_queue
 
 
+#: What the examples' tools write; none of it may land in the repository they run from.
+EFFECT_FILES = ("notes.txt", "refunds.jsonl", "refunds.log")
+
+
+def root_effect_files() -> dict[str, tuple[int, int]]:
+    """The examples' effect files in the repository's root, with their size and mtime."""
+    found = {name: ROOT / name for name in EFFECT_FILES}
+    return {n: (p.stat().st_size, p.stat().st_mtime_ns) for n, p in found.items() if p.exists()}
+
+
 async def test_approval_example_acts_once_after_the_operator_approves_with_the_cli(
-    temporal_address: str, tmp_path: Path
+    temporal_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Run as the docs say, from the repository's root and without --book: the refund is
+    written to the examples' folder in the temporary directory, not the repository."""
     task_queue = f"examples-approval-{uuid.uuid4().hex[:8]}"
     common = ["--address", temporal_address, "--task-queue", task_queue]
-    book = tmp_path / "refunds.log"
+    # The processes' temporary directory (no SUPPORT_DIR): where the default folder is.
+    monkeypatch.delenv("SUPPORT_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    book = tmp_path / "temporal-ledger-examples" / "refunds.log"
+    in_root = root_effect_files()
     ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
     async with worker_process(*common, "--ledger", ledger, example="approval"):
         starter = await asyncio.create_subprocess_exec(
             sys.executable, "-u", "-m", "examples.approval.starter", *common,
-            "--order", "A-7", "--amount-cents", "2000", "--book", str(book),
+            "--order", "A-7", "--amount-cents", "2000",
             cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
@@ -225,7 +241,9 @@ async def test_approval_example_acts_once_after_the_operator_approves_with_the_c
                     os.killpg(starter.pid, signal.SIGKILL)
                 await starter.wait()
     result = json.loads(out.split("result: ", 1)[1])
+    assert said["book"] == str(book)
     assert lines(book) == [f"{result['refund_id']} A-7 2000 key={pending['key']}"]
+    assert root_effect_files() == in_root, "the example wrote into the repository's root"
 
 
 async def test_probe_example_settles_a_lost_reply_without_parking(
@@ -262,10 +280,16 @@ async def test_probe_example_settles_a_lost_reply_without_parking(
 async def test_agent_examples_refund_and_note_once_even_when_reset(
     example: str, temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each agent example's worker and starter as docs/agents.md runs them; then a reset of
-    the finished run replays every tool call and model answer from the ledger."""
+    """Each agent example's worker and starter as docs/agents.md runs them, from the
+    repository's root; then a reset of the finished run replays every tool call and model
+    answer from the ledger. The effects land in the examples' folder in the temporary
+    directory, never in the repository."""
     address = temporal_env.client.service_client.config.target_host
-    monkeypatch.setenv("SUPPORT_DIR", str(tmp_path))  # the worker process inherits it
+    # The processes' temporary directory (no SUPPORT_DIR): where the default folder is.
+    monkeypatch.delenv("SUPPORT_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the worker process inherits it
+    folder = tmp_path / "temporal-ledger-examples"
+    in_root = root_effect_files()
     task_queue = f"examples-{example}-{uuid.uuid4().hex[:8]}"
     common = ["--address", address, "--task-queue", task_queue]
     ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
@@ -279,8 +303,9 @@ async def test_agent_examples_refund_and_note_once_even_when_reset(
         await reset_to_first_task(
             address, temporal_env.client, workflow_id, first.run_id, reason="test: replay"
         )
-    assert lines(tmp_path / "notes.txt") == ["T-7: refunded A-1"]
-    assert len(lines(tmp_path / "refunds.jsonl")) == 1
+    assert lines(folder / "notes.txt") == ["T-7: refunded A-1"]
+    assert len(lines(folder / "refunds.jsonl")) == 1
+    assert root_effect_files() == in_root, "the example wrote into the repository's root"
     # Nothing here needs an OpenAI key: neither process may warn that it is missing.
     assert worker.stdout is not None
     said = worker.said + (await worker.stdout.read()).decode() + printed.text

@@ -7,7 +7,8 @@ notes server (a subprocess) and a scripted model, with every tool call ledgered.
 
 Options: ``--address localhost:7233 --namespace default --task-queue ledger-support
 --ledger sqlite:///ledger.db --policy policy.toml``. The tools write ``refunds.jsonl`` and
-``notes.txt`` to ``$SUPPORT_DIR`` (default: the current folder). The model is scripted
+``notes.txt`` to ``$SUPPORT_DIR`` (default: ``temporal-ledger-examples`` in the system's
+temporary directory, never the repository). The model is scripted
 (no network, no API key): see ``model.py``; leave out ``model_provider=`` for OpenAI's.
 Without ``OPENAI_API_KEY`` the worker does not export the Agents SDK's traces to OpenAI.
 """
@@ -29,13 +30,15 @@ from temporalio.client import Client
 from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.worker import Worker
 
+from examples import work_dir
+
 from .activities import issue_refund
 from .model import ScriptedProvider
 from .workflows import SupportWorkflow
 
 TASK_QUEUE = "ledger-support"
 ROOT = Path(__file__).resolve().parent.parent.parent
-SUPPORT_DIR = Path(os.environ.get("SUPPORT_DIR", ".")).resolve()
+SUPPORT_DIR = work_dir()
 
 
 def parse_args() -> argparse.Namespace:
