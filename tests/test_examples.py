@@ -10,8 +10,10 @@ import json
 import os
 import shlex
 import signal
+import socket
 import sys
 import threading
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -274,6 +276,75 @@ async def test_probe_example_settles_a_lost_reply_without_parking(
     )  # fmt: skip
     shown, _ = await show.communicate()
     assert show.returncode == 0 and b"effect_confirmed by probe:place_order" in shown
+
+
+@contextlib.asynccontextmanager
+async def tickets_far_side(*args: str) -> AsyncIterator[str]:
+    """``python -m examples.tickets.far_side --port 0 ARGS``: its URL, until the block ends."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-u", "-m", "examples.tickets.far_side", "--port", "0", *args,
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        said = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
+        assert said.startswith("ticket service on http://"), said
+        yield said.split(" on ", 1)[1].strip()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()
+
+
+async def test_tickets_example_files_one_ticket_on_its_far_side_despite_a_lost_reply(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """The far side, the worker and the starter as their docs run them: the far side files
+    the ticket and loses the reply; the retry under the same key gets the same ticket."""
+    task_queue = f"examples-tickets-{uuid.uuid4().hex[:8]}"
+    common = ["--address", temporal_address, "--task-queue", task_queue]
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    async with (
+        tickets_far_side("--lose-replies", "1") as url,
+        worker_process(*common, "--ledger", ledger, example="tickets"),
+    ):
+        printed = await starter_lines(
+            *common, "--url", url, "--title", "api down", example="tickets"
+        )
+        listed = await asyncio.to_thread(_get_json, f"{url}/tickets")
+    key = printed["ledger key"]
+    assert json.loads(printed["result"]) == {
+        "ticket_id": "T-1",
+        "status": 200,
+        "already_done": False,
+    }
+    # One ticket, filed under the key exactly as the header carried it.
+    assert listed == [
+        {"ticket_id": "T-1", "title": "api down", "body": "", "idempotency_key": wire_key(key)}
+    ]
+
+
+async def test_tickets_starter_says_when_no_far_side_answers(temporal_address: str) -> None:
+    """Without a far side the call is never sent and the ledger would retry it for as long
+    as the run lives: the starter says so and exits instead of hanging."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        nobody = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "examples.tickets.starter", "--address", temporal_address,
+        "--url", nobody, cwd=ROOT, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2, out.decode() + err.decode()
+    assert f"no far side answers at {nobody}" in err.decode()
+    assert "python -m examples.tickets.far_side" in err.decode()
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.loads(answer.read())
 
 
 @pytest.mark.parametrize("example", ["openai_agents", "pydantic_ai"])
