@@ -3,6 +3,7 @@ an unknown effect, a probe's finding, an approver's decision."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fnmatch
 import logging
@@ -44,21 +45,45 @@ _Recorded = TypeVar("_Recorded")
 @activity.defn(name=RECONCILE_ACTIVITY)
 async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
     """Check the actor and its signature against the policy, then append the verdict
-    beside the key's history."""
-    state = await _record_answer(
-        verdict,
-        _VERDICTS,
-        lambda ledger: ledger.reconcile(
-            verdict.key,
-            verdict.verdict,
-            verdict.actor,
-            verdict.basis,
-            evidence=verdict.evidence,
-            output=verdict.output,
-            action_id=verdict.action_id,
-            signature=verdict.signature,
-        ),
-    )
+    beside the key's history.
+
+    A key somebody reconciled first (``temporal-ledger reconcile``) fails with
+    ``RECONCILE_ALREADY_RESOLVED``, its details the :class:`ReconcileResult` that stands:
+    the workflow answers the sender with it and the step goes on."""
+    try:
+        state = await _record_answer(
+            verdict,
+            _VERDICTS,
+            lambda ledger: ledger.reconcile(
+                verdict.key,
+                verdict.verdict,
+                verdict.actor,
+                verdict.basis,
+                evidence=verdict.evidence,
+                output=verdict.output,
+                action_id=verdict.action_id,
+                signature=verdict.signature,
+            ),
+        )
+    except ApplicationError as err:
+        if err.type != p.ErrorType.RECONCILE_ALREADY_RESOLVED:
+            raise
+        standing = await asyncio.to_thread(current_runtime().ledger.state, verdict.key)
+        recorded = standing.reconciliations[-1].verdict if standing.reconciliations else None
+        if recorded is None:
+            raise
+        result = p.ReconcileResult(
+            key=standing.key,
+            verdict=recorded,
+            effect=standing.effect,
+            next_operation=standing.next_operation,
+        )
+        raise ApplicationError(
+            err.message,
+            result.model_dump(mode="json"),
+            type=err.type,
+            non_retryable=True,
+        ) from None
     count_reconciliation(verdict.verdict, actor="operator")
     return p.ReconcileResult(
         key=state.key,

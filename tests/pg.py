@@ -17,7 +17,8 @@ from urllib.parse import urlsplit, urlunsplit
 ENV = "LEDGER_TEST_POSTGRES_URL"
 HOW = (
     f"PostgreSQL tests need {ENV}, e.g. "
-    f"{ENV}=postgresql://postgres@127.0.0.1:5432/postgres (CI sets it)"
+    f"{ENV}=postgresql://postgres@127.0.0.1:5432/postgres (CI sets it; bash scripts/test "
+    "sets it when a server answers on 127.0.0.1:5432)"
 )
 
 

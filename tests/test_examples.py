@@ -10,10 +10,13 @@ import json
 import os
 import shlex
 import signal
+import socket
 import sys
 import threading
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +85,7 @@ async def worker_process(
             seen.append(line)
             if line.startswith(b"worker ready"):
                 break
+        process.said = b"".join(seen).decode()  # type: ignore[attr-defined]
         yield process
     finally:
         if process.returncode is None:
@@ -103,6 +107,19 @@ async def run_starter(*args: str, example: str = "plan") -> tuple[str, Any]:
 
 async def starter_lines(*args: str, example: str) -> dict[str, str]:
     """``python -m examples.EXAMPLE.starter ARGS``: the ``name: value`` lines it prints."""
+    return (await starter_output(*args, example=example)).fields
+
+
+@dataclass
+class Printed:
+    """What a starter printed: all of it (stdout and stderr), and its ``name: value`` lines."""
+
+    text: str
+    fields: dict[str, str]
+
+
+async def starter_output(*args: str, example: str) -> Printed:
+    """``python -m examples.EXAMPLE.starter ARGS``, which must exit 0: what it printed."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -122,7 +139,8 @@ async def starter_lines(*args: str, example: str) -> dict[str, str]:
             await process.wait()
     text = out.decode()
     assert process.returncode == 0, f"starter exited {process.returncode}: {text}{err.decode()}"
-    return dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+    fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+    return Printed(text + err.decode(), fields)
 
 
 async def test_plan_worker_and_starter_append_each_line_once(
@@ -166,17 +184,33 @@ async def test_plan_worker_and_starter_append_each_line_once(
         assert described.task_queue == task_queue
 
 
+#: What the examples' tools write; none of it may land in the repository they run from.
+EFFECT_FILES = ("notes.txt", "refunds.jsonl", "refunds.log")
+
+
+def root_effect_files() -> dict[str, tuple[int, int]]:
+    """The examples' effect files in the repository's root, with their size and mtime."""
+    found = {name: ROOT / name for name in EFFECT_FILES}
+    return {n: (p.stat().st_size, p.stat().st_mtime_ns) for n, p in found.items() if p.exists()}
+
+
 async def test_approval_example_acts_once_after_the_operator_approves_with_the_cli(
-    temporal_address: str, tmp_path: Path
+    temporal_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Run as the docs say, from the repository's root and without --book: the refund is
+    written to the examples' folder in the temporary directory, not the repository."""
     task_queue = f"examples-approval-{uuid.uuid4().hex[:8]}"
     common = ["--address", temporal_address, "--task-queue", task_queue]
-    book = tmp_path / "refunds.log"
+    # The processes' temporary directory (no SUPPORT_DIR): where the default folder is.
+    monkeypatch.delenv("SUPPORT_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    book = tmp_path / "temporal-ledger-examples" / "refunds.log"
+    in_root = root_effect_files()
     ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
     async with worker_process(*common, "--ledger", ledger, example="approval"):
         starter = await asyncio.create_subprocess_exec(
             sys.executable, "-u", "-m", "examples.approval.starter", *common,
-            "--order", "A-7", "--amount-cents", "2000", "--book", str(book),
+            "--order", "A-7", "--amount-cents", "2000",
             cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
@@ -209,7 +243,9 @@ async def test_approval_example_acts_once_after_the_operator_approves_with_the_c
                     os.killpg(starter.pid, signal.SIGKILL)
                 await starter.wait()
     result = json.loads(out.split("result: ", 1)[1])
+    assert said["book"] == str(book)
     assert lines(book) == [f"{result['refund_id']} A-7 2000 key={pending['key']}"]
+    assert root_effect_files() == in_root, "the example wrote into the repository's root"
 
 
 async def test_probe_example_settles_a_lost_reply_without_parking(
@@ -242,23 +278,106 @@ async def test_probe_example_settles_a_lost_reply_without_parking(
     assert show.returncode == 0 and b"effect_confirmed by probe:place_order" in shown
 
 
+@contextlib.asynccontextmanager
+async def tickets_far_side(*args: str) -> AsyncIterator[str]:
+    """``python -m examples.tickets.far_side --port 0 ARGS``: its URL, until the block ends."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-u", "-m", "examples.tickets.far_side", "--port", "0", *args,
+        cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        said = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
+        assert said.startswith("ticket service on http://"), said
+        yield said.split(" on ", 1)[1].strip()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()
+
+
+async def test_tickets_example_files_one_ticket_on_its_far_side_despite_a_lost_reply(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """The far side, the worker and the starter as their docs run them: the far side files
+    the ticket and loses the reply; the retry under the same key gets the same ticket."""
+    task_queue = f"examples-tickets-{uuid.uuid4().hex[:8]}"
+    common = ["--address", temporal_address, "--task-queue", task_queue]
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    async with (
+        tickets_far_side("--lose-replies", "1") as url,
+        worker_process(*common, "--ledger", ledger, example="tickets"),
+    ):
+        printed = await starter_lines(
+            *common, "--url", url, "--title", "api down", example="tickets"
+        )
+        listed = await asyncio.to_thread(_get_json, f"{url}/tickets")
+    key = printed["ledger key"]
+    assert json.loads(printed["result"]) == {
+        "ticket_id": "T-1",
+        "status": 200,
+        "already_done": False,
+    }
+    # One ticket, filed under the key exactly as the header carried it.
+    assert listed == [
+        {"ticket_id": "T-1", "title": "api down", "body": "", "idempotency_key": wire_key(key)}
+    ]
+
+
+async def test_tickets_starter_says_when_no_far_side_answers(temporal_address: str) -> None:
+    """Without a far side the call is never sent and the ledger would retry it for as long
+    as the run lives: the starter says so and exits instead of hanging."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        nobody = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "examples.tickets.starter", "--address", temporal_address,
+        "--url", nobody, cwd=ROOT, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2, out.decode() + err.decode()
+    assert f"no far side answers at {nobody}" in err.decode()
+    assert "python -m examples.tickets.far_side" in err.decode()
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.loads(answer.read())
+
+
 @pytest.mark.parametrize("example", ["openai_agents", "pydantic_ai"])
 async def test_agent_examples_refund_and_note_once_even_when_reset(
     example: str, temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each agent example's worker and starter as docs/agents.md runs them; then a reset of
-    the finished run replays every tool call and model answer from the ledger."""
+    """Each agent example's worker and starter as docs/agents.md runs them, from the
+    repository's root; then a reset of the finished run replays every tool call and model
+    answer from the ledger. The effects land in the examples' folder in the temporary
+    directory, never in the repository."""
     address = temporal_env.client.service_client.config.target_host
-    monkeypatch.setenv("SUPPORT_DIR", str(tmp_path))  # the worker process inherits it
+    # The processes' temporary directory (no SUPPORT_DIR): where the default folder is.
+    monkeypatch.delenv("SUPPORT_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the worker process inherits it
+    folder = tmp_path / "temporal-ledger-examples"
+    in_root = root_effect_files()
     task_queue = f"examples-{example}-{uuid.uuid4().hex[:8]}"
     common = ["--address", address, "--task-queue", task_queue]
     ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
-    async with worker_process(*common, "--ledger", ledger, example=example):
-        workflow_id, answer = await run_starter(*common, example=example)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # the model is scripted
+    async with worker_process(*common, "--ledger", ledger, example=example) as worker:
+        printed = await starter_output(*common, example=example)
+        workflow_id = printed.fields["workflow id"]
+        answer = json.loads(printed.fields["result"])
         assert answer == "done: refunded 1250 cents on A-1 | note 1 on T-7"
         first = await temporal_env.client.get_workflow_handle(workflow_id).describe()
         await reset_to_first_task(
             address, temporal_env.client, workflow_id, first.run_id, reason="test: replay"
         )
-    assert lines(tmp_path / "notes.txt") == ["T-7: refunded A-1"]
-    assert len(lines(tmp_path / "refunds.jsonl")) == 1
+    assert lines(folder / "notes.txt") == ["T-7: refunded A-1"]
+    assert len(lines(folder / "refunds.jsonl")) == 1
+    assert root_effect_files() == in_root, "the example wrote into the repository's root"
+    # Nothing here needs an OpenAI key: neither process may warn that it is missing.
+    assert worker.stdout is not None
+    said = worker.said + (await worker.stdout.read()).decode() + printed.text
+    assert "OPENAI_API_KEY" not in said, said

@@ -110,7 +110,10 @@ async def test_a_duplicate_verdict_is_not_applied_to_the_next_attempt(setup: Set
     assert len(lines(outbox / "ops.log")) == 2
 
 
-async def test_a_key_reconciled_with_the_cli_lets_the_parked_step_go_on(setup: Setup) -> None:
+@pytest.mark.parametrize("nudge", ["signal", "update"])
+async def test_a_key_reconciled_with_the_cli_lets_the_parked_step_go_on(
+    setup: Setup, nudge: str
+) -> None:
     outbox = setup.folder / "outbox"
     workflow_id = f"cli-{uuid.uuid4().hex[:8]}"
     client = await setup.client()
@@ -143,18 +146,24 @@ async def test_a_key_reconciled_with_the_cli_lets_the_parked_step_go_on(setup: S
             cwd=ROOT,
         )
         assert await done.wait() == 0
-        # Any verdict wakes the step; the ledger's answer (the CLI's) stands.
-        await temporal_cli(
+        # Any verdict wakes the step; the ledger's answer (the CLI's) stands. The update
+        # that nudges it succeeds (exit status 0), answering with the verdict that stands.
+        command = ["signal"] if nudge == "signal" else ["update", "execute"]
+        code, answer = await temporal_cli(
             setup.address,
             "workflow",
-            "signal",
+            *command,
             "--workflow-id",
             workflow_id,
             "--name",
             "reconcile",
             "--input",
             json.dumps(verdict(parked["key"], "still_unknown")),
+            check=False,
         )
+        assert code == 0, answer
+        if nudge == "update":
+            assert "effect_confirmed" in answer and "still_unknown" not in answer, answer
         report = await handle.result()
     assert report.steps[0].outcome == "done"
     assert report.steps[0].output == {"message_id": "from-cli"}

@@ -4,6 +4,7 @@ app (``tests/test_user_app.py`` runs that) run as they are shown."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from temporal_ledger.activities import LedgerPlugin, Policy
 from temporal_ledger.ledger import Authority
 
@@ -71,6 +73,36 @@ def test_the_readme_keeps_two_set_up_commands() -> None:
         "bash scripts/test",
     ]
     assert "docker-compose.yml" in setup and "is not run here" in setup
+
+
+def test_the_readmes_test_command_uses_the_local_postgresql_and_says_why_it_skips(
+    tmp_path: Path,
+) -> None:
+    """``bash scripts/test`` without LEDGER_TEST_POSTGRES_URL runs the PostgreSQL tests on
+    the server that answers on 127.0.0.1:5432, and prints the reason of every skip."""
+    answers = subprocess.run(
+        ["pg_isready", "-h", "127.0.0.1", "-p", "5432", "-q"], check=False
+    ).returncode
+    if answers != 0:
+        if os.environ.get("CI"):
+            pytest.fail("no PostgreSQL answers on 127.0.0.1:5432; CI starts one (.ci/run)")
+        pytest.skip("no PostgreSQL answers on 127.0.0.1:5432 (pg_isready)")
+    skipping = tmp_path / "test_skipping.py"
+    skipping.write_text("import pytest\n\n\ndef test_skips():\n    pytest.skip('REASON-42')\n")
+    contract = "tests/test_ledger_postgres.py::TestPostgresLedger"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEDGER_TEST_", "PYTEST_"))}
+    env.pop("CI", None)
+    done = subprocess.run(
+        ["bash", "scripts/test", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inner'}",
+         f"{contract}::test_a_payload_changed_after_construction_is_checked_again",
+         str(skipping)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "1 passed, 1 skipped" in out, out
+    assert "REASON-42" in out, "pytest ran without -rs: the skip's reason is not printed"
+    assert "LEDGER_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/postgres" in out
 
 
 def test_every_section_the_site_includes_is_marked_in_the_readme() -> None:

@@ -65,6 +65,23 @@ def test_the_replay_command_replays_checked_in_histories() -> None:
     assert f"{len(HISTORIES)} replayed, 0 failed" in done.stdout
 
 
+def test_replaying_an_unregistered_workflow_type_says_how_to_register_it() -> None:
+    """One line naming the type and the option that registers it: no core WARN line, no
+    traceback, and a non-zero exit status."""
+    history = ROOT / "tests" / "histories" / "probe-present.json"
+    other = "examples.plan.workflows:AppendLinesWorkflow"
+    done = subprocess.run(
+        [str(CLI), "replay", str(history), "--workflow", other],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "WARN" not in done.stderr, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("FAIL")]
+    assert "workflow type 'OrderWorkflow' is not registered" in line, done.stdout
+    assert "--workflow MODULE:CLASS" in line and "AppendLinesWorkflow" in line, line
+    assert "0 replayed, 1 failed" in done.stdout
+
+
 async def test_exported_history_replays_and_a_changed_workflow_does_not(setup: Setup) -> None:
     target = setup.folder / "lines.txt"
     workflow_id = f"replay-{uuid.uuid4().hex[:8]}"

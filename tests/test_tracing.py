@@ -4,8 +4,10 @@ events emitted once, with the OpenTelemetry SDK's in-memory exporter."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import tomllib
 import uuid
 from collections.abc import Iterator
 
@@ -176,3 +178,27 @@ asyncio.run(main())
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ran without opentelemetry" in done.stdout
+
+
+def test_the_otel_extra_brings_the_sdk_and_the_documented_setup_exports_spans() -> None:
+    """``pip install '.[otel]'`` gets what records spans, not just the API, and the setup
+    that docs/operating.md (Traces) shows really exports a span."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    names = {re.split(r"[<>=!~\[ ;]", requirement, maxsplit=1)[0] for requirement in extras["otel"]}
+    assert {"opentelemetry-api", "opentelemetry-sdk"} <= names, extras["otel"]
+
+    page = (ROOT / "docs" / "operating.md").read_text()
+    section = page.split("## Traces", 1)[1].split("\n## ", 1)[0]
+    [setup] = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    script = (
+        setup
+        + "\nwith trace.get_tracer('temporal_ledger').start_as_current_span('execute_tool x'):\n"
+        "    pass\nprovider.shutdown()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"name": "execute_tool x"' in done.stdout, done.stdout + done.stderr

@@ -272,7 +272,14 @@ async def test_an_incomplete_verdict_is_refused_in_the_dialog_and_the_run_keeps_
         refusal = await ui.submit_update()
         assert refusal is not None and reason in refusal, refusal
         if shot:
-            await ui.shot(shot)
+            # The picture shows the reason, and not the stack trace under it (the
+            # worker's traceback, with the paths of its files).
+            clip = await ui.shot(shot)
+            traces = await ui.stack_traces()
+            assert all(box["y"] >= clip["height"] for box in traces), traces
+            reason_box = await ui.page.locator("dialog[open] [role=alert] p").first.bounding_box()
+            assert reason_box is not None
+            assert reason_box["y"] + reason_box["height"] <= clip["height"], (reason_box, clip)
         await ui.close_update()
 
     # Nothing changed: the run waits, listed, for the same key; the ledger is as it was.

@@ -39,6 +39,8 @@ CHROMIUM_ARGS = [
 VIEWPORT = {"width": 1016, "height": 800}
 #: Set to a folder to keep a screenshot of each step there (scripts/ui_screenshots.py).
 SHOTS = "LEDGER_UI_SHOTS"
+#: The box the UI shows a failure's stack trace in (under an update's refusal, say).
+STACK_TRACE = '[role=alert] div.relative:has([aria-label="Stack Trace"])'
 #: How long the UI may take to show what the cluster already has (it polls).
 PATIENCE_MS = 30_000
 
@@ -121,15 +123,31 @@ class OperatorUI:
         self.base_url = base_url
         self.shots = shots
 
-    async def shot(self, name: str) -> None:
+    async def shot(self, name: str) -> dict[str, float]:
         """Keep a screenshot of the page as it is now, if screenshots are wanted: the
-        window without the navigation bar on its left."""
-        if self.shots is None:
-            return
-        self.shots.mkdir(parents=True, exist_ok=True)
+        window without the navigation bar on its left, and above any stack trace the UI
+        shows under a refusal (the worker's Python traceback, with the paths of its
+        files: nothing for an operator, nor for the docs). Returns the clip, taken or not."""
         left = (await self.page.locator("main").bounding_box())["x"]
-        clip = {"x": left, "y": 0, "width": VIEWPORT["width"] - left, "height": VIEWPORT["height"]}
-        await self.page.screenshot(path=str(self.shots / f"{name}.png"), clip=clip)
+        bottom = float(VIEWPORT["height"])
+        for trace in await self.page.locator(STACK_TRACE).all():
+            box = await trace.bounding_box() if await trace.is_visible() else None
+            if box is not None:
+                bottom = min(bottom, max(box["y"] - 4, 0.0))
+        clip = {"x": left, "y": 0, "width": VIEWPORT["width"] - left, "height": bottom}
+        if self.shots is not None:
+            self.shots.mkdir(parents=True, exist_ok=True)
+            await self.page.screenshot(path=str(self.shots / f"{name}.png"), clip=clip)
+        return clip
+
+    async def stack_traces(self) -> list[dict[str, float]]:
+        """The boxes of the stack traces the page shows."""
+        boxes = []
+        for trace in await self.page.locator(STACK_TRACE).all():
+            box = await trace.bounding_box() if await trace.is_visible() else None
+            if box is not None:
+                boxes.append(box)
+        return boxes
 
     async def list_runs(self, query: str, *, until_listed: str) -> None:
         """Run ``query`` in the workflow list's query box, again until ``until_listed``

@@ -395,10 +395,17 @@ class Inbox:
                     **options_for(kind),
                 )
             except ActivityError as err:
-                pending.error = cause_message(err)
-                self.reject("ledger", pending.given.model_dump(), pending.error)
                 cause = err.cause
-                if isinstance(cause, ApplicationError) and cause.type == decided_elsewhere:
+                elsewhere = isinstance(cause, ApplicationError) and cause.type == decided_elsewhere
+                standing = _standing(cause, result_type) if elsewhere else None
+                if standing is not None:
+                    # Somebody answered first (e.g. ``temporal-ledger reconcile``): this input
+                    # only woke the wait. Answer its sender with what stands; the call goes on.
+                    pending.result = standing
+                else:
+                    pending.error = cause_message(err)
+                    self.reject("ledger", pending.given.model_dump(), pending.error)
+                if elsewhere:
                     return None
                 continue
             finally:
@@ -552,6 +559,18 @@ def _traced(given: ReconcileInput | ApproveInput) -> None:
             actor=given.actor,
             fingerprint=given.fingerprint,
         )
+
+
+def _standing(cause: BaseException | None, result_type: type[ResultT]) -> ResultT | None:
+    """The answer that stands, from the details of a ``decided elsewhere`` failure (the
+    reconcile activity adds it), or ``None`` when it carries none."""
+    details = cause.details if isinstance(cause, ApplicationError) else ()
+    if not details:
+        return None
+    try:
+        return result_type.model_validate(details[0])
+    except ValidationError:
+        return None
 
 
 def _glob(name: str, pattern: str) -> bool:

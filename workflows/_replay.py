@@ -19,6 +19,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
+from temporalio.workflow import _Definition
 
 
 class ReplayReport(BaseModel):
@@ -67,6 +68,7 @@ async def replay_histories(
     # (the OpenAI Agents integration's refuses any other) sets it first, and ours keeps it.
     plugins = sorted(plugins, key=lambda plugin: isinstance(plugin, LedgerPlugin))
     replayer = Replayer(workflows=list(workflows), plugins=list(plugins))  # type: ignore[arg-type]
+    registered = _workflow_names(workflows)
     reports = []
     for path in map(Path, paths):
         workflow_id = path.stem
@@ -82,6 +84,14 @@ async def replay_histories(
                 )
             )
             continue
+        missing = _unregistered(history, registered)
+        if missing is not None:
+            # The replayer would fail the task with a core WARN line and a traceback, and
+            # report it in words that do not say what to do.
+            reports.append(
+                ReplayReport(path=str(path), workflow_id=workflow_id, ok=False, error=missing)
+            )
+            continue
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         failure = result.replay_failure
         reports.append(
@@ -93,6 +103,38 @@ async def replay_histories(
             )
         )
     return reports
+
+
+def _workflow_names(workflows: Sequence[type]) -> set[str] | None:
+    """The workflow type names the classes register; ``None`` when one of them is dynamic
+    (it takes every type)."""
+    names: set[str] = set()
+    for cls in workflows:
+        definition = _Definition.from_class(cls)
+        if definition is None:
+            continue  # not a workflow: the Replayer names it
+        if definition.name is None:
+            return None
+        names.add(definition.name)
+    return names
+
+
+def _unregistered(history: WorkflowHistory, registered: set[str] | None) -> str | None:
+    """Why ``history`` cannot replay with the ``registered`` types, or ``None``."""
+    if registered is None or not history.events:
+        return None
+    started = history.events[0]
+    if not started.HasField("workflow_execution_started_event_attributes"):
+        return None
+    name = started.workflow_execution_started_event_attributes.workflow_type.name
+    if name in registered:
+        return None
+    given = ", ".join(sorted(registered)) or "none"
+    return (
+        f"workflow type {name!r} is not registered (given: {given}); register the class "
+        f"that defines it: --workflow MODULE:CLASS (temporal-ledger replay) or "
+        f"workflows=[...] (replay_histories)"
+    )
 
 
 def _load(spec: str) -> type:
@@ -124,6 +166,9 @@ def replay_command(histories: Sequence[Path], workflow_specs: Sequence[str]) -> 
         return 2
     reports = asyncio.run(replay_histories(histories, workflows=workflows))
     for report in reports:
+        if report.error and "\n" not in report.error:
+            print(f"FAIL {report.path}: {report.error}")
+            continue
         print(
             f"{'ok  ' if report.ok else 'FAIL'} {report.path}"
             + (f"\n     {report.error}" if report.error else "")

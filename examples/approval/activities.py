@@ -19,8 +19,10 @@ from temporal_ledger.activities import tool, tool_context
 class Refund(BaseModel):
     order: str
     amount_cents: int
-    #: The book file the refund is written to (the far side of this example).
-    book: str = "refunds.log"
+    #: The book file the refund is written to (the far side of this example): an absolute
+    #: path, as the worker may run in another folder (the starter's default is in
+    #: ``examples.work_dir()``, never the repository).
+    book: str
 
 
 class Refunded(BaseModel):
@@ -37,6 +39,7 @@ async def refund(arg: Refund) -> Refunded:
 
 
 def _append(path: Path, line: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as book:
         book.write(line)
 

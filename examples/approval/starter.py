@@ -18,9 +18,12 @@ import asyncio
 import json
 import os
 import uuid
+from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+
+from examples import work_dir
 
 from .activities import Refund
 from .worker import TASK_QUEUE
@@ -34,8 +37,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--task-queue", default=TASK_QUEUE)
     parser.add_argument("--order", default="A-1")
     parser.add_argument("--amount-cents", type=int, default=2000)
-    parser.add_argument("--book", default="refunds.log", help="the file refunds are written to")
-    return parser.parse_args()
+    parser.add_argument(
+        "--book",
+        type=Path,
+        help="the file refunds are written to (default: refunds.log in $SUPPORT_DIR, or in "
+        "temporal-ledger-examples in the system's temporary directory)",
+    )
+    args = parser.parse_args()
+    # The worker may run in another folder: give it an absolute path, never one in the
+    # repository the examples run from unless asked for.
+    args.book = (args.book or work_dir() / "refunds.log").resolve()
+    return args
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -45,11 +57,12 @@ async def main(args: argparse.Namespace) -> None:
     workflow_id = f"refund-{uuid.uuid4()}"
     handle = await client.start_workflow(
         RefundWorkflow.run,
-        Refund(order=args.order, amount_cents=args.amount_cents, book=args.book),
+        Refund(order=args.order, amount_cents=args.amount_cents, book=str(args.book)),
         id=workflow_id,
         task_queue=args.task_queue,
     )
     print(f"workflow id: {workflow_id}", flush=True)
+    print(f"book: {args.book}", flush=True)
     while not (pending := await handle.query("pending_approvals")):  # noqa: ASYNC110 - another process answers
         await asyncio.sleep(0.2)
     print(f"awaiting approval: {json.dumps(pending[0], default=str)}", flush=True)

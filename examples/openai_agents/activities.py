@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 from temporalio import activity
+
+from examples import work_dir
 
 
 @activity.defn
 async def issue_refund(order: str, cents: int) -> str:
-    """Refund an order: appends the refund to ``refunds.jsonl`` in ``SUPPORT_DIR``."""
-    path = Path(os.environ.get("SUPPORT_DIR", ".")) / "refunds.jsonl"
+    """Refund an order: appends the refund to ``refunds.jsonl`` in ``examples.work_dir()``
+    (``$SUPPORT_DIR``, or a folder in the system's temporary directory)."""
+    path = work_dir() / "refunds.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps({"order": order, "cents": cents}) + "\n")
     return f"refunded {cents} cents on {order}"

@@ -7,8 +7,10 @@ notes server (a subprocess) and a scripted model, with every tool call ledgered.
 
 Options: ``--address localhost:7233 --namespace default --task-queue ledger-support
 --ledger sqlite:///ledger.db --policy policy.toml``. The tools write ``refunds.jsonl`` and
-``notes.txt`` to ``$SUPPORT_DIR`` (default: the current folder). The model is scripted
+``notes.txt`` to ``$SUPPORT_DIR`` (default: ``temporal-ledger-examples`` in the system's
+temporary directory, never the repository). The model is scripted
 (no network, no API key): see ``model.py``; leave out ``model_provider=`` for OpenAI's.
+Without ``OPENAI_API_KEY`` the worker does not export the Agents SDK's traces to OpenAI.
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+from agents import set_trace_processors
 from agents.mcp import MCPServerStdio
 from temporal_ledger.activities.openai_agents import ledgered_plugin
 from temporalio.client import Client
 from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.worker import Worker
+
+from examples import work_dir
 
 from .activities import issue_refund
 from .model import ScriptedProvider
@@ -33,7 +38,7 @@ from .workflows import SupportWorkflow
 
 TASK_QUEUE = "ledger-support"
 ROOT = Path(__file__).resolve().parent.parent.parent
-SUPPORT_DIR = Path(os.environ.get("SUPPORT_DIR", ".")).resolve()
+SUPPORT_DIR = work_dir()
 
 
 def parse_args() -> argparse.Namespace:
@@ -75,6 +80,11 @@ def plugins(args: argparse.Namespace) -> list[object]:
 
 
 async def main(args: argparse.Namespace) -> None:
+    if not os.environ.get("OPENAI_API_KEY"):
+        # The model is scripted and nothing here calls OpenAI. The Agents SDK would still
+        # export its traces to OpenAI's tracing backend, and, without a key, warn that
+        # OPENAI_API_KEY is not set at every export: keep the traces in this process.
+        set_trace_processors([])
     client = await Client.connect(
         args.address,
         namespace=args.namespace,

@@ -3,7 +3,8 @@ model, a refund tool, and the MCP notes server.
 The model is scripted (no network, no API key): the prompt is its script, one tool call
 per line (``tool_name {"json": "arguments"}``), as in ``examples/openai_agents``. Put
 ``'openai:gpt-5'`` or any model in its place for a real one. The tools write to the
-folder named by ``SUPPORT_DIR`` (default: the current folder).
+folder named by ``SUPPORT_DIR`` (default: ``temporal-ledger-examples`` in the system's
+temporary directory, never the repository: see ``examples.work_dir``).
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from examples import work_dir
+
 ROOT = Path(__file__).resolve().parent.parent.parent
-SUPPORT_DIR = Path(os.environ.get("SUPPORT_DIR", ".")).resolve()
+SUPPORT_DIR = work_dir()
 
 
 def scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -79,6 +82,7 @@ agent = Agent(
 @agent.tool_plain
 async def issue_refund(order: str, cents: int) -> str:
     """Refund an order (appends the refund to refunds.jsonl)."""
+    SUPPORT_DIR.mkdir(parents=True, exist_ok=True)
     with (SUPPORT_DIR / "refunds.jsonl").open("a", encoding="utf-8") as handle:
         handle.write(json.dumps({"order": order, "cents": cents}) + "\n")
     return f"refunded {cents} cents on {order}"

@@ -7,7 +7,8 @@ activities (model, refund tool, MCP notes server), with every tool call ledgered
 
 Options: ``--address localhost:7233 --namespace default --task-queue ledger-support-ai
 --ledger sqlite:///ledger.db --policy policy.toml``. The tools write ``refunds.jsonl``
-and ``notes.txt`` to ``$SUPPORT_DIR`` (default: the current folder).
+and ``notes.txt`` to ``$SUPPORT_DIR`` (default: ``temporal-ledger-examples`` in the system's
+temporary directory, never the repository).
 """
 
 from __future__ import annotations

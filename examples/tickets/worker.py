@@ -1,8 +1,9 @@
 """The worker of the tickets example: ``TicketWorkflow`` and the HTTP ticket tools.
 
     temporal server start-dev                      # a local dev server on localhost:7233
+    python -m examples.tickets.far_side            # the ticket service on :8080
     python -m examples.tickets.worker              # this worker, until Ctrl-C
-    python -m examples.tickets.starter --url http://127.0.0.1:8080
+    python -m examples.tickets.starter             # --url http://127.0.0.1:8080
 
 Options: ``--address localhost:7233 --namespace default --task-queue ledger-tickets
 --ledger sqlite:///ledger.db --policy policy.toml`` (the default ledger is

@@ -1,7 +1,7 @@
 """A workflow that creates one ticket on a far side through the ledger.
 
-Run it with the dev server (``temporal server start-dev``), then
-``python -m examples.tickets.worker``, then
+Run it with the dev server (``temporal server start-dev``), the far side
+(``python -m examples.tickets.far_side``), then ``python -m examples.tickets.worker``, then
 ``python -m examples.tickets.starter --url http://127.0.0.1:8080``.
 """
 
