@@ -34,13 +34,8 @@ from ..ledger._ledger import opener as ledger_opener
 from ..ledger._ledger import shown_url
 from ..ledger._models import ApprovalState, FailureType, may_act_again
 from ..ledger._schema import output_misfit, output_template
-from ..ledger._signatures import (
-    PROBE_ACTOR_PREFIX,
-    DecisionSignature,
-    Signers,
-    read_policy_file,
-)
-from ..ledger._template_text import refuse_placeholders
+from ..ledger._signatures import DecisionSignature, Signers, read_policy_file
+from ..ledger._template_text import refuse_placeholders, refuse_probe_name
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -446,12 +441,8 @@ class _PersonsAnswer(_SigningPayload):
         """Refused before anything is recorded: a template's placeholder left in (the
         ledger refuses it too), or a person writing as a tool's probe."""
         actor: str = getattr(self, "actor")  # noqa: B009 - declared by each subclass
-        if actor.startswith(PROBE_ACTOR_PREFIX):
-            raise ValueError(
-                f"actor {actor!r}: {PROBE_ACTOR_PREFIX}<tool> is the worker's own probe, which "
-                "records its verdicts itself; give your own name"
-            )
         try:
+            refuse_probe_name(actor)
             refuse_placeholders(
                 actor=actor,
                 basis=getattr(self, "basis"),  # noqa: B009

@@ -29,14 +29,13 @@ from ._models import (
 )
 from ._schema import describe_schema, output_template
 from ._signatures import (
-    PROBE_ACTOR_PREFIX,
     decision_statement,
     read_policy,
     read_private_key,
     sign,
     verdict_statement,
 )
-from ._template_text import refuse_placeholders
+from ._template_text import refuse_placeholders, refuse_probe_name
 from .sqlite import path_from_url
 
 ENV_URL = "LEDGER_URL"
@@ -252,11 +251,10 @@ def _persons_words(text: str) -> str:
 
 def _person(text: str) -> str:
     """A person's name: their own words, and not a tool's probe."""
-    if text.startswith(PROBE_ACTOR_PREFIX):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: {PROBE_ACTOR_PREFIX}<tool> is the worker's own probe, which records "
-            "its verdicts itself; give your own name"
-        )
+    try:
+        refuse_probe_name(text)
+    except InvalidRequest as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("actor ")) from None
     return _persons_words(text)
 
 

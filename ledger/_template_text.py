@@ -1,4 +1,4 @@
-"""Text a person must replace is never a decision.
+"""A person's decision is in their own words: never a template's text, never a probe's name.
 
 The commands and update inputs the project prints for people to fill in carry words
 that stand for what only the person knows (``YOUR-NAME``, ``WHY``, ``WHAT-YOU-SAW``,
@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from ._errors import InvalidRequest
+from ._signatures import PROBE_ACTOR_PREFIX
 
 #: What each placeholder the project prints stands for: the word a person replaces.
 PLACEHOLDERS = {
@@ -57,3 +58,13 @@ def refuse_placeholders(**fields: Any) -> None:
                 f"{name} still holds the template's placeholder {found!r}: replace it with "
                 f"{instead}; a decision in nobody's name is no decision"
             )
+
+
+def refuse_probe_name(actor: str) -> None:
+    """:class:`InvalidRequest` when a person gives ``probe:<tool>`` as their name: that
+    actor is the worker's own probe, which records its verdicts itself."""
+    if actor.startswith(PROBE_ACTOR_PREFIX):
+        raise InvalidRequest(
+            f"actor {actor!r}: {PROBE_ACTOR_PREFIX}<tool> is the worker's own probe, which "
+            "records its verdicts itself; give your own name"
+        )
