@@ -174,9 +174,8 @@ class PlainWorkflow:
                 plain_append,
                 Line(path=job.path, line=f"plain {i}"),
                 result_type=Appended,
-                options=ActivityConfig(
-                    start_to_close_timeout=START_TO_CLOSE, heartbeat_timeout=HEARTBEAT
-                ),
+                start_to_close_timeout=START_TO_CLOSE,
+                heartbeat_timeout=HEARTBEAT,
                 retry_policy=TOOL_RETRY_POLICY,
             )
             size = out.size

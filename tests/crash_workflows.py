@@ -47,9 +47,8 @@ class CrashGenericWorkflow:
         return await workflow.execute_activity(
             crash_generic_append,
             Cell(cell=cell),
-            options=ActivityConfig(
-                start_to_close_timeout=START_TO_CLOSE, heartbeat_timeout=HEARTBEAT
-            ),
+            start_to_close_timeout=START_TO_CLOSE,
+            heartbeat_timeout=HEARTBEAT,
         )
 
 
