@@ -47,7 +47,6 @@ from ._protocol import (
     ledger_opener,
     path_from_url,
     shown_url,
-    workflow_interceptor,
 )
 from ._reconcile import approve_call, probe_effect, reconcile_effect
 from ._runtime import Runtime, _runtime
@@ -208,7 +207,7 @@ class LedgerPlugin(SimplePlugin):
             # every run the options its ledger activities are scheduled with.
             interceptors=[
                 _ActivityInterceptor(self),
-                workflow_interceptor(self.ledger_activities, options),
+                _workflow_interceptor(self.ledger_activities, options),
             ],
             run_context=self._worker_running,
         )
@@ -469,3 +468,12 @@ class _ActivityInbound(ActivityInboundInterceptor):
 
 def _is_ledgered(fn: Callable[..., Any]) -> bool:
     return hasattr(fn, "__ledger_tool__") or fn in _LEDGER_ACTIVITIES
+
+
+def _workflow_interceptor(rules: Sequence[LedgeredActivity], options: LedgerOptions) -> Interceptor:
+    """The workflow side's interceptor. Imported when a plugin is made, not with this
+    module: the workflow side imports the activity side's protocol, so this is the one
+    edge back (docs/repository.md, Imports)."""
+    from ..workflows._interceptor import LedgerWorkflowInterceptor
+
+    return LedgerWorkflowInterceptor(rules, options)

@@ -49,13 +49,7 @@ from ._options import activity_config as activity_config
 from ._options import merged as merged
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from pathlib import Path
-
-    from temporalio.worker import Interceptor
-
-    from ._generic import LedgeredActivity
-    from ._options import LedgerOptions
+    pass
 
 __all__ = [
     "ANCHOR_HEADER",
@@ -100,9 +94,7 @@ __all__ = [
     "output_misfit",
     "output_template",
     "read_policy_file",
-    "replay_command",
     "shown_url",
-    "workflow_interceptor",
 ]
 
 #: The plugin's own activities, which record people's and probes' answers in the ledger.
@@ -220,24 +212,6 @@ def _strings(value: Any, *, placeholders_only: bool) -> list[str]:
     if isinstance(value, list):
         return [s for item in value for s in _strings(item, placeholders_only=placeholders_only)]
     return []
-
-
-def workflow_interceptor(rules: Sequence[LedgeredActivity], options: LedgerOptions) -> Interceptor:
-    """The workflow side's interceptor, for the plugin to install.
-
-    Imported late: the workflow side imports this module, so it cannot be imported first.
-    """
-    from ..workflows._interceptor import LedgerWorkflowInterceptor
-
-    return LedgerWorkflowInterceptor(rules, options)
-
-
-def replay_command(histories: Sequence[Path], workflow_specs: Sequence[str]) -> int:
-    """``temporal-ledger replay``, for the ledger's CLI (which imports no Temporal module
-    until this command runs)."""
-    from ..workflows._replay import replay_command
-
-    return replay_command(histories, workflow_specs)
 
 
 class ErrorType(StrEnum):

@@ -10,6 +10,7 @@ import shlex
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -539,15 +540,26 @@ def _error(message: str, status: int) -> int:
     return status
 
 
+def _plugged_command(name: str) -> Callable[..., int]:
+    """A command another part of the package registers (entry point group
+    ``temporal_ledger.cli``)."""
+    found = entry_points(group="temporal_ledger.cli", name=name)
+    if not found:
+        raise SystemExit(
+            f"temporal-ledger: error: the {name!r} command is not installed (entry point "
+            "temporal_ledger.cli); reinstall temporal-ledger"
+        )
+    command: Callable[..., int] = next(iter(found)).load()
+    return command
+
+
 def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)  # exits 2 on bad arguments
     if args.command == "replay":
-        # Replaying needs Temporal; importing it here, and only for this command, keeps
-        # ``import temporal_ledger.ledger`` free of any temporalio module.
-        from ..activities._protocol import replay_command
-
-        return replay_command(args.histories, args.workflow)
+        # Replaying needs Temporal: the workflow side registers the command as an entry
+        # point, so this package imports nothing of it (docs/repository.md, Imports).
+        return _plugged_command("replay")(args.histories, args.workflow)
     if args.command in ("keygen", "public-key", "sign"):
         return _cli_signing.run(args)  # on the decider's machine: no ledger needed
     if args.command == "waiting":

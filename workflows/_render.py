@@ -15,7 +15,7 @@ from ..activities._protocol import APPROVE_UPDATE, RECONCILE_SIGNAL, RECONCILE_U
 from ..ledger import Verdict
 
 if TYPE_CHECKING:
-    from ._inbox import OpenEffect, PendingApproval
+    from ._waiting import OpenEffect, PendingApproval
 
 
 @dataclasses.dataclass(frozen=True)
