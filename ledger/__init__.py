@@ -9,9 +9,6 @@ A third storage backend implements :mod:`temporal_ledger.ledger.storage` and pas
 shared suite in :mod:`temporal_ledger.ledger.testing`.
 """
 
-import warnings
-from typing import Any
-
 from . import _models
 from ._errors import (
     ActionInProgressError,
@@ -32,6 +29,7 @@ from ._models import (
     Authority,
     Verdict,
 )
+from ._moved import moved
 from ._version import __version__ as __version__
 
 __all__ = [
@@ -62,12 +60,4 @@ _DEPRECATED = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _DEPRECATED:
-        warnings.warn(
-            f"temporal_ledger.ledger.{name} is deprecated and goes in 0.4: {_DEPRECATED[name]}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(_models, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = moved(__name__, lambda name: getattr(_models, name), _DEPRECATED.get)
