@@ -13,13 +13,17 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar
 
 from ._errors import InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
 from ._transaction import KeyRecord, PendingEvent, Phase, Tally, Transaction, indexed_values
 
 T = TypeVar("T")
+
+#: What :meth:`Recorder.transact_unchanged` answers when it ran: ``(True, result)`` once it
+#: committed, ``(False, None)`` with nothing written when the key was not as expected.
+Unchanged: TypeAlias = tuple[Literal[True], T] | tuple[Literal[False], None]
 
 SCHEMA_VERSION = 2
 
@@ -84,7 +88,7 @@ class Recorder(ABC):
 
     async def transact_unchanged(
         self, key: str, expected: KeyRecord | None, now: float, fn: Callable[[Transaction], T]
-    ) -> tuple[bool, T | None] | None:
+    ) -> Unchanged[T] | None:
         """Run ``fn`` on ``expected`` as the key's record (``None``: the key has none), at
         ``now``, and commit what it wrote in one exchange with the storage, provided the
         key's log still ends where ``expected`` says (nothing was appended since; for
@@ -122,7 +126,7 @@ class Recorder(ABC):
             if done is None:
                 return None
             if done[0]:
-                return True, done[1]  # type: ignore[return-value]
+                return True, done[1]
         return None
 
     async def transact_after(
@@ -139,7 +143,7 @@ class Recorder(ABC):
             return None
         if done is None or not done[0]:
             return None
-        return True, done[1]  # type: ignore[return-value]
+        return True, done[1]
 
     def tally(self) -> dict[int, Tally] | None:
         """The ledger-wide tally by stripe, or ``None`` for a backend that keeps none

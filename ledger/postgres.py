@@ -69,6 +69,7 @@ from ._models import LedgerEvent
 from ._recorder import (
     Recorder,
     T,
+    Unchanged,
     event_from_row,
     events_sql,
     resolve,
@@ -768,7 +769,7 @@ class PostgresRecorder(Recorder):
 
     async def transact_unchanged(
         self, key: str, expected: KeyRecord | None, now: float, fn: Callable[[Transaction], T]
-    ) -> tuple[bool, T | None] | None:
+    ) -> Unchanged[T] | None:
         """One ``ledger_write`` call on the event loop, on a connection of the loop's pool
         (``None`` when no connection comes in time, or on another loop than the pool's:
         the usual way then decides)."""
