@@ -57,6 +57,7 @@ __all__ = [
 
 
 def _agent_name(agent: Any) -> str:
+    name: object
     if isinstance(agent, str):
         name = agent
     else:
