@@ -33,7 +33,7 @@ from typing import Any
 
 from temporal_ledger.activities import LedgerPlugin, step_key
 from temporal_ledger.activities.http import wire_key
-from temporal_ledger.ledger import EventType, Ledger
+from temporal_ledger.ledger import Ledger
 from temporalio.client import Client
 
 from examples.agent.workflows import AgentInput, AgentResult, AgentWorkflow
@@ -341,7 +341,8 @@ async def reset_and_rerun(
 def model_executions(ledger_url: str) -> int:
     with Ledger.open(ledger_url) as ledger:
         return sum(
-            e.type == EventType.STARTED and e.key.endswith("/model") for e in ledger.events()
+            e.type == "action.execution_started" and e.key.endswith("/model")
+            for e in ledger.events()
         )
 
 
@@ -496,13 +497,13 @@ async def demo(work: Path, export: Path | None) -> int:
     with Ledger.open(ledger_url) as ledger:
         events = ledger.events()
         verified = ledger.verify()
-    requests = sum(e.type == EventType.REQUESTED for e in events)
-    replays = sum(e.type == EventType.COMPLETED and bool(e.payload.get("replayed")) for e in events)
-    refusals = sum(e.type == EventType.REPLAY_REFUSED for e in events)
-    reconciled = [e.payload for e in events if e.type == EventType.RECONCILED]
+    requests = sum(e.type == "action.requested" for e in events)
+    replays = sum(e.type == "action.completed" and bool(e.payload.get("replayed")) for e in events)
+    refusals = sum(e.type == "action.replay_refused" for e in events)
+    reconciled = [e.payload for e in events if e.type == "action.reconciled"]
     verdicts = [r["verdict"] for r in reconciled if not r["actor"].startswith("probe:")]
     probed = [r["verdict"] for r in reconciled if r["actor"].startswith("probe:")]
-    approvals = sum(e.type == EventType.APPROVED for e in events)
+    approvals = sum(e.type == "action.approved" for e in events)
     model_calls = model_executions(ledger_url)
     expected = {"lines appended": 3, "messages posted": 2, "refunds issued": 1, "orders placed": 1}
     checks["each effect once"] = effects == expected and all(

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporal_ledger.activities import LedgerPlugin, Policy
+from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy
 from temporal_ledger.ledger import LedgerError
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -290,7 +290,7 @@ async def run(args: argparse.Namespace, *, ready: asyncio.Event | None = None) -
             address = server.address
             print(f"Temporal dev server: {address} (database {args.dev_db})", flush=True)
             print(f"Temporal UI: {server.ui_url}", flush=True)
-        plugin = LedgerPlugin(args.ledger, policy=policy, lease=args.lease)
+        plugin = LedgerPlugin(args.ledger, policy=policy, options=LedgerOptions(lease=args.lease))
         client = await Client.connect(address, namespace=args.namespace, plugins=[plugin])
         with _ledger_stops_the_worker():  # the plugin checks the ledger's URL here
             worker = _worker(client, args)

@@ -6,19 +6,21 @@ workers; a probe tells the ledger whether an unknown effect happened. The workfl
 (``temporal_ledger.workflows``) calls the tools with ``run_tool``.
 """
 
+from typing import Any
+
+from . import _options, _probe, _protocol
+from ._deprecation import moved_names
 from ._generic import LedgeredActivity
 from ._keys import step_key
-from ._options import ActivityOptions, LedgerOptions
+from ._options import LedgerOptions
 from ._plugin import LedgerPlugin
 from ._policy import Policy
-from ._probe import ProbeAnswer, absent, inconclusive, present
-from ._protocol import ErrorType, ToolSpec
+from ._probe import ProbeAnswer
+from ._protocol import ToolSpec
 from ._runtime import tool_context
 from ._tool import Tool, tool
 
 __all__ = [
-    "ActivityOptions",
-    "ErrorType",
     "LedgerOptions",
     "LedgerPlugin",
     "LedgeredActivity",
@@ -26,10 +28,21 @@ __all__ = [
     "ProbeAnswer",
     "Tool",
     "ToolSpec",
-    "absent",
-    "inconclusive",
-    "present",
     "step_key",
     "tool",
     "tool_context",
 ]
+
+#: Names that left the public face in 0.3: where they are now, and what to use instead.
+_DEPRECATED: dict[str, tuple[Any, str]] = {
+    "ActivityOptions": (_options.ActivityOptions, "pass temporalio.workflow.ActivityConfig(...)"),
+    "ErrorType": (
+        _protocol.ErrorType,
+        "compare an error's type with its string, e.g. 'ToolConflict'",
+    ),
+    "present": (_probe.present, "use ProbeAnswer.present(...)"),
+    "absent": (_probe.absent, "use ProbeAnswer.absent(...)"),
+    "inconclusive": (_probe.inconclusive, "use ProbeAnswer.inconclusive(...)"),
+}
+
+__getattr__ = moved_names(__name__, _DEPRECATED)

@@ -18,13 +18,12 @@ from ..ledger import (
     ActionInProgressError,
     ActionRequest,
     ActionResult,
-    ExecutionContext,
     IdempotencyConflictError,
     InvalidRequest,
     LedgerUnavailable,
 )
 from ._metrics import CallOutcome, count_call
-from ._protocol import ConflictDetails, ErrorType, ToolHints, ToolSpec
+from ._protocol import ConflictDetails, ErrorType, ExecutionContext, ToolHints, ToolSpec
 from ._runtime import Runtime
 from ._tracing import current_call
 

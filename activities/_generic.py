@@ -53,8 +53,6 @@ from ..ledger import (
     ActionRequest,
     ActionResult,
     ActionStatus,
-    EffectState,
-    ExecutionContext,
     NoEffect,
 )
 from ._attempt import execute_ledgered, treated
@@ -64,7 +62,9 @@ from ._probe import Probe
 from ._protocol import (
     ANCHOR_HEADER,
     HINTS_HEADER,
+    EffectState,
     ErrorType,
+    ExecutionContext,
     RunAnchor,
     ToolHints,
     ToolSpec,
@@ -109,7 +109,7 @@ class LedgeredActivity:
         probe: ``async def probe(key, args)`` (``args``: the activity's arguments as
             JSON) that looks the key up on the far side without acting, as a
             ``@tool``'s probe does; it runs before an unknown effect parks, and its
-            ``present(output)`` is the tool's own output.
+            ``ProbeAnswer.present(output)`` is the tool's own output.
         probe_absence_conclusive: The probe's ``absent`` frees the key to act again.
     """
 

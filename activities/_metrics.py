@@ -7,8 +7,8 @@ from enum import StrEnum
 
 from temporalio import activity
 
-from ..ledger import ActionResult, ActionStatus, Decision, EffectState, Verdict
-from ._protocol import FailureType
+from ..ledger import ActionResult, ActionStatus, Verdict
+from ._protocol import Decision, EffectState, FailureType
 from ._tracing import current_call
 
 

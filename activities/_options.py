@@ -1,31 +1,28 @@
-"""How the ledger's activities are scheduled: an options object for each kind, and the
-plugin's options that carry them to every run of its workers."""
+"""How the ledger's activities are scheduled: temporalio's ``ActivityConfig`` for each kind,
+and the plugin's options that carry them to every run of its workers."""
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from datetime import timedelta
+from typing import Any, cast
 
 from temporalio.common import RetryPolicy
+from temporalio.workflow import ActivityConfig
 
 
 @dataclasses.dataclass(frozen=True)
 class ActivityOptions:
-    """How a workflow schedules one kind of the ledger's activities.
+    """Deprecated in 0.3 (gone in 0.4): pass temporalio's ``ActivityConfig`` instead.
 
-    Pass one to ``run_tool(..., options=...)`` for a tool call, or to
-    :class:`LedgerOptions` for every run of the plugin's workers. A field left ``None``
-    takes the next default: ``run_tool``'s options, then the plugin's, then the ledger's
-    (see :class:`LedgerOptions`).
+    ``ActivityOptions(start_to_close_timeout=...)`` becomes
+    ``ActivityConfig(start_to_close_timeout=...)``, field for field.
 
     Attributes:
         start_to_close_timeout: How long one attempt may run.
-        heartbeat_timeout: How long an attempt may go without a heartbeat before
-            Temporal gives it up, so a dead worker is noticed this soon (the ledger
-            heartbeats while a tool runs). ``timedelta(0)``: no heartbeat timeout.
-        retry_policy: How Temporal retries the activity. Whatever is given, the ledger
-            adds the error types that must end the step to its non-retryable ones: the
-            ledger, not the retry policy, decides whether a tool may act again.
+        heartbeat_timeout: The heartbeat timeout; ``timedelta(0)``: none.
+        retry_policy: How Temporal retries the activity.
         task_queue: The task queue of the workers that run the activity.
     """
 
@@ -34,27 +31,55 @@ class ActivityOptions:
     retry_policy: RetryPolicy | None = None
     task_queue: str | None = None
 
-    def over(self, defaults: ActivityOptions) -> ActivityOptions:
-        """These options, with ``defaults``' value for every field left ``None``.
+    def __post_init__(self) -> None:
+        warnings.warn(
+            "ActivityOptions is deprecated and goes in 0.4: pass temporalio.workflow."
+            "ActivityConfig(...) with the same fields",
+            DeprecationWarning,
+            stacklevel=3,
+        )
 
-        Args:
-            defaults: The options that apply where these say nothing.
+    def config(self) -> ActivityConfig:
+        """The same options as temporalio's ``ActivityConfig``.
 
         Returns:
-            The combined options.
+            The fields that are set.
         """
-        return ActivityOptions(
-            **{
-                field.name: getattr(self, field.name)
-                if getattr(self, field.name) is not None
-                else getattr(defaults, field.name)
-                for field in dataclasses.fields(self)
-            }
-        )
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        # The keys are ActivityConfig's by construction: the fields are named after them.
+        return cast(ActivityConfig, {k: v for k, v in fields.items() if v is not None})
+
+
+def activity_config(given: ActivityConfig | ActivityOptions | None) -> ActivityConfig:
+    """``given`` as an ``ActivityConfig`` (a deprecated ``ActivityOptions`` converted).
+
+    Raises:
+        TypeError: ``given`` is neither.
+    """
+    if given is None:
+        return ActivityConfig()
+    if isinstance(given, ActivityOptions):
+        return given.config()
+    if not isinstance(given, dict):
+        raise TypeError(f"activity options are a temporalio.workflow.ActivityConfig, not {given!r}")
+    unknown = sorted(set(given) - set(ActivityConfig.__annotations__))
+    if unknown:
+        raise TypeError(f"ActivityConfig has no field {', '.join(map(repr, unknown))}")
+    return given
+
+
+def merged(*configs: ActivityConfig) -> dict[str, Any]:
+    """Every field of ``configs``, each from the first of them that sets it (not ``None``)."""
+    chosen: dict[str, Any] = {}
+    for config in configs:
+        for name, value in config.items():
+            if value is not None and name not in chosen:
+                chosen[name] = value
+    return chosen
 
 
 #: The activities that record a person's answer: short, and retried until recorded.
-_RECORDING = ActivityOptions(
+_RECORDING = ActivityConfig(
     start_to_close_timeout=timedelta(seconds=10),
     heartbeat_timeout=timedelta(seconds=3),
     retry_policy=RetryPolicy(
@@ -65,18 +90,53 @@ _RECORDING = ActivityOptions(
 )
 
 
+def _tool_default() -> ActivityConfig:
+    return ActivityConfig(
+        start_to_close_timeout=timedelta(minutes=5),
+        heartbeat_timeout=timedelta(seconds=30),
+        retry_policy=RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            backoff_coefficient=2.0,
+            maximum_interval=timedelta(seconds=60),
+            maximum_attempts=0,
+        ),
+    )
+
+
+def _recording_default() -> ActivityConfig:
+    return ActivityConfig(**_RECORDING)
+
+
+def _probe_default() -> ActivityConfig:
+    return ActivityConfig(
+        start_to_close_timeout=timedelta(seconds=30),
+        retry_policy=RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            backoff_coefficient=2.0,
+            maximum_attempts=3,
+        ),
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class LedgerOptions:
     """The plugin's options: the ledger's lease, and how every run of its workers
     schedules the ledger's activities.
 
+    Each activity kind takes temporalio's ``ActivityConfig``. A field it leaves out takes
+    the ledger's default below; ``run_tool(..., options=...)`` sets fields for one call.
+    ``heartbeat_timeout=timedelta(0)`` means no heartbeat timeout. Whatever retry policy
+    is given, the ledger adds the error types that must end the step to its
+    non-retryable ones: the ledger, not the retry policy, decides whether a tool may act
+    again.
+
     Attributes:
         lease: Seconds a started execution holds its key before another attempt may find
             it interrupted (renewed while the tool runs); for a ledger the plugin opens
             from a URL.
-        tool: The tool calls of ``run_tool`` that pass no options of their own: 5 minutes
-            to close, a 30 second heartbeat timeout, retries from 1 second doubling up to
-            a minute, without limit (only what the ledger marks retryable is retried).
+        tool: The tool calls of ``run_tool``: 5 minutes to close, a 30 second heartbeat
+            timeout, retries from 1 second doubling up to a minute, without limit (only
+            what the ledger marks retryable is retried).
         reconcile: The activity that records an operator's verdict: 10 seconds to close
             and a 3 second heartbeat timeout (a worker that dies during it is noticed
             within seconds, and the verdict is retried on another, never dropped),
@@ -88,23 +148,12 @@ class LedgerOptions:
     """
 
     lease: float = 30.0
-    tool: ActivityOptions = ActivityOptions(
-        start_to_close_timeout=timedelta(minutes=5),
-        heartbeat_timeout=timedelta(seconds=30),
-        retry_policy=RetryPolicy(
-            initial_interval=timedelta(seconds=1),
-            backoff_coefficient=2.0,
-            maximum_interval=timedelta(seconds=60),
-            maximum_attempts=0,
-        ),
-    )
-    reconcile: ActivityOptions = _RECORDING
-    approve: ActivityOptions = _RECORDING
-    probe: ActivityOptions = ActivityOptions(
-        start_to_close_timeout=timedelta(seconds=30),
-        retry_policy=RetryPolicy(
-            initial_interval=timedelta(seconds=1),
-            backoff_coefficient=2.0,
-            maximum_attempts=3,
-        ),
-    )
+    tool: ActivityConfig = dataclasses.field(default_factory=_tool_default)
+    reconcile: ActivityConfig = dataclasses.field(default_factory=_recording_default)
+    approve: ActivityConfig = dataclasses.field(default_factory=_recording_default)
+    probe: ActivityConfig = dataclasses.field(default_factory=_probe_default)
+
+    def __post_init__(self) -> None:
+        # The deprecated ActivityOptions is taken for one release, as its ActivityConfig.
+        for kind in ("tool", "reconcile", "approve", "probe"):
+            object.__setattr__(self, kind, activity_config(getattr(self, kind)))

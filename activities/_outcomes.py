@@ -9,10 +9,11 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from ..ledger import ActionRequest, ActionResult, ActionStatus, EffectState, Verdict
+from ..ledger import ActionRequest, ActionResult, ActionStatus, Verdict
 from ._metrics import CallOutcome, count_call
 from ._protocol import (
     ApprovalNeeded,
+    EffectState,
     ErrorType,
     FailureType,
     ToolOutcome,

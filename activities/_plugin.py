@@ -8,6 +8,7 @@ import dataclasses
 import fnmatch
 import logging
 import shlex
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -37,7 +38,6 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from ..ledger import Ledger
-from ..ledger.sqlite import path_from_url
 from ._generic import LedgeredActivity, execute_through_ledger
 from ._options import LedgerOptions
 from ._policy import Policy
@@ -45,6 +45,7 @@ from ._protocol import (
     AWAITING_APPROVAL_ATTRIBUTE,
     OPEN_EFFECTS_ATTRIBUTE,
     ledger_opener,
+    path_from_url,
     shown_url,
     workflow_interceptor,
 )
@@ -132,8 +133,7 @@ class LedgerPlugin(SimplePlugin):
         policy: Which performers may use which capabilities, who may reconcile and who
             may approve: a :class:`Policy`, the path of its TOML file, or ``None`` for
             the logged allow-all of local development.
-        lease: Seconds a started execution holds its key; the same as
-            ``options=LedgerOptions(lease=...)``, which it overrides.
+        lease: Deprecated in 0.3 (gone in 0.4): pass ``options=LedgerOptions(lease=...)``.
         ledger_activities: Activities you did not write with ``@tool`` to put through
             the ledger too: glob patterns of activity types (such as pydantic-ai's
             ``agent__*``) or :class:`LedgeredActivity` rules. They are keyed by workflow,
@@ -179,6 +179,12 @@ class LedgerPlugin(SimplePlugin):
         )
         options = options or LedgerOptions()
         if lease is not None:
+            warnings.warn(
+                "LedgerPlugin(lease=...) is deprecated and goes in 0.4: pass "
+                "options=LedgerOptions(lease=...)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             options = dataclasses.replace(options, lease=lease)
         self.options = options
         self._trace_content = trace_content

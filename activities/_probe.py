@@ -1,8 +1,8 @@
 """Probes: ask the far side whether an unknown effect happened, before asking a person.
 
 A tool declares ``probe=``: a read-only async function ``probe(key, arg)`` that looks the
-idempotency key up on the far side and answers with :func:`present`, :func:`absent` or
-:func:`inconclusive`. When an effect is unknown, the workflow runs it (an activity with
+idempotency key up on the far side and answers with ``ProbeAnswer.present``, ``.absent`` or
+``.inconclusive``. When an effect is unknown, the workflow runs it (an activity with
 its own retries) before parking the step, and records what it found as a
 reconciliation by the actor ``probe:<tool>``.
 """
@@ -27,7 +27,8 @@ class Finding(StrEnum):
 
 
 class ProbeAnswer(BaseModel):
-    """What a probe found; build it with :func:`present`, :func:`absent` or :func:`inconclusive`.
+    """What a probe found; build it with :meth:`present`, :meth:`absent` or
+    :meth:`inconclusive`.
 
     Attributes:
         finding: ``present``, ``absent`` or ``inconclusive``.
@@ -44,64 +45,73 @@ class ProbeAnswer(BaseModel):
     evidence: list[Any] = Field(default_factory=list)
     basis: str = ""
 
+    @classmethod
+    def present(
+        cls, output: Any = None, evidence: Sequence[Any] = (), *, basis: str = ""
+    ) -> ProbeAnswer:
+        """The far side holds the operation: the step ends with ``output``.
+
+        Args:
+            output: What the tool would have returned (its output model, or its JSON).
+            evidence: What the finding rests on (responses, ids, URLs).
+            basis: Why, in words; a default says the probe found the operation.
+
+        Returns:
+            The answer, recorded as an ``effect_confirmed`` verdict by ``probe:<tool>``.
+        """
+        if isinstance(output, BaseModel):
+            output = model_json(output)
+        return cls(
+            finding=Finding.PRESENT,
+            output=output,
+            evidence=list(evidence),
+            basis=basis or "the probe found the operation on the far side",
+        )
+
+    @classmethod
+    def absent(cls, evidence: Sequence[Any] = (), *, basis: str = "") -> ProbeAnswer:
+        """The far side has no operation under the key.
+
+        Conclusive only where the tool says so (``probe_absence_conclusive=True``): then
+        the key may act again; otherwise the step parks for a person.
+
+        Args:
+            evidence: What the finding rests on.
+            basis: Why, in words.
+
+        Returns:
+            The answer, recorded as ``no_effect_confirmed`` (or ``still_unknown``).
+        """
+        return cls(
+            finding=Finding.ABSENT,
+            evidence=list(evidence),
+            basis=basis or "the probe found no operation under the key on the far side",
+        )
+
+    @classmethod
+    def inconclusive(cls, reason: str = "", evidence: Sequence[Any] = ()) -> ProbeAnswer:
+        """The probe cannot tell: the step parks for a person, as without a probe.
+
+        Args:
+            reason: Why it cannot tell.
+            evidence: What it saw.
+
+        Returns:
+            The answer, recorded as ``still_unknown``.
+        """
+        return cls(
+            finding=Finding.INCONCLUSIVE,
+            evidence=list(evidence),
+            basis=reason or "the probe could not tell whether the operation happened",
+        )
+
 
 #: ``async def probe(key: str, arg: ArgModel) -> ProbeAnswer``; it must not act.
 Probe: TypeAlias = Callable[[str, Any], Awaitable[ProbeAnswer]]
 
 
-def present(output: Any = None, evidence: Sequence[Any] = (), *, basis: str = "") -> ProbeAnswer:
-    """The far side holds the operation: the step ends with ``output``.
-
-    Args:
-        output: What the tool would have returned (its output model, or its JSON).
-        evidence: What the finding rests on (responses, ids, URLs).
-        basis: Why, in words; a default says the probe found the operation.
-
-    Returns:
-        The answer, recorded as an ``effect_confirmed`` verdict by ``probe:<tool>``.
-    """
-    if isinstance(output, BaseModel):
-        output = model_json(output)
-    return ProbeAnswer(
-        finding=Finding.PRESENT,
-        output=output,
-        evidence=list(evidence),
-        basis=basis or "the probe found the operation on the far side",
-    )
-
-
-def absent(evidence: Sequence[Any] = (), *, basis: str = "") -> ProbeAnswer:
-    """The far side has no operation under the key.
-
-    Conclusive only where the tool says so (``probe_absence_conclusive=True``): then the
-    key may act again; otherwise the step parks for a person.
-
-    Args:
-        evidence: What the finding rests on.
-        basis: Why, in words.
-
-    Returns:
-        The answer, recorded as ``no_effect_confirmed`` (or ``still_unknown``).
-    """
-    return ProbeAnswer(
-        finding=Finding.ABSENT,
-        evidence=list(evidence),
-        basis=basis or "the probe found no operation under the key on the far side",
-    )
-
-
-def inconclusive(reason: str = "", evidence: Sequence[Any] = ()) -> ProbeAnswer:
-    """The probe cannot tell: the step parks for a person, as without a probe.
-
-    Args:
-        reason: Why it cannot tell.
-        evidence: What it saw.
-
-    Returns:
-        The answer, recorded as ``still_unknown``.
-    """
-    return ProbeAnswer(
-        finding=Finding.INCONCLUSIVE,
-        evidence=list(evidence),
-        basis=reason or "the probe could not tell whether the operation happened",
-    )
+# The finders by their old module-level names (``temporal_ledger.activities.present``
+# and the others are deprecated aliases of them until 0.4).
+present = ProbeAnswer.present
+absent = ProbeAnswer.absent
+inconclusive = ProbeAnswer.inconclusive

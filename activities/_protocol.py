@@ -29,14 +29,25 @@ from pydantic import (
     model_validator,
 )
 
-from ..ledger import Decision, EffectState, InvalidRequest, NextOperation, Verdict
+# The names imported ``as`` themselves are re-exported: the workflow side takes the
+# ledger's parts and the activity side's options from here alone (tests/test_package.py).
+from ..ledger import InvalidRequest, Verdict
 from ..ledger._canonical import canonical_dump, check_json, model_json
 from ..ledger._ledger import opener as ledger_opener
 from ..ledger._ledger import shown_url
 from ..ledger._models import ApprovalState, FailureType, may_act_again
+from ..ledger._models import Decision as Decision
+from ..ledger._models import EffectState as EffectState
+from ..ledger._models import ExecutionContext as ExecutionContext
+from ..ledger._models import NextOperation as NextOperation
 from ..ledger._schema import output_misfit, output_template
 from ..ledger._signatures import DecisionSignature, Signers, read_policy_file
+from ..ledger._sqlite import path_from_url as path_from_url
 from ..ledger._template_text import refuse_placeholders, refuse_probe_name
+from ._deprecation import moved_names as moved_names
+from ._options import ActivityOptions as ActivityOptions
+from ._options import activity_config as activity_config
+from ._options import merged as merged
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -234,7 +234,7 @@ async def probe_effect(probe: p.ProbeInput) -> p.ProbeResult:
     if not isinstance(answer, ProbeAnswer):
         raise ApplicationError(
             f"{probe.tool}'s probe returned {type(answer).__name__}; it must return "
-            "present(...), absent(...) or inconclusive(...)",
+            "ProbeAnswer.present(...), .absent(...) or .inconclusive(...)",
             type=p.ErrorType.PROBE_UNAVAILABLE,
             non_retryable=True,
         )

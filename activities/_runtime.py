@@ -12,8 +12,9 @@ from temporalio.exceptions import ApplicationError
 from ._protocol import ErrorType
 
 if TYPE_CHECKING:
-    from ..ledger import ExecutionContext, Ledger
+    from ..ledger import Ledger
     from ._policy import Policy
+    from ._protocol import ExecutionContext
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,11 +12,11 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from ..ledger import ActionRequest, ExecutionContext
+from ..ledger import ActionRequest
 from ._attempt import execute_ledgered, treated
 from ._outcomes import outcome_or_raise
 from ._probe import Probe
-from ._protocol import ErrorType, ToolCall, ToolOutcome, ToolSpec
+from ._protocol import ErrorType, ExecutionContext, ToolCall, ToolOutcome, ToolSpec
 from ._runtime import _execution, current_runtime
 from ._tracing import call_span, current_call, describe_request
 
@@ -64,7 +64,7 @@ def tool(
         requires_approval: Each execution waits for a person's approval of its exact
             request (update ``approve``).
         probe: ``async def probe(key, arg)`` that looks the key up on the far side without
-            acting and answers :func:`present`, :func:`absent` or :func:`inconclusive`;
+            acting and answers ``ProbeAnswer.present``, ``.absent`` or ``.inconclusive``;
             it runs before an unknown effect parks.
         probe_absence_conclusive: The probe's ``absent`` frees the key to act again (the
             far side would show any operation under it).

@@ -14,7 +14,7 @@ what happened                             what the ledger records
 connection refused, connect/pool timeout  ``NoEffect(retryable=True)``: nothing was sent
 429 Too Many Requests, 408                ``NoEffect(retryable=True, retry_after=...)``
 other 4xx (400, 422, ...)                 ``NoEffect(retryable=False)``: fix the request
-read/write timeout, reset after sending,  :class:`HttpEffectUnknown`: the effect may
+read/write timeout, reset after sending,  ``HttpEffectUnknown``: the effect may
 5xx, 3xx                                  have committed; the ledger records it unknown
 ========================================  ==============================================
 """
@@ -42,21 +42,14 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from ..ledger import NoEffect
+from ._deprecation import moved_names
 from ._keys import wire_key
-from ._probe import Probe, ProbeAnswer, absent, inconclusive, present
+from ._probe import Probe, ProbeAnswer
 from ._runtime import tool_context
 
-__all__ = [
-    "IDEMPOTENCY_HEADER",
-    "HttpEffectUnknown",
-    "HttpResult",
-    "lookup_probe",
-    "parse_retry_after",
-    "request_json",
-    "wire_key",
-]
+__all__ = ["lookup_probe", "request_json", "wire_key"]
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
+_IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 _EXCERPT = 200
 #: The field of a far side's JSON answer that names the key it looked up.
@@ -104,11 +97,16 @@ class HttpEffectUnknown(Exception):
         return (_rebuild_unknown, (self.method, self.url, self.what, self.status))
 
 
-def _rebuild_unknown(method: str, url: str, what: str, status: int | None) -> HttpEffectUnknown:
-    return HttpEffectUnknown(method, url, what, status=status)
+# Raised by request_json; its public name is a deprecated alias (see __getattr__).
+_HttpEffectUnknown = HttpEffectUnknown
+del HttpEffectUnknown
 
 
-def parse_retry_after(value: str | None, *, now: dt.datetime | None = None) -> float | None:
+def _rebuild_unknown(method: str, url: str, what: str, status: int | None) -> _HttpEffectUnknown:
+    return _HttpEffectUnknown(method, url, what, status=status)
+
+
+def _parse_retry_after(value: str | None, *, now: dt.datetime | None = None) -> float | None:
     """Seconds to wait from a ``Retry-After`` value (delay-seconds or an HTTP-date).
 
     Args:
@@ -178,13 +176,13 @@ async def request_json(
     method = method.upper()
     key = idempotency_key if idempotency_key is not None else tool_context().key
     send_headers = dict(headers or {})
-    if any(name.lower() == IDEMPOTENCY_HEADER.lower() for name in send_headers):
+    if any(name.lower() == _IDEMPOTENCY_HEADER.lower() for name in send_headers):
         raise NoEffect(
-            f"{method} {url}: not sent: the {IDEMPOTENCY_HEADER} header is the ledger's key; "
+            f"{method} {url}: not sent: the {_IDEMPOTENCY_HEADER} header is the ledger's key; "
             "pass idempotency_key= instead",
             retryable=False,
         )
-    send_headers[IDEMPOTENCY_HEADER] = wire_key(key)
+    send_headers[_IDEMPOTENCY_HEADER] = wire_key(key)
     content: bytes | None = None
     if json is not None:
         # Serialised here so that a body JSON cannot carry fails before anything is sent.
@@ -206,12 +204,12 @@ async def request_json(
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
         raise NoEffect(f"{method} {url}: not sent: {exc}", retryable=False) from exc
     except httpx.TimeoutException as exc:
-        raise HttpEffectUnknown(
+        raise _HttpEffectUnknown(
             method, url, f"no answer within the timeout after sending ({type(exc).__name__})"
         ) from exc
     except httpx.HTTPError as exc:
         # Resets, protocol errors and anything unforeseen: the bytes may have arrived.
-        raise HttpEffectUnknown(method, url, f"{type(exc).__name__}: {exc}") from exc
+        raise _HttpEffectUnknown(method, url, f"{type(exc).__name__}: {exc}") from exc
     return _classify(method, url, response)
 
 
@@ -253,7 +251,7 @@ def _classify(method: str, url: str, response: httpx.Response) -> HttpResult:
         raise NoEffect(
             f"{method} {url}: {said}",
             retryable=True,
-            retry_after=parse_retry_after(response.headers.get("Retry-After")),
+            retry_after=_parse_retry_after(response.headers.get("Retry-After")),
         )
     if status == 408:
         # The server never received the whole request (RFC 9110 15.5.9), so it cannot act.
@@ -263,10 +261,10 @@ def _classify(method: str, url: str, response: httpx.Response) -> HttpResult:
     if 300 <= status < 400:
         # A redirect after a write often means "done, look there", but not always.
         location = response.headers.get("Location", "no Location")
-        raise HttpEffectUnknown(
+        raise _HttpEffectUnknown(
             method, url, f"redirected ({said}; {location}), not followed", status=status
         )
-    raise HttpEffectUnknown(method, url, f"answered {said}", status=status)
+    raise _HttpEffectUnknown(method, url, f"answered {said}", status=status)
 
 
 def _body(response: httpx.Response) -> Any:
@@ -338,18 +336,18 @@ def lookup_probe(
         fields = arg.model_dump() if isinstance(arg, BaseModel) else {}
         wire = wire_key(key)
         where = url.format(**{**fields, "key": wire})
-        send = {**(headers or {}), IDEMPOTENCY_HEADER: wire}
+        send = {**(headers or {}), _IDEMPOTENCY_HEADER: wire}
         try:
             async with httpx.AsyncClient(timeout=timeout, verify=_tls()) as client:
                 response = await client.get(where, headers=send, follow_redirects=False)
         except httpx.HTTPError as exc:
-            return inconclusive(f"GET {where}: {type(exc).__name__}: {exc}")
+            return ProbeAnswer.inconclusive(f"GET {where}: {type(exc).__name__}: {exc}")
         status = response.status_code
         seen = {"GET": where, "status": status, "body": _excerpt(response)}
         result = HttpResult(status=status, body=_body(response))
         answered = 200 <= status < 300 or status in absent_statuses
         if answered and not shows_lookup(result, wire):
-            return inconclusive(
+            return ProbeAnswer.inconclusive(
                 f"GET {where} answered {status}, but the answer does not show that the far "
                 f"side looked up {wire!r} (a JSON body whose {_KEY_FIELD} is the key): a "
                 "route that does not exist, an error page or a proxy answers so too",
@@ -357,9 +355,22 @@ def lookup_probe(
             )
         if 200 <= status < 300:
             found = output(result) if output is not None else result
-            return present(found, [seen], basis=f"GET {where} found the operation")
+            return ProbeAnswer.present(found, [seen], basis=f"GET {where} found the operation")
         if status in absent_statuses:
-            return absent([seen], basis=f"GET {where} answered {status} for the key")
-        return inconclusive(f"GET {where} answered {status}", [seen])
+            return ProbeAnswer.absent([seen], basis=f"GET {where} answered {status} for the key")
+        return ProbeAnswer.inconclusive(f"GET {where} answered {status}", [seen])
 
     return probe
+
+
+__getattr__ = moved_names(
+    __name__,
+    {
+        "HttpEffectUnknown": (
+            _HttpEffectUnknown,
+            "any exception a tool raises after it may have acted leaves the effect unknown",
+        ),
+        "IDEMPOTENCY_HEADER": (_IDEMPOTENCY_HEADER, "the header is 'Idempotency-Key'"),
+        "parse_retry_after": (_parse_retry_after, "parse Retry-After in your own code"),
+    },
+)

@@ -4,13 +4,15 @@ Users of ``temporalio.contrib.openai_agents.OpenAIAgentsPlugin`` (the package
 ``temporalio-openai-agents``) add one plugin and change no tool::
 
     from temporalio.contrib.openai_agents import OpenAIAgentsPlugin
-    from temporal_ledger.activities.openai_agents import ledgered_plugin
+    from temporal_ledger.activities import LedgerPlugin
+    from temporal_ledger.activities.openai_agents import activity_rules
 
+    rules = activity_rules(tools=[send_email], mcp_servers=["files"])
     client = await Client.connect(
         "localhost:7233",
         plugins=[
             OpenAIAgentsPlugin(mcp_servers={"files": files_server}),
-            ledgered_plugin("sqlite:///ledger.db", tools=[send_email], mcp_servers=["files"]),
+            LedgerPlugin("sqlite:///ledger.db", ledger_activities=rules),
         ],
     )
 
@@ -50,26 +52,25 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import deprecated
+
 from ..ledger import Ledger
+from ._deprecation import moved_names
 from ._generic import LedgeredActivity
+from ._options import LedgerOptions
 from ._plugin import LedgerPlugin
 from ._policy import Policy
 from ._probe import Probe
 from ._protocol import PLACEHOLDER
 
-__all__ = [
-    "MODEL_ACTIVITIES",
-    "McpContent",
-    "activity_rules",
-    "ledgered_plugin",
-]
+__all__ = ["activity_rules"]
 
 #: The integration's model activities (``ModelActivity`` methods).
-MODEL_ACTIVITIES = ("invoke_model_activity", "invoke_model_activity_streaming")
+_MODEL_ACTIVITIES = ("invoke_model_activity", "invoke_model_activity_streaming")
 
 
 @dataclasses.dataclass(frozen=True)
-class McpContent:
+class _McpContent:
     """An MCP tool's result: the operator answers with its content blocks (or a string,
     for one text block), and the activity returns a ``CallToolResult`` of them."""
 
@@ -140,7 +141,7 @@ def activity_rules(
         TypeError: A tool that is not a named activity, or a probe for a tool not listed.
     """
     probes = dict(probes or {})
-    rules = [LedgeredActivity(name, retry_safe=True) for name in MODEL_ACTIVITIES if models]
+    rules = [LedgeredActivity(name, retry_safe=True) for name in _MODEL_ACTIVITIES if models]
     for fn in tools:
         name = _activity_name(fn)
         probe = probes.pop(name, None)
@@ -154,6 +155,10 @@ def activity_rules(
     return rules
 
 
+@deprecated(
+    "ledgered_plugin is deprecated and goes in 0.4: pass "
+    "LedgerPlugin(ledger, ledger_activities=activity_rules(...))"
+)
 def ledgered_plugin(
     ledger: str | Ledger,
     *,
@@ -163,7 +168,10 @@ def ledgered_plugin(
     policy: Policy | str | Path | None = None,
     lease: float = 30.0,
 ) -> LedgerPlugin:
-    """A :class:`~temporal_ledger.activities.LedgerPlugin` for an OpenAI Agents app.
+    """Deprecated in 0.3 (gone in 0.4): ``LedgerPlugin(ledger, policy=...,
+    ledger_activities=activity_rules(...))`` is the one way to build the plugin.
+
+    A :class:`~temporal_ledger.activities.LedgerPlugin` for an OpenAI Agents app.
 
     Put it on ``Client.connect(plugins=[...])`` beside ``OpenAIAgentsPlugin`` (workers
     inherit it). A worker that runs only workflows needs it too: its interceptor numbers
@@ -193,7 +201,9 @@ def ledgered_plugin(
             "servers whose calls to ledger"
         )
     rules = activity_rules(tools=tools, mcp_servers=mcp_servers, probes=probes)
-    return LedgerPlugin(ledger, policy=policy, lease=lease, ledger_activities=rules)
+    return LedgerPlugin(
+        ledger, policy=policy, options=LedgerOptions(lease=lease), ledger_activities=rules
+    )
 
 
 def _activity_name(fn: Callable[..., Any] | str) -> str:
@@ -213,7 +223,7 @@ def _mcp_server_rules(server: str) -> list[LedgeredActivity]:
     if not server or not isinstance(server, str):
         raise TypeError(f"an MCP server is named by a non-empty string, not {server!r}")
     listing: dict[str, Any] = dict(retry_safe=True, server=server, lists_tools=True)
-    calling: dict[str, Any] = dict(server=server, output=McpContent())
+    calling: dict[str, Any] = dict(server=server, output=_McpContent())
     return [
         # OpenAIAgentsPlugin(mcp_servers=...) with workflow.temporal_mcp_server(name)
         LedgeredActivity(f"temporalio.mcp.{server}.list-tools", **listing),
@@ -232,3 +242,12 @@ def _named(args: list[Any]) -> Any:
 
 def _tool_named(args: list[Any]) -> Any:
     return args[0]["tool_name"]
+
+
+__getattr__ = moved_names(
+    __name__,
+    {
+        "MODEL_ACTIVITIES": (_MODEL_ACTIVITIES, "activity_rules(models=True) covers them"),
+        "McpContent": (_McpContent, "activity_rules(mcp_servers=...) shapes MCP results"),
+    },
+)

@@ -4,11 +4,15 @@ Users of :class:`pydantic_ai.durable_exec.temporal.TemporalAgent` (or of an ``Ag
 with the ``TemporalDurability`` capability) add one plugin, and change no tool::
 
     from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
-    from temporal_ledger.activities.pydantic_ai import ledgered_plugin
+    from temporal_ledger.activities import LedgerPlugin
+    from temporal_ledger.activities.pydantic_ai import activity_rules
 
     client = await Client.connect(
         "localhost:7233",
-        plugins=[PydanticAIPlugin(), ledgered_plugin("sqlite:///ledger.db", agents=[agent])],
+        plugins=[
+            PydanticAIPlugin(),
+            LedgerPlugin("sqlite:///ledger.db", ledger_activities=activity_rules(agent)),
+        ],
     )
 
 Every model request and every tool call of those agents then goes through the ledger,
@@ -44,16 +48,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import deprecated
+
 from ..ledger import Ledger
 from ._generic import LedgeredActivity
+from ._options import LedgerOptions
 from ._plugin import LedgerPlugin
 from ._policy import Policy
 from ._protocol import PLACEHOLDER
 
-__all__ = [
-    "activity_rules",
-    "ledgered_plugin",
-]
+__all__ = ["activity_rules"]
 
 
 def _agent_name(agent: Any) -> str:
@@ -69,8 +73,14 @@ def _agent_name(agent: Any) -> str:
     return name
 
 
-def activity_rules(agent_name: str, *, tools_retry_safe: bool = False) -> list[LedgeredActivity]:
-    """The ledgered activities of one agent, by pydantic-ai's activity type names.
+def activity_rules(*agents: Any, tools_retry_safe: bool = False) -> list[LedgeredActivity]:
+    """The ledgered activities of ``agents``, by pydantic-ai's activity type names: their
+    model requests (retry-safe) and tool calls, for ``LedgerPlugin(ledger_activities=...)``.
+
+    Put the plugin on ``Client.connect(plugins=[...])`` (workers inherit it) next to
+    pydantic-ai's ``PydanticAIPlugin``; on a worker that runs only workflows it is still
+    needed, because it stamps each scheduled activity with the run identity the key is
+    built from.
 
     pydantic-ai names them ``agent__<name>__model_request``,
     ``agent__<name>__model_request_stream`` and
@@ -78,13 +88,27 @@ def activity_rules(agent_name: str, *, tools_retry_safe: bool = False) -> list[L
     ``TemporalOperationNamer``, documented as persisted, never-changing names).
 
     Args:
-        agent_name: The agent's name.
-        tools_retry_safe: The agent's tools deduplicate by the key: an unknown effect
+        *agents: ``TemporalAgent`` s, durable ``Agent`` s, or their names.
+        tools_retry_safe: The agents' tools deduplicate by the key: an unknown effect
             is tried again instead of parking.
 
     Returns:
         The rules, for ``LedgerPlugin(ledger_activities=...)``.
+
+    Raises:
+        TypeError: An agent without a name.
+        ValueError: No agent was given.
     """
+    if not agents:
+        raise ValueError("activity_rules needs at least one agent")
+    return [
+        rule
+        for agent in agents
+        for rule in _agent_rules(_agent_name(agent), tools_retry_safe=tools_retry_safe)
+    ]
+
+
+def _agent_rules(agent_name: str, *, tools_retry_safe: bool) -> list[LedgeredActivity]:
     prefix = f"agent__{agent_name}"
     return [
         LedgeredActivity(f"{prefix}__model_request", retry_safe=True, normalize=_normalize),
@@ -126,6 +150,10 @@ class ToolReturn:
         return {"kind": "tool_return", "result": output}
 
 
+@deprecated(
+    "ledgered_plugin is deprecated and goes in 0.4: pass "
+    "LedgerPlugin(ledger, ledger_activities=activity_rules(*agents))"
+)
 def ledgered_plugin(
     ledger: str | Ledger,
     *,
@@ -134,13 +162,8 @@ def ledgered_plugin(
     lease: float = 30.0,
     tools_retry_safe: bool = False,
 ) -> LedgerPlugin:
-    """A :class:`~temporal_ledger.activities.LedgerPlugin` that ledgers the model
-    requests and tool calls of ``agents``.
-
-    Put it on ``Client.connect(plugins=[...])`` (workers inherit it) next to
-    pydantic-ai's ``PydanticAIPlugin``; on a worker that runs only workflows it is still
-    needed, because it stamps each scheduled activity with the run identity the key is
-    built from.
+    """Deprecated in 0.3 (gone in 0.4): ``LedgerPlugin(ledger, policy=...,
+    ledger_activities=activity_rules(*agents))`` is the one way to build the plugin.
 
     Args:
         ledger: A ledger URL (``sqlite:///...``, ``postgresql://...``) or an open ledger.
@@ -156,14 +179,10 @@ def ledgered_plugin(
         TypeError: An agent without a name.
         ValueError: No agent was given.
     """
-    rules = [
-        rule
-        for agent in agents
-        for rule in activity_rules(_agent_name(agent), tools_retry_safe=tools_retry_safe)
-    ]
-    if not rules:
-        raise ValueError("ledgered_plugin needs at least one agent")
-    return LedgerPlugin(ledger, policy=policy, lease=lease, ledger_activities=rules)
+    rules = activity_rules(*agents, tools_retry_safe=tools_retry_safe)
+    return LedgerPlugin(
+        ledger, policy=policy, options=LedgerOptions(lease=lease), ledger_activities=rules
+    )
 
 
 #: Fields pydantic-ai fills from the wall clock or a fresh id on every run: they differ

@@ -34,8 +34,9 @@ whole time, with the same sandbox pass-through list:
 
 - plain: only the framework's plugin (``OpenAIAgentsPlugin`` with the examples'
   ``ScriptedProvider``; ``PydanticAIPlugin``);
-- ledgered: the framework's plugin and the ledger's ``ledgered_plugin`` (model calls and
-  tool calls through the ledger), on the same open ledger.
+- ledgered: the framework's plugin and the ``LedgerPlugin`` with the integration's
+  ``activity_rules`` (model calls and tool calls through the ledger), on the same open
+  ledger.
 
     python bench/agent_overhead.py                       # all three, SQLite ledger
     python bench/agent_overhead.py --framework openai-agents --repeats 5
@@ -699,7 +700,8 @@ def framework_policy(workflow_type: str) -> Policy:
 
 def openai_agents_app() -> FrameworkApp:
     import _agent_apps as apps
-    from temporal_ledger.activities.openai_agents import ledgered_plugin
+    from temporal_ledger.activities import LedgerPlugin
+    from temporal_ledger.activities.openai_agents import activity_rules
     from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 
     from examples.openai_agents.model import ScriptedProvider
@@ -712,7 +714,8 @@ def openai_agents_app() -> FrameworkApp:
         if ledger is None:
             return [framework]
         policy = framework_policy(apps.OPENAI_WORKFLOW)
-        return [framework, ledgered_plugin(ledger, tools=[apps.append_line], policy=policy)]
+        rules = activity_rules(tools=[apps.append_line])
+        return [framework, LedgerPlugin(ledger, policy=policy, ledger_activities=rules)]
 
     return FrameworkApp(
         "openai-agents", apps.OpenAIAgentWorkflow, list(apps.OPENAI_ACTIVITIES), plugins
@@ -722,7 +725,8 @@ def openai_agents_app() -> FrameworkApp:
 def pydantic_ai_app() -> FrameworkApp:
     import _agent_apps as apps
     from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
-    from temporal_ledger.activities.pydantic_ai import ledgered_plugin
+    from temporal_ledger.activities import LedgerPlugin
+    from temporal_ledger.activities.pydantic_ai import activity_rules
 
     def plugins(ledger: Any) -> list[Any]:
         if ledger is None:
@@ -730,7 +734,9 @@ def pydantic_ai_app() -> FrameworkApp:
         policy = framework_policy(apps.PYDANTIC_WORKFLOW)
         return [
             PydanticAIPlugin(),
-            ledgered_plugin(ledger, agents=[apps.pydantic_agent], policy=policy),
+            LedgerPlugin(
+                ledger, policy=policy, ledger_activities=activity_rules(apps.pydantic_agent)
+            ),
         ]
 
     # TemporalDurability registers the agent's activities (model, tool) on the worker.
@@ -800,7 +806,7 @@ async def bench_framework(
         print(
             f"{app.name}: one agent run = {args.turns} turns of one append_line call, then an "
             f"answer: {args.turns + 1} model + {args.turns} tool activities; plain = the "
-            "framework's plugin, ledgered = + ledgered_plugin; "
+            "framework's plugin, ledgered = + LedgerPlugin; "
             f"{args.repeats} repeats",
             flush=True,
         )

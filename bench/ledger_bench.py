@@ -69,9 +69,9 @@ from temporal_ledger.ledger import (
     ActionRequest,
     ActionResult,
     Authority,
-    ExecutionContext,
     Ledger,
 )
+from temporal_ledger.ledger._models import ExecutionContext
 
 AUTHORITY = Authority("bench", ["bench.*"])
 STRACE = "/usr/bin/strace"

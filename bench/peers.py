@@ -48,13 +48,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from temporal_ledger.ledger import (
-    ActionRequest,
-    Authority,
-    ExecutionContext,
-    InvalidRequest,
-    Ledger,
-)
+from temporal_ledger.ledger import ActionRequest, Authority, InvalidRequest, Ledger
+from temporal_ledger.ledger._models import ExecutionContext
 
 AUTHORITY = Authority("bench", ["bench.*"])
 DEFAULT_PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -51,6 +51,7 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio import activity, workflow
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
+from temporalio.workflow import ActivityConfig
 
 # Run as a script, sys.path[0] is bench/: make the project's packages importable from the
 # checkout (the editable install may map activities/ and workflows/ as namespaces only).
@@ -155,8 +156,9 @@ class LedgeredWorkflow:
                 Line(path=job.path, line=f"ledgered {i}"),
                 step=f"call-{i}",
                 performer=PERFORMER,
-                start_to_close_timeout=START_TO_CLOSE,
-                heartbeat_timeout=HEARTBEAT,
+                options=ActivityConfig(
+                    start_to_close_timeout=START_TO_CLOSE, heartbeat_timeout=HEARTBEAT
+                ),
             )
             size = out.size
         return size
@@ -172,8 +174,9 @@ class PlainWorkflow:
                 plain_append,
                 Line(path=job.path, line=f"plain {i}"),
                 result_type=Appended,
-                start_to_close_timeout=START_TO_CLOSE,
-                heartbeat_timeout=HEARTBEAT,
+                options=ActivityConfig(
+                    start_to_close_timeout=START_TO_CLOSE, heartbeat_timeout=HEARTBEAT
+                ),
                 retry_policy=TOOL_RETRY_POLICY,
             )
             size = out.size

@@ -35,8 +35,8 @@ from ._signatures import (
     sign,
     verdict_statement,
 )
+from ._sqlite import path_from_url
 from ._template_text import refuse_placeholders, refuse_probe_name
-from .sqlite import path_from_url
 
 ENV_URL = "LEDGER_URL"
 # Exit statuses: see the parser's epilog and docs/operating.md's "The operator CLI".

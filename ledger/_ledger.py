@@ -142,7 +142,7 @@ def opener(url: str) -> Callable[[], Recorder]:
     shown = shown_url(url)
     scheme = url.partition(":")[0].lower() if ":" in url else ""
     if url.startswith("sqlite:///"):
-        from .sqlite import SQLiteRecorder, path_from_url
+        from ._sqlite import SQLiteRecorder, path_from_url
 
         try:
             path = path_from_url(url)
@@ -175,7 +175,7 @@ def opener(url: str) -> Callable[[], Recorder]:
                 "postgresql://user@host:5432/database"
             )
         try:
-            from .postgres import PostgresRecorder, check_url
+            from ._postgres import PostgresRecorder, check_url
         except ImportError as exc:  # its message names the extra and how to install it
             raise ImportError(f"ledger {shown}: {exc}", name=exc.name) from exc
         try:

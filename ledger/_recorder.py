@@ -13,17 +13,13 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import Any, Literal, TypeAlias, TypeVar
+from typing import Any, Literal, TypeVar
 
 from ._errors import InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
 from ._transaction import KeyRecord, PendingEvent, Phase, Tally, Transaction, indexed_values
 
 T = TypeVar("T")
-
-#: What :meth:`Recorder.transact_unchanged` answers when it ran: ``(True, result)`` once it
-#: committed, ``(False, None)`` with nothing written when the key was not as expected.
-Unchanged: TypeAlias = tuple[Literal[True], T] | tuple[Literal[False], None]
 
 SCHEMA_VERSION = 2
 
@@ -39,7 +35,12 @@ def resolve(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 
 
 class Recorder(ABC):
-    """A ledger's storage. Methods are synchronous; the ledger runs them off the event loop."""
+    """A ledger's storage: what a backend implements, and the ledger calls.
+
+    The abstract methods are the whole contract; the others are optional shortcuts a
+    backend may offer to save syncs, round trips or thread hops, and their defaults take
+    none. Methods are synchronous, and the ledger runs them off the event loop.
+    """
 
     #: How many threads may call into this recorder at once.
     max_concurrency: int = 1
@@ -54,53 +55,103 @@ class Recorder(ABC):
     def transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
         """Run ``fn`` in one atomic write transaction holding ``key``, then commit durably.
 
-        If ``fn`` raises, nothing it did is kept.
+        If ``fn`` raises, nothing it did is kept. Two transactions of one key never run
+        at once, in this process or any other on the same storage.
+
+        Args:
+            key: The idempotency key the transaction holds.
+            fn: The rule's function: it reads and writes the key through the
+                :class:`Transaction` it is given.
+
+        Returns:
+            What ``fn`` returned, once the commit is durable.
         """
 
     def submit(self, key: str, fn: Callable[[Transaction], T]) -> Future[T] | None:
-        """Queue ``fn`` like :meth:`transact` and answer once it is durable, or ``None``.
+        """Optional: queue ``fn`` like :meth:`transact` and answer once it is durable.
 
         A recorder that commits queued transactions together (one sync for many
-        callers) returns a future; ``None`` means: call :meth:`transact` on a thread.
+        callers) returns a future.
+
+        Args:
+            key: As for :meth:`transact`.
+            fn: As for :meth:`transact`.
+
+        Returns:
+            A future of ``fn``'s result, or ``None`` (the default): the ledger then calls
+            :meth:`transact` on a thread.
         """
         return None
 
     def submit_on_loop(
         self, key: str, fn: Callable[[Transaction], T], loop: asyncio.AbstractEventLoop
     ) -> asyncio.Future[T] | None:
-        """:meth:`submit`, answered as a future of the running event ``loop`` (a recorder
-        may then wake the loop once for a whole batch of answers), or ``None``."""
+        """Optional: :meth:`submit`, answered on the running event ``loop`` (a recorder
+        may then wake the loop once for a whole batch of answers).
+
+        Args:
+            key: As for :meth:`transact`.
+            fn: As for :meth:`transact`.
+            loop: The running event loop.
+
+        Returns:
+            A future of that loop, or ``None`` as for :meth:`submit`.
+        """
         queued = self.submit(key, fn)
         return None if queued is None else asyncio.wrap_future(queued, loop=loop)
 
     def read_now(self, key: str) -> tuple[KeyRecord | None, float] | None:
-        """The key's state and the storage's clock, read on the calling thread if that is
-        cheap and cannot block (a local file), else ``None``: the caller then reads on a
-        thread. A batched replay answers from this read without leaving the event loop."""
+        """Optional: the key's state and the storage's clock, read on the calling thread
+        if that is cheap and cannot block (a local file). A batched replay answers from
+        this read without leaving the event loop.
+
+        Args:
+            key: The idempotency key.
+
+        Returns:
+            The key's record (``None``: it has none) and the clock, or ``None`` (the
+            default): the caller then reads on a thread.
+        """
         return None
 
     def expect(self, key: str) -> tuple[KeyRecord | None, float] | None:
-        """What this process expects the key's record to be (the last it wrote or read
-        of it; ``None`` for a key it has not met) and the storage's clock estimated now,
-        never ahead of the storage's own; or ``None`` when this recorder keeps no such
-        memory. A guess that :meth:`transact_unchanged` checks, never trusted alone."""
+        """Optional: what this process expects the key's record to be (the last it wrote
+        or read of it) and the storage's clock estimated now, never ahead of the
+        storage's own. A guess that :meth:`transact_unchanged` checks, never trusted alone.
+
+        Args:
+            key: The idempotency key.
+
+        Returns:
+            The expected record (``None`` for a key it has not met) and the clock, or
+            ``None`` (the default) when this recorder keeps no such memory.
+        """
         return None
 
     async def transact_unchanged(
         self, key: str, expected: KeyRecord | None, now: float, fn: Callable[[Transaction], T]
-    ) -> Unchanged[T] | None:
+    ) -> tuple[Literal[True], T] | tuple[Literal[False], None] | None:
         """Run ``fn`` on ``expected`` as the key's record (``None``: the key has none), at
         ``now``, and commit what it wrote in one exchange with the storage, provided the
         key's log still ends where ``expected`` says (nothing was appended since; for
-        ``None``, the key has no record yet). Answers ``(True, result)``, or ``(False,
-        None)`` with nothing written when the key was not as expected; ``None`` means no
-        shortcut was taken: use :meth:`transact`.
+        ``None``, the key has no record yet). Optional.
 
         A server backend saves round trips with it: the completion of an execution that
         nobody else touched, the claim of a new key, the replay of a recent call. ``fn``
         must be safe to run again through :meth:`transact`, and must not depend on what a
         write without an event changes (a lease): the caller does not offer a claimed or
         running key's record, except to the completion, which reads no lease.
+
+        Args:
+            key: The idempotency key.
+            expected: The record the key must still have.
+            now: The storage's clock to run ``fn`` at.
+            fn: As for :meth:`transact`.
+
+        Returns:
+            ``(True, result)``; ``(False, None)`` with nothing written when the key was
+            not as expected; ``None`` (the default) when no shortcut was taken: use
+            :meth:`transact`.
         """
         return None
 
@@ -114,6 +165,13 @@ class Recorder(ABC):
 
         A claimed or running key is left to :meth:`transact`: its lease moves without an
         event, so no expectation of it can be checked.
+
+        Args:
+            key: The idempotency key.
+            fn: As for :meth:`transact`.
+
+        Returns:
+            ``(True, result)`` once it committed, or ``None``.
         """
         for _ in range(2):
             expected = self.expect(key)
@@ -136,7 +194,17 @@ class Recorder(ABC):
         transaction just wrote (nothing else appended since: the usual case for the
         completion of a claim), at ``now``: ``(True, result)``, or ``None`` to use
         :meth:`transact`, also when the connection failed (that try may have landed;
-        the usual transaction finds it)."""
+        the usual transaction finds it).
+
+        Args:
+            key: The idempotency key.
+            committed: The record this process's own transaction just wrote.
+            now: The storage's clock to run ``fn`` at.
+            fn: As for :meth:`transact`.
+
+        Returns:
+            ``(True, result)`` once it committed, or ``None``.
+        """
         try:
             done = await self.transact_unchanged(key, committed, now, fn)
         except LedgerUnavailable:
@@ -146,46 +214,89 @@ class Recorder(ABC):
         return True, done[1]
 
     def tally(self) -> dict[int, Tally] | None:
-        """The ledger-wide tally by stripe, or ``None`` for a backend that keeps none
-        (``verify`` then cannot see a whole key deleted)."""
+        """Optional: the ledger-wide tally of keys, events and chain heads by stripe,
+        which ``verify`` compares with the records to see a whole key deleted.
+
+        Returns:
+            The tally, or ``None`` (the default) for a backend that keeps none.
+        """
         return None
 
     async def open_on_loop(self) -> None:
-        """Get ready to serve the running event loop (``Ledger.__aenter__`` calls it: a
-        server backend connects now rather than during its first call)."""
+        """Optional: get ready to serve the running event loop (``Ledger.__aenter__`` calls
+        it: a server backend connects now rather than during its first call)."""
         return None
 
     async def close_on_loop(self) -> None:
-        """Release what this recorder holds on the running event loop (``Ledger.aclose``
-        calls it before :meth:`close`, which may run on another thread)."""
+        """Optional: release what this recorder holds on the running event loop
+        (``Ledger.aclose`` calls it before :meth:`close`, which may run on another
+        thread)."""
         return None
 
     @abstractmethod
-    def get(self, key: str) -> KeyRecord | None: ...
+    def get(self, key: str) -> KeyRecord | None:
+        """Read a key's state, outside any transaction.
+
+        Args:
+            key: The idempotency key.
+
+        Returns:
+            Its record, or ``None`` for a key never recorded.
+        """
 
     @abstractmethod
     def now(self) -> float:
-        """The storage's clock, in seconds since the epoch (leases are judged by it)."""
+        """The storage's clock (leases are judged by it, so every worker reads one clock).
+
+        Returns:
+            Seconds since the epoch.
+        """
 
     @abstractmethod
     def events(
         self, key: str | None = None, *, after: int = 0, limit: int | None = None
-    ) -> list[LedgerEvent]: ...
+    ) -> list[LedgerEvent]:
+        """Read the log in order.
+
+        Args:
+            key: Only this key's events; ``None``: every key's.
+            after: Only events after this sequence number.
+            limit: At most this many.
+
+        Returns:
+            The events, by sequence number.
+        """
 
     @abstractmethod
     def records(self) -> Iterator[KeyRecord]:
-        """Every key's state, in key order."""
+        """Every key's state, in key order.
+
+        Returns:
+            An iterator of the records.
+        """
 
     @abstractmethod
     def candidate_open_effects(self) -> list[KeyRecord]:
-        """Keys whose effect may be unknown: settled unknown, or claimed/running (by index)."""
+        """Keys whose effect may be unknown, found by index (never by a scan of the log).
+
+        Returns:
+            The records settled with an unknown effect, or claimed or running.
+        """
 
     @abstractmethod
     def compactable(self, settled_before: str) -> list[str]:
-        """Keys with a final, known outcome settled before ``settled_before``, not compacted."""
+        """Keys that may be compacted.
+
+        Args:
+            settled_before: An ISO 8601 time.
+
+        Returns:
+            The keys with a final, known outcome settled before it, not yet compacted.
+        """
 
     @abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the storage; the ledger makes no call after this."""
 
 
 def stored_schema_version(conn: Any, *, where: str, known: int) -> int:

@@ -123,7 +123,34 @@ _PHASES = {phase.value: phase for phase in Phase}
 
 @dataclasses.dataclass
 class KeyRecord:
-    """The per-key current state: what a lookup reads instead of scanning the log."""
+    """The per-key current state: what a lookup reads instead of scanning the log.
+
+    A backend stores it as it likes (the shipped ones keep :meth:`to_json` in a row,
+    beside indexed columns of ``phase``, the effect and when it settled) and hands it
+    back unchanged; only the rule writes its fields.
+
+    Attributes:
+        key: The idempotency key.
+        phase: Where the key is: ``vacant``, ``claimed``, ``awaiting_approval``,
+            ``running`` or ``settled``.
+        head_hash: The hash of the key's last event: the head of its chain.
+        events: How many events the key has.
+        fingerprint: The fingerprint of the request bound to the key.
+        fingerprint_version: The fingerprint's version, e.g. ``action-fingerprint-v1``.
+        dimensions: The fingerprint's per-dimension hashes.
+        capability: The bound request's capability.
+        performer: The bound request's performer.
+        original_action_id: The submission whose execution is the key's effect.
+        token: The fencing token of the latest claim.
+        holder_action_id: The submission that holds the claim.
+        lease_expires: When the holder's lease runs out (storage clock).
+        retry_safe: Whether the bound request may act again after an unknown effect.
+        output_schema: The tool's output schema, for an operator's output.
+        outcome: The recorded outcome, once settled.
+        reconciliations: The verdicts recorded beside the history.
+        approval: The approval of the key's call, for calls that need one.
+        updated_at: When the record was last written (ISO 8601).
+    """
 
     key: str
     phase: Phase = Phase.VACANT
@@ -155,6 +182,11 @@ class KeyRecord:
         return None if self.outcome is None else self.outcome.recorded_at or None
 
     def to_json(self) -> str:
+        """The record as JSON text, as the shipped backends store it.
+
+        Returns:
+            The text :meth:`from_json` reads back.
+        """
         # The other fields are JSON values already; vars() avoids asdict's deep copy.
         fields = dict(vars(self))
         if self.outcome is not None:
@@ -169,6 +201,14 @@ class KeyRecord:
 
     @classmethod
     def from_json(cls, text: str) -> KeyRecord:
+        """A record from :meth:`to_json`'s text, also one written by another release.
+
+        Args:
+            text: The stored JSON.
+
+        Returns:
+            The record.
+        """
         fields = json.loads(text)
         fields["phase"] = _PHASES[fields.get("phase", Phase.VACANT)]
         if fields.get("outcome") is not None:
@@ -299,9 +339,16 @@ class PendingEvent:
 class Transaction(ABC):
     """One atomic, durable write transaction that holds one key.
 
-    ``record`` is the key's current state (``None`` for a key never seen) and
-    ``now`` the storage's clock. Nothing is visible to others until the backend
-    commits, which it does only after the rule's function returned.
+    A backend subclasses it with the three writes below; the rule calls :meth:`append`
+    and :meth:`save`, which hash the chain and keep the counts. Nothing is visible to
+    others until the backend commits, which it does only after the rule's function
+    returned.
+
+    Args:
+        key: The key the transaction holds.
+        record: The key's current state, read inside the transaction (``None`` for a
+            key never seen).
+        now: The storage's clock.
     """
 
     def __init__(self, key: str, record: KeyRecord | None, now: float) -> None:
@@ -319,6 +366,16 @@ class Transaction(ABC):
         self._stored_index = indexed_values(record) if record else None
 
     def append(self, type: str, action_id: str | None, payload: dict[str, Any]) -> PendingEvent:
+        """Append an event to the key's chain (the rule calls it).
+
+        Args:
+            type: The event's type, e.g. ``action.completed``.
+            action_id: The submission it belongs to.
+            payload: Its body, a JSON object.
+
+        Returns:
+            The event as the backend's :meth:`insert_event` received it.
+        """
         text = payload_text(payload)
         digest = sha256_hex(text.encode())
         event = PendingEvent(
@@ -339,26 +396,35 @@ class Transaction(ABC):
                 recorded_at=self.recorded_at,
             ),
         )
-        self._insert_event(event)
+        self.insert_event(event)
         self._head = event.hash
         self._count += 1
         return event
 
     def save(self, record: KeyRecord) -> None:
-        """Write the key's state, with the chain head of everything appended so far."""
+        """Write the key's state, with the chain head of everything appended so far (the
+        rule calls it).
+
+        Args:
+            record: The key's new state.
+        """
         record.head_hash = self._head
         record.events = self._count
         record.updated_at = self.recorded_at
         created = self.record is None
         self._created = self._created or created
-        self._write_record(record, created=created)
+        self.write_record(record, created=created)
         self.record = record
         self._stored_index = indexed_values(record)
 
     def tally(self) -> tuple[int, Tally] | None:
-        """What this transaction adds to the ledger-wide tally (its key's stripe, and the
-        keys, events and head it adds there), or ``None`` if it wrote nothing that counts.
-        A backend writes it in the same transaction as the events."""
+        """What this transaction adds to the ledger-wide tally. A backend that keeps one
+        (see ``Recorder.tally``) writes it in the same transaction as the events.
+
+        Returns:
+            The key's stripe and the keys, events and head it adds there, or ``None``
+            if it wrote nothing that counts.
+        """
         head, count = self._start
         if count == self._count and not self._created:
             return None
@@ -370,18 +436,44 @@ class Transaction(ABC):
 
     def index_unchanged(self, record: KeyRecord) -> bool:
         """Whether saving ``record`` leaves the indexed columns of the stored row as they
-        are, so that :func:`update_row_sql` suffices (backends call it from ``_write_record``)."""
+        are (a backend may then rewrite the row without touching its indexes).
+
+        Args:
+            record: The state about to be written.
+
+        Returns:
+            ``True`` when phase, effect, settling time and compaction are unchanged.
+        """
         return self._stored_index is not None and self._stored_index == indexed_values(record)
 
     @abstractmethod
-    def _insert_event(self, event: PendingEvent) -> None: ...
+    def insert_event(self, event: PendingEvent) -> None:
+        """Store ``event`` at the end of the log, with the next sequence number.
+
+        Args:
+            event: The event, its hashes computed already.
+        """
 
     @abstractmethod
-    def _write_record(self, record: KeyRecord, *, created: bool) -> None: ...
+    def write_record(self, record: KeyRecord, *, created: bool) -> None:
+        """Store the key's state.
+
+        Args:
+            record: The state to store.
+            created: The key has no stored state yet: insert it, else update it.
+        """
 
     @abstractmethod
     def compact_bodies(self, through_seq: int) -> int:
-        """Replace the payload of this key's events up to ``through_seq`` by the tombstone."""
+        """Replace the payload of this key's events up to ``through_seq`` by the
+        tombstone (``compact``); their hashes stay.
+
+        Args:
+            through_seq: The last sequence number to compact.
+
+        Returns:
+            How many events were compacted.
+        """
 
 
 class Draft(Transaction):
@@ -409,10 +501,10 @@ class Draft(Transaction):
         assert tx.record is not None  # a drafted replay's key is settled, never removed
         tx.save(tx.record)
 
-    def _insert_event(self, event: PendingEvent) -> None:  # pragma: no cover - append is lazy
+    def insert_event(self, event: PendingEvent) -> None:  # pragma: no cover - append is lazy
         raise NotImplementedError
 
-    def _write_record(self, record: KeyRecord, *, created: bool) -> None:  # pragma: no cover
+    def write_record(self, record: KeyRecord, *, created: bool) -> None:  # pragma: no cover
         raise NotImplementedError
 
     def compact_bodies(self, through_seq: int) -> int:  # pragma: no cover - never compacts

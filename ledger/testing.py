@@ -54,23 +54,23 @@ from temporal_ledger.ledger import (
     ActionStatus,
     ApprovalRefused,
     Authority,
-    EffectState,
     IdempotencyConflictError,
     InvalidRequest,
     Ledger,
-    NextOperation,
     NoEffect,
     ReconciliationRefused,
     Verdict,
 )
 
 from ._canonical import combine, fingerprint_dimensions
-from ._models import ApprovalState, FailureType
+from ._models import ApprovalState, EffectState, FailureType, NextOperation
 from ._rule import Answer, admit
 from ._testing_child import AUTHORITY, count_effects, hammer_worker, request
 
+__all__ = ["LedgerContract"]
 
-class Counter:
+
+class _CountingAdapter:
     """A far side that counts the effects it is asked to cause."""
 
     def __init__(self, output: Any = None, *, raise_after: BaseException | None = None) -> None:
@@ -85,11 +85,11 @@ class Counter:
         return self.output
 
 
-def types(ledger: Ledger, key: str) -> list[str]:
+def _types(ledger: Ledger, key: str) -> list[str]:
     return [e.type for e in ledger.events(key)]
 
 
-def approval_state(ledger: Ledger, key: str) -> ApprovalState | None:
+def _approval_state(ledger: Ledger, key: str) -> ApprovalState | None:
     approval = ledger.state(key).approval
     return None if approval is None else approval.state
 
@@ -100,15 +100,37 @@ class LedgerContract:
 
     @pytest.fixture
     def ledger_url(self) -> str:
+        """Override: a URL of the backend, at first empty, that ``Ledger.open`` and other
+        processes can open. By default the tests that need one are skipped.
+
+        Returns:
+            The URL.
+        """
         pytest.skip("this backend has no URL that another process could open")
 
     @pytest.fixture
     def open_ledger(self, ledger_url: str) -> Callable[..., Ledger]:
-        """``open_ledger(**options)``: a new :class:`Ledger` over the test's storage."""
+        """Override, or give ``ledger_url``: ``open_ledger(**options)`` opens a new
+        :class:`Ledger` over the test's storage each time it is called.
+
+        Args:
+            ledger_url: The backend's URL (the fixture above).
+
+        Returns:
+            The opener; its keyword arguments are ``Ledger``'s (``lease=...``).
+        """
         return functools.partial(Ledger.open, ledger_url)
 
     @pytest.fixture
     async def ledger(self, open_ledger: Callable[..., Ledger]) -> AsyncIterator[Ledger]:
+        """An open ledger with a 2 second lease, verified again after the test.
+
+        Args:
+            open_ledger: The opener (the fixture above).
+
+        Yields:
+            The ledger.
+        """
         async with open_ledger(lease=2.0) as ledger:
             yield ledger
         # Every ledger a test builds must still verify.
@@ -121,7 +143,7 @@ class LedgerContract:
         seen: dict[str, Any] = {}
 
         def adapter(req: ActionRequest, ctx: Any) -> dict[str, Any]:
-            seen["events"] = types(ledger, req.key)
+            seen["events"] = _types(ledger, req.key)
             seen["ctx"] = ctx
             return {"line": 1}
 
@@ -133,7 +155,7 @@ class LedgerContract:
         assert seen["events"] == ["action.requested", "action.execution_started"]
         assert seen["ctx"].key == "k" and seen["ctx"].fencing_token == 1
         assert seen["ctx"].action_id == result.action_id
-        assert types(ledger, "k") == [
+        assert _types(ledger, "k") == [
             "action.requested",
             "action.execution_started",
             "action.completed",
@@ -157,7 +179,7 @@ class LedgerContract:
     async def test_identical_request_replays_also_after_reopen(
         self, ledger: Ledger, open_ledger: Callable[..., Ledger]
     ) -> None:
-        far_side = Counter()
+        far_side = _CountingAdapter()
         first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         second = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         assert len(far_side.calls) == 1
@@ -174,11 +196,11 @@ class LedgerContract:
         self, ledger: Ledger
     ) -> None:
         req = request("k")
-        await ledger.execute(req, authority=AUTHORITY, adapter=Counter())
+        await ledger.execute(req, authority=AUTHORITY, adapter=_CountingAdapter())
         before = len(ledger.events())
         other = request("k2", action_id=req.action_id)
         with pytest.raises(InvalidRequest, match=r"action_id .* under another key"):
-            await ledger.execute(other, authority=AUTHORITY, adapter=Counter())
+            await ledger.execute(other, authority=AUTHORITY, adapter=_CountingAdapter())
         assert len(ledger.events()) == before
 
     # 3 -------------------------------------------------------------------------------
@@ -199,7 +221,7 @@ class LedgerContract:
         dimension: str,
         change: dict[str, Any],
     ) -> None:
-        far_side = Counter()
+        far_side = _CountingAdapter()
         first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         with pytest.raises(IdempotencyConflictError) as caught:
             await ledger.execute(
@@ -232,7 +254,7 @@ class LedgerContract:
     async def test_key_order_action_id_and_context_do_not_change_identity(
         self, ledger: Ledger
     ) -> None:
-        far_side = Counter()
+        far_side = _CountingAdapter()
         payload = {"a": 1, "b": {"x": [1, 2.5], "y": None}}
         reordered = {"b": {"y": None, "x": [1, 2.5]}, "a": 1}
         await ledger.execute(
@@ -273,7 +295,7 @@ class LedgerContract:
                     "performer": "p",
                 },
                 authority=AUTHORITY,
-                adapter=Counter(),
+                adapter=_CountingAdapter(),
             )
         with pytest.raises(InvalidRequest):
             request("k", precondition=[bad])
@@ -285,7 +307,7 @@ class LedgerContract:
         req = request("k", payload={"line": "x"})
         req.payload["line"] = float("nan")  # frozen model, mutable dict inside
         with pytest.raises(InvalidRequest, match=r"payload\.line: NaN"):
-            await ledger.execute(req, authority=AUTHORITY, adapter=Counter())
+            await ledger.execute(req, authority=AUTHORITY, adapter=_CountingAdapter())
         assert ledger.events() == []
 
     async def test_cyclic_payload_is_refused(self, ledger: Ledger) -> None:
@@ -305,7 +327,7 @@ class LedgerContract:
                     "payload": {"l": listed},
                 },
                 authority=AUTHORITY,
-                adapter=Counter(),
+                adapter=_CountingAdapter(),
             )
         assert ledger.events() == []
 
@@ -331,7 +353,7 @@ class LedgerContract:
         self, ledger: Ledger
     ) -> None:
         stranger = Authority("stranger", ["mail.*"])
-        far_side = Counter()
+        far_side = _CountingAdapter()
         await ledger.execute(request("used"), authority=AUTHORITY, adapter=far_side)
         answers = []
         for key, changes in [("unused", {}), ("used", {}), ("used", {"instruction": "other"})]:
@@ -354,7 +376,7 @@ class LedgerContract:
             )
         }
         assert len(far_side.calls) == 1
-        assert types(ledger, "unused") == [
+        assert _types(ledger, "unused") == [
             "action.requested",
             "action.authorization_refused",
             "action.completed",
@@ -386,7 +408,7 @@ class LedgerContract:
         assert acted == ["k"]
 
     async def test_unknown_effect_of_a_retry_safe_tool_acts_again(self, ledger: Ledger) -> None:
-        far_side = Counter(raise_after=TimeoutError("no answer"))
+        far_side = _CountingAdapter(raise_after=TimeoutError("no answer"))
         first = await ledger.execute(
             request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
         )
@@ -402,7 +424,7 @@ class LedgerContract:
     async def test_a_caller_cannot_declare_an_unguarded_unknown_effect_retry_safe(
         self, ledger: Ledger
     ) -> None:
-        far_side = Counter(raise_after=TimeoutError("no answer"))
+        far_side = _CountingAdapter(raise_after=TimeoutError("no answer"))
         first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         assert first.effect is EffectState.UNKNOWN
         again = await ledger.execute(
@@ -413,7 +435,9 @@ class LedgerContract:
 
     # 6 -------------------------------------------------------------------------------
     async def test_retryable_no_effect_lets_the_key_act_again(self, ledger: Ledger) -> None:
-        far_side = Counter(raise_after=NoEffect("429 busy", retryable=True, retry_after=1.5))
+        far_side = _CountingAdapter(
+            raise_after=NoEffect("429 busy", retryable=True, retry_after=1.5)
+        )
         first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         assert (first.status, first.effect) == (ActionStatus.FAILED, EffectState.NONE)
         assert first.retryable and first.retry_after == 1.5
@@ -427,7 +451,7 @@ class LedgerContract:
         assert len(far_side.calls) == 2
 
     async def test_final_no_effect_replays_the_failure(self, ledger: Ledger) -> None:
-        far_side = Counter(raise_after=NoEffect("400 bad request", retryable=False))
+        far_side = _CountingAdapter(raise_after=NoEffect("400 bad request", retryable=False))
         first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         assert (first.status, first.effect, first.retryable) == (
             ActionStatus.FAILED,
@@ -447,7 +471,7 @@ class LedgerContract:
         effects = tmp_path / "effects.txt"
         lease = 1.5
         _crash_after_acting(ledger_url, "k", effects, lease)
-        far_side = Counter()
+        far_side = _CountingAdapter()
         async with open_ledger(lease=lease) as ledger:
             state = ledger.state("k")
             if state.next_operation is NextOperation.WAIT:
@@ -480,11 +504,11 @@ class LedgerContract:
         )
         await asyncio.to_thread(started.wait, 10)
         with pytest.raises(ActionInProgressError) as busy:
-            await ledger.execute(request("k"), authority=AUTHORITY, adapter=Counter())
+            await ledger.execute(request("k"), authority=AUTHORITY, adapter=_CountingAdapter())
         assert busy.value.holder_action_id == ledger.state("k").holder_action_id
         assert ledger.events("k")[-1].type == "action.deferred"
         waiting = asyncio.create_task(
-            ledger.execute(request("k"), authority=AUTHORITY, adapter=Counter(), wait=10)
+            ledger.execute(request("k"), authority=AUTHORITY, adapter=_CountingAdapter(), wait=10)
         )
         await asyncio.sleep(0.2)
         assert not waiting.done()
@@ -504,7 +528,7 @@ class LedgerContract:
         )
         await asyncio.sleep(2.5)
         with pytest.raises(ActionInProgressError):
-            await ledger.execute(request("k"), authority=AUTHORITY, adapter=Counter())
+            await ledger.execute(request("k"), authority=AUTHORITY, adapter=_CountingAdapter())
         result = await running
         assert result.status is ActionStatus.SUCCEEDED and not result.replayed
 
@@ -569,7 +593,7 @@ class LedgerContract:
         await asyncio.sleep(0.2)
         waiter = request("k")
         waiting = asyncio.create_task(
-            ledger.execute(waiter, authority=AUTHORITY, adapter=Counter(), wait=30)
+            ledger.execute(waiter, authority=AUTHORITY, adapter=_CountingAdapter(), wait=30)
         )
         await asyncio.sleep(0.3)
         waiting.cancel()
@@ -582,8 +606,8 @@ class LedgerContract:
         assert ledger.verify().ok
 
     # 8 -------------------------------------------------------------------------------
-    async def _unknown(self, ledger: Ledger, key: str) -> Counter:
-        far_side = Counter(raise_after=ConnectionResetError("reset"))
+    async def _unknown(self, ledger: Ledger, key: str) -> _CountingAdapter:
+        far_side = _CountingAdapter(raise_after=ConnectionResetError("reset"))
         result = await ledger.execute(request(key), authority=AUTHORITY, adapter=far_side)
         assert result.effect is EffectState.UNKNOWN
         return far_side
@@ -650,7 +674,7 @@ class LedgerContract:
         self, ledger: Ledger
     ) -> None:
         gated = await ledger.execute(
-            request("k"), authority=AUTHORITY, adapter=Counter(), requires_approval=True
+            request("k"), authority=AUTHORITY, adapter=_CountingAdapter(), requires_approval=True
         )
         assert gated.error_type == FailureType.APPROVAL_REQUIRED
         pending = ledger.state("k").approval
@@ -680,7 +704,7 @@ class LedgerContract:
             "properties": {"entry": {"type": "integer"}, "note": {"type": "string"}},
             "required": ["entry"],
         }
-        far_side = Counter(raise_after=ConnectionResetError("lost the reply"))
+        far_side = _CountingAdapter(raise_after=ConnectionResetError("lost the reply"))
         await ledger.execute(
             request("k", output_schema=schema), authority=AUTHORITY, adapter=far_side
         )
@@ -701,7 +725,7 @@ class LedgerContract:
         assert state.effect is EffectState.OBSERVED and state.output == {"entry": 2}
 
     async def test_the_same_submission_again_gets_its_recorded_answer(self, ledger: Ledger) -> None:
-        far_side = Counter({"line": 1})
+        far_side = _CountingAdapter({"line": 1})
         first = await ledger.execute(
             request("k", action_id="act-1"), authority=AUTHORITY, adapter=far_side
         )
@@ -727,7 +751,7 @@ class LedgerContract:
         assert len(far_side.calls) == 1
 
     async def test_reconciling_what_is_not_unknown_is_refused_durably(self, ledger: Ledger) -> None:
-        await ledger.execute(request("done"), authority=AUTHORITY, adapter=Counter())
+        await ledger.execute(request("done"), authority=AUTHORITY, adapter=_CountingAdapter())
         for key in ("done", "never-seen"):
             with pytest.raises(ReconciliationRefused) as refused:
                 await ledger.reconcile(key, "no_effect_confirmed", "ops", "looked")
@@ -741,7 +765,7 @@ class LedgerContract:
 
     # 9 -------------------------------------------------------------------------------
     async def test_precondition_drift_is_refused_before_any_effect(self, ledger: Ledger) -> None:
-        far_side = Counter()
+        far_side = _CountingAdapter()
         result = await ledger.execute(
             request("k", precondition={"size": 3}),
             authority=AUTHORITY,
@@ -752,7 +776,7 @@ class LedgerContract:
         assert result.error_type == "PreconditionDrift"
         assert ledger.state("k").next_operation is NextOperation.FIX_INPUTS
         assert far_side.calls == []
-        assert "action.execution_started" not in types(ledger, "k")
+        assert "action.execution_started" not in _types(ledger, "k")
 
     @pytest.mark.parametrize(
         ("failure", "retryable", "next_operation"),
@@ -772,7 +796,7 @@ class LedgerContract:
         def read_state(req: ActionRequest) -> Any:
             raise failure
 
-        far_side = Counter()
+        far_side = _CountingAdapter()
         result = await ledger.execute(
             request("k", precondition={"size": 1}),
             authority=AUTHORITY,
@@ -790,7 +814,9 @@ class LedgerContract:
     async def test_precondition_without_a_resolver_is_refused(self, ledger: Ledger) -> None:
         with pytest.raises(InvalidRequest, match="precondition"):
             await ledger.execute(
-                request("k", precondition={"size": 3}), authority=AUTHORITY, adapter=Counter()
+                request("k", precondition={"size": 3}),
+                authority=AUTHORITY,
+                adapter=_CountingAdapter(),
             )
         assert ledger.events() == []
 
@@ -830,7 +856,7 @@ class LedgerContract:
         effects = tmp_path / "effects.txt"
         with open_ledger():
             pass  # create the schema before the race
-        tallies = run_hammer(ledger_url, keys, effects, processes=8)
+        tallies = _run_hammer(ledger_url, keys, effects, processes=8)
         counts = count_effects(effects)
         assert sum(counts.values()) == 200
         assert set(counts) == set(keys) and set(counts.values()) == {1}
@@ -853,7 +879,9 @@ class LedgerContract:
             child.send_signal(signal.SIGSTOP)  # a stalled worker: it cannot renew its lease
             await asyncio.sleep(lease + 0.5)
             async with open_ledger(lease=lease) as ledger:
-                taken = await ledger.execute(request("k"), authority=AUTHORITY, adapter=Counter())
+                taken = await ledger.execute(
+                    request("k"), authority=AUTHORITY, adapter=_CountingAdapter()
+                )
                 assert taken.error_type == "Interrupted" and taken.replayed
             child.send_signal(signal.SIGCONT)
             out, _ = child.communicate(timeout=30)
@@ -872,10 +900,12 @@ class LedgerContract:
 
     # 13 ------------------------------------------------------------------------------
     async def test_compaction_keeps_a_tombstone(self, ledger: Ledger) -> None:
-        far_side = Counter(output={"secret": "body"})
+        far_side = _CountingAdapter(output={"secret": "body"})
         first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         await ledger.execute(
-            request("open"), authority=AUTHORITY, adapter=Counter(raise_after=TimeoutError())
+            request("open"),
+            authority=AUTHORITY,
+            adapter=_CountingAdapter(raise_after=TimeoutError()),
         )
         assert await ledger.compact(older_than=0) == 1
         assert all(e.compacted for e in ledger.events("k") if e.type != "action.compacted")
@@ -898,7 +928,7 @@ class LedgerContract:
     async def test_an_approved_call_acts_once_and_replays_without_a_new_approval(
         self, ledger: Ledger
     ) -> None:
-        far_side = Counter()
+        far_side = _CountingAdapter()
         gated: dict[str, Any] = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
         waiting = await ledger.execute(request("k"), **gated)
         assert (waiting.status, waiting.effect) == (ActionStatus.DENIED, EffectState.NONE)
@@ -917,10 +947,10 @@ class LedgerContract:
         assert replay.replayed and len(far_side.calls) == 1
         started = [e for e in ledger.events("k") if e.type == "action.execution_started"]
         assert [e.payload["approval_id"] for e in started] == [approval.approval_id]
-        assert approval_state(ledger, "k") is ApprovalState.CONSUMED
+        assert _approval_state(ledger, "k") is ApprovalState.CONSUMED
 
     async def test_an_approval_holds_only_for_the_exact_request(self, ledger: Ledger) -> None:
-        far_side = Counter()
+        far_side = _CountingAdapter()
         gated: dict[str, Any] = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
         await ledger.execute(request("k"), **gated)
         approved = request("k").fingerprint()
@@ -932,13 +962,13 @@ class LedgerContract:
             await ledger.execute(changed, **gated)
         assert conflict.value.dimensions == ("payload",)
         assert far_side.calls == []
-        assert approval_state(ledger, "k") is ApprovalState.APPROVED
-        assert "action.approval_refused" in types(ledger, "k")
+        assert _approval_state(ledger, "k") is ApprovalState.APPROVED
+        assert "action.approval_refused" in _types(ledger, "k")
 
     async def test_a_consumed_approval_does_not_start_a_second_execution(
         self, ledger: Ledger
     ) -> None:
-        far_side = Counter(raise_after=NoEffect("429 busy", retryable=True))
+        far_side = _CountingAdapter(raise_after=NoEffect("429 busy", retryable=True))
         gated: dict[str, Any] = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
         await ledger.execute(request("k"), **gated)
         fingerprint = request("k").fingerprint()
@@ -957,7 +987,9 @@ class LedgerContract:
         assert len(far_side.calls) == 2
 
     async def test_a_performer_never_approves_its_own_call(self, ledger: Ledger) -> None:
-        gated: dict[str, Any] = dict(authority=AUTHORITY, adapter=Counter(), requires_approval=True)
+        gated: dict[str, Any] = dict(
+            authority=AUTHORITY, adapter=_CountingAdapter(), requires_approval=True
+        )
         await ledger.execute(request("k"), **gated)
         with pytest.raises(ApprovalRefused, match="performer"):
             await ledger.approve(
@@ -965,10 +997,10 @@ class LedgerContract:
             )
         refused = [e for e in ledger.events("k") if e.type == "action.approval_refused"]
         assert refused[0].payload["actor"] == "agent-1"
-        assert approval_state(ledger, "k") is ApprovalState.REQUESTED
+        assert _approval_state(ledger, "k") is ApprovalState.REQUESTED
 
     async def test_a_rejection_ends_the_call_with_no_effect(self, ledger: Ledger) -> None:
-        far_side = Counter()
+        far_side = _CountingAdapter()
         gated: dict[str, Any] = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
         await ledger.execute(request("k"), **gated)
         fingerprint = request("k").fingerprint()
@@ -988,7 +1020,7 @@ class LedgerContract:
 
     async def test_bad_approval_input_records_nothing(self, ledger: Ledger) -> None:
         await ledger.execute(
-            request("k"), authority=AUTHORITY, adapter=Counter(), requires_approval=True
+            request("k"), authority=AUTHORITY, adapter=_CountingAdapter(), requires_approval=True
         )
         before = ledger.events("k")
         fingerprint = request("k").fingerprint()
@@ -1005,7 +1037,10 @@ class LedgerContract:
 
     async def test_verify_names_an_execution_that_bypassed_its_gate(self, ledger: Ledger) -> None:
         await ledger.execute(
-            request("gated"), authority=AUTHORITY, adapter=Counter(), requires_approval=False
+            request("gated"),
+            authority=AUTHORITY,
+            adapter=_CountingAdapter(),
+            requires_approval=False,
         )
         assert ledger.verify().ok
         report = ledger.verify(gated=["files.*"])
@@ -1020,9 +1055,11 @@ class LedgerContract:
         transaction against a record the key no longer has, or against no record where
         the key has one, writes nothing; against the record the key has, it commits."""
         recorder = ledger._recorder  # the recorder's own contract
-        await ledger.execute(request("k"), authority=AUTHORITY, adapter=Counter())
+        await ledger.execute(request("k"), authority=AUTHORITY, adapter=_CountingAdapter())
         stale = recorder.get("k")
-        await ledger.execute(request("k"), authority=AUTHORITY, adapter=Counter())  # a replay
+        await ledger.execute(
+            request("k"), authority=AUTHORITY, adapter=_CountingAdapter()
+        )  # a replay
         current = recorder.get("k")
         assert stale is not None and current is not None
         replayed = request("k")
@@ -1050,7 +1087,7 @@ class LedgerContract:
         assert done[0]
         decision = done[1]
         assert isinstance(decision, Answer) and decision.result.replayed
-        assert types(ledger, "k")[len(before) :] == ["action.requested", "action.completed"]
+        assert _types(ledger, "k")[len(before) :] == ["action.requested", "action.completed"]
         assert ledger.verify().ok
 
     # Hostile values: what tool arguments and outputs written by models can hold --------
@@ -1060,7 +1097,7 @@ class LedgerContract:
         """A NUL in an output is recorded like any character: the key replays, also after
         the ledger is reopened (no write of the same output is refused later)."""
         output = {"ok": "a\u0000b", "\u0000key": ["\u0000"]}
-        far_side = Counter(output)
+        far_side = _CountingAdapter(output)
         first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         again = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         assert first.ok and first.output == output
@@ -1077,7 +1114,9 @@ class LedgerContract:
             deep = {"a": deep}
         with pytest.raises(InvalidRequest, match=r"nested deeper than 100 arrays and objects"):
             await ledger.execute(
-                request("k", payload={"deep": deep}), authority=AUTHORITY, adapter=Counter()
+                request("k", payload={"deep": deep}),
+                authority=AUTHORITY,
+                adapter=_CountingAdapter(),
             )
         with pytest.raises(InvalidRequest, match="payload"):
             request("k", payload={"deep": deep})
@@ -1093,7 +1132,7 @@ class LedgerContract:
         for _ in range(5000):
             deep = [deep]
         for key, output in (("deep", deep), ("nan", {"x": float("nan")}), ("set", {1, 2})):
-            far_side = Counter(output)
+            far_side = _CountingAdapter(output)
             first = await ledger.execute(request(key), authority=AUTHORITY, adapter=far_side)
             assert (first.status, first.effect, first.error_type) == (
                 ActionStatus.FAILED,
@@ -1114,7 +1153,7 @@ class LedgerContract:
             def __str__(self) -> str:
                 return "lone \ud800 surrogate, NUL \u0000, and " + "x" * 100_000
 
-        far_side = Counter(raise_after=Hostile())
+        far_side = _CountingAdapter(raise_after=Hostile())
         first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         assert (first.status, first.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
         assert first.error is not None and "\\ud800" in first.error and "\u0000" in first.error
@@ -1131,7 +1170,7 @@ class LedgerContract:
                 continue  # inside JSON a NUL is an escape like any other
             with pytest.raises(InvalidRequest, match=field):
                 await ledger.execute(
-                    request("k", **{field: bad}), authority=AUTHORITY, adapter=Counter()
+                    request("k", **{field: bad}), authority=AUTHORITY, adapter=_CountingAdapter()
                 )
         with pytest.raises(InvalidRequest, match="principal"):
             Authority("lone \ud800", ["files.*"])
@@ -1152,7 +1191,7 @@ class LedgerContract:
         ]
         key = "k'\\;--$$ E'\\x41'"
         payload = {text: [text, {"nested": text}] for text in texts}
-        far_side = Counter({"echo": texts})
+        far_side = _CountingAdapter({"echo": texts})
         first = await ledger.execute(
             request(key, instruction=texts[0], payload=payload, performer=texts[3]),
             authority=AUTHORITY,
@@ -1183,7 +1222,7 @@ class LedgerContract:
         effects = tmp_path / "effects.txt"
         lease = 3.0  # long enough to be deferred first, on a slow machine too
         _crash_after_acting(ledger_url, "k", effects, lease)
-        far_side = Counter()
+        far_side = _CountingAdapter()
         async with open_ledger(lease=lease) as ledger:
             holder = ledger.state("k").holder_action_id
             assert holder is not None
@@ -1216,7 +1255,7 @@ class LedgerContract:
         effects = tmp_path / "effects.txt"
         lease = 1.5
         _crash_after_acting(ledger_url, "k", effects, lease)
-        far_side = Counter()
+        far_side = _CountingAdapter()
         async with open_ledger(lease=lease) as ledger:
             holder = ledger.state("k").holder_action_id
             assert holder is not None
@@ -1293,7 +1332,9 @@ def _reap(child: subprocess.Popen[str]) -> None:
         child.wait(timeout=10)
 
 
-def run_hammer(url: str, keys: list[str], effects: Path, *, processes: int) -> list[dict[str, int]]:
+def _run_hammer(
+    url: str, keys: list[str], effects: Path, *, processes: int
+) -> list[dict[str, int]]:
     """Start ``processes`` workers together on ``keys``; return their tallies."""
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(processes)

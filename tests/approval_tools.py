@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel
 from temporalio import workflow
+from temporalio.workflow import ActivityConfig
 
 with workflow.unsafe.imports_passed_through():
     from temporal_ledger.activities import ProbeAnswer, tool
@@ -93,6 +95,6 @@ class PaymentWorkflow:
             step=job.step,
             performer=job.performer,
             key=job.key,
-            heartbeat_timeout=None,
+            options=ActivityConfig(heartbeat_timeout=timedelta(0)),
         )
         return receipt.model_dump()

@@ -32,7 +32,7 @@ from pydantic_ai import Agent
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin, TemporalDurability
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.models.function import FunctionModel
-from temporal_ledger.activities import LedgerPlugin, Policy, tool
+from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy, tool
 from temporal_ledger.activities import openai_agents as ledger_openai
 from temporal_ledger.activities import pydantic_ai as ledger_pydantic_ai
 from temporalio import activity
@@ -188,7 +188,10 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
         address,
         plugins=[
             LedgerPlugin(
-                ledger_url, policy=POLICY, lease=LEASE, ledger_activities=["crash_generic_append"]
+                ledger_url,
+                policy=POLICY,
+                options=LedgerOptions(lease=LEASE),
+                ledger_activities=["crash_generic_append"],
             )
         ],
     )
@@ -200,12 +203,13 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
                 model_params=ModelActivityParameters(start_to_close_timeout=START_TO_CLOSE),
                 mcp_servers={"notes": notes_server},
             ),
-            ledger_openai.ledgered_plugin(
+            LedgerPlugin(
                 ledger_url,
-                tools=[crash_oai_append],
-                mcp_servers=["notes"],
                 policy=POLICY,
-                lease=LEASE,
+                options=LedgerOptions(lease=LEASE),
+                ledger_activities=ledger_openai.activity_rules(
+                    tools=[crash_oai_append], mcp_servers=["notes"]
+                ),
             ),
         ],
     )
@@ -213,8 +217,11 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
         address,
         plugins=[
             PydanticAIPlugin(),
-            ledger_pydantic_ai.ledgered_plugin(
-                ledger_url, agents=[AGENT_NAME], policy=POLICY, lease=LEASE
+            LedgerPlugin(
+                ledger_url,
+                policy=POLICY,
+                options=LedgerOptions(lease=LEASE),
+                ledger_activities=ledger_pydantic_ai.activity_rules(AGENT_NAME),
             ),
         ],
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from temporalio import workflow
+from temporalio.workflow import ActivityConfig
 
 # One module for the workflows of all three workers: everything it imports is passed
 # through, so that each worker's sandbox accepts it.
@@ -32,8 +33,9 @@ class CrashRunToolWorkflow:
             Cell(cell=cell),
             step="append",
             performer="crash-matrix",
-            start_to_close_timeout=START_TO_CLOSE,
-            heartbeat_timeout=HEARTBEAT,
+            options=ActivityConfig(
+                start_to_close_timeout=START_TO_CLOSE, heartbeat_timeout=HEARTBEAT
+            ),
         )
         return out.text
 
@@ -45,8 +47,9 @@ class CrashGenericWorkflow:
         return await workflow.execute_activity(
             crash_generic_append,
             Cell(cell=cell),
-            start_to_close_timeout=START_TO_CLOSE,
-            heartbeat_timeout=HEARTBEAT,
+            options=ActivityConfig(
+                start_to_close_timeout=START_TO_CLOSE, heartbeat_timeout=HEARTBEAT
+            ),
         )
 
 

@@ -51,7 +51,7 @@ class MemoryTransaction(Transaction):
         self._record: KeyRecord | None = None
         self._compacted_through: int | None = None
 
-    def _insert_event(self, event: PendingEvent) -> None:
+    def insert_event(self, event: PendingEvent) -> None:
         if event.type == EventType.REQUESTED and (
             event.action_id in self._store.requested
             or any(e.action_id == event.action_id and e.type == event.type for e in self._events)
@@ -62,7 +62,7 @@ class MemoryTransaction(Transaction):
             )
         self._events.append(event)
 
-    def _write_record(self, record: KeyRecord, *, created: bool) -> None:
+    def write_record(self, record: KeyRecord, *, created: bool) -> None:
         self._record = copy.deepcopy(record)
 
     def compact_bodies(self, through_seq: int) -> int:

@@ -12,7 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from temporal_ledger.activities import ProbeAnswer, absent, present
+from temporal_ledger.activities import ProbeAnswer
 from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -39,8 +39,8 @@ async def find_refund(key: str, args: list[Any]) -> ProbeAnswer:
     book = Path(os.environ["SUPPORT_DIR"]) / "refunds.jsonl"
     entries = [json.loads(line) for line in book.read_text().splitlines()] if book.exists() else []
     if {"order": order, "cents": cents} in entries:
-        return present(f"refunded {cents} cents on {order}", [f"{book}: {order}"])
-    return absent([f"{book}: no refund of {order}"])
+        return ProbeAnswer.present(f"refunded {cents} cents on {order}", [f"{book}: {order}"])
+    return ProbeAnswer.absent([f"{book}: no refund of {order}"])
 
 
 TOOLS = [issue_refund, refund_and_lose_reply]

@@ -120,8 +120,8 @@ class TurnCounter:
 async def measure(url: str, calls: int = 5) -> dict[str, float]:
     """Turns per fresh execute and per replay, on a warm pool, averaged over ``calls``."""
     from temporal_ledger.ledger import Ledger
+    from temporal_ledger.ledger._postgres import PostgresRecorder
     from temporal_ledger.ledger._testing_child import AUTHORITY, request
-    from temporal_ledger.ledger.postgres import PostgresRecorder
 
     counter = TurnCounter(url)
     try:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporal_ledger.activities import LedgerPlugin
+from temporal_ledger.activities import LedgerOptions, LedgerPlugin
 from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import Ledger
 from temporalio.client import Client
@@ -56,7 +56,9 @@ class Setup:
     lease: float = 2.0
 
     def plugin(self) -> LedgerPlugin:
-        return LedgerPlugin(self.ledger_url, policy=self.policy, lease=self.lease)
+        return LedgerPlugin(
+            self.ledger_url, policy=self.policy, options=LedgerOptions(lease=self.lease)
+        )
 
     async def client(self) -> Client:
         return await Client.connect(self.address, plugins=[self.plugin()])

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
-from temporal_ledger.activities import ActivityOptions, tool, tool_context
+from temporal_ledger.activities import tool, tool_context
 from temporal_ledger.ledger import NoEffect
 from temporal_ledger.workflows import run_tool
 from temporalio import workflow
+from temporalio.workflow import ActivityConfig
 
 with workflow.unsafe.imports_passed_through():
     from examples.agent.activities import register_agent_tool
@@ -141,7 +142,7 @@ class StepsWorkflow:
                 performer=call.performer,
                 key=call.key,
                 precondition=call.precondition,
-                heartbeat_timeout=timedelta(seconds=2),
+                options=ActivityConfig(heartbeat_timeout=timedelta(seconds=2)),
             )
             outputs.append(out.model_dump() if out is not None else None)
         return outputs
@@ -183,8 +184,8 @@ class NotifyWorkflow:
 
 @workflow.defn
 class OptionsWorkflow:
-    """Two appends: one with the plugin's options, one with its own (and a keyword
-    argument from before ``ActivityOptions``)."""
+    """Two appends: one with the plugin's options, one with its own (no heartbeat
+    timeout: ``timedelta(0)``)."""
 
     @workflow.run
     async def run(self, path: str) -> None:
@@ -194,6 +195,42 @@ class OptionsWorkflow:
             AppendLine(path=path, line="b"),
             step="b",
             performer="agent",
-            options=ActivityOptions(start_to_close_timeout=timedelta(seconds=50)),
-            heartbeat_timeout=None,
+            options=ActivityConfig(
+                start_to_close_timeout=timedelta(seconds=50), heartbeat_timeout=timedelta(0)
+            ),
         )
+
+
+@workflow.defn
+class WaitsBeforeToolsWorkflow:
+    """Waits for signal ``go`` before its one tool call: the plugin's handlers must answer
+    while no tool has run."""
+
+    def __init__(self) -> None:
+        self._go = False
+
+    @workflow.signal
+    def go(self) -> None:
+        self._go = True
+
+    @workflow.run
+    async def run(self, path: str) -> None:
+        await workflow.wait_condition(lambda: self._go)
+        await run_tool(append_line, AppendLine(path=path, line="went"), step="a", performer="agent")
+
+
+@workflow.defn
+class OwnReconcileWorkflow:
+    """A workflow with a signal of its own named ``reconcile``, and no ledgered call."""
+
+    def __init__(self) -> None:
+        self._heard: list[str] = []
+
+    @workflow.signal(name="reconcile")
+    def own_reconcile(self, word: str) -> None:
+        self._heard.append(word)
+
+    @workflow.run
+    async def run(self) -> list[str]:
+        await workflow.wait_condition(lambda: bool(self._heard))
+        return self._heard

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 from temporal_ledger.activities.http import wire_key
-from temporal_ledger.ledger import ActionRequest, EventType, Ledger
-from temporal_ledger.ledger._models import ApprovalState
+from temporal_ledger.ledger import ActionRequest, Ledger
+from temporal_ledger.ledger._models import ApprovalState, EventType
 from temporalio.client import (
     Client,
     WorkflowFailureError,

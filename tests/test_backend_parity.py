@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from temporal_ledger.ledger import IdempotencyConflictError, Ledger
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
-from temporal_ledger.ledger.testing import Counter
+from temporal_ledger.ledger.testing import _CountingAdapter
 
 from tests.temporal_support import ROOT
 
@@ -19,22 +19,22 @@ pytestmark = pytest.mark.postgres
 
 async def _write_the_same_history(url: str) -> None:
     async with Ledger.open(url) as ledger:
-        await ledger.execute(request("ok"), authority=AUTHORITY, adapter=Counter())
-        await ledger.execute(request("ok"), authority=AUTHORITY, adapter=Counter())
+        await ledger.execute(request("ok"), authority=AUTHORITY, adapter=_CountingAdapter())
+        await ledger.execute(request("ok"), authority=AUTHORITY, adapter=_CountingAdapter())
         with pytest.raises(IdempotencyConflictError):
             await ledger.execute(
-                request("ok", instruction="other"), authority=AUTHORITY, adapter=Counter()
+                request("ok", instruction="other"), authority=AUTHORITY, adapter=_CountingAdapter()
             )
         await ledger.execute(
             request("lost"),
             authority=AUTHORITY,
-            adapter=Counter(raise_after=ConnectionResetError("reset")),
+            adapter=_CountingAdapter(raise_after=ConnectionResetError("reset")),
         )
         await ledger.reconcile("lost", "effect_confirmed", "ops", "seen", output={"n": 1})
         await ledger.execute(
             request("denied"),
             authority=AUTHORITY.model_copy(update={"capabilities": ()}),
-            adapter=Counter(),
+            adapter=_CountingAdapter(),
         )
 
 

@@ -8,6 +8,7 @@ from the network (the theme's fonts are off, no plugin downloads).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -114,3 +115,16 @@ def test_a_broken_page_fails_the_build(
     done = build(copy, tmp_path / "site")
     assert done.returncode != 0
     assert named in done.stderr + done.stdout
+
+
+def test_the_error_types_table_lists_every_type_a_ledgered_activity_raises() -> None:
+    from temporal_ledger.activities._protocol import FINAL_ERROR_TYPES, ErrorType
+
+    page = (ROOT / "docs" / "operating.md").read_text(encoding="utf-8")
+    section = page.split("## Error types", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (`.*?) \| .* \| (\w+) \|$", section, re.M)
+    listed = {name: retried for names, retried in rows for name in re.findall(r"`(\w+)`", names)}
+    assert set(listed) == {error.value for error in ErrorType}
+    assert {name for name, retried in listed.items() if retried == "no"} >= {
+        error.value for error in FINAL_ERROR_TYPES
+    }

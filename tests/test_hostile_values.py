@@ -16,13 +16,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from temporal_ledger.ledger import (
-    ActionRequest,
-    ActionStatus,
-    EffectState,
-    InvalidRequest,
-    Ledger,
-)
+from temporal_ledger.ledger import ActionRequest, ActionStatus, InvalidRequest, Ledger
+from temporal_ledger.ledger._models import EffectState
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
 
 SQL_LIKE = [

@@ -18,14 +18,11 @@ from typing import Any
 
 import httpx
 import pytest
-from temporal_ledger.activities.http import (
-    HttpEffectUnknown,
-    HttpResult,
-    parse_retry_after,
-    request_json,
-    wire_key,
-)
-from temporal_ledger.ledger import ActionStatus, Authority, EffectState, Ledger, NoEffect
+from temporal_ledger.activities.http import HttpResult, request_json, wire_key
+from temporal_ledger.activities.http import _HttpEffectUnknown as HttpEffectUnknown
+from temporal_ledger.activities.http import _parse_retry_after as parse_retry_after
+from temporal_ledger.ledger import ActionStatus, Authority, Ledger, NoEffect
+from temporal_ledger.ledger._models import EffectState
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker

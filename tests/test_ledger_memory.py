@@ -28,7 +28,7 @@ def test_the_package_imports_without_pytest_and_the_suite_names_its_extra() -> N
     script = """
 import sys
 sys.modules["pytest"] = None  # as if it were not installed
-import temporal_ledger.ledger, temporal_ledger.ledger.sqlite, temporal_ledger.ledger.postgres
+import temporal_ledger.ledger, temporal_ledger.ledger._sqlite, temporal_ledger.ledger._postgres
 assert "pytest" not in {name for name, module in sys.modules.items() if module is not None}
 try:
     import temporal_ledger.ledger.testing

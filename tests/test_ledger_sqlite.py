@@ -10,16 +10,15 @@ import pytest
 from temporal_ledger.ledger import (
     ActionStatus,
     Authority,
-    EffectState,
     IdempotencyConflictError,
     InvalidRequest,
     Ledger,
     LedgerUnavailable,
-    NextOperation,
 )
+from temporal_ledger.ledger._models import EffectState, NextOperation
+from temporal_ledger.ledger._sqlite import SQLiteRecorder
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
-from temporal_ledger.ledger.sqlite import SQLiteRecorder
-from temporal_ledger.ledger.testing import Counter, LedgerContract
+from temporal_ledger.ledger.testing import LedgerContract, _CountingAdapter
 
 
 class TestSQLiteLedger(LedgerContract):
@@ -45,15 +44,17 @@ def test_sqlite_file_is_wal_with_full_sync(sqlite_url: str, tmp_path: Path) -> N
 # 12 ---------------------------------------------------------------------------------
 async def _populated(url: str) -> dict[str, str]:
     async with Ledger.open(url) as ledger:
-        ok = await ledger.execute(request("ok"), authority=AUTHORITY, adapter=Counter())
-        await ledger.execute(request("ok"), authority=AUTHORITY, adapter=Counter())
+        ok = await ledger.execute(request("ok"), authority=AUTHORITY, adapter=_CountingAdapter())
+        await ledger.execute(request("ok"), authority=AUTHORITY, adapter=_CountingAdapter())
         failed = await ledger.execute(
-            request("failed"), authority=AUTHORITY, adapter=Counter(raise_after=OSError("x"))
+            request("failed"),
+            authority=AUTHORITY,
+            adapter=_CountingAdapter(raise_after=OSError("x")),
         )
-        await ledger.execute(request("failed"), authority=AUTHORITY, adapter=Counter())
+        await ledger.execute(request("failed"), authority=AUTHORITY, adapter=_CountingAdapter())
         try:
             await ledger.execute(
-                request("ok", instruction="other"), authority=AUTHORITY, adapter=Counter()
+                request("ok", instruction="other"), authority=AUTHORITY, adapter=_CountingAdapter()
             )
         except Exception:
             pass
@@ -160,7 +161,7 @@ class _AnswerLostOnce(SQLiteRecorder):
 
 
 async def test_a_claim_whose_commit_answer_was_lost_is_released(sqlite_url: str) -> None:
-    far_side = Counter()
+    far_side = _CountingAdapter()
     ledger = Ledger(_AnswerLostOnce.from_url(sqlite_url), lease=30, url=sqlite_url)
     async with ledger:
         with pytest.raises(LedgerUnavailable):
@@ -192,7 +193,7 @@ class _CountedBatches(SQLiteRecorder):
 
 async def test_concurrent_calls_share_durable_commits(tmp_path: Path) -> None:
     recorder = _CountedBatches(tmp_path / "ledger.db")
-    far_side = Counter()
+    far_side = _CountingAdapter()
     async with Ledger(recorder, lease=5.0) as ledger:
         results = await asyncio.gather(
             *(
@@ -218,14 +219,14 @@ async def test_one_failing_transition_does_not_undo_its_batch(tmp_path: Path) ->
     recorder = _CountedBatches(tmp_path / "ledger.db")
     async with Ledger(recorder, lease=5.0) as ledger:
         await ledger.execute(
-            request("taken", action_id="same"), authority=AUTHORITY, adapter=Counter()
+            request("taken", action_id="same"), authority=AUTHORITY, adapter=_CountingAdapter()
         )
         outcomes = await asyncio.gather(
             ledger.execute(
-                request("other", action_id="same"), authority=AUTHORITY, adapter=Counter()
+                request("other", action_id="same"), authority=AUTHORITY, adapter=_CountingAdapter()
             ),
             *(
-                ledger.execute(request(f"k{i}"), authority=AUTHORITY, adapter=Counter())
+                ledger.execute(request(f"k{i}"), authority=AUTHORITY, adapter=_CountingAdapter())
                 for i in range(8)
             ),
             return_exceptions=True,
@@ -283,7 +284,7 @@ def test_a_transition_failing_after_it_wrote_is_undone_alone(tmp_path: Path) -> 
 async def test_a_batched_replay_answers_from_the_record_and_audits_atomically(
     sqlite_url: str,
 ) -> None:
-    far_side = Counter({"line": 1})
+    far_side = _CountingAdapter({"line": 1})
     async with Ledger.open(sqlite_url, replay_audit="batched") as ledger:
         first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
         replays = await asyncio.gather(
@@ -319,7 +320,7 @@ def test_replay_audit_must_be_durable_or_batched(sqlite_url: str) -> None:
 
 
 def test_migrations_are_applied_in_order_and_recorded(tmp_path: Path) -> None:
-    from temporal_ledger.ledger.sqlite import MIGRATIONS
+    from temporal_ledger.ledger._sqlite import MIGRATIONS
 
     path = tmp_path / "ledger.db"
     SQLiteRecorder(path).close()

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 from agents.mcp import MCPServerStdio
-from temporal_ledger.activities import LedgerPlugin, Policy
-from temporal_ledger.activities.openai_agents import ledgered_plugin
+from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy
+from temporal_ledger.activities.openai_agents import activity_rules
 from temporal_ledger.ledger import Ledger
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
@@ -93,13 +93,14 @@ class Desk:
         )
 
     def ledger_plugin(self, *, probes: bool = False) -> LedgerPlugin:
-        return ledgered_plugin(
+        rules = activity_rules(
+            tools=TOOLS, mcp_servers=["notes"], probes=PROBES if probes else None
+        )
+        return LedgerPlugin(
             self.ledger_url,
-            tools=TOOLS,
-            mcp_servers=["notes"],
-            probes=PROBES if probes else None,
             policy=self.policy,
-            lease=2.0,
+            options=LedgerOptions(lease=2.0),
+            ledger_activities=rules,
         )
 
     @contextlib.asynccontextmanager

@@ -23,17 +23,16 @@ from temporal_ledger.ledger import (
     ActionRequest,
     ActionResult,
     ActionStatus,
-    EffectState,
-    ExecutionContext,
     InvalidRequest,
     Ledger,
     LedgerUnavailable,
     NoEffect,
 )
+from temporal_ledger.ledger._models import EffectState, ExecutionContext
+from temporal_ledger.ledger._postgres import MIGRATIONS, PostgresRecorder
 from temporal_ledger.ledger._recorder import SCHEMA_VERSION
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
 from temporal_ledger.ledger._transaction import KeyRecord
-from temporal_ledger.ledger.postgres import MIGRATIONS, PostgresRecorder
 
 from tests import pg
 from tests.pg_turns import TurnCounter, measure

@@ -25,15 +25,10 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 from temporal_ledger.activities import tool, tool_context
-from temporal_ledger.ledger import (
-    ActionRequest,
-    ActionStatus,
-    EffectState,
-    ExecutionContext,
-    Ledger,
-)
+from temporal_ledger.ledger import ActionRequest, ActionStatus, Ledger
+from temporal_ledger.ledger._models import EffectState, ExecutionContext
+from temporal_ledger.ledger._postgres import PostgresRecorder
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
-from temporal_ledger.ledger.postgres import PostgresRecorder
 from temporalio.worker import Worker
 
 from tests import pg

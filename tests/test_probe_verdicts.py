@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from temporal_ledger.ledger import Ledger, NextOperation
+from temporal_ledger.ledger import Ledger
+from temporal_ledger.ledger._models import NextOperation
 
 from tests.forgery import append_forged_event
 from tests.test_ledger_cli import cli

@@ -9,7 +9,17 @@ import re
 
 import pytest
 
-from tests.public_api import MODULES, RECORD, differences, face, undocumented
+from tests.public_api import (
+    DEPRECATED_MODULES,
+    MODULES,
+    MOST_NAMES,
+    RECORD,
+    ROOT,
+    SUBPACKAGES,
+    differences,
+    face,
+    undocumented,
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +62,59 @@ def test_the_readmes_table_of_public_names_is_the_face() -> None:
     """The table of public names, moved from the README to the API reference page, names
     exactly the face."""
     page = (RECORD.parent.parent / "docs" / "reference" / "index.md").read_text(encoding="utf-8")
-    section = page.split("## Public names", 1)[1].split("\n## ", 1)[0]
+    section = page.split("## Public names", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
     rows = {
         match.group(1): set(re.findall(r"`([\w.]+)`", match.group(2)))
         for match in re.finditer(r"^\| `([\w.]+)` \| (.*) \|$", section, re.M)
     }
     assert rows == {module: set(importlib.import_module(module).__all__) for module in MODULES}
+
+
+def test_the_face_has_at_most_forty_names(current: dict[str, dict[str, object]]) -> None:
+    counts = {module: len(names) for module, names in current.items()}
+    assert sum(counts.values()) <= MOST_NAMES, counts
+
+
+def test_every_public_module_is_in_the_face_or_deprecated() -> None:
+    """A module without a leading underscore is public: its ``__all__`` is recorded, or
+    it is a deprecated module that exports nothing."""
+    public = {
+        f"temporal_ledger.{folder}" + ("" if path.stem == "__init__" else f".{path.stem}")
+        for folder in SUBPACKAGES
+        for path in (ROOT / folder).glob("*.py")
+        if not path.stem.startswith("_") or path.stem == "__init__"
+    }
+    assert public == set(MODULES) | set(DEPRECATED_MODULES)
+    for module in DEPRECATED_MODULES:
+        assert importlib.import_module(module).__all__ == []
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "instead"),
+    [
+        ("temporal_ledger.ledger", "EffectState", "string"),
+        ("temporal_ledger.ledger", "Decision", "'approve' or 'reject'"),
+        ("temporal_ledger.ledger.sqlite", "SQLiteRecorder", "Ledger.open(url)"),
+        ("temporal_ledger.activities", "ActivityOptions", "ActivityConfig"),
+        ("temporal_ledger.activities", "present", "ProbeAnswer.present"),
+        ("temporal_ledger.activities.http", "HttpEffectUnknown", "unknown"),
+        ("temporal_ledger.activities.openai_agents", "MODEL_ACTIVITIES", "activity_rules"),
+        ("temporal_ledger.workflows", "OpenEffect", "open_effects"),
+        ("temporal_ledger.workflows", "replay_histories", "Replayer"),
+    ],
+)
+def test_an_old_name_still_works_and_says_what_to_use_instead(
+    module: str, name: str, instead: str
+) -> None:
+    with pytest.warns(DeprecationWarning, match="goes in 0.4") as caught:
+        found = getattr(importlib.import_module(module), name)
+    assert found is not None
+    assert instead in str(caught[0].message)
+    assert name not in importlib.import_module(module).__all__
+
+
+def test_an_unknown_name_is_still_an_attribute_error() -> None:
+    import temporal_ledger.activities
+
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        temporal_ledger.activities.nothing_here  # noqa: B018

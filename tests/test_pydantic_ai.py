@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
-from temporal_ledger.activities import Policy, step_key
+from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy, step_key
 from temporal_ledger.activities._generic import capability_for, execute_through_ledger
 from temporal_ledger.activities._protocol import ANCHOR_HEADER, PLACEHOLDER
 from temporal_ledger.activities._runtime import Runtime
-from temporal_ledger.activities.pydantic_ai import ledgered_plugin
+from temporal_ledger.activities.pydantic_ai import activity_rules
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
 from temporalio import activity
@@ -54,7 +54,12 @@ POLICY = Policy(
 async def running(
     address: str, ledger_url: str, *, interceptors: list[Interceptor] | None = None
 ) -> AsyncIterator[tuple[Client, str]]:
-    plugin = ledgered_plugin(ledger_url, agents=[temporal_agent], policy=POLICY, lease=2.0)
+    plugin = LedgerPlugin(
+        ledger_url,
+        policy=POLICY,
+        options=LedgerOptions(lease=2.0),
+        ledger_activities=activity_rules(temporal_agent),
+    )
     # pydantic-ai's plugin first or last: both install a pydantic converter; ours keeps
     # pydantic-ai's subclass (checked below).
     client = await Client.connect(address, plugins=[PydanticAIPlugin(), plugin])
@@ -77,7 +82,9 @@ async def test_plugins_combine_and_keep_pydantic_ai_converter(tmp_path: Path) ->
 
     ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
     for order in ("ai-first", "ledger-first"):
-        plugin = ledgered_plugin(ledger_url, agents=[AGENT_NAME], policy=POLICY)
+        plugin = LedgerPlugin(
+            ledger_url, policy=POLICY, ledger_activities=activity_rules(AGENT_NAME)
+        )
         plugins: list[Any] = [PydanticAIPlugin(), plugin]
         if order == "ledger-first":
             plugins.reverse()

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
-from temporal_ledger.activities import LedgerPlugin, Policy
+from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy
 from temporal_ledger.activities._protocol import PLACEHOLDER
-from temporal_ledger.activities.pydantic_ai import ledgered_plugin
+from temporal_ledger.activities.pydantic_ai import activity_rules
 from temporal_ledger.ledger import Ledger
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
@@ -58,7 +58,12 @@ class Desk:
         self.ticket = f"T-{uuid.uuid4().hex[:6]}"
 
     def ledger_plugin(self) -> LedgerPlugin:
-        return ledgered_plugin(self.ledger_url, agents=[AGENT_NAME], policy=self.policy, lease=2.0)
+        return LedgerPlugin(
+            self.ledger_url,
+            policy=self.policy,
+            options=LedgerOptions(lease=2.0),
+            ledger_activities=activity_rules(AGENT_NAME),
+        )
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Client]:

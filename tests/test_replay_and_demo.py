@@ -9,7 +9,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from temporal_ledger.workflows import replay_histories
+from temporal_ledger.activities import LedgerPlugin
+from temporal_ledger.workflows._replay import replay_histories
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+from temporalio.workflow import NondeterminismError
 
 from examples.agent.workflows import AGENT_WORKFLOWS
 from examples.approval.workflows import APPROVAL_WORKFLOWS
@@ -98,11 +102,13 @@ async def test_exported_history_replays_and_a_changed_workflow_does_not(setup: S
     )
     history = setup.folder / f"{workflow_id}.json"
     history.write_text(exported)
-    good = await replay_histories([history], workflows=EXAMPLE_WORKFLOWS)
-    assert good[0].ok, good[0].error
-    bad = await replay_histories([history], workflows=[ChangedAppendLinesWorkflow])
-    assert not bad[0].ok
-    assert bad[0].error is not None and bad[0].error.startswith("NondeterminismError")
+    # As the README shows it: temporalio's Replayer with the plugin, no ledger.
+    recorded = WorkflowHistory.from_json(workflow_id, exported)
+    good = Replayer(workflows=EXAMPLE_WORKFLOWS, plugins=[LedgerPlugin()])
+    await good.replay_workflow(recorded)
+    bad = Replayer(workflows=[ChangedAppendLinesWorkflow], plugins=[LedgerPlugin()])
+    with pytest.raises(NondeterminismError):
+        await bad.replay_workflow(recorded)
     code = await asyncio.create_subprocess_exec(
         str(CLI),
         "replay",

@@ -6,7 +6,8 @@ import pytest
 from pydantic import BaseModel
 from temporal_ledger.activities._protocol import PLACEHOLDER, holds_placeholder
 from temporal_ledger.activities._results import AsReturned
-from temporal_ledger.activities.openai_agents import McpContent, activity_rules
+from temporal_ledger.activities.openai_agents import _McpContent as McpContent
+from temporal_ledger.activities.openai_agents import activity_rules
 from temporal_ledger.activities.pydantic_ai import ToolReturn
 
 

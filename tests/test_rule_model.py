@@ -16,16 +16,9 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from temporal_ledger.ledger import (
-    ActionRequest,
-    ActionStatus,
-    Authority,
-    Decision,
-    EffectState,
-    Verdict,
-)
+from temporal_ledger.ledger import ActionRequest, ActionStatus, Authority, Verdict
 from temporal_ledger.ledger._canonical import combine, fingerprint_dimensions
-from temporal_ledger.ledger._models import FailureType, may_act_again
+from temporal_ledger.ledger._models import Decision, EffectState, FailureType, may_act_again
 from temporal_ledger.ledger._rule import (
     Answer,
     Busy,
@@ -53,10 +46,10 @@ class Sketch(Transaction):
         self.appended: list[PendingEvent] = []
         self.saved: KeyRecord | None = None
 
-    def _insert_event(self, event: PendingEvent) -> None:
+    def insert_event(self, event: PendingEvent) -> None:
         self.appended.append(event)
 
-    def _write_record(self, record: KeyRecord, *, created: bool) -> None:
+    def write_record(self, record: KeyRecord, *, created: bool) -> None:
         self.saved = record
 
     def compact_bodies(self, through_seq: int) -> int:

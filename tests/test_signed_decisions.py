@@ -25,8 +25,8 @@ from temporal_ledger.activities._protocol import ApproveInput
 from temporal_ledger.activities._reconcile import approve_call
 from temporal_ledger.activities._runtime import Runtime, _runtime
 from temporal_ledger.activities.http import wire_key
-from temporal_ledger.ledger import ActionRequest, EventType, InvalidRequest, Ledger
-from temporal_ledger.ledger._models import ApprovalState
+from temporal_ledger.ledger import ActionRequest, InvalidRequest, Ledger
+from temporal_ledger.ledger._models import ApprovalState, EventType
 from temporal_ledger.ledger._signatures import (
     Signers,
     decision_statement,

@@ -12,7 +12,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from temporal_ledger.ledger import ActionStatus, EffectState, Ledger
+from temporal_ledger.ledger import ActionStatus, Ledger
+from temporal_ledger.ledger._models import EffectState
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 

@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 from markdown_it import MarkdownIt
-from temporal_ledger.ledger import Decision, Ledger
-from temporal_ledger.workflows import OpenEffect, PendingApproval
+from temporal_ledger.ledger import Ledger
+from temporal_ledger.ledger._models import Decision
+from temporal_ledger.workflows._inbox import OpenEffect, PendingApproval
 from temporal_ledger.workflows._render import (
     COMMAND_WIDTH,
     Where,

@@ -11,9 +11,9 @@ from typing import Any
 
 import psycopg
 from temporal_ledger.ledger import Ledger
+from temporal_ledger.ledger._sqlite import path_from_url
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
-from temporal_ledger.ledger.sqlite import path_from_url
-from temporal_ledger.ledger.testing import Counter
+from temporal_ledger.ledger.testing import _CountingAdapter
 
 
 @contextmanager
@@ -33,8 +33,10 @@ def database(url: str) -> Iterator[Any]:
 async def _populate(url: str) -> None:
     async with Ledger.open(url) as ledger:
         for key in ("a", "b", "c/with/slashes", "d"):
-            await ledger.execute(request(key), authority=AUTHORITY, adapter=Counter())
-        await ledger.execute(request("b"), authority=AUTHORITY, adapter=Counter())  # a replay
+            await ledger.execute(request(key), authority=AUTHORITY, adapter=_CountingAdapter())
+        await ledger.execute(
+            request("b"), authority=AUTHORITY, adapter=_CountingAdapter()
+        )  # a replay
         assert ledger.verify().ok
 
 
@@ -64,9 +66,9 @@ async def test_a_ledger_made_before_the_tally_gets_one_and_verifies(ledger_url: 
         conn.execute("UPDATE ledger_meta SET value = '1' WHERE name = 'schema_version'")
     async with Ledger.open(ledger_url) as ledger:
         assert ledger.verify().ok
-        again = await ledger.execute(request("a"), authority=AUTHORITY, adapter=Counter())
+        again = await ledger.execute(request("a"), authority=AUTHORITY, adapter=_CountingAdapter())
         assert again.replayed
-        await ledger.execute(request("e"), authority=AUTHORITY, adapter=Counter())
+        await ledger.execute(request("e"), authority=AUTHORITY, adapter=_CountingAdapter())
         report = ledger.verify()
         assert report.ok, report.problems
     with database(ledger_url) as conn:

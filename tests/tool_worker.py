@@ -7,7 +7,7 @@ import asyncio
 import signal
 import sys
 
-from temporal_ledger.activities import LedgerPlugin
+from temporal_ledger.activities import LedgerOptions, LedgerPlugin
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -27,7 +27,8 @@ async def main(
     workflows: bool = False,
 ) -> None:
     client = await Client.connect(
-        address, plugins=[LedgerPlugin(ledger_url, policy=policy, lease=lease)]
+        address,
+        plugins=[LedgerPlugin(ledger_url, policy=policy, options=LedgerOptions(lease=lease))],
     )
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

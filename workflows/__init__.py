@@ -1,13 +1,14 @@
-"""The workflow side: ``run_tool``, the typed errors it raises, what a waiting run shows
-its operators, and replay of exported histories.
+"""The workflow side: ``run_tool`` and the typed errors it raises.
 
 A call that needs a person (an unknown effect, an approval) waits in its run: the run
-answers query ``open_effects`` with :class:`OpenEffect` s and ``pending_approvals`` with
-:class:`PendingApproval` s, and takes update (or signal) ``reconcile`` and update
-``approve``.
+answers query ``open_effects`` and ``pending_approvals`` (JSON lists of what waits, each
+with the command that answers it), and takes update (or signal) ``reconcile`` and update
+``approve``; :func:`install_reconciliation` registers them before the first call.
 """
 
-from ..activities import ActivityOptions
+from ..activities._protocol import ActivityOptions as _ActivityOptions
+from ..activities._protocol import moved_names
+from . import _inbox, _replay, _run_tool
 from ._errors import (
     ToolConflictError,
     ToolDeniedError,
@@ -15,23 +16,33 @@ from ._errors import (
     ToolFailedError,
     ToolRejectedError,
 )
-from ._inbox import OpenEffect, PendingApproval, Rejection, install_reconciliation
-from ._replay import ReplayReport, replay_histories
-from ._run_tool import default_key, run_tool
+from ._run_tool import run_tool
 
 __all__ = [
-    "ActivityOptions",
-    "OpenEffect",
-    "PendingApproval",
-    "Rejection",
-    "ReplayReport",
     "ToolConflictError",
     "ToolDeniedError",
     "ToolError",
     "ToolFailedError",
     "ToolRejectedError",
-    "default_key",
-    "install_reconciliation",
-    "replay_histories",
     "run_tool",
 ]
+
+#: Names that left the public face in 0.3, with what to use instead; gone in 0.4.
+_QUERY = "read query {} as JSON"
+_REPLAY = "replay with temporalio's Replayer and the LedgerPlugin"
+__getattr__ = moved_names(
+    __name__,
+    {
+        "ActivityOptions": (_ActivityOptions, "pass run_tool options=ActivityConfig(...)"),
+        "OpenEffect": (_inbox.OpenEffect, _QUERY.format("open_effects")),
+        "PendingApproval": (_inbox.PendingApproval, _QUERY.format("pending_approvals")),
+        "Rejection": (_inbox.Rejection, _QUERY.format("reconcile_rejections")),
+        "ReplayReport": (_replay.ReplayReport, _REPLAY),
+        "install_reconciliation": (
+            _inbox.install_reconciliation,
+            "the LedgerPlugin registers the handlers as every run starts",
+        ),
+        "default_key": (_run_tool.default_key, "use activities.step_key(...)"),
+        "replay_histories": (_replay.replay_histories, _REPLAY),
+    },
+)

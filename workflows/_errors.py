@@ -10,7 +10,7 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from ..activities import ErrorType
+from ..activities._protocol import ErrorType
 
 
 class ToolError(ApplicationError):

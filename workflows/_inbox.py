@@ -22,7 +22,6 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from ..activities import ErrorType
 from ..activities._protocol import (
     APPROVE_ACTIVITY,
     APPROVE_UPDATE,
@@ -37,12 +36,14 @@ from ..activities._protocol import (
     ApprovalNeeded,
     ApproveInput,
     ApproveResult,
+    Decision,
+    ErrorType,
     ReconcileInput,
     ReconcileResult,
     Signers,
     UnknownEffect,
 )
-from ..ledger import Decision, Verdict
+from ..ledger import Verdict
 from . import _render, _tracing
 from ._scheduling import Kind, options_for, start_own_activity
 
@@ -643,11 +644,25 @@ def inbox() -> Inbox:
 
 
 def install_reconciliation() -> None:
-    """Register query ``open_effects``/``reconcile_rejections``/``pending_approvals``, signal
-    and update ``reconcile``, and update ``approve``.
-
-    ``run_tool`` does this on its first call, and the plugin on a ledgered activity's
-    first call; call it at the top of ``run`` to answer the queries before any tool runs.
-    Call it inside a workflow only; a second call changes nothing.
-    """
+    """Deprecated in 0.3 (gone in 0.4): the plugin registers the handlers as every run
+    starts (see :func:`install_at_start`)."""
     inbox()
+
+
+def install_at_start() -> None:
+    """Register the inbox's queries, signal and updates as the run starts, so that they
+    answer before any tool runs; the plugin's workflow interceptor calls it.
+
+    A workflow that defines a handler of one of these names itself keeps its own until
+    its first ledgered call (which needs them); a workflow that makes none is not touched.
+    """
+    taken = (
+        any(
+            workflow.get_query_handler(name)
+            for name in (QUERY_OPEN, QUERY_REJECTED, QUERY_APPROVALS)
+        )
+        or workflow.get_signal_handler(RECONCILE_SIGNAL) is not None
+        or any(workflow.get_update_handler(name) for name in (RECONCILE_UPDATE, APPROVE_UPDATE))
+    )
+    if not taken:
+        inbox()

@@ -35,18 +35,19 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from ..activities import ErrorType, LedgeredActivity, LedgerOptions
+from ..activities import LedgeredActivity, LedgerOptions
 from ..activities._protocol import (
     ANCHOR_HEADER,
     HINTS_HEADER,
     PLACEHOLDER,
     ApprovalNeeded,
+    ErrorType,
     RunAnchor,
     ToolHints,
     UnknownEffect,
     holds_placeholder,
 )
-from ._inbox import Call, inbox
+from ._inbox import Call, inbox, install_at_start
 from ._probe import settle_unknown
 from ._scheduling import give_options, scheduling_own
 
@@ -82,6 +83,7 @@ class LedgerWorkflowInterceptor(Interceptor):
 
             async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
                 give_options(options)
+                install_at_start()
                 return await super().execute_workflow(input)
 
         return _Inbound

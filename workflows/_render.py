@@ -11,8 +11,8 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..activities._protocol import APPROVE_UPDATE, RECONCILE_SIGNAL, RECONCILE_UPDATE
-from ..ledger import Decision, Verdict
+from ..activities._protocol import APPROVE_UPDATE, RECONCILE_SIGNAL, RECONCILE_UPDATE, Decision
+from ..ledger import Verdict
 
 if TYPE_CHECKING:
     from ._inbox import OpenEffect, PendingApproval

@@ -6,6 +6,7 @@ approval or whose effect is unknown waits in the run's inbox (``_inbox``).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypedDict, TypeVar, Unpack, cast
@@ -14,18 +15,21 @@ from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from ..activities import ActivityOptions, ErrorType, Tool, ToolSpec, step_key
+from ..activities import Tool, ToolSpec, step_key
 from ..activities._protocol import (
     ApprovalNeeded,
     ConflictDetails,
+    Decision,
+    ErrorType,
     ToolCall,
     ToolOutcome,
     UnknownEffect,
+    activity_config,
     argument_json,
     output_misfit,
     output_template,
 )
-from ..ledger import Decision, InvalidRequest
+from ..ledger import InvalidRequest
 from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError, ToolRejectedError
 from ._inbox import Call, inbox
 from ._probe import settle_unknown
@@ -35,8 +39,8 @@ OutT = TypeVar("OutT")
 
 
 class ScheduleKeywords(TypedDict, total=False):
-    """``run_tool``'s keyword arguments from before :class:`ActivityOptions`; each
-    overrides the field of the same name."""
+    """``run_tool``'s keyword arguments from before ``options``, deprecated in 0.3 (gone
+    in 0.4); each overrides the field of the same name."""
 
     start_to_close_timeout: timedelta
     #: ``None``: no heartbeat timeout.
@@ -69,7 +73,7 @@ async def run_tool(
     performer: str,
     precondition: Any = None,
     key: str | None = None,
-    options: ActivityOptions | None = None,
+    options: workflow.ActivityConfig | None = None,
     **keywords: Unpack[ScheduleKeywords],
 ) -> OutT:
     """Run a ledgered tool as one step of this workflow and return its output.
@@ -88,11 +92,10 @@ async def run_tool(
         precondition: The state the call was planned against (JSON), compared with the
             tool's ``state`` before it acts; part of the request's identity.
         key: The idempotency key; default: :func:`default_key` of ``step``.
-        options: How the tool's activity is scheduled; fields left ``None`` come from
-            the plugin's ``LedgerOptions.tool``.
-        **keywords: ``start_to_close_timeout``, ``heartbeat_timeout`` (``None``: none)
-            and ``task_queue`` as before :class:`ActivityOptions`; each overrides
-            ``options``.
+        options: How the tool's activity is scheduled (temporalio's ``ActivityConfig``);
+            fields it leaves out come from the plugin's ``LedgerOptions.tool``.
+        **keywords: Deprecated in 0.3 (gone in 0.4): ``start_to_close_timeout``,
+            ``heartbeat_timeout`` and ``task_queue``; put them in ``options``.
 
     Returns:
         The tool's output (its output model), replayed from the ledger if the step
@@ -111,7 +114,16 @@ async def run_tool(
     unexpected = sorted(set(keywords) - ScheduleKeywords.__optional_keys__)
     if unexpected:
         raise TypeError(f"run_tool() got unexpected keyword arguments: {', '.join(unexpected)}")
-    scheduling = {**options_for("tool", options), **keywords}
+    if keywords:
+        warnings.warn(
+            f"run_tool({', '.join(sorted(keywords))}=...) is deprecated and goes in 0.4: "
+            "pass options=ActivityConfig(...)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if "heartbeat_timeout" in keywords and keywords["heartbeat_timeout"] is None:
+            keywords["heartbeat_timeout"] = timedelta(0)  # None said: no heartbeat timeout
+    scheduling = options_for("tool", {**activity_config(options), **keywords})
     waiting = inbox()
     # The first attempt is scheduled in every run of this workflow; later ones only in a
     # run that waited, so they are the ledger's own (see _scheduling).

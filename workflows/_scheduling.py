@@ -14,13 +14,20 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+from datetime import timedelta
 from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from ..activities import ActivityOptions, LedgerOptions
-from ..activities._protocol import FINAL_ERROR_TYPES, ErrorType
+from ..activities import LedgerOptions
+from ..activities._protocol import (
+    FINAL_ERROR_TYPES,
+    ActivityOptions,
+    ErrorType,
+    activity_config,
+    merged,
+)
 
 #: The ledger's activities, as :class:`LedgerOptions` names them.
 Kind = Literal["tool", "reconcile", "approve", "probe"]
@@ -47,7 +54,10 @@ def give_options(options: LedgerOptions) -> None:
 
 
 def options_for(
-    kind: Kind, given: ActivityOptions | None = None, *, task_queue: str | None = None
+    kind: Kind,
+    given: workflow.ActivityConfig | ActivityOptions | None = None,
+    *,
+    task_queue: str | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of ``start_activity`` for one of the ledger's activities in
     this run: see :func:`scheduling`, with the options the plugin gave the run."""
@@ -57,7 +67,7 @@ def options_for(
 
 def scheduling(
     kind: Kind,
-    given: ActivityOptions | None = None,
+    given: workflow.ActivityConfig | ActivityOptions | None = None,
     *,
     run: LedgerOptions = _DEFAULTS,
     task_queue: str | None = None,
@@ -69,16 +79,15 @@ def scheduling(
     types that end the activity at once are added to its retry policy's non-retryable
     ones, whatever the options say.
     """
-    chosen = (given or ActivityOptions()).over(getattr(run, kind)).over(getattr(_DEFAULTS, kind))
-    policy = chosen.retry_policy or RetryPolicy()
+    chosen = merged(activity_config(given), getattr(run, kind), getattr(_DEFAULTS, kind))
+    policy = chosen.get("retry_policy") or RetryPolicy()
     final = list(policy.non_retryable_error_types or [])
     final += [error for error in _FINAL[kind] if error not in final]
-    return {
-        "start_to_close_timeout": chosen.start_to_close_timeout,
-        "heartbeat_timeout": chosen.heartbeat_timeout,
-        "retry_policy": dataclasses.replace(policy, non_retryable_error_types=final),
-        "task_queue": chosen.task_queue or task_queue,
-    }
+    chosen["retry_policy"] = dataclasses.replace(policy, non_retryable_error_types=final)
+    if chosen.get("heartbeat_timeout") == timedelta(0):
+        del chosen["heartbeat_timeout"]  # timedelta(0) says: no heartbeat timeout
+    chosen["task_queue"] = chosen.get("task_queue") or task_queue
+    return chosen
 
 
 #: Set only for the synchronous span of scheduling one of the ledger's own activities.

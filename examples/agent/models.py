@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 from temporal_ledger.activities import Tool, ToolSpec, tool
-from temporal_ledger.activities.http import HttpEffectUnknown, request_json
+from temporal_ledger.activities.http import request_json
 
 MODEL_CAPABILITY = "model.chat"
 MODEL_ACTIVITY = "agent.model"
@@ -171,12 +171,9 @@ class OpenAIChatClient:
                 "POST", url, json=body, headers=self._headers, timeout=self._timeout, client=http
             )
         if not isinstance(reply.body, dict) or not reply.body.get("choices"):
-            raise HttpEffectUnknown(
-                method="POST",
-                url=url,
-                status=reply.status,
-                what="the answer is not a chat completion",
-            )
+            # The model may have answered (and billed): an unknown effect, like any
+            # exception after a request went out.
+            raise ValueError(f"POST {url} answered {reply.status}: not a chat completion")
         choice = reply.body["choices"][0]
         message = choice["message"]
         calls = [

@@ -19,7 +19,6 @@ with workflow.unsafe.imports_passed_through():
         ToolDeniedError,
         ToolError,
         ToolFailedError,
-        install_reconciliation,
         run_tool,
     )
 
@@ -71,7 +70,6 @@ class AgentWorkflow:
 
     @workflow.run
     async def run(self, agent: AgentInput) -> AgentResult:
-        install_reconciliation()
         unknown = sorted(set(agent.tools) - AGENT_TOOLS.keys())
         if unknown:
             raise ToolFailedError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from temporal_ledger.workflows import install_reconciliation, run_tool
+    from temporal_ledger.workflows import run_tool
 
     from .activities import Refund, Refunded, refund
 
@@ -20,7 +20,6 @@ class RefundWorkflow:
 
     @workflow.run
     async def run(self, request: Refund) -> Refunded:
-        install_reconciliation()  # query pending_approvals answers from the start
         return await run_tool(refund, request, step="refund", performer="support-agent")
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from agents import set_trace_processors
 from agents.mcp import MCPServerStdio
-from temporal_ledger.activities.openai_agents import ledgered_plugin
+from temporal_ledger.activities import LedgerPlugin
+from temporal_ledger.activities.openai_agents import activity_rules
 from temporalio.client import Client
 from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.worker import Worker
@@ -73,8 +74,10 @@ def plugins(args: argparse.Namespace) -> list[object]:
             model_params=ModelActivityParameters(start_to_close_timeout=timedelta(seconds=30)),
             mcp_servers={"notes": lambda: notes_server(SUPPORT_DIR)},
         ),
-        ledgered_plugin(
-            args.ledger, tools=[issue_refund], mcp_servers=["notes"], policy=args.policy
+        LedgerPlugin(
+            args.ledger,
+            policy=args.policy,
+            ledger_activities=activity_rules(tools=[issue_refund], mcp_servers=["notes"]),
         ),
     ]
 

@@ -12,7 +12,6 @@ with workflow.unsafe.imports_passed_through():
         ToolConflictError,
         ToolDeniedError,
         ToolFailedError,
-        install_reconciliation,
         run_tool,
     )
 
@@ -55,7 +54,6 @@ class ScriptedAgentWorkflow:
 
     @workflow.run
     async def run(self, plan: Plan) -> PlanReport:
-        install_reconciliation()
         report = PlanReport()
         for call in plan.calls:
             tool = EXAMPLE_TOOLS[call.tool]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from temporal_ledger.workflows import install_reconciliation, run_tool
+    from temporal_ledger.workflows import run_tool
 
     from .activities import Order, PlaceOrder, place_order
 
@@ -21,7 +21,6 @@ class OrderWorkflow:
 
     @workflow.run
     async def run(self, request: PlaceOrder) -> Order:
-        install_reconciliation()
         return await run_tool(place_order, request, step="order", performer="agent")
 
 

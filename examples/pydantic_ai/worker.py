@@ -19,7 +19,8 @@ import signal
 from pathlib import Path
 
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
-from temporal_ledger.activities.pydantic_ai import ledgered_plugin
+from temporal_ledger.activities import LedgerPlugin
+from temporal_ledger.activities.pydantic_ai import activity_rules
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -45,7 +46,7 @@ async def main(args: argparse.Namespace) -> None:
         namespace=args.namespace,
         plugins=[
             PydanticAIPlugin(),
-            ledgered_plugin(args.ledger, agents=[agent], policy=args.policy),
+            LedgerPlugin(args.ledger, policy=args.policy, ledger_activities=activity_rules(agent)),
         ],
     )
     stop = asyncio.Event()

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from temporal_ledger.workflows import install_reconciliation, run_tool
+    from temporal_ledger.workflows import run_tool
 
     from .activities import HTTP_TOOLS, CreateTicket, Ticket
 
@@ -34,7 +34,6 @@ class TicketWorkflow:
 
     @workflow.run
     async def run(self, request: TicketRequest) -> Ticket:
-        install_reconciliation()
         return await run_tool(
             HTTP_TOOLS[request.tool], request.ticket, step="ticket", performer=request.performer
         )
