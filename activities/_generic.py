@@ -287,7 +287,7 @@ def _spec(activity_type: str, rule: LedgeredActivity) -> ToolSpec[Any, Any]:
         name=activity_type,
         capability=capability_for(activity_type),
         retry_safe=rule.retry_safe,
-        arg_type=dict,  # type: ignore[arg-type]  # only name/capability/retry_safe are read
+        arg_type=dict,  # only name/capability/retry_safe are read
         output_type=None,
         has_probe=rule.probe is not None,
         probe_absence_conclusive=rule.probe_absence_conclusive,

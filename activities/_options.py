@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityConfig
@@ -46,7 +46,8 @@ class ActivityOptions:
             The fields that are set.
         """
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return ActivityConfig(**{k: v for k, v in fields.items() if v is not None})  # type: ignore[typeddict-item]  # the keys are ActivityConfig's by construction
+        # The keys are ActivityConfig's by construction: the fields are named after them.
+        return cast(ActivityConfig, {k: v for k, v in fields.items() if v is not None})
 
 
 def activity_config(given: ActivityConfig | ActivityOptions | None) -> ActivityConfig:

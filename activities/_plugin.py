@@ -90,7 +90,7 @@ def _uses_pydantic(converter: DataConverter) -> bool:
     if not issubclass(kind, CompositePayloadConverter):
         return False
     try:
-        json_converter = kind().converters.get(b"json/plain")  # type: ignore[call-arg]
+        json_converter = kind().converters.get(b"json/plain")
     except TypeError:  # a converter class that needs arguments: not one we can tell
         return False
     return isinstance(json_converter, PydanticJSONPlainPayloadConverter)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
+from collections.abc import Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
 
@@ -345,7 +346,7 @@ class _SigningPayload(_Payload):
 
     @model_serializer(mode="wrap")
     def _without_unused_signing(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         fields = type(self).model_fields
         for name in _SIGNING_FIELDS & data.keys():
             if data[name] == fields[name].get_default(call_default_factory=True):
@@ -438,11 +439,11 @@ class _PersonsAnswer(_SigningPayload):
         return self
 
     def signature_problem(
-        self, signers: Signers, *, workflow_id: str, namespace: str
+        self, signers: Signers, *, workflow_id: str | None, namespace: str | None
     ) -> str | None:
         """Why this answer does not prove its actor to ``signers`` in the given run, or
         ``None`` (pure computation: the workflow's validator runs it)."""
-        check = getattr(signers, self._CHECK)
+        check: Callable[..., str | None] = getattr(signers, self._CHECK)
         return check(
             **{name: getattr(self, name) for name in self._SIGNED},
             signature=getattr(self, "signature", None),

@@ -29,8 +29,11 @@ class Tool(Generic[ArgT, OutT]):
     and call it from a workflow with ``run_tool``."""
 
     __ledger_tool__: ToolSpec[ArgT, OutT]
+    __ledger_probe__: Probe | None
 
-    async def __call__(self, call: ToolCall) -> ToolOutcome: ...
+    async def __call__(self, call: ToolCall) -> ToolOutcome:
+        # Never called: @tool returns the activity function itself, typed as a Tool.
+        raise NotImplementedError
 
 
 def tool(
@@ -105,10 +108,11 @@ def tool(
 
         run.__name__ = run.__qualname__ = spec.name
         run.__doc__ = fn.__doc__
-        ledgered = activity.defn(name=spec.name)(run)
-        ledgered.__ledger_tool__ = spec  # type: ignore[attr-defined]
-        ledgered.__ledger_probe__ = probe  # type: ignore[attr-defined]
-        return typing.cast(Tool[ArgT, OutT], ledgered)
+        # The activity function, typed as the Tool it becomes with these two attributes.
+        ledgered = typing.cast(Tool[ArgT, OutT], activity.defn(name=spec.name)(run))
+        ledgered.__ledger_tool__ = spec
+        ledgered.__ledger_probe__ = probe
+        return ledgered
 
     return decorate
 

@@ -25,7 +25,7 @@ from ..ledger import ActionRequest, ActionResult, ActionStatus, Verdict
 try:
     from opentelemetry import trace
 except ImportError:  # the [otel] extra is not installed: no spans
-    trace = None  # type: ignore[assignment]
+    trace = None  # type: ignore[assignment]  # no [otel]: None, checked before use
 
 #: The namespace of the ledger's own span attributes.
 NAMESPACE = "temporal_ledger"

@@ -93,7 +93,7 @@ class HttpEffectUnknown(Exception):
         self.status = status
         super().__init__(f"{method} {url}: {what}; the effect may have happened")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_unknown, (self.method, self.url, self.what, self.status))
 
 

@@ -222,8 +222,8 @@ def _activity_name(fn: Callable[..., Any] | str) -> str:
 def _mcp_server_rules(server: str) -> list[LedgeredActivity]:
     if not server or not isinstance(server, str):
         raise TypeError(f"an MCP server is named by a non-empty string, not {server!r}")
-    listing = dict(retry_safe=True, server=server, lists_tools=True)
-    calling = dict(server=server, output=_McpContent())
+    listing: dict[str, Any] = dict(retry_safe=True, server=server, lists_tools=True)
+    calling: dict[str, Any] = dict(server=server, output=_McpContent())
     return [
         # OpenAIAgentsPlugin(mcp_servers=...) with workflow.temporal_mcp_server(name)
         LedgeredActivity(f"temporalio.mcp.{server}.list-tools", **listing),

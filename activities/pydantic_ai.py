@@ -61,6 +61,7 @@ __all__ = ["activity_rules"]
 
 
 def _agent_name(agent: Any) -> str:
+    name: object
     if isinstance(agent, str):
         name = agent
     else:

@@ -38,7 +38,7 @@ DEFAULT_NAMESPACE = "default"
 
 
 def add_commands(
-    commands: argparse._SubParsersAction,  # type: ignore[type-arg]
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
     *,
     key: Callable[[str], str],
     non_empty: Callable[[str], str],

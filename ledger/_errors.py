@@ -21,14 +21,15 @@ def _rebuilt_by_arguments(kind: E) -> E:
 
     @functools.wraps(init)
     def __init__(self: BaseException, *args: Any, **kwargs: Any) -> None:
-        self._arguments = (args, kwargs)  # type: ignore[attr-defined]
+        self._arguments = (args, kwargs)  # type: ignore[attr-defined]  # added to any error class
         init(self, *args, **kwargs)
 
     def __reduce__(self: BaseException) -> tuple[Any, ...]:
-        return (_by_arguments, (type(self), *self._arguments))  # type: ignore[attr-defined]
+        arguments = self._arguments  # type: ignore[attr-defined]  # set by __init__ above
+        return (_by_arguments, (type(self), *arguments))
 
-    kind.__init__ = __init__  # type: ignore[method-assign]
-    kind.__reduce__ = __reduce__  # type: ignore[method-assign,assignment]
+    kind.__init__ = __init__  # type: ignore[method-assign]  # patching is the purpose
+    kind.__reduce__ = __reduce__  # type: ignore[method-assign,assignment]  # likewise
     return kind
 
 

@@ -53,6 +53,7 @@ from ._rule import (
     Answer,
     Claimed,
     Conflict,
+    Stop,
     admit,
     compact_key,
     complete,
@@ -588,6 +589,7 @@ class Ledger:
         key, action_id, token = request.key, request.action_id, claim.token
         if not claim.started:
             assert state is not None
+            failure: Stop | None
             try:
                 current = await _call(state, request)
             except Exception as exc:

@@ -327,7 +327,9 @@ class Authority(_Frozen):
 
     def __init__(self, principal: str, capabilities: Any = (), **data: Any) -> None:
         try:
-            super().__init__(principal=principal, capabilities=tuple(capabilities), **data)
+            super().__init__(  # type: ignore[call-arg]  # pydantic plugin: _Frozen's fields only
+                principal=principal, capabilities=tuple(capabilities), **data
+            )
         except ValidationError as exc:
             raise InvalidRequest(_describe(exc)) from exc
 

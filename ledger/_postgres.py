@@ -51,7 +51,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, Literal
 
 try:
     import psycopg
@@ -768,7 +768,7 @@ class PostgresRecorder(Recorder):
 
     async def transact_unchanged(
         self, key: str, expected: KeyRecord | None, now: float, fn: Callable[[Transaction], T]
-    ) -> tuple[bool, T | None] | None:
+    ) -> tuple[Literal[True], T] | tuple[Literal[False], None] | None:
         """One ``ledger_write`` call on the event loop, on a connection of the loop's pool
         (``None`` when no connection comes in time, or on another loop than the pool's:
         the usual way then decides)."""

@@ -13,7 +13,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from ._errors import InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
@@ -130,7 +130,7 @@ class Recorder(ABC):
 
     async def transact_unchanged(
         self, key: str, expected: KeyRecord | None, now: float, fn: Callable[[Transaction], T]
-    ) -> tuple[bool, T | None] | None:
+    ) -> tuple[Literal[True], T] | tuple[Literal[False], None] | None:
         """Run ``fn`` on ``expected`` as the key's record (``None``: the key has none), at
         ``now``, and commit what it wrote in one exchange with the storage, provided the
         key's log still ends where ``expected`` says (nothing was appended since; for
@@ -184,7 +184,7 @@ class Recorder(ABC):
             if done is None:
                 return None
             if done[0]:
-                return True, done[1]  # type: ignore[return-value]
+                return True, done[1]
         return None
 
     async def transact_after(
@@ -211,7 +211,7 @@ class Recorder(ABC):
             return None
         if done is None or not done[0]:
             return None
-        return True, done[1]  # type: ignore[return-value]
+        return True, done[1]
 
     def tally(self) -> dict[int, Tally] | None:
         """Optional: the ledger-wide tally of keys, events and chain heads by stripe,

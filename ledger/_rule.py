@@ -126,7 +126,7 @@ def _result(
         reused_from_action_id=reused_from_action_id,
         retryable=outcome.retryable,
         retry_after=outcome.retry_after,
-        verdict=outcome.verdict,
+        verdict=None if outcome.verdict is None else Verdict(outcome.verdict),
         compacted=compacted,
     )
 
@@ -629,10 +629,10 @@ def _answer_from_the_key(
         recover_expired(tx, record)
     # Both this request and the attempt that left the outcome must be retry-safe:
     # a caller cannot declare an unknown effect of an unguarded attempt safe.
-    if record.phase == Phase.SETTLED and not may_act_again_after(
-        record.outcome, retry_safe and record.retry_safe
-    ):
-        return _replay(tx, record, request)
+    if record.phase == Phase.SETTLED:
+        assert record.outcome is not None  # a settled key has its outcome
+        if not may_act_again_after(record.outcome, retry_safe and record.retry_safe):
+            return _replay(tx, record, request)
     return None
 
 
@@ -840,7 +840,12 @@ def decide_approval(
     elif approval.state != ApprovalState.REQUESTED:
         by = f" by {approval.actor!r}" if approval.actor else ""
         reason = f"the call's approval is already {approval.state}{by}"
-    body = {"fingerprint": fingerprint, "decision": decision.value, "actor": actor, "basis": basis}
+    body: dict[str, Any] = {
+        "fingerprint": fingerprint,
+        "decision": decision.value,
+        "actor": actor,
+        "basis": basis,
+    }
     if signature is not None:
         body["signature"] = signature
     if reason is not None:
@@ -975,7 +980,7 @@ def reconcile_key(
     ``signature`` (its author's proof) is recorded with the verdict."""
     record = tx.record
     reason, known_effect = _unknown_effect_of(tx, record, action_id=action_id)
-    body = {"verdict": verdict.value, "actor": actor, "basis": basis}
+    body: dict[str, Any] = {"verdict": verdict.value, "actor": actor, "basis": basis}
     if signature is not None:
         body["signature"] = signature
     if reason is None and verdict is Verdict.EFFECT_CONFIRMED:

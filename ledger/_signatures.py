@@ -23,7 +23,7 @@ import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
@@ -32,6 +32,7 @@ from ._errors import InvalidRequest
 from ._models import EventType
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ed25519
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from ._models import LedgerEvent
@@ -160,7 +161,17 @@ def verdict_statement(
 # -- keys --------------------------------------------------------------------------------
 
 
-def _crypto() -> Any:
+class _Ed25519(Protocol):
+    """What this module uses of ``cryptography``'s ``ed25519`` module (:func:`_crypto`)."""
+
+    @property
+    def Ed25519PrivateKey(self) -> type[ed25519.Ed25519PrivateKey]: ...
+
+    @property
+    def Ed25519PublicKey(self) -> type[ed25519.Ed25519PublicKey]: ...
+
+
+def _crypto() -> _Ed25519:
     """The ``ed25519`` module of ``cryptography``, or an ImportError naming the extra."""
     try:
         from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -576,7 +587,7 @@ def recorded_problems(events: Iterable[LedgerEvent], signers: Signers) -> list[s
             continue
         payload = event.payload
         if event.type in (EventType.APPROVED, EventType.APPROVAL_REJECTED):
-            check = signers.decision_problem
+            check: Callable[..., str | None] = signers.decision_problem
             fields: dict[str, Any] = dict(
                 fingerprint=payload.get("fingerprint"), decision=payload.get("decision")
             )
@@ -589,7 +600,7 @@ def recorded_problems(events: Iterable[LedgerEvent], signers: Signers) -> list[s
                 if problem is not None:
                     problems.append(f"seq {event.seq} ({event.type}, key {event.key!r}): {problem}")
                 continue
-            check = signers.verdict_problem  # type: ignore[assignment]
+            check = signers.verdict_problem
             fields = dict(
                 action_id=event.action_id,
                 verdict=payload.get("verdict"),

@@ -181,7 +181,8 @@ class _Queued:
         """False if the caller stopped waiting before its turn (it is skipped, as a thread
         pool skips a cancelled work item); a started item cannot be cancelled."""
         if self.loop is None:
-            return self.future.set_running_or_notify_cancel()  # type: ignore[union-attr]
+            assert isinstance(self.future, Future)  # no loop: a caller's thread waits on it
+            return self.future.set_running_or_notify_cancel()
         return not self.future.cancelled()
 
 

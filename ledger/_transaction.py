@@ -485,7 +485,9 @@ class Draft(Transaction):
         super().__init__(key, record, now)
         self.appended: list[tuple[str, str | None, dict[str, Any]]] = []
 
-    def append(self, type: str, action_id: str | None, payload: dict[str, Any]) -> None:  # type: ignore[override]
+    def append(  # type: ignore[override]  # a draft has no event yet; no caller reads it
+        self, type: str, action_id: str | None, payload: dict[str, Any]
+    ) -> None:
         self.appended.append((type, action_id, payload))
 
     def save(self, record: KeyRecord) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -14,6 +14,7 @@ from ._transaction import TALLY_STRIPES, Tally, body_hash, chain_hash, head_mark
 if TYPE_CHECKING:
     from ._models import LedgerEvent
     from ._recorder import Recorder
+    from ._transaction import KeyRecord
 
 #: Events that answer a request. Every request gets exactly one final answer (a
 #: completion or a refusal), or is deferred; a deferred request that is submitted again
@@ -47,7 +48,7 @@ def _where(event: LedgerEvent) -> str:
     return f"seq {event.seq} ({event.type}, key {event.key!r})"
 
 
-def _check_chains(events: list[LedgerEvent], records: dict) -> list[str]:
+def _check_chains(events: list[LedgerEvent], records: dict[str, KeyRecord]) -> list[str]:
     problems = []
     heads: dict[str, str] = {}
     counts: dict[str, int] = defaultdict(int)
@@ -98,7 +99,9 @@ def _check_chains(events: list[LedgerEvent], records: dict) -> list[str]:
     return problems
 
 
-def _check_tally(events: list[LedgerEvent], records: dict, stored: dict[int, Tally]) -> list[str]:
+def _check_tally(
+    events: list[LedgerEvent], records: dict[str, KeyRecord], stored: dict[int, Tally]
+) -> list[str]:
     """The ledger-wide tally against the log and the key states: a key deleted whole (its
     records and its state) is missing from both, but not from the tally."""
     heads: dict[str, str] = {}
@@ -136,7 +139,7 @@ def _check_tally(events: list[LedgerEvent], records: dict, stored: dict[int, Tal
     return problems
 
 
-def _check_resolutions(events: list[LedgerEvent], records: dict) -> list[str]:
+def _check_resolutions(events: list[LedgerEvent], records: dict[str, KeyRecord]) -> list[str]:
     problems = []
     requests: dict[str, LedgerEvent] = {}
     resolved: dict[str, list[LedgerEvent]] = defaultdict(list)
@@ -239,7 +242,7 @@ def _check_replays(events: list[LedgerEvent]) -> list[str]:
 
 def _check_fencing(events: list[LedgerEvent]) -> list[str]:
     problems = []
-    seen: dict[tuple[str, int], int] = {}
+    seen: dict[tuple[str, Any], int] = {}  # (key, the payload's fencing token): seq
     for event in events:
         if event.type != EventType.STARTED or event.compacted:
             continue

@@ -89,6 +89,11 @@ def _types(ledger: Ledger, key: str) -> list[str]:
     return [e.type for e in ledger.events(key)]
 
 
+def _approval_state(ledger: Ledger, key: str) -> ApprovalState | None:
+    approval = ledger.state(key).approval
+    return None if approval is None else approval.state
+
+
 class LedgerContract:
     """Behaviour every backend must show. Subclasses provide ``ledger_url`` or
     ``open_ledger`` (see the module's docstring)."""
@@ -924,7 +929,7 @@ class LedgerContract:
         self, ledger: Ledger
     ) -> None:
         far_side = _CountingAdapter()
-        gated = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
+        gated: dict[str, Any] = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
         waiting = await ledger.execute(request("k"), **gated)
         assert (waiting.status, waiting.effect) == (ActionStatus.DENIED, EffectState.NONE)
         assert waiting.error_type == FailureType.APPROVAL_REQUIRED and far_side.calls == []
@@ -942,11 +947,11 @@ class LedgerContract:
         assert replay.replayed and len(far_side.calls) == 1
         started = [e for e in ledger.events("k") if e.type == "action.execution_started"]
         assert [e.payload["approval_id"] for e in started] == [approval.approval_id]
-        assert ledger.state("k").approval.state is ApprovalState.CONSUMED  # type: ignore[union-attr]
+        assert _approval_state(ledger, "k") is ApprovalState.CONSUMED
 
     async def test_an_approval_holds_only_for_the_exact_request(self, ledger: Ledger) -> None:
         far_side = _CountingAdapter()
-        gated = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
+        gated: dict[str, Any] = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
         await ledger.execute(request("k"), **gated)
         approved = request("k").fingerprint()
         changed = request("k", payload={"line": "refund 2000"})
@@ -957,14 +962,14 @@ class LedgerContract:
             await ledger.execute(changed, **gated)
         assert conflict.value.dimensions == ("payload",)
         assert far_side.calls == []
-        assert ledger.state("k").approval.state is ApprovalState.APPROVED  # type: ignore[union-attr]
+        assert _approval_state(ledger, "k") is ApprovalState.APPROVED
         assert "action.approval_refused" in _types(ledger, "k")
 
     async def test_a_consumed_approval_does_not_start_a_second_execution(
         self, ledger: Ledger
     ) -> None:
         far_side = _CountingAdapter(raise_after=NoEffect("429 busy", retryable=True))
-        gated = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
+        gated: dict[str, Any] = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
         await ledger.execute(request("k"), **gated)
         fingerprint = request("k").fingerprint()
         await ledger.approve("k", fingerprint=fingerprint, actor="alice", basis="ok")
@@ -982,7 +987,9 @@ class LedgerContract:
         assert len(far_side.calls) == 2
 
     async def test_a_performer_never_approves_its_own_call(self, ledger: Ledger) -> None:
-        gated = dict(authority=AUTHORITY, adapter=_CountingAdapter(), requires_approval=True)
+        gated: dict[str, Any] = dict(
+            authority=AUTHORITY, adapter=_CountingAdapter(), requires_approval=True
+        )
         await ledger.execute(request("k"), **gated)
         with pytest.raises(ApprovalRefused, match="performer"):
             await ledger.approve(
@@ -990,11 +997,11 @@ class LedgerContract:
             )
         refused = [e for e in ledger.events("k") if e.type == "action.approval_refused"]
         assert refused[0].payload["actor"] == "agent-1"
-        assert ledger.state("k").approval.state is ApprovalState.REQUESTED  # type: ignore[union-attr]
+        assert _approval_state(ledger, "k") is ApprovalState.REQUESTED
 
     async def test_a_rejection_ends_the_call_with_no_effect(self, ledger: Ledger) -> None:
         far_side = _CountingAdapter()
-        gated = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
+        gated: dict[str, Any] = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
         await ledger.execute(request("k"), **gated)
         fingerprint = request("k").fingerprint()
         rejection = await ledger.approve(
@@ -1017,12 +1024,13 @@ class LedgerContract:
         )
         before = ledger.events("k")
         fingerprint = request("k").fingerprint()
-        for bad in (
+        bad_inputs: tuple[dict[str, Any], ...] = (
             dict(fingerprint=fingerprint, actor="", basis="b"),
             dict(fingerprint=fingerprint, actor="a", basis=" "),
             dict(fingerprint="", actor="a", basis="b"),
             dict(fingerprint=fingerprint, actor="a", basis="b", decision="maybe"),
-        ):
+        )
+        for bad in bad_inputs:
             with pytest.raises(InvalidRequest):
                 await ledger.approve("k", **bad)
         assert ledger.events("k") == before
@@ -1324,7 +1332,9 @@ def _reap(child: subprocess.Popen[str]) -> None:
         child.wait(timeout=10)
 
 
-def _run_hammer(url: str, keys: list[str], effects: Path, *, processes: int) -> list[dict]:
+def _run_hammer(
+    url: str, keys: list[str], effects: Path, *, processes: int
+) -> list[dict[str, int]]:
     """Start ``processes`` workers together on ``keys``; return their tallies."""
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(processes)

@@ -71,7 +71,7 @@ class _Pending(Generic[InT, ResultT]):
     """An operator's input waiting to be recorded, and what the ledger answered."""
 
     def __init__(self, given: InT) -> None:
-        self.given = given
+        self.given: InT = given
         self.done = False
         self.error: str | None = None
         self.result: ResultT | None = None
@@ -105,7 +105,9 @@ class Inbox:
         verdict, reason = self.check_verdict(raw)
         if verdict is None:
             # Sending the same input again cannot succeed: say so to the caller.
-            raise ApplicationError(reason, type=ErrorType.RECONCILE_REJECTED, non_retryable=True)
+            raise ApplicationError(
+                reason or "invalid", type=ErrorType.RECONCILE_REJECTED, non_retryable=True
+            )
 
     async def on_update(self, raw: Any = None) -> ReconcileResult:
         verdict, reason = self.check_verdict(raw)
@@ -114,7 +116,9 @@ class Inbox:
     def validate_approve(self, raw: Any = None) -> None:
         decision, reason = self.check_decision(raw)
         if decision is None:
-            raise ApplicationError(reason, type=ErrorType.APPROVE_REJECTED, non_retryable=True)
+            raise ApplicationError(
+                reason or "invalid", type=ErrorType.APPROVE_REJECTED, non_retryable=True
+            )
 
     async def on_approve(self, raw: Any = None) -> ApproveResult:
         decision, reason = self.check_decision(raw)

@@ -20,7 +20,7 @@ import fnmatch
 import json
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
@@ -181,7 +181,9 @@ class _Ledgered:
         self._attempt = self._next.start_activity(self._input)
         task = asyncio.get_running_loop().create_task(self._settle())
         task.add_done_callback(self._cancel_attempt_if_cancelled)
-        return task  # type: ignore[return-value]  # an asyncio.Task, as ActivityHandle is
+        # temporalio's ActivityHandle is an asyncio.Task that adds nothing to it; the
+        # interceptor's signature names it, and a plain task is what the workflow awaits.
+        return cast(workflow.ActivityHandle[Any], task)
 
     def _cancel_attempt_if_cancelled(self, task: asyncio.Task[Any]) -> None:
         # Cancelled before it awaited the attempt, the task never passed the cancel on.
@@ -260,7 +262,11 @@ class _Ledgered:
     def _decode(self, result: Any) -> Any:
         """The activity's result, as the workflow would have received it from the worker."""
         payload = Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(result).encode())
-        return workflow.payload_converter().from_payload(payload, self._input.ret_type)
+        converter, ret_type = workflow.payload_converter(), self._input.ret_type
+        # temporalio's overloads take a type or nothing; its implementation, also None.
+        if ret_type is None:
+            return converter.from_payload(payload)
+        return converter.from_payload(payload, ret_type)
 
 
 def _as_json(values: Sequence[Any]) -> list[Any]:

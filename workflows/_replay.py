@@ -15,11 +15,15 @@ import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import _Definition
+
+if TYPE_CHECKING:
+    from temporalio.worker import Plugin
 
 
 class ReplayReport(BaseModel):
@@ -42,7 +46,7 @@ async def replay_histories(
     paths: Iterable[str | Path],
     *,
     workflows: Sequence[type],
-    plugins: Sequence[object] | None = None,
+    plugins: Sequence[Plugin] | None = None,
 ) -> list[ReplayReport]:
     """Replay each exported history (``temporal workflow show -o json``); report per file.
 
@@ -67,7 +71,7 @@ async def replay_histories(
     # The ledger's plugin last: a framework's plugin that installs a converter of its own
     # (the OpenAI Agents integration's refuses any other) sets it first, and ours keeps it.
     plugins = sorted(plugins, key=lambda plugin: isinstance(plugin, LedgerPlugin))
-    replayer = Replayer(workflows=list(workflows), plugins=list(plugins))  # type: ignore[arg-type]
+    replayer = Replayer(workflows=list(workflows), plugins=list(plugins))
     registered = _workflow_names(workflows)
     reports = []
     for path in map(Path, paths):
@@ -143,7 +147,8 @@ def _load(spec: str) -> type:
         raise argparse.ArgumentTypeError(f"expected module:Class, got {spec!r}")
     try:
         module = importlib.import_module(module_name)
-        return getattr(module, attr)
+        workflow_class: type = getattr(module, attr)
+        return workflow_class
     except (ImportError, AttributeError) as exc:
         raise argparse.ArgumentTypeError(f"cannot load {spec!r}: {exc}") from None
 

@@ -7,8 +7,9 @@ approval or whose effect is unknown waits in the run's inbox (``_inbox``).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypedDict, TypeVar, Unpack
+from typing import Any, TypedDict, TypeVar, Unpack, cast
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
@@ -108,7 +109,7 @@ async def run_tool(
             ledger recorded), the argument does not fit, or the recorded output no
             longer fits the tool's output model.
     """
-    spec = ToolSpec.of(tool)
+    spec: ToolSpec[Any, OutT] = ToolSpec.of(tool)
     call = _tool_call(spec, arg, step=step, performer=performer, precondition=precondition, key=key)
     unexpected = sorted(set(keywords) - ScheduleKeywords.__optional_keys__)
     if unexpected:
@@ -126,10 +127,12 @@ async def run_tool(
     waiting = inbox()
     # The first attempt is scheduled in every run of this workflow; later ones only in a
     # run that waited, so they are the ledger's own (see _scheduling).
-    start = workflow.start_activity
+    start: Callable[..., workflow.ActivityHandle[Any]] = workflow.start_activity
     while True:
         try:
-            outcome = await start(spec.name, call, result_type=ToolOutcome, **scheduling)
+            outcome: ToolOutcome = await start(
+                spec.name, call, result_type=ToolOutcome, **scheduling
+            )
         except ActivityError as err:
             cause = err.cause
             if not isinstance(cause, ApplicationError):
@@ -164,7 +167,7 @@ async def run_tool(
 
 
 def _tool_call(
-    spec: ToolSpec[Any, Any],
+    spec: ToolSpec[BaseModel, Any],
     arg: BaseModel | dict[str, Any],
     *,
     step: str,
@@ -227,11 +230,13 @@ def _call(spec: ToolSpec[Any, Any], call: ToolCall) -> Call:
     )
 
 
-def _typed_output(spec: ToolSpec[Any, Any], output: Any, *, key: str, step: str) -> Any:
+def _typed_output(spec: ToolSpec[Any, OutT], output: Any, *, key: str, step: str) -> OutT:
+    # OutT is the tool's output model, or None where output_type is None: the spec's types
+    # do not tie the two together, so the casts say it.
     if spec.output_type is None:
-        return None
+        return cast(OutT, None)
     try:
-        return spec.output_type.model_validate(output)
+        return cast(OutT, spec.output_type.model_validate(output))
     except ValidationError as exc:
         # A recorded output that no longer fits (the tool's model changed since).
         raise ToolFailedError(

@@ -20,7 +20,7 @@ NAMESPACE = "temporal_ledger"
 try:
     from opentelemetry import trace
 except ImportError:  # the [otel] extra is not installed
-    trace = None  # type: ignore[assignment]
+    trace = None  # type: ignore[assignment]  # no [otel]: None, checked before use
 
 
 def decided(kind: str, key: str, **attributes: Any) -> None:
