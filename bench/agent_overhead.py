@@ -700,7 +700,7 @@ def framework_policy(workflow_type: str) -> Policy:
 def openai_agents_app() -> FrameworkApp:
     import _agent_apps as apps
     from temporal_ledger.activities.openai_agents import ledgered_plugin
-    from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
+    from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 
     from examples.openai_agents.model import ScriptedProvider
 

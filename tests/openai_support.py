@@ -17,7 +17,7 @@ from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
     from agents import Agent, Runner
-    from temporalio.contrib.openai_agents.workflow import (
+    from temporalio.openai_agents.workflow import (
         activity_as_tool,
         stateless_mcp_server,
         temporal_mcp_server,

@@ -25,7 +25,7 @@ from temporal_ledger.activities import LedgerPlugin, Policy
 from temporal_ledger.activities.openai_agents import ledgered_plugin
 from temporal_ledger.ledger import Ledger
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
+from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.worker import Worker
 
 from examples.openai_agents.model import ScriptedProvider
@@ -453,7 +453,7 @@ async def test_the_deprecated_stateless_mcp_provider_parks_and_resumes_the_same_
     acts, loses its reply and parks; the verdict's content becomes its ``CallToolResult``."""
     import warnings
 
-    from temporalio.contrib.openai_agents import StatelessMCPServerProvider
+    from temporalio.openai_agents import StatelessMCPServerProvider
 
     from tests.openai_support import StatelessProviderWorkflow
 

@@ -27,7 +27,7 @@ from agents import set_trace_processors
 from agents.mcp import MCPServerStdio
 from temporal_ledger.activities.openai_agents import ledgered_plugin
 from temporalio.client import Client
-from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
+from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.worker import Worker
 
 from examples import work_dir
