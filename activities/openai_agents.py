@@ -123,8 +123,12 @@ def activity_rules(
     """The ledgered activities of an OpenAI Agents app, by the integration's names.
 
     Args:
-        tools: The activities the agents call through ``activity_as_tool`` (the
-            functions, or their activity type names).
+        tools: The activities the agents call through ``activity_as_tool``: the
+            functions (matched by the function itself where the activity runs, under
+            whatever name ``@activity.defn`` gave it), or their activity type names.
+            The workflow side sees only names: for a function renamed with
+            ``@activity.defn(name=...)``, pass the name too (``tools=[fn, "name"]``) to
+            let its unknown effects park the run, and key its probe by that name.
         mcp_servers: Names of the MCP servers whose tool calls to ledger (the names given
             to ``OpenAIAgentsPlugin(mcp_servers=...)`` or to an MCP server provider).
         models: Record the model calls too (retry-safe).
