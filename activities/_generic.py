@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import fnmatch
 import json
 import re
 import typing
@@ -123,6 +124,24 @@ class LedgeredActivity:
     lists_tools: bool = False
     probe: Probe | None = None
     probe_absence_conclusive: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class _CallableRule(LedgeredActivity):
+    """A rule made from an activity function: on the activity side it matches the
+    activity whose function is ``fn`` (``ExecuteActivityInput.fn``), whatever name
+    ``@activity.defn(name=...)`` gave it; ``pattern`` (the function's own name) is what
+    the workflow side, which sees only names, matches."""
+
+    fn: Callable[..., Any] | None = None
+
+
+def rule_matches(rule: LedgeredActivity, activity_type: str, fn: Any = None) -> bool:
+    """Whether ``rule`` covers the activity ``activity_type`` (run by ``fn``)."""
+    target = rule.fn if isinstance(rule, _CallableRule) else None
+    if target is not None and fn is not None and target == fn:
+        return True
+    return fnmatch.fnmatchcase(activity_type, rule.pattern)
 
 
 def capability_for(activity_type: str) -> str:

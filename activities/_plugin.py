@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import fnmatch
 import logging
 import shlex
 import warnings
@@ -38,7 +37,7 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from ..ledger import Ledger
-from ._generic import LedgeredActivity, execute_through_ledger
+from ._generic import LedgeredActivity, execute_through_ledger, rule_matches
 from ._options import LedgerOptions
 from ._policy import Policy
 from ._protocol import (
@@ -451,7 +450,7 @@ class _ActivityInbound(ActivityInboundInterceptor):
                 (
                     r
                     for r in self._plugin.ledger_activities
-                    if fnmatch.fnmatchcase(activity_type, r.pattern)
+                    if rule_matches(r, activity_type, input.fn)
                 ),
                 None,
             )

@@ -1,9 +1,9 @@
 """Ledgered tools, MCP calls and model calls for the OpenAI Agents SDK on Temporal.
 
-Users of ``temporalio.contrib.openai_agents.OpenAIAgentsPlugin`` (the package
+Users of ``temporalio.openai_agents.OpenAIAgentsPlugin`` (the package
 ``temporalio-openai-agents``) add one plugin and change no tool::
 
-    from temporalio.contrib.openai_agents import OpenAIAgentsPlugin
+    from temporalio.openai_agents import OpenAIAgentsPlugin
     from temporal_ledger.activities import LedgerPlugin
     from temporal_ledger.activities.openai_agents import activity_rules
 
@@ -56,7 +56,7 @@ from typing_extensions import deprecated
 
 from ..ledger import Ledger
 from ._deprecation import moved_names
-from ._generic import LedgeredActivity
+from ._generic import LedgeredActivity, _CallableRule
 from ._options import LedgerOptions
 from ._plugin import LedgerPlugin
 from ._policy import Policy
@@ -124,8 +124,12 @@ def activity_rules(
     """The ledgered activities of an OpenAI Agents app, by the integration's names.
 
     Args:
-        tools: The activities the agents call through ``activity_as_tool`` (the
-            functions, or their activity type names).
+        tools: The activities the agents call through ``activity_as_tool``: the
+            functions (matched by the function itself where the activity runs, under
+            whatever name ``@activity.defn`` gave it), or their activity type names.
+            The workflow side sees only names: for a function renamed with
+            ``@activity.defn(name=...)``, pass the name too (``tools=[fn, "name"]``) to
+            let its unknown effects park the run, and key its probe by that name.
         mcp_servers: Names of the MCP servers whose tool calls to ledger (the names given
             to ``OpenAIAgentsPlugin(mcp_servers=...)`` or to an MCP server provider).
         models: Record the model calls too (retry-safe).
@@ -145,9 +149,15 @@ def activity_rules(
     for fn in tools:
         name = _activity_name(fn)
         probe = probes.pop(name, None)
-        rules.append(
-            LedgeredActivity(name, probe=probe, probe_absence_conclusive=probe is not None)
-        )
+        conclusive = probe is not None
+        if isinstance(fn, str):
+            rules.append(LedgeredActivity(name, probe=probe, probe_absence_conclusive=conclusive))
+        else:
+            # Matched by the function itself where the activity runs, so a name given
+            # with @activity.defn(name=...) needs no reading of temporalio's internals.
+            rules.append(
+                _CallableRule(name, probe=probe, probe_absence_conclusive=conclusive, fn=fn)
+            )
     if probes:
         raise TypeError(f"probes for tools that are not listed in tools=: {sorted(probes)}")
     for server in mcp_servers:
@@ -209,14 +219,12 @@ def ledgered_plugin(
 def _activity_name(fn: Callable[..., Any] | str) -> str:
     if isinstance(fn, str):
         return fn
-    from temporalio import activity
-
-    # The name activity.defn gave the function (its own, or name=...): what the
-    # workflow schedules when activity_as_tool calls it.
-    definition = activity._Definition.from_callable(fn)
-    if definition is None or not definition.name:
-        raise TypeError(f"{fn!r} is not a named @activity.defn function: cannot ledger it")
-    return definition.name
+    name = getattr(fn, "__name__", None)
+    if not callable(fn) or not isinstance(name, str):
+        raise TypeError(f"{fn!r} is not an @activity.defn function: cannot ledger it")
+    # The function's own name, as @activity.defn names it by default. One given with
+    # name=... is matched by the function itself where the activity runs (rule_matches).
+    return name
 
 
 def _mcp_server_rules(server: str) -> list[LedgeredActivity]:

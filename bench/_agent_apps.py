@@ -26,7 +26,7 @@ from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.durable_exec.temporal import PydanticAIWorkflow, TemporalDurability
 from pydantic_ai.models.function import FunctionModel
 from temporalio import activity, workflow
-from temporalio.contrib.openai_agents.workflow import activity_as_tool
+from temporalio.openai_agents.workflow import activity_as_tool
 
 from examples.plan.activities import _append
 from examples.pydantic_ai.activities import scripted

@@ -702,7 +702,7 @@ def openai_agents_app() -> FrameworkApp:
     import _agent_apps as apps
     from temporal_ledger.activities import LedgerPlugin
     from temporal_ledger.activities.openai_agents import activity_rules
-    from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
+    from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 
     from examples.openai_agents.model import ScriptedProvider
 

@@ -37,7 +37,7 @@ from temporal_ledger.activities import openai_agents as ledger_openai
 from temporal_ledger.activities import pydantic_ai as ledger_pydantic_ai
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
+from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,

@@ -11,7 +11,7 @@ with workflow.unsafe.imports_passed_through():
     from agents import Agent, Runner
     from pydantic_ai.durable_exec.temporal import PydanticAIWorkflow
     from temporal_ledger.workflows import run_tool
-    from temporalio.contrib.openai_agents.workflow import activity_as_tool, temporal_mcp_server
+    from temporalio.openai_agents.workflow import activity_as_tool, temporal_mcp_server
 
     from tests.crash_tools import (
         HEARTBEAT,

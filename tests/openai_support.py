@@ -17,7 +17,7 @@ from temporalio import activity, workflow
 
 with workflow.unsafe.imports_passed_through():
     from agents import Agent, Runner
-    from temporalio.contrib.openai_agents.workflow import (
+    from temporalio.openai_agents.workflow import (
         activity_as_tool,
         stateless_mcp_server,
         temporal_mcp_server,
@@ -87,6 +87,28 @@ class StatelessProviderWorkflow:
                     ),
                 )
             ],
+        )
+        result = await Runner.run(agent, prompt)
+        return str(result.final_output)
+
+
+@activity.defn(name="refund-under-another-name")
+async def refund_renamed(order: str, cents: int) -> str:
+    """The example's refund under an activity name that is not the function's own."""
+    return await issue_refund(order, cents)
+
+
+@workflow.defn
+class RenamedToolWorkflow:
+    """The agent with one tool, whose activity type is not its function's name."""
+
+    @workflow.run
+    async def run(self, prompt: str) -> str:
+        timeout = timedelta(seconds=20)
+        agent = Agent(
+            name="Support",
+            instructions="Use the tools, then answer.",
+            tools=[activity_as_tool(refund_renamed, start_to_close_timeout=timeout)],
         )
         result = await Runner.run(agent, prompt)
         return str(result.final_output)

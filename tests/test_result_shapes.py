@@ -55,16 +55,22 @@ def test_a_placeholder_left_in_the_output_is_found_at_any_depth() -> None:
 def test_the_openai_rules_name_the_integrations_activities() -> None:
     async def issue_refund() -> None: ...
 
+    from temporal_ledger.activities._generic import rule_matches
     from temporalio import activity
 
-    rules = activity_rules(tools=[activity.defn(name="refund")(issue_refund)], mcp_servers=["n"])
+    renamed = activity.defn(name="refund")(issue_refund)
+    rules = activity_rules(tools=[renamed], mcp_servers=["n"])
     patterns = {rule.pattern: rule for rule in rules}
     assert patterns["invoke_model_activity"].retry_safe
-    assert not patterns["refund"].retry_safe
+    # Where the activity runs, the function itself matches, under any name; the workflow
+    # side matches its own name.
+    tool = patterns["issue_refund"]
+    assert not tool.retry_safe
+    assert rule_matches(tool, "refund", renamed) and not rule_matches(tool, "refund", len)
     assert patterns["temporalio.mcp.n.list-tools"].lists_tools
     call = patterns["temporalio.mcp.n.call-tool"]
     assert call.server == "n" and call.tool_name is not None
     assert call.tool_name([{"name": "add_note", "arguments": {}}]) == "add_note"
     assert patterns["n-stateless-call-tool-v2"].tool_name([{"tool_name": "x"}]) == "x"
     with pytest.raises(TypeError):
-        activity_rules(tools=[lambda: None])
+        activity_rules(tools=[42])  # type: ignore[list-item]  # neither a function nor a name

@@ -8,7 +8,7 @@ with the command that answers it), and takes update (or signal) ``reconcile`` an
 
 from ..activities._protocol import ActivityOptions as _ActivityOptions
 from ..activities._protocol import moved_names
-from . import _inbox, _replay, _run_tool
+from . import _inbox, _replay, _run_tool, _waiting
 from ._errors import (
     ToolConflictError,
     ToolDeniedError,
@@ -34,9 +34,9 @@ __getattr__ = moved_names(
     __name__,
     {
         "ActivityOptions": (_ActivityOptions, "pass run_tool options=ActivityConfig(...)"),
-        "OpenEffect": (_inbox.OpenEffect, _QUERY.format("open_effects")),
-        "PendingApproval": (_inbox.PendingApproval, _QUERY.format("pending_approvals")),
-        "Rejection": (_inbox.Rejection, _QUERY.format("reconcile_rejections")),
+        "OpenEffect": (_waiting.OpenEffect, _QUERY.format("open_effects")),
+        "PendingApproval": (_waiting.PendingApproval, _QUERY.format("pending_approvals")),
+        "Rejection": (_waiting.Rejection, _QUERY.format("reconcile_rejections")),
         "ReplayReport": (_replay.ReplayReport, _REPLAY),
         "install_reconciliation": (
             _inbox.install_reconciliation,

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
+import logging
 import os
+import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 from temporalio.client import WorkflowHistory
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Replayer
-from temporalio.workflow import _Definition
 
 if TYPE_CHECKING:
     from temporalio.worker import Plugin
@@ -71,8 +74,13 @@ async def replay_histories(
     # The ledger's plugin last: a framework's plugin that installs a converter of its own
     # (the OpenAI Agents integration's refuses any other) sets it first, and ours keeps it.
     plugins = sorted(plugins, key=lambda plugin: isinstance(plugin, LedgerPlugin))
-    replayer = Replayer(workflows=list(workflows), plugins=list(plugins))
-    registered = _workflow_names(workflows)
+    # Core's WARN lines and the worker's tracebacks would repeat what each report says.
+    quiet = Runtime(
+        telemetry=TelemetryConfig(
+            logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"))
+        )
+    )
+    replayer = Replayer(workflows=list(workflows), plugins=list(plugins), runtime=quiet)
     reports = []
     for path in map(Path, paths):
         workflow_id = path.stem
@@ -88,52 +96,41 @@ async def replay_histories(
                 )
             )
             continue
-        missing = _unregistered(history, registered)
-        if missing is not None:
-            # The replayer would fail the task with a core WARN line and a traceback, and
-            # report it in words that do not say what to do.
-            reports.append(
-                ReplayReport(path=str(path), workflow_id=workflow_id, ok=False, error=missing)
-            )
-            continue
-        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        with _worker_logs_muted():
+            result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         failure = result.replay_failure
+        error = None
+        if failure is not None:
+            # Temporal's own words for an unregistered type do not say what to do.
+            error = _unregistered(history, str(failure)) or f"{type(failure).__name__}: {failure}"
         reports.append(
-            ReplayReport(
-                path=str(path),
-                workflow_id=workflow_id,
-                ok=failure is None,
-                error=None if failure is None else f"{type(failure).__name__}: {failure}",
-            )
+            ReplayReport(path=str(path), workflow_id=workflow_id, ok=failure is None, error=error)
         )
     return reports
 
 
-def _workflow_names(workflows: Sequence[type]) -> set[str] | None:
-    """The workflow type names the classes register; ``None`` when one of them is dynamic
-    (it takes every type)."""
-    names: set[str] = set()
-    for cls in workflows:
-        definition = _Definition.from_class(cls)
-        if definition is None:
-            continue  # not a workflow: the Replayer names it
-        if definition.name is None:
-            return None
-        names.add(definition.name)
-    return names
+@contextlib.contextmanager
+def _worker_logs_muted() -> Iterator[None]:
+    """The worker's logs of a failed replay (a traceback per task) mute: the report has it."""
+    logger = logging.getLogger("temporalio.worker")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
-def _unregistered(history: WorkflowHistory, registered: set[str] | None) -> str | None:
-    """Why ``history`` cannot replay with the ``registered`` types, or ``None``."""
-    if registered is None or not history.events:
+def _unregistered(history: WorkflowHistory, failure: str) -> str | None:
+    """Why ``history`` cannot replay, when the failure is that its type is not registered."""
+    found = re.search(r"is not registered on this worker, available workflows: ([^\"]*)", failure)
+    if found is None or not history.events:
         return None
     started = history.events[0]
     if not started.HasField("workflow_execution_started_event_attributes"):
         return None
     name = started.workflow_execution_started_event_attributes.workflow_type.name
-    if name in registered:
-        return None
-    given = ", ".join(sorted(registered)) or "none"
+    given = found.group(1).strip() or "none"
     return (
         f"workflow type {name!r} is not registered (given: {given}); register the class "
         f"that defines it: --workflow MODULE:CLASS (temporal-ledger replay) or "

@@ -19,7 +19,7 @@ import sys
 import uuid
 
 from temporalio.client import Client
-from temporalio.contrib.openai_agents import OpenAIAgentsPlugin
+from temporalio.openai_agents import OpenAIAgentsPlugin
 
 from .worker import TASK_QUEUE
 from .workflows import SupportWorkflow

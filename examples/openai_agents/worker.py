@@ -28,7 +28,7 @@ from agents.mcp import MCPServerStdio
 from temporal_ledger.activities import LedgerPlugin
 from temporal_ledger.activities.openai_agents import activity_rules
 from temporalio.client import Client
-from temporalio.contrib.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
+from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.worker import Worker
 
 from examples import work_dir

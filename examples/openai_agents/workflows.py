@@ -8,7 +8,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from agents import Agent, Runner
-    from temporalio.contrib.openai_agents.workflow import activity_as_tool, temporal_mcp_server
+    from temporalio.openai_agents.workflow import activity_as_tool, temporal_mcp_server
 
     from .activities import issue_refund
 
