@@ -9,14 +9,13 @@ workers; a probe tells the ledger whether an unknown effect happened. The workfl
 from typing import Any
 
 from . import _options, _probe, _protocol
-from ._deprecation import moved_names
 from ._generic import LedgeredActivity
 from ._keys import step_key
 from ._options import LedgerOptions
 from ._plugin import LedgerPlugin
 from ._policy import Policy
 from ._probe import ProbeAnswer
-from ._protocol import ToolSpec
+from ._protocol import ToolSpec, moved_names
 from ._runtime import tool_context
 from ._tool import Tool, tool
 

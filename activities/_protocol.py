@@ -40,11 +40,11 @@ from ..ledger._models import Decision as Decision
 from ..ledger._models import EffectState as EffectState
 from ..ledger._models import ExecutionContext as ExecutionContext
 from ..ledger._models import NextOperation as NextOperation
+from ..ledger._moved import moved_names as moved_names
 from ..ledger._schema import output_misfit, output_template
 from ..ledger._signatures import DecisionSignature, Signers, read_policy_file
 from ..ledger._sqlite import path_from_url as path_from_url
 from ..ledger._template_text import refuse_placeholders, refuse_probe_name
-from ._deprecation import moved_names as moved_names
 from ._options import ActivityOptions as ActivityOptions
 from ._options import activity_config as activity_config
 from ._options import merged as merged

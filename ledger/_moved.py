@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -32,3 +32,20 @@ def moved(module: str, find: Callable[[str], Any], instead: Callable[[str], str 
         return find(name)
 
     return __getattr__
+
+
+def moved_names(module: str, names: Mapping[str, tuple[Any, str]]) -> Any:
+    """:func:`moved` for a fixed table of old names.
+
+    Args:
+        module: The public module's dotted name, for the messages.
+        names: Each old name, with its object and what to use instead.
+
+    Returns:
+        The ``__getattr__``.
+    """
+    return moved(
+        module,
+        lambda name: names[name][0],
+        lambda name: names[name][1] if name in names else None,
+    )
