@@ -78,18 +78,6 @@ def merged(*configs: ActivityConfig) -> dict[str, Any]:
     return chosen
 
 
-#: The activities that record a person's answer: short, and retried until recorded.
-_RECORDING = ActivityConfig(
-    start_to_close_timeout=timedelta(seconds=10),
-    heartbeat_timeout=timedelta(seconds=3),
-    retry_policy=RetryPolicy(
-        initial_interval=timedelta(seconds=0.5),
-        maximum_interval=timedelta(seconds=5),
-        maximum_attempts=0,
-    ),
-)
-
-
 def _tool_default() -> ActivityConfig:
     return ActivityConfig(
         start_to_close_timeout=timedelta(minutes=5),
@@ -104,7 +92,16 @@ def _tool_default() -> ActivityConfig:
 
 
 def _recording_default() -> ActivityConfig:
-    return ActivityConfig(**_RECORDING)
+    """The activities that record a person's answer: short, and retried until recorded."""
+    return ActivityConfig(
+        start_to_close_timeout=timedelta(seconds=10),
+        heartbeat_timeout=timedelta(seconds=3),
+        retry_policy=RetryPolicy(
+            initial_interval=timedelta(seconds=0.5),
+            maximum_interval=timedelta(seconds=5),
+            maximum_attempts=0,
+        ),
+    )
 
 
 def _probe_default() -> ActivityConfig:
