@@ -8,16 +8,16 @@ workers; a probe tells the ledger whether an unknown effect happened. The workfl
 
 from typing import Any
 
-from . import _options, _probe, _protocol
+from ..ledger._seam import moved_names
+from ..workflows import _seam as _workflows
+from ..workflows._seam import LedgerOptions, Tool, ToolSpec, step_key
+from . import _probe
 from ._generic import LedgeredActivity
-from ._keys import step_key
-from ._options import LedgerOptions
 from ._plugin import LedgerPlugin
 from ._policy import Policy
 from ._probe import ProbeAnswer
-from ._protocol import ToolSpec, moved_names
 from ._runtime import tool_context
-from ._tool import Tool, tool
+from ._tool import tool
 
 __all__ = [
     "LedgerOptions",
@@ -34,9 +34,9 @@ __all__ = [
 
 #: Names that left the public face in 0.3: where they are now, and what to use instead.
 _DEPRECATED: dict[str, tuple[Any, str]] = {
-    "ActivityOptions": (_options.ActivityOptions, "pass temporalio.workflow.ActivityConfig(...)"),
+    "ActivityOptions": (_workflows.ActivityOptions, "pass temporalio.workflow.ActivityConfig(...)"),
     "ErrorType": (
-        _protocol.ErrorType,
+        _workflows.ErrorType,
         "compare an error's type with its string, e.g. 'ToolConflict'",
     ),
     "present": (_probe.present, "use ProbeAnswer.present(...)"),

@@ -22,8 +22,9 @@ from ..ledger import (
     InvalidRequest,
     LedgerUnavailable,
 )
+from ..ledger._seam import ExecutionContext
+from ..workflows._seam import ConflictDetails, ErrorType, ToolHints, ToolSpec
 from ._metrics import CallOutcome, count_call
-from ._protocol import ConflictDetails, ErrorType, ExecutionContext, ToolHints, ToolSpec
 from ._runtime import Runtime
 from ._tracing import current_call
 

@@ -56,22 +56,21 @@ from ..ledger import (
     ActionStatus,
     NoEffect,
 )
-from ._attempt import execute_ledgered, treated
-from ._keys import step_key
-from ._outcomes import outcome_or_raise, record_outcome
-from ._probe import Probe
-from ._protocol import (
+from ..ledger._seam import EffectState, ExecutionContext, canonical_dump
+from ..workflows._seam import (
     ANCHOR_HEADER,
     HINTS_HEADER,
-    EffectState,
+    AsReturned,
     ErrorType,
-    ExecutionContext,
+    ResultShape,
     RunAnchor,
     ToolHints,
     ToolSpec,
-    canonical_dump,
+    step_key,
 )
-from ._results import AsReturned, ResultShape
+from ._attempt import execute_ledgered, treated
+from ._outcomes import outcome_or_raise, record_outcome
+from ._probe import Probe
 from ._runtime import Runtime
 from ._tracing import call_span, current_call, describe_request
 

@@ -8,7 +8,7 @@ from enum import StrEnum
 from temporalio import activity
 
 from ..ledger import ActionResult, ActionStatus, Verdict
-from ._protocol import Decision, EffectState, FailureType
+from ..ledger._seam import Decision, EffectState, FailureType
 from ._tracing import current_call
 
 

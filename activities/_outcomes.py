@@ -10,17 +10,9 @@ from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ..ledger import ActionRequest, ActionResult, ActionStatus, Verdict
+from ..ledger._seam import EffectState, FailureType, may_act_again
+from ..workflows._seam import ApprovalNeeded, ErrorType, ToolOutcome, ToolSpec, UnknownEffect
 from ._metrics import CallOutcome, count_call
-from ._protocol import (
-    ApprovalNeeded,
-    EffectState,
-    ErrorType,
-    FailureType,
-    ToolOutcome,
-    ToolSpec,
-    UnknownEffect,
-    may_act_again,
-)
 from ._runtime import Runtime
 from ._tracing import current_call, describe_result
 

@@ -37,16 +37,16 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from ..ledger import Ledger
-from ._generic import LedgeredActivity, execute_through_ledger, rule_matches
-from ._options import LedgerOptions
-from ._policy import Policy
-from ._protocol import (
+from ..ledger._seam import opener as ledger_opener
+from ..ledger._seam import path_from_url, shown_url
+from ..workflows._seam import (
     AWAITING_APPROVAL_ATTRIBUTE,
     OPEN_EFFECTS_ATTRIBUTE,
-    ledger_opener,
-    path_from_url,
-    shown_url,
+    LedgerOptions,
+    LedgerWorkflowInterceptor,
 )
+from ._generic import LedgeredActivity, execute_through_ledger, rule_matches
+from ._policy import Policy
 from ._reconcile import approve_call, probe_effect, reconcile_effect
 from ._runtime import Runtime, _runtime
 
@@ -206,7 +206,7 @@ class LedgerPlugin(SimplePlugin):
             # every run the options its ledger activities are scheduled with.
             interceptors=[
                 _ActivityInterceptor(self),
-                _workflow_interceptor(self.ledger_activities, options),
+                LedgerWorkflowInterceptor(self.ledger_activities, options),
             ],
             run_context=self._worker_running,
         )
@@ -467,12 +467,3 @@ class _ActivityInbound(ActivityInboundInterceptor):
 
 def _is_ledgered(fn: Callable[..., Any]) -> bool:
     return hasattr(fn, "__ledger_tool__") or fn in _LEDGER_ACTIVITIES
-
-
-def _workflow_interceptor(rules: Sequence[LedgeredActivity], options: LedgerOptions) -> Interceptor:
-    """The workflow side's interceptor. Imported when a plugin is made, not with this
-    module: the workflow side imports the activity side's protocol, so this is the one
-    edge back (docs/repository.md, Imports)."""
-    from ..workflows._interceptor import LedgerWorkflowInterceptor
-
-    return LedgerWorkflowInterceptor(rules, options)

@@ -18,7 +18,8 @@ from pydantic import (
 )
 
 from ..ledger import Authority, InvalidRequest
-from ._protocol import Signers, ToolHints, read_policy_file
+from ..ledger._seam import Signers, read_policy_file
+from ..workflows._seam import ToolHints
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._protocol import model_json
+from ..ledger._seam import model_json
 
 
 class Finding(StrEnum):

@@ -23,17 +23,23 @@ from ..ledger import (
     ReconciliationRefused,
     Verdict,
 )
-from . import _protocol as p
-from ._metrics import count_approval, count_reconciliation
-from ._policy import Policy
-from ._probe import Finding, ProbeAnswer
-from ._protocol import (
+from ..ledger._seam import model_json
+from ..workflows._seam import (
     APPROVE_ACTIVITY,
     PROBE_ACTIVITY,
     RECONCILE_ACTIVITY,
+    ApproveInput,
+    ApproveResult,
+    ErrorType,
+    ProbeInput,
     ProbeOutcome,
-    model_json,
+    ProbeResult,
+    ReconcileInput,
+    ReconcileResult,
 )
+from ._metrics import count_approval, count_reconciliation
+from ._policy import Policy
+from ._probe import Finding, ProbeAnswer
 from ._runtime import Runtime, current_runtime
 from ._tool import argument_of
 
@@ -43,7 +49,7 @@ _Recorded = TypeVar("_Recorded")
 
 
 @activity.defn(name=RECONCILE_ACTIVITY)
-async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
+async def reconcile_effect(verdict: ReconcileInput) -> ReconcileResult:
     """Check the actor and its signature against the policy, then append the verdict
     beside the key's history.
 
@@ -66,13 +72,13 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
             ),
         )
     except ApplicationError as err:
-        if err.type != p.ErrorType.RECONCILE_ALREADY_RESOLVED:
+        if err.type != ErrorType.RECONCILE_ALREADY_RESOLVED:
             raise
         standing = await asyncio.to_thread(current_runtime().ledger.state, verdict.key)
         recorded = standing.reconciliations[-1].verdict if standing.reconciliations else None
         if recorded is None:
             raise
-        result = p.ReconcileResult(
+        result = ReconcileResult(
             key=standing.key,
             verdict=recorded,
             effect=standing.effect,
@@ -85,7 +91,7 @@ async def reconcile_effect(verdict: p.ReconcileInput) -> p.ReconcileResult:
             non_retryable=True,
         ) from None
     count_reconciliation(verdict.verdict, actor="operator")
-    return p.ReconcileResult(
+    return ReconcileResult(
         key=state.key,
         verdict=verdict.verdict,
         effect=state.effect,
@@ -100,30 +106,30 @@ class _AnswerKind:
     #: Whether the policy lets an actor give this answer.
     allowed: Callable[[Policy, str], bool]
     doing: str
-    not_allowed: p.ErrorType
-    refused: p.ErrorType
+    not_allowed: ErrorType
+    refused: ErrorType
     #: Somebody else answered first; that answer stands.
-    first: p.ErrorType
+    first: ErrorType
 
 
 _VERDICTS = _AnswerKind(
     Policy.may_reconcile,
     "reconcile effects",
-    not_allowed=p.ErrorType.RECONCILE_NOT_ALLOWED,
-    refused=p.ErrorType.RECONCILE_REFUSED,
-    first=p.ErrorType.RECONCILE_ALREADY_RESOLVED,
+    not_allowed=ErrorType.RECONCILE_NOT_ALLOWED,
+    refused=ErrorType.RECONCILE_REFUSED,
+    first=ErrorType.RECONCILE_ALREADY_RESOLVED,
 )
 _DECISIONS = _AnswerKind(
     Policy.may_approve,
     "approve calls",
-    not_allowed=p.ErrorType.APPROVE_NOT_ALLOWED,
-    refused=p.ErrorType.APPROVE_REFUSED,
-    first=p.ErrorType.APPROVE_ALREADY_DECIDED,
+    not_allowed=ErrorType.APPROVE_NOT_ALLOWED,
+    refused=ErrorType.APPROVE_REFUSED,
+    first=ErrorType.APPROVE_ALREADY_DECIDED,
 )
 
 
 async def _record_answer(
-    given: p.ReconcileInput | p.ApproveInput,
+    given: ReconcileInput | ApproveInput,
     kind: _AnswerKind,
     record: Callable[[Ledger], Awaitable[_Recorded]],
 ) -> _Recorded:
@@ -139,7 +145,7 @@ async def _record_answer(
 
 
 def _check_person(
-    runtime: Runtime, given: p.ReconcileInput | p.ApproveInput, kind: _AnswerKind
+    runtime: Runtime, given: ReconcileInput | ApproveInput, kind: _AnswerKind
 ) -> None:
     """The person against this worker's policy: may they do this, and does the signature
     (where one is given or required) prove them, for the run Temporal says the input came
@@ -160,7 +166,7 @@ def _check_person(
 
 
 @contextlib.contextmanager
-def _ledger_answers(*, refused: p.ErrorType, first: p.ErrorType) -> Iterator[None]:
+def _ledger_answers(*, refused: ErrorType, first: ErrorType) -> Iterator[None]:
     """The ledger's refusals as non-retryable errors: ``first`` when somebody else
     answered first (that answer stands), ``refused`` for the rest and for bad input; an
     unreachable ledger is retried."""
@@ -173,11 +179,11 @@ def _ledger_answers(*, refused: p.ErrorType, first: p.ErrorType) -> Iterator[Non
     except InvalidRequest as exc:
         raise ApplicationError(str(exc), type=refused, non_retryable=True) from None
     except LedgerUnavailable as exc:
-        raise ApplicationError(str(exc), type=p.ErrorType.LEDGER_UNAVAILABLE) from None
+        raise ApplicationError(str(exc), type=ErrorType.LEDGER_UNAVAILABLE) from None
 
 
 @activity.defn(name=APPROVE_ACTIVITY)
-async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
+async def approve_call(decision: ApproveInput) -> ApproveResult:
     """Check the approver and its signature against the policy, then record the decision
     under the key."""
     approval = await _record_answer(
@@ -193,7 +199,7 @@ async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
         ),
     )
     count_approval(decision.decision)
-    return p.ApproveResult(
+    return ApproveResult(
         key=decision.key,
         fingerprint=approval.fingerprint,
         decision=decision.decision,
@@ -204,7 +210,7 @@ async def approve_call(decision: p.ApproveInput) -> p.ApproveResult:
 
 
 @activity.defn(name=PROBE_ACTIVITY)
-async def probe_effect(probe: p.ProbeInput) -> p.ProbeResult:
+async def probe_effect(probe: ProbeInput) -> ProbeResult:
     """Run the tool's probe on an unknown effect and record what it found as a verdict.
 
     ``present`` confirms the effect with the probe's output; ``absent`` confirms no
@@ -219,14 +225,14 @@ async def probe_effect(probe: p.ProbeInput) -> p.ProbeResult:
         raise ApplicationError(
             f"no probe for tool {probe.tool!r} on this worker: register the @tool with probe= "
             "(or the ledgered activity's rule with probe=) on the workers of its task queue",
-            type=p.ErrorType.PROBE_UNAVAILABLE,
+            type=ErrorType.PROBE_UNAVAILABLE,
             non_retryable=True,
         )
     if not runtime.policy.may_probe(probe.tool):
         raise ApplicationError(
             f"the policy names no probe for tool {probe.tool!r}, so its probe may not give a "
             "verdict: add the tool to [reconcile] probes in the policy file (Policy(probes=[...]))",
-            type=p.ErrorType.PROBE_UNAVAILABLE,
+            type=ErrorType.PROBE_UNAVAILABLE,
             non_retryable=True,
         )
     run, arg, conclusive, check_output = found
@@ -235,7 +241,7 @@ async def probe_effect(probe: p.ProbeInput) -> p.ProbeResult:
         raise ApplicationError(
             f"{probe.tool}'s probe returned {type(answer).__name__}; it must return "
             "ProbeAnswer.present(...), .absent(...) or .inconclusive(...)",
-            type=p.ErrorType.PROBE_UNAVAILABLE,
+            type=ErrorType.PROBE_UNAVAILABLE,
             non_retryable=True,
         )
     verdict, basis, output = _verdict_for(answer, conclusive)
@@ -249,7 +255,7 @@ async def probe_effect(probe: p.ProbeInput) -> p.ProbeResult:
         except ValueError as exc:
             raise ApplicationError(
                 f"{probe.tool}'s probe found the operation, but its output is not one: {exc}",
-                type=p.ErrorType.PROBE_UNAVAILABLE,
+                type=ErrorType.PROBE_UNAVAILABLE,
                 non_retryable=True,
             ) from None
     actor = f"probe:{probe.tool}"
@@ -264,13 +270,13 @@ async def probe_effect(probe: p.ProbeInput) -> p.ProbeResult:
     except ReconciliationRefused as exc:
         if exc.effect is None:
             raise ApplicationError(
-                str(exc), type=p.ErrorType.RECONCILE_REFUSED, non_retryable=True
+                str(exc), type=ErrorType.RECONCILE_REFUSED, non_retryable=True
             ) from None
         # Settled meanwhile: that outcome stands.
-        return p.ProbeResult(finding=ProbeOutcome.RESOLVED)
+        return ProbeResult(finding=ProbeOutcome.RESOLVED)
     count_reconciliation(verdict, actor=actor)
     finding = _RECORDED[verdict]
-    return p.ProbeResult(finding=finding, verdict=verdict, output=output)
+    return ProbeResult(finding=finding, verdict=verdict, output=output)
 
 
 #: What the workflow is told, by the verdict recorded for the probe's answer.
@@ -298,7 +304,7 @@ def _verdict_for(answer: ProbeAnswer, conclusive: bool) -> tuple[Verdict, str, A
 
 
 def _probe_for(
-    runtime: Runtime, probe: p.ProbeInput
+    runtime: Runtime, probe: ProbeInput
 ) -> tuple[Callable[[str, Any], Any], Any, bool, Callable[[Any], Any]] | None:
     """The probe for ``probe.tool``: a ``@tool``'s, or the rule's of a ledgered activity
     (its argument then is the activity's arguments as JSON). With the argument, whether
@@ -308,7 +314,7 @@ def _probe_for(
     run = getattr(tool, "__ledger_probe__", None)
     if tool is not None and run is not None:
         spec = tool.__ledger_tool__
-        arg = argument_of(spec, probe.arg, refused=p.ErrorType.PROBE_UNAVAILABLE)
+        arg = argument_of(spec, probe.arg, refused=ErrorType.PROBE_UNAVAILABLE)
         return run, arg, spec.probe_absence_conclusive, lambda output: None
     for rule in runtime.rules:
         if rule.probe is not None and fnmatch.fnmatchcase(probe.tool, rule.pattern):
@@ -329,4 +335,4 @@ async def _record(
     try:
         await runtime.ledger.reconcile(key, verdict, actor, basis, evidence=evidence, output=output)
     except LedgerUnavailable as exc:
-        raise ApplicationError(str(exc), type=p.ErrorType.LEDGER_UNAVAILABLE) from None
+        raise ApplicationError(str(exc), type=ErrorType.LEDGER_UNAVAILABLE) from None

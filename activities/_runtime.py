@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio.exceptions import ApplicationError
 
-from ._protocol import ErrorType
+from ..workflows._seam import ErrorType
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
+    from ..ledger._seam import ExecutionContext
     from ._policy import Policy
-    from ._protocol import ExecutionContext
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,34 +6,23 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ..ledger import ActionRequest
+from ..ledger._seam import ExecutionContext
+from ..workflows._seam import ErrorType, Tool, ToolCall, ToolOutcome, ToolSpec
 from ._attempt import execute_ledgered, treated
 from ._outcomes import outcome_or_raise
 from ._probe import Probe
-from ._protocol import ErrorType, ExecutionContext, ToolCall, ToolOutcome, ToolSpec
 from ._runtime import _execution, current_runtime
 from ._tracing import call_span, current_call, describe_request
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
 OutT = TypeVar("OutT")
-
-
-class Tool(Generic[ArgT, OutT]):
-    """A ledgered tool, as ``@tool`` returns it: register it on a worker as an activity,
-    and call it from a workflow with ``run_tool``."""
-
-    __ledger_tool__: ToolSpec[ArgT, OutT]
-    __ledger_probe__: Probe | None
-
-    async def __call__(self, call: ToolCall) -> ToolOutcome:
-        # Never called: @tool returns the activity function itself, typed as a Tool.
-        raise NotImplementedError
 
 
 def tool(

@@ -42,9 +42,9 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from ..ledger import NoEffect
-from ._keys import wire_key
+from ..ledger._seam import moved_names
+from ..workflows._seam import wire_key
 from ._probe import Probe, ProbeAnswer
-from ._protocol import moved_names
 from ._runtime import tool_context
 
 __all__ = ["lookup_probe", "request_json", "wire_key"]

@@ -55,12 +55,12 @@ from typing import Any
 from typing_extensions import deprecated
 
 from ..ledger import Ledger
+from ..ledger._seam import moved_names
+from ..workflows._seam import PLACEHOLDER, LedgerOptions
 from ._generic import LedgeredActivity, _CallableRule
-from ._options import LedgerOptions
 from ._plugin import LedgerPlugin
 from ._policy import Policy
 from ._probe import Probe
-from ._protocol import PLACEHOLDER, moved_names
 
 __all__ = ["activity_rules"]
 

@@ -51,11 +51,10 @@ from typing import Any
 from typing_extensions import deprecated
 
 from ..ledger import Ledger
+from ..workflows._seam import PLACEHOLDER, LedgerOptions
 from ._generic import LedgeredActivity
-from ._options import LedgerOptions
 from ._plugin import LedgerPlugin
 from ._policy import Policy
-from ._protocol import PLACEHOLDER
 
 __all__ = ["activity_rules"]
 

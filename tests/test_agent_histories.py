@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
-from temporal_ledger.workflows._replay import replay_histories
+from temporal_ledger.activities._replay import replay_histories
 
 from tests import test_openai_agents, test_pydantic_ai_durability
 from tests.openai_support import LedgeredSupportWorkflow

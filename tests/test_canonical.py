@@ -11,7 +11,6 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
-from temporal_ledger.activities._protocol import argument_json
 from temporal_ledger.ledger import InvalidRequest
 from temporal_ledger.ledger._canonical import (
     DIMENSIONS,
@@ -23,6 +22,7 @@ from temporal_ledger.ledger._canonical import (
     model_json,
     sha256_hex,
 )
+from temporal_ledger.workflows._protocol import argument_json
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 keys = st.text(max_size=8)  # any code point, surrogate-range and astral ones included

@@ -118,7 +118,7 @@ def test_a_broken_page_fails_the_build(
 
 
 def test_the_error_types_table_lists_every_type_a_ledgered_activity_raises() -> None:
-    from temporal_ledger.activities._protocol import FINAL_ERROR_TYPES, ErrorType
+    from temporal_ledger.workflows._protocol import FINAL_ERROR_TYPES, ErrorType
 
     page = (ROOT / "docs" / "operating.md").read_text(encoding="utf-8")
     section = page.split("## Error types", 1)[1].split("\n## ", 1)[0]

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_ledger.activities._protocol import (
+from temporal_ledger.ledger import Ledger
+from temporal_ledger.workflows._protocol import (
     AWAITING_APPROVAL_ATTRIBUTE,
     OPEN_EFFECTS_ATTRIBUTE,
 )
-from temporal_ledger.ledger import Ledger
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -267,7 +267,7 @@ async def test_metrics_reach_the_worker_runtimes_prometheus_endpoint(setup: Setu
         )
         key = (await wait_for(lambda: open_effects(setup.address, handle.id)))[0]["key"]
         text = await asyncio.to_thread(scrape, port)
-        assert re.search(r'ledger_parked_steps\{[^}]*\} 1', text), text
+        assert re.search(r"ledger_parked_steps\{[^}]*\} 1", text), text
         await handle.execute_update("reconcile", confirmed(key, {"message_id": "m-3"}))
         await handle.result()
         text = await asyncio.to_thread(scrape, port)
@@ -276,7 +276,7 @@ async def test_metrics_reach_the_worker_runtimes_prometheus_endpoint(setup: Setu
         assert re.search(rf'ledger_tool_calls(_total)?\{{[^}}]*outcome="{outcome}"', text), outcome
     assert re.search(r'ledger_reconciliations(_total)?\{[^}]*verdict="effect_confirmed"', text)
     assert re.search(r'ledger_reconciliations(_total)?\{[^}]*actor="operator"', text)
-    assert re.search(r'ledger_parked_steps\{[^}]*\} 0', text)
+    assert re.search(r"ledger_parked_steps\{[^}]*\} 0", text)
 
 
 def scrape(port: int) -> str:

@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 from temporal_ledger.activities import LedgerOptions, LedgerPlugin
-from temporal_ledger.activities._options import ActivityOptions
-from temporal_ledger.activities._protocol import FINAL_ERROR_TYPES, ErrorType
+from temporal_ledger.workflows._options import ActivityOptions
+from temporal_ledger.workflows._protocol import FINAL_ERROR_TYPES, ErrorType
 from temporal_ledger.workflows._scheduling import scheduling
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client

@@ -30,38 +30,52 @@ def test_the_library_never_imports_the_old_top_level_names() -> None:
     assert offenders == []
 
 
-#: The one exception: the protocol between the sides (the payload models, names and
-#: headers, what a tool is to a workflow, the ledger's parts both sides build on). The
-#: workflow side imports it; it alone reaches into the ledger's private modules.
-PROTOCOL_FILE = "activities/_protocol.py"
-PROTOCOL_MODULE = "..activities._protocol"
+#: A subpackage imports another through its public face, or through its one module for
+#: the subpackages above it, ``_seam.py``: never through its other private modules.
+SEAM = "_seam"
+#: An import of another subpackage's private module: ``from ..ledger._canonical import``
+#: or ``from ..ledger import _canonical``.
+PRIVATE_IMPORT = re.compile(
+    r"^\s*from\s+(\.\.(?:ledger|activities|workflows))(?:\.(_\w+)|\s+import\s+\(?\s*(_\w+))",
+    re.M,
+)
 
 
-#: The plugin's one edge back to the workflow side (see tests/test_imports.py).
-BACK_EDGE = ("activities/_plugin.py", "..workflows._interceptor")
-
-
-def test_no_subpackage_reaches_into_another_ones_private_modules() -> None:
-    private = re.compile(r"^\s*from\s+(\.\.(ledger|activities|workflows)\._\w+)", re.M)
-    offenders = [
-        f"{name}: {match.group(1)}"
-        for name, text in library_sources()
-        for match in private.finditer(text)
-        if name != PROTOCOL_FILE
-        and match.group(1) != PROTOCOL_MODULE
-        and (name, match.group(1)) != BACK_EDGE
+def private_imports(text: str) -> list[str]:
+    """The other subpackages' private modules ``text`` imports (``..ledger._canonical``)."""
+    return [
+        f"{match.group(1)}.{match.group(2) or match.group(3)}"
+        for match in PRIVATE_IMPORT.finditer(text)
     ]
-    assert offenders == []
 
 
-def test_the_protocol_is_the_only_crossing_the_workflow_side_uses() -> None:
-    crossings = {
-        match.group(1)
-        for name, text in library_sources()
-        if name.startswith("workflows/")
-        for match in re.finditer(r"^\s*from\s+(\.\.activities\._\w+)", text, re.M)
-    }
-    assert crossings == {PROTOCOL_MODULE}
+def _private_imports() -> set[tuple[str, str]]:
+    """Each (file, ``..package._module``) where a file imports another subpackage's
+    private module."""
+    return {(name, module) for name, text in library_sources() for module in private_imports(text)}
+
+
+def test_no_subpackage_reaches_past_another_ones_seam() -> None:
+    assert {
+        (name, module) for name, module in _private_imports() if not module.endswith(SEAM)
+    } == set()
+
+
+def test_the_ledger_and_the_workflow_side_have_seams_made_of_their_own_parts() -> None:
+    seams = {folder: ROOT / folder / f"{SEAM}.py" for folder in SUBPACKAGES}
+    present = sorted(folder for folder, path in seams.items() if path.exists())
+    assert present == ["ledger", "workflows"]  # the activity side is imported by none
+    for folder in present:
+        text = seams[folder].read_text(encoding="utf-8")
+        assert not re.search(r"^\s*from\s+\.\.", text, re.M), folder
+
+
+def test_the_seam_check_finds_a_reach_past_it() -> None:
+    planted = (
+        "x = 1\n    from ..ledger._canonical import canonical_dump\n"
+        "from ..workflows import _protocol as p\nfrom ..ledger import Ledger\n"
+    )
+    assert private_imports(planted) == ["..ledger._canonical", "..workflows._protocol"]
 
 
 def test_the_ledger_sources_never_import_temporal_at_module_level() -> None:

@@ -80,7 +80,7 @@ def test_approve_names_the_gated_capabilities_and_who_may_decide(tmp_path: Path)
 
 
 def test_a_policy_file_weighs_mcp_hints_and_has_the_last_word_per_tool(tmp_path: Path) -> None:
-    from temporal_ledger.activities._protocol import ToolHints
+    from temporal_ledger.workflows._protocol import ToolHints
 
     policy = Policy.load(
         write(
@@ -130,7 +130,7 @@ requires_approval = true
 
 
 def test_by_default_no_hint_relaxes_the_ledger() -> None:
-    from temporal_ledger.activities._protocol import ToolHints
+    from temporal_ledger.workflows._protocol import ToolHints
 
     lying = ToolHints.parse({"readOnlyHint": True, "idempotentHint": True})
     for policy in (Policy(), Policy.permissive()):
@@ -152,7 +152,7 @@ def test_hints_trust_takes_only_a_list_of_patterns(tmp_path: Path) -> None:
 
 
 def test_hints_of_another_shape_are_no_hints() -> None:
-    from temporal_ledger.activities._protocol import ToolHints
+    from temporal_ledger.workflows._protocol import ToolHints
 
     assert ToolHints.parse(None) is None
     assert ToolHints.parse(["readOnlyHint"]) is None

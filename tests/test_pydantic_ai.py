@@ -18,11 +18,11 @@ import pytest
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy, step_key
 from temporal_ledger.activities._generic import capability_for, execute_through_ledger
-from temporal_ledger.activities._protocol import ANCHOR_HEADER, PLACEHOLDER
 from temporal_ledger.activities._runtime import Runtime
 from temporal_ledger.activities.pydantic_ai import activity_rules
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
+from temporal_ledger.workflows._protocol import ANCHOR_HEADER, PLACEHOLDER
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy
-from temporal_ledger.activities._protocol import PLACEHOLDER
 from temporal_ledger.activities.pydantic_ai import activity_rules
 from temporal_ledger.ledger import Ledger
+from temporal_ledger.workflows._protocol import PLACEHOLDER
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from temporal_ledger.activities import LedgerPlugin
-from temporal_ledger.workflows._replay import replay_histories
+from temporal_ledger.activities._replay import replay_histories
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 from pydantic import BaseModel
-from temporal_ledger.activities._protocol import PLACEHOLDER, holds_placeholder
-from temporal_ledger.activities._results import AsReturned
 from temporal_ledger.activities.openai_agents import _McpContent as McpContent
 from temporal_ledger.activities.openai_agents import activity_rules
 from temporal_ledger.activities.pydantic_ai import ToolReturn
+from temporal_ledger.workflows._protocol import PLACEHOLDER, holds_placeholder
+from temporal_ledger.workflows._results import AsReturned
 
 
 class Refund(BaseModel):

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 from temporal_ledger.activities import Policy
-from temporal_ledger.activities._protocol import ApproveInput
 from temporal_ledger.activities._reconcile import approve_call
 from temporal_ledger.activities._runtime import Runtime, _runtime
 from temporal_ledger.activities.http import wire_key
@@ -39,6 +38,7 @@ from temporal_ledger.ledger._signatures import (
     verdict_statement,
     write_private_key,
 )
+from temporal_ledger.workflows._protocol import ApproveInput
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment

@@ -16,7 +16,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from temporal_ledger.workflows._replay import replay_histories
+from temporal_ledger.activities._replay import replay_histories
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.contrib.opentelemetry import TracingInterceptor
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from ..activities._protocol import ErrorType
+from ._protocol import ErrorType
 
 
 class ToolError(ApplicationError):

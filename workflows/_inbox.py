@@ -22,7 +22,10 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from ..activities._protocol import (
+from ..ledger import Verdict
+from ..ledger._seam import Decision, Signers
+from . import _render, _tracing
+from ._protocol import (
     APPROVE_ACTIVITY,
     APPROVE_UPDATE,
     AWAITING_APPROVAL_ATTRIBUTE,
@@ -36,15 +39,11 @@ from ..activities._protocol import (
     ApprovalNeeded,
     ApproveInput,
     ApproveResult,
-    Decision,
     ErrorType,
     ReconcileInput,
     ReconcileResult,
-    Signers,
     UnknownEffect,
 )
-from ..ledger import Verdict
-from . import _render, _tracing
 from ._scheduling import Kind, options_for, start_own_activity
 from ._waiting import OpenEffect, PendingApproval, Rejection
 

@@ -20,7 +20,7 @@ import fnmatch
 import json
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
@@ -35,8 +35,10 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from ..activities import LedgeredActivity, LedgerOptions
-from ..activities._protocol import (
+from ._inbox import Call, inbox, install_at_start
+from ._options import LedgerOptions
+from ._probe import settle_unknown
+from ._protocol import (
     ANCHOR_HEADER,
     HINTS_HEADER,
     PLACEHOLDER,
@@ -47,13 +49,28 @@ from ..activities._protocol import (
     UnknownEffect,
     holds_placeholder,
 )
-from ._inbox import Call, inbox, install_at_start
-from ._probe import settle_unknown
+from ._results import ResultShape
 from ._scheduling import give_options, scheduling_own
 
 #: Waits between asking the ledger again about a call whose attempt was lost.
 _FIRST_WAIT = timedelta(seconds=1)
 _LONGEST_WAIT = timedelta(seconds=60)
+
+
+class WorkflowRule(Protocol):
+    """What the workflow side reads of a ``LedgeredActivity`` rule (the activity side's
+    dataclass, which the plugin passes in)."""
+
+    @property
+    def pattern(self) -> str: ...
+    @property
+    def tool_name(self) -> Callable[[list[Any]], Any] | None: ...
+    @property
+    def server(self) -> str | None: ...
+    @property
+    def lists_tools(self) -> bool: ...
+    @property
+    def output(self) -> ResultShape: ...
 
 
 class LedgerWorkflowInterceptor(Interceptor):
@@ -67,7 +84,7 @@ class LedgerWorkflowInterceptor(Interceptor):
     """
 
     def __init__(
-        self, rules: Sequence[LedgeredActivity] = (), options: LedgerOptions | None = None
+        self, rules: Sequence[WorkflowRule] = (), options: LedgerOptions | None = None
     ) -> None:
         self._rules = tuple(rules)
         self._options = options or LedgerOptions()
@@ -90,9 +107,7 @@ class LedgerWorkflowInterceptor(Interceptor):
 
 
 class _Outbound(WorkflowOutboundInterceptor):
-    def __init__(
-        self, next: WorkflowOutboundInterceptor, rules: tuple[LedgeredActivity, ...]
-    ) -> None:
+    def __init__(self, next: WorkflowOutboundInterceptor, rules: tuple[WorkflowRule, ...]) -> None:
         super().__init__(next)
         self._rules = rules
         #: Activities scheduled so far by every run of this workflow alike (_scheduling).
@@ -161,7 +176,7 @@ class _Ledgered:
         self,
         next: WorkflowOutboundInterceptor,
         input: StartActivityInput,
-        rule: LedgeredActivity,
+        rule: WorkflowRule,
         call: str,
         *,
         tool: Any = None,

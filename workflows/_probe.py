@@ -9,15 +9,9 @@ from typing import Any
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
-from ..activities._protocol import (
-    PROBE_ACTIVITY,
-    ProbeInput,
-    ProbeOutcome,
-    ProbeResult,
-    UnknownEffect,
-)
 from ..ledger import Verdict
 from ._inbox import Call, cause_message, inbox
+from ._protocol import PROBE_ACTIVITY, ProbeInput, ProbeOutcome, ProbeResult, UnknownEffect
 from ._scheduling import options_for, start_own_activity
 from ._tracing import decided
 

@@ -11,8 +11,9 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..activities._protocol import APPROVE_UPDATE, RECONCILE_SIGNAL, RECONCILE_UPDATE, Decision
 from ..ledger import Verdict
+from ..ledger._seam import Decision
+from ._protocol import APPROVE_UPDATE, RECONCILE_SIGNAL, RECONCILE_UPDATE
 
 if TYPE_CHECKING:
     from ._waiting import OpenEffect, PendingApproval

@@ -15,24 +15,24 @@ from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from ..activities import Tool, ToolSpec, step_key
-from ..activities._protocol import (
-    ApprovalNeeded,
-    ConflictDetails,
-    Decision,
-    ErrorType,
-    ToolCall,
-    ToolOutcome,
-    UnknownEffect,
-    activity_config,
-    argument_json,
-    output_misfit,
-    output_template,
-)
 from ..ledger import InvalidRequest
+from ..ledger._seam import Decision, output_misfit, output_template
 from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError, ToolRejectedError
 from ._inbox import Call, inbox
+from ._keys import step_key
+from ._options import activity_config
 from ._probe import settle_unknown
+from ._protocol import (
+    ApprovalNeeded,
+    ConflictDetails,
+    ErrorType,
+    Tool,
+    ToolCall,
+    ToolOutcome,
+    ToolSpec,
+    UnknownEffect,
+    argument_json,
+)
 from ._scheduling import options_for, start_own_activity
 
 OutT = TypeVar("OutT")

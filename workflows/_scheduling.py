@@ -20,14 +20,8 @@ from typing import Any, Literal
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from ..activities import LedgerOptions
-from ..activities._protocol import (
-    FINAL_ERROR_TYPES,
-    ActivityOptions,
-    ErrorType,
-    activity_config,
-    merged,
-)
+from ._options import ActivityOptions, LedgerOptions, activity_config, merged
+from ._protocol import FINAL_ERROR_TYPES, ErrorType
 
 #: The ledger's activities, as :class:`LedgerOptions` names them.
 Kind = Literal["tool", "reconcile", "approve", "probe"]

@@ -2,13 +2,12 @@
 
 What a workflow sends a ledgered activity and gets back (payload models, error types,
 headers), the names of the plugin's activities, queries, updates and search attributes,
-what a tool is to the workflow side (:class:`ToolSpec`), and the few parts of the ledger
-both sides build on. Plain data and pure functions with no I/O: workflow code imports
-them inside the sandbox.
+and what a tool is to the workflow side (:class:`ToolSpec`, :class:`Tool`). Plain data
+and pure functions with no I/O: workflow code imports them inside the sandbox.
 
-This is the one module where the subpackages meet below their public faces: the
-workflow side imports it, and it alone reaches into ``temporal_ledger.ledger``'s private
-modules and, late, into the workflow side for the plugin's interceptor.
+The workflow side owns this contract and the activity side implements it, so the
+imports run one way: ``activities`` imports ``workflows``, which imports ``ledger``. The
+activity side reads it through ``workflows/_seam.py`` (``docs/repository.md``, Imports).
 """
 
 from __future__ import annotations
@@ -16,9 +15,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -29,28 +28,19 @@ from pydantic import (
     model_validator,
 )
 
-# The names imported ``as`` themselves are re-exported: the workflow side takes the
-# ledger's parts and the activity side's options from here alone (tests/test_package.py).
 from ..ledger import InvalidRequest, Verdict
-from ..ledger._canonical import canonical_dump, check_json, model_json
-from ..ledger._ledger import opener as ledger_opener
-from ..ledger._ledger import shown_url
-from ..ledger._models import ApprovalState, FailureType, may_act_again
-from ..ledger._models import Decision as Decision
-from ..ledger._models import EffectState as EffectState
-from ..ledger._models import ExecutionContext as ExecutionContext
-from ..ledger._models import NextOperation as NextOperation
-from ..ledger._moved import moved_names as moved_names
-from ..ledger._schema import output_misfit, output_template
-from ..ledger._signatures import DecisionSignature, Signers, read_policy_file
-from ..ledger._sqlite import path_from_url as path_from_url
-from ..ledger._template_text import refuse_placeholders, refuse_probe_name
-from ._options import ActivityOptions as ActivityOptions
-from ._options import activity_config as activity_config
-from ._options import merged as merged
-
-if TYPE_CHECKING:
-    pass
+from ..ledger._seam import (
+    ApprovalState,
+    Decision,
+    DecisionSignature,
+    EffectState,
+    NextOperation,
+    Signers,
+    check_json,
+    model_json,
+    refuse_placeholders,
+    refuse_probe_name,
+)
 
 __all__ = [
     "ANCHOR_HEADER",
@@ -73,29 +63,20 @@ __all__ = [
     "ApproveResult",
     "ConflictDetails",
     "ErrorType",
-    "FailureType",
     "ProbeInput",
     "ProbeOutcome",
     "ProbeResult",
     "ReconcileInput",
     "ReconcileResult",
     "RunAnchor",
-    "Signers",
+    "Tool",
     "ToolCall",
     "ToolHints",
     "ToolOutcome",
     "ToolSpec",
     "UnknownEffect",
     "argument_json",
-    "canonical_dump",
     "holds_placeholder",
-    "ledger_opener",
-    "may_act_again",
-    "model_json",
-    "output_misfit",
-    "output_template",
-    "read_policy_file",
-    "shown_url",
 ]
 
 #: The plugin's own activities, which record people's and probes' answers in the ledger.
@@ -178,6 +159,19 @@ class ToolSpec(Generic[ArgT, OutT]):
         if not isinstance(spec, ToolSpec):
             raise TypeError(f"{tool!r} is not a @tool; decorate it with activities.tool(...)")
         return spec
+
+
+class Tool(Generic[ArgT, OutT]):
+    """A ledgered tool, as ``@tool`` returns it: register it on a worker as an activity,
+    and call it from a workflow with ``run_tool``."""
+
+    __ledger_tool__: ToolSpec[ArgT, OutT]
+    #: The tool's probe (the activity side's ``Probe``), which its worker runs.
+    __ledger_probe__: Callable[[str, Any], Awaitable[Any]] | None
+
+    async def __call__(self, call: ToolCall) -> ToolOutcome:
+        # Never called: @tool returns the activity function itself, typed as a Tool.
+        raise NotImplementedError
 
 
 def argument_json(arg: BaseModel) -> dict[str, Any]:

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 
 from pydantic import TypeAdapter
 
-from ._protocol import PLACEHOLDER, output_template
+from ..ledger._seam import output_template
+from ._protocol import PLACEHOLDER
 
 
 class ResultShape(Protocol):

@@ -25,6 +25,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import Replayer
 
+from ._plugin import LedgerPlugin
+
 if TYPE_CHECKING:
     from temporalio.worker import Plugin
 
@@ -67,8 +69,6 @@ async def replay_histories(
     Returns:
         One report per file, in order; a file that cannot be read is reported as such.
     """
-    from ..activities import LedgerPlugin
-
     if plugins is None:
         plugins = [LedgerPlugin()]
     # The ledger's plugin last: a framework's plugin that installs a converter of its own

@@ -1,0 +1,50 @@
+"""What the Temporal side of this distribution uses of the ledger beyond its public face.
+
+``temporal_ledger.activities`` and ``temporal_ledger.workflows`` import the ledger from
+its public face (``temporal_ledger.ledger``) or from here, never from its other private
+modules: this list is the whole of what they build on, and the one place to look when
+one of these parts changes (``docs/repository.md``, Imports). Not public API: a user's
+code imports ``temporal_ledger.ledger``.
+"""
+
+from ._canonical import canonical_dump, check_json, model_json
+from ._ledger import opener, shown_url
+from ._models import (
+    ApprovalState,
+    Decision,
+    EffectState,
+    ExecutionContext,
+    FailureType,
+    NextOperation,
+    may_act_again,
+)
+from ._moved import moved, moved_names
+from ._schema import output_misfit, output_template
+from ._signatures import DecisionSignature, Signers, read_policy_file
+from ._sqlite import path_from_url
+from ._template_text import refuse_placeholders, refuse_probe_name
+
+__all__ = [
+    "ApprovalState",
+    "Decision",
+    "DecisionSignature",
+    "EffectState",
+    "ExecutionContext",
+    "FailureType",
+    "NextOperation",
+    "Signers",
+    "canonical_dump",
+    "check_json",
+    "may_act_again",
+    "model_json",
+    "moved",
+    "moved_names",
+    "opener",
+    "output_misfit",
+    "output_template",
+    "path_from_url",
+    "read_policy_file",
+    "refuse_placeholders",
+    "refuse_probe_name",
+    "shown_url",
+]

@@ -1,0 +1,75 @@
+"""What the activity side uses of the workflow side beyond its public face.
+
+The workflow side owns the protocol between the two (the payloads, names and headers,
+what a tool is, the options and the key) and the interceptor the plugin installs; the
+activity side implements the one and installs the other. It imports the workflow side
+from its public face (``temporal_ledger.workflows``) or from here, never from its other
+private modules (``docs/repository.md``, Imports). Not public API.
+"""
+
+from ._interceptor import LedgerWorkflowInterceptor
+from ._keys import step_key, wire_key
+from ._options import ActivityOptions, LedgerOptions
+from ._protocol import (
+    ANCHOR_HEADER,
+    APPROVE_ACTIVITY,
+    AWAITING_APPROVAL_ATTRIBUTE,
+    HINTS_HEADER,
+    OPEN_EFFECTS_ATTRIBUTE,
+    PLACEHOLDER,
+    PROBE_ACTIVITY,
+    RECONCILE_ACTIVITY,
+    ApprovalNeeded,
+    ApproveInput,
+    ApproveResult,
+    ConflictDetails,
+    ErrorType,
+    ProbeInput,
+    ProbeOutcome,
+    ProbeResult,
+    ReconcileInput,
+    ReconcileResult,
+    RunAnchor,
+    Tool,
+    ToolCall,
+    ToolHints,
+    ToolOutcome,
+    ToolSpec,
+    UnknownEffect,
+)
+from ._results import AsReturned, ResultShape
+
+__all__ = [
+    "ANCHOR_HEADER",
+    "APPROVE_ACTIVITY",
+    "AWAITING_APPROVAL_ATTRIBUTE",
+    "HINTS_HEADER",
+    "OPEN_EFFECTS_ATTRIBUTE",
+    "PLACEHOLDER",
+    "PROBE_ACTIVITY",
+    "RECONCILE_ACTIVITY",
+    "ActivityOptions",
+    "ApprovalNeeded",
+    "ApproveInput",
+    "ApproveResult",
+    "AsReturned",
+    "ConflictDetails",
+    "ErrorType",
+    "LedgerOptions",
+    "LedgerWorkflowInterceptor",
+    "ProbeInput",
+    "ProbeOutcome",
+    "ProbeResult",
+    "ReconcileInput",
+    "ReconcileResult",
+    "ResultShape",
+    "RunAnchor",
+    "Tool",
+    "ToolCall",
+    "ToolHints",
+    "ToolOutcome",
+    "ToolSpec",
+    "UnknownEffect",
+    "step_key",
+    "wire_key",
+]
