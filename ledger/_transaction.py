@@ -209,9 +209,6 @@ class KeyRecord:
         Returns:
             The record.
         """
-        known = _PARSED.get(text)
-        if known is not None:
-            return known.copy()
         fields = json.loads(text)
         fields["phase"] = _PHASES[fields.get("phase", Phase.VACANT)]
         if fields.get("outcome") is not None:
@@ -229,29 +226,10 @@ class KeyRecord:
         # Every field present: the constructor would only copy them, one by one.
         record = cls.__new__(cls)
         record.__dict__.update(fields)
-        if len(_PARSED) >= _PARSED_KEPT:
-            _PARSED.clear()  # a cache: another thread's entry may go too
-        _PARSED[text] = record.copy()
-        return record
-
-    def copy(self) -> KeyRecord:
-        """A record the rule may change without changing this one: the rule assigns
-        fields (the outcome and the approval it replaces, never edits) and appends to
-        ``reconciliations`` alone, so that list is the only part copied."""
-        record = KeyRecord.__new__(KeyRecord)
-        fields = dict(self.__dict__)
-        fields["reconciliations"] = list(self.reconciliations)
-        record.__dict__ = fields
         return record
 
 
 _RECORD_FIELDS = frozenset(field.name for field in dataclasses.fields(KeyRecord))
-
-# Records parsed from their stored text, by that text: a replay reads back the record its
-# fresh call wrote, and the same text is the same record. Measured (valgrind,
-# bench/README.md, issue 30): parsing a settled record cost ~130 k instructions, a copy ~5 k.
-_PARSED: dict[str, KeyRecord] = {}
-_PARSED_KEPT = 1024
 
 
 def iso(epoch: float) -> str:
