@@ -426,7 +426,29 @@ def sha256_hex(data: bytes) -> str:
 
 def fingerprint_dimensions(fields: Mapping[str, Any]) -> dict[str, str]:
     """Per-dimension SHA-256 of the canonical JSON of each identity field."""
-    return {name: sha256_hex(canonical_json(fields[name])) for name in DIMENSIONS}
+    return {name: _dimension(fields[name]) for name in DIMENSIONS}
+
+
+def _dimension(value: Any) -> str:
+    """The SHA-256 of the canonical JSON of one dimension. A string (a capability, an
+    instruction, a performer: they repeat from call to call) or ``None`` is immutable, so
+    its digest is kept; a container is hashed each time, as its contents may change."""
+    if type(value) is str or value is None:
+        digest = _TEXT_DIGESTS.get(value)
+        if digest is None:
+            digest = sha256_hex(canonical_json(value))
+            if len(_TEXT_DIGESTS) >= _TEXT_DIGESTS_KEPT:
+                _TEXT_DIGESTS.clear()  # a cache: another thread's entry may go too
+            _TEXT_DIGESTS[value] = digest
+        return digest
+    return sha256_hex(canonical_json(value))
+
+
+# Measured (valgrind, bench/README.md, issue 30): the five dimensions and their combination
+# cost ~140 k instructions per call, most of it the encoder and SHA-256 of the three texts
+# that every call of a tool repeats.
+_TEXT_DIGESTS: dict[str | None, str] = {}
+_TEXT_DIGESTS_KEPT = 4096
 
 
 # The canonical JSON of {"version": ..., "dimensions": {name: hash}}: keys in sorted order
@@ -438,6 +460,21 @@ _HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 def combine(dimensions: Mapping[str, str]) -> str:
     """The one fingerprint over the per-dimension hashes, bound to the version."""
+    digests = tuple(dimensions[name] for name in DIMENSIONS)
+    known = _COMBINED.get(digests)
+    if known is not None:  # the same request again (a replay): same digests, same result
+        return known
+    combined = _combine(dimensions)
+    if len(_COMBINED) >= _TEXT_DIGESTS_KEPT:
+        _COMBINED.clear()
+    _COMBINED[digests] = combined
+    return combined
+
+
+_COMBINED: dict[tuple[str, ...], str] = {}
+
+
+def _combine(dimensions: Mapping[str, str]) -> str:
     if all(_HEX_DIGEST.fullmatch(dimensions[name]) for name in DIMENSIONS):
         fields = ",".join(f'"{name}":"{dimensions[name]}"' for name in _SORTED_DIMENSIONS)
         text = f'{{"dimensions":{{{fields}}},"version":"{FINGERPRINT_VERSION}"}}'
