@@ -433,7 +433,7 @@ def _dimension(value: Any) -> str:
     """The SHA-256 of the canonical JSON of one dimension. A string (a capability, an
     instruction, a performer: they repeat from call to call) or ``None`` is immutable, so
     its digest is kept; a container is hashed each time, as its contents may change."""
-    if type(value) is str or value is None:
+    if value is None or (type(value) is str and len(value) <= _TEXT_KEPT_UP_TO):
         digest = _TEXT_DIGESTS.get(value)
         if digest is None:
             digest = sha256_hex(canonical_json(value))
@@ -449,6 +449,9 @@ def _dimension(value: Any) -> str:
 # that every call of a tool repeats.
 _TEXT_DIGESTS: dict[str | None, str] = {}
 _TEXT_DIGESTS_KEPT = 4096
+#: Longer texts (an instruction may be a whole prompt) are hashed each time: the cache
+#: holds at most 4096 x 1 KiB of them.
+_TEXT_KEPT_UP_TO = 1024
 
 
 # The canonical JSON of {"version": ..., "dimensions": {name: hash}}: keys in sorted order
