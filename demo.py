@@ -339,9 +339,13 @@ async def reset_and_rerun(
 
 
 def model_executions(ledger_url: str) -> int:
+    """The model calls made: a model call is retry-safe, so it acts before it records
+    anything and its outcome is recorded with its request; a replay is not a call."""
     with Ledger.open(ledger_url) as ledger:
         return sum(
-            e.type == "action.execution_started" and e.key.endswith("/model")
+            e.type == "action.completed"
+            and not e.payload.get("replayed")
+            and e.key.endswith("/model")
             for e in ledger.events()
         )
 

@@ -51,6 +51,7 @@ from ._recorder import Recorder
 from ._rule import (
     Admission,
     Answer,
+    Busy,
     Claimed,
     Conflict,
     Stop,
@@ -61,9 +62,11 @@ from ._rule import (
     extend_lease,
     failure_fields,
     mark_started,
+    may_act_again_after,
     precondition_failure,
     project,
     reconcile_key,
+    record_acted,
     release_unused_claim,
     resubmission_answer,
     stopped_waiting,
@@ -80,8 +83,10 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: When a replay's audit record must be durable: before it answers, or with the next batch.
-ReplayAudit: TypeAlias = Literal["durable", "batched"]
+#: How a replay's audit record is written before it answers: on disk, committed without
+#: waiting for the disk, or with the next batch.
+ReplayAudit: TypeAlias = Literal["durable", "committed", "batched"]
+_REPLAY_AUDITS = ("durable", "committed", "batched")
 
 # A write the ledger must not lose to a dropped connection (a completion, the release of
 # a claim whose adapter never ran) is tried again with a short backoff, for a few leases
@@ -199,7 +204,7 @@ class Ledger:
         recorder: The backend that stores the log (``Ledger.open`` picks it by URL).
         lease: Seconds a live execution holds its key without renewal.
         url: Where the ledger is, as shown to people.
-        replay_audit: ``"durable"`` or ``"batched"`` (see :meth:`open`).
+        replay_audit: ``"committed"``, ``"durable"`` or ``"batched"`` (see :meth:`open`).
 
     Raises:
         InvalidRequest: ``lease`` or ``replay_audit`` is not one the ledger takes.
@@ -211,13 +216,13 @@ class Ledger:
         *,
         lease: float = 30.0,
         url: str = "",
-        replay_audit: ReplayAudit = "durable",
+        replay_audit: ReplayAudit = "committed",
     ) -> None:
         if not (isinstance(lease, (int, float)) and math.isfinite(lease) and lease > 0):
             raise InvalidRequest(f"lease must be a positive number of seconds, got {lease!r}")
-        if replay_audit not in ("durable", "batched"):
+        if replay_audit not in _REPLAY_AUDITS:
             raise InvalidRequest(
-                f"replay_audit must be 'durable' or 'batched', got {replay_audit!r}"
+                f"replay_audit must be 'committed', 'durable' or 'batched', got {replay_audit!r}"
             )
         self.replay_audit = replay_audit
         self._audits: set[asyncio.Future[Any]] = set()
@@ -233,7 +238,7 @@ class Ledger:
 
     @classmethod
     def open(
-        cls, url: str, *, lease: float = 30.0, replay_audit: ReplayAudit = "durable"
+        cls, url: str, *, lease: float = 30.0, replay_audit: ReplayAudit = "committed"
     ) -> Ledger:
         """Open (creating if needed) the ledger at ``url``.
 
@@ -241,13 +246,19 @@ class Ledger:
             url: ``sqlite:///path`` for the embedded file, ``postgresql://...`` for a
                 shared server (extra ``[postgres]``).
             lease: How long, in seconds, a live execution holds its key without renewal.
-            replay_audit: ``"durable"`` answers a replay once its audit record (the
-                request and the relabelled completion) is durable; ``"batched"``
-                answers from what is recorded and appends that audit record, atomically,
-                with a later group commit (handed to the writer at the event loop's next
-                turn, with every other replay's of that turn; written before the ledger
-                closes). A replay's answer is decided by the record either way; denials,
-                conflicts and everything that acts stay durable before they answer.
+            replay_audit: How a replay's audit record (the request and the relabelled
+                completion) is written. ``"committed"`` (the default) answers once it
+                is committed, without waiting for the disk (SQLite
+                ``synchronous=NORMAL``, PostgreSQL ``synchronous_commit = off`` for that
+                transaction alone): a replay changes nothing in the world, so a power cut
+                may lose its record, never an effect or a decision, and the next durable
+                commit carries it to the disk. ``"durable"`` answers once it is on disk.
+                ``"batched"`` answers from what is recorded and appends that audit
+                record, atomically, with a later group commit (handed to the writer at
+                the event loop's next turn, with every other replay's of that turn;
+                written before the ledger closes). A replay's answer is decided by the
+                record either way; denials, conflicts and everything that acts stay
+                durable before they answer.
 
         Returns:
             The open ledger.
@@ -390,7 +401,13 @@ class Ledger:
                 nothing happened.
             state: ``state(request)``, sync or async: the current state a precondition
                 is compared with.
-            retry_safe: The far side dedupes by the key: an unknown effect may act again.
+            retry_safe: The call may repeat: it has no effect in the world (a model
+                call), or the far side dedupes by the key. It acts first and records its
+                request and outcome after, in one durable write; the first outcome
+                recorded under the key wins, and a later attempt replays it. Two
+                attempts may both act; an unknown effect may act again. A call with a
+                precondition or an approval to wait for claims the key first, as every
+                other call does.
             wait: Seconds to wait for a live execution of the key to end before refusing.
             requires_approval: The adapter runs only under an approval of this exact
                 request (:meth:`approve`), and each approval lets one execution start.
@@ -421,15 +438,109 @@ class Ledger:
             retry_safe=retry_safe,
             lease=self.lease,
             requires_approval=requires_approval,
+            sync_replays=self.replay_audit == "durable",
         )
-        if self.replay_audit == "batched":
+        if self.replay_audit == "batched" or (
+            self.replay_audit == "committed" and self._recorder.reads_now
+        ):
             replay = await self._replay_from_the_record(request.key, admission)
             if replay is not None:
                 return replay
+        if (
+            retry_safe
+            and request.precondition is None
+            and not requires_approval
+            and authority.allows(request.capability)
+        ):
+            acted = await self._act_first(
+                request,
+                adapter,
+                authority=authority,
+                dimensions=dimensions,
+                fingerprint=fingerprint,
+            )
+            if acted is not None:
+                return acted
         decided = await self._admit(request, admission, fingerprint=fingerprint, wait=wait)
         if isinstance(decided, ActionResult):
             return decided
         return await self._perform(request, decided, adapter, state)
+
+    async def _act_first(
+        self,
+        request: ActionRequest,
+        adapter: Adapter,
+        *,
+        authority: Authority,
+        dimensions: dict[str, str],
+        fingerprint: str,
+    ) -> ActionResult | None:
+        """A retry-safe call: act, then record the request and its outcome in one write
+        (:func:`record_acted`). ``None`` when the key is known to hold something the
+        usual admission answers from (an outcome to replay, a claim, another request)."""
+        key = request.key
+        seen = self._recorder.read_now(key) or self._recorder.expect(key)
+        if seen is None:
+            seen = await self._run(self._read_key, key)
+        record = seen[0]
+        if record is not None and not _open_to_act_first(record, fingerprint):
+            return None
+        ctx = ExecutionContext(key=key, action_id=request.action_id, fencing_token=0)
+        try:
+            output = await _call(adapter, request, ctx)
+        except Exception as exc:
+            fields = failure_fields(exc)
+        else:
+            fields = success_fields(output)
+        record_it = functools.partial(
+            record_acted,
+            request=request,
+            authority=authority,
+            dimensions=dimensions,
+            fingerprint=fingerprint,
+            sync_replays=self.replay_audit == "durable",
+        )
+        try:
+            decision = await self._record_acted(key, functools.partial(record_it, fields=fields))
+        except InvalidRequest as exc:
+            if "output" not in fields:
+                raise
+            # The storage refused what the adapter returned: what it did is still
+            # recorded, as an output that cannot be recorded, so the key answers.
+            logger.error("the outcome of %r was refused by the storage: %s", key, exc)
+            unrecordable = unrecordable_output(fields["output"], exc)
+            decision = await self._record_acted(
+                key, functools.partial(record_it, fields=unrecordable)
+            )
+        except DuplicateActionId:
+            # A try whose commit answer was lost had landed: its answer is recorded.
+            answered = await self._answer_resubmission(request, fingerprint)
+            if answered is None:
+                raise
+            return answered
+        if isinstance(decision, Answer):
+            return decision.result
+        if isinstance(decision, Conflict):
+            raise decision.error
+        assert isinstance(decision, Busy)  # a claim is never what acting first decides
+        raise ActionInProgressError(
+            key=key,
+            holder_action_id=decision.holder_action_id,
+            lease_remaining=decision.remaining,
+            action_id=request.action_id,
+        )
+
+    async def _record_acted(self, key: str, fn: Callable[[Transaction], Admission]) -> Admission:
+        """One write of what a retry-safe call did: in one exchange against the record
+        this process expects, or else the durable way (the effect happened: its report
+        must not be lost to a dropped connection)."""
+        try:
+            done = await self._recorder.transact_expected(key, fn)
+        except LedgerUnavailable:
+            done = None  # the durable way finds out whether that try landed
+        if done is not None:
+            return done[1]
+        return await self._transact_durably(key, fn, what="the outcome of a retry-safe call")
 
     async def _admit(
         self,
@@ -516,8 +627,9 @@ class Ledger:
     async def _replay_from_the_record(
         self, key: str, admission: Callable[..., Admission]
     ) -> ActionResult | None:
-        """A replay answered from a read, its audit record queued; ``None`` if the rule
-        would do anything but replay (that goes the durable way)."""
+        """A replay decided from a read, its audit record committed without waiting for
+        the disk before it answers (``"committed"``), or queued (``"batched"``); ``None``
+        if the rule would do anything but replay (that goes the usual way)."""
         read = self._recorder.read_now(key)
         record, now = read if read is not None else await self._run(self._read_key, key)
         if record is None or record.phase != Phase.SETTLED:
@@ -526,6 +638,12 @@ class Ledger:
         decision = admission(draft, first=True, give_up=True)
         if not (isinstance(decision, Answer) and decision.result.replayed):
             return None
+        if self.replay_audit == "committed":
+            try:
+                await self._write_replay(key, draft.write)
+            except DuplicateActionId:
+                return None  # the same submission again: the usual way answers it
+            return decision.result
         # Handed to the writer once per turn of the event loop, all together: a caller
         # replaying in a loop that never yields would otherwise wake the writer thread
         # for every replay, and the two would contend for the GIL on each record.
@@ -534,13 +652,22 @@ class Ledger:
         self._audit_batch.append((key, draft.write))
         return decision.result
 
+    async def _write_replay(self, key: str, write: Callable[[Transaction], None]) -> None:
+        if self._closed:
+            raise LedgerError("the ledger is closed")
+        queued = self._recorder.submit_replay_on_loop(key, write, asyncio.get_running_loop())
+        if queued is None:
+            await self._run(self._recorder.transact, key, write)
+        else:
+            await queued
+
     def _submit_audits(self) -> None:
         batch, self._audit_batch = self._audit_batch, []
         if not batch or self._closed:
             return
         loop = asyncio.get_running_loop()
         for key, audit in batch:
-            queued = self._recorder.submit_on_loop(key, audit, loop)
+            queued = self._recorder.submit_replay_on_loop(key, audit, loop)
             pending = (
                 queued
                 if queued is not None
@@ -1013,6 +1140,21 @@ def _non_empty(**values: Any) -> None:
         if not isinstance(value, str) or not value.strip():
             raise InvalidRequest(f"{name} must be a non-empty string")
         check_text(value, where=name)
+
+
+def _open_to_act_first(record: KeyRecord, fingerprint: str) -> bool:
+    """Whether a retry-safe call may act before it records anything, as far as the key's
+    record read now tells: the key holds no request yet, or the same request's outcome
+    that lets it act again (a retryable failure, an unknown effect of a retry-safe call).
+    The write after the act decides again on what the key then holds."""
+    if record.phase == Phase.VACANT:
+        return True
+    return (
+        record.phase == Phase.SETTLED
+        and record.fingerprint == fingerprint
+        and record.outcome is not None
+        and may_act_again_after(record.outcome, record.retry_safe)
+    )
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:

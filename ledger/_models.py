@@ -475,7 +475,14 @@ class LedgerEvent(_Frozen):
 
 
 class ExecutionContext(_Frozen):
-    """What an adapter receives beside the request."""
+    """What an adapter receives beside the request.
+
+    Attributes:
+        key: The idempotency key, for a far side that dedupes by it.
+        action_id: This submission's id.
+        fencing_token: The token of the claim the adapter acts under; ``0`` for a
+            retry-safe call, which acts before it records anything and holds no claim.
+    """
 
     key: str
     action_id: str

@@ -301,12 +301,15 @@ def _describe(conninfo: str) -> str:
 
 
 @functools.cache
-def _write_sql(events: int) -> str:
+def _write_sql(events: int, *, durable: bool = True) -> str:
     """The call of ``ledger_write`` with ``events`` events (the rest default to none), in
-    the server's own placeholders: it runs on a raw cursor, which has nothing to rewrite."""
+    the server's own placeholders: it runs on a raw cursor, which has nothing to rewrite.
+    Not ``durable``: alone in its implicit transaction, it commits without waiting for
+    the disk (``set_config`` local to that transaction, in the same statement)."""
     count = 16 + len(_EVENT_FIELDS) * events
     placeholders = ", ".join(f"${n}" for n in range(1, count + 1))
-    return f"SELECT o_clock, o_wrote, o_record FROM ledger_write({placeholders})"
+    unsynced = "" if durable else ", set_config('synchronous_commit', 'off', true)"
+    return f"SELECT o_clock, o_wrote, o_record{unsynced} FROM ledger_write({placeholders})"
 
 
 def _event_values(event: PendingEvent) -> tuple[Any, ...]:
@@ -319,6 +322,8 @@ def _event_values(event: PendingEvent) -> tuple[Any, ...]:
         event.hash,
     )
 
+
+_UNSYNCED = "SET LOCAL synchronous_commit = off"
 
 _NO_RECORD = (None,) * 8  # phase, effect, settled_at, compacted, token, lease, head, record
 
@@ -411,6 +416,9 @@ class _PostgresTransaction(Transaction):
             with conn.pipeline():
                 for sql, params in self._calls():
                     psycopg.RawCursor(conn).execute(sql, params)
+                if not self.durable:
+                    # A replay's record: committed without waiting for the disk.
+                    conn.execute(_UNSYNCED, prepare=False)
                 commit.execute("COMMIT", prepare=False)
         except psycopg.Error:
             result = commit.pgresult
@@ -438,8 +446,11 @@ class _UnchangedTransaction(_PostgresTransaction):
         decides again)."""
         if self._saved is None or not self._events or len(self._events) > _EVENTS_PER_CALL:
             raise _KeyMovedOn
-        (call,) = self._calls(expected=self._expected_head)
-        return call
+        events = len(self._events)
+        ((sql, params),) = self._calls(expected=self._expected_head)
+        if not self.durable:
+            sql = _write_sql(events, durable=False)
+        return sql, params
 
 
 class _KeyMovedOn(Exception):
@@ -802,7 +813,7 @@ class PostgresRecorder(Recorder):
         finally:
             await self._given_back_on_loop(pool, conn)
         assert row is not None
-        clock, wrote, seen = row
+        clock, wrote, seen = row[:3]
         received = time.monotonic()
         if received - sent < _CLOCK_LAG_BOUND:
             self._clock = (float(clock), received)

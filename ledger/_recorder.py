@@ -100,6 +100,28 @@ class Recorder(ABC):
         queued = self.submit(key, fn)
         return None if queued is None else asyncio.wrap_future(queued, loop=loop)
 
+    def submit_replay_on_loop(
+        self, key: str, fn: Callable[[Transaction], T], loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[T] | None:
+        """Optional: :meth:`submit_on_loop` for a transaction that records only a replay
+        (it changed nothing in the world): a recorder may commit it without waiting for
+        the disk, so that a power cut may lose it, never a commit made durable before
+        or after it. The default commits it durably, like any other.
+
+        Args:
+            key: As for :meth:`transact`.
+            fn: As for :meth:`transact`.
+            loop: The running event loop.
+
+        Returns:
+            A future of that loop, or ``None`` as for :meth:`submit`.
+        """
+        return self.submit_on_loop(key, fn, loop)
+
+    #: Whether :meth:`read_now` reads on the calling thread (a local file): a replay is
+    #: then decided from that read, and only its audit record is written.
+    reads_now: bool = False
+
     def read_now(self, key: str) -> tuple[KeyRecord | None, float] | None:
         """Optional: the key's state and the storage's clock, read on the calling thread
         if that is cheap and cannot block (a local file). A batched replay answers from

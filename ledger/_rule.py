@@ -471,6 +471,7 @@ def admit(
     lease: float,
     requires_approval: bool = False,
     resubmitted: bool = False,
+    sync_replays: bool = True,
 ) -> Admission:
     """Decide a request's admission under its key: ``first`` records the request;
     ``resubmitted`` admits again a request recorded before and never answered (deferred,
@@ -479,7 +480,9 @@ def admit(
     The steps, in order: the request is recorded; an authority without the capability is
     refused before any lookup; a key bound to another request refuses it, a live claim
     defers it, an expired one is recovered, a settled outcome replays; a call that needs
-    an approval waits for one; else the request claims the key.
+    an approval waits for one; else the request claims the key. A transaction that
+    records only a replay is committed without waiting for the disk unless
+    ``sync_replays``.
     """
     record = tx.record or KeyRecord(key=request.key)
     if resubmitted:
@@ -511,6 +514,7 @@ def admit(
             retry_safe=retry_safe,
             first=first,
             give_up=give_up,
+            sync_replays=sync_replays,
         )
         if answered is not None:
             return answered
@@ -618,20 +622,25 @@ def _answer_from_the_key(
     retry_safe: bool,
     first: bool,
     give_up: bool,
+    sync_replays: bool = True,
 ) -> Admission | None:
     """What a key bound to a request answers: a conflict, a deferral or a replay; ``None``
     when the request may act (after recovering an expired claim)."""
+    recovered = False
     if record.fingerprint != fingerprint:
         return _refuse_conflict(tx, record, request, dimensions=dimensions, fingerprint=fingerprint)
     if record.phase in (Phase.CLAIMED, Phase.RUNNING):
         if not is_expired(record, tx.now):
             return _defer(tx, record, request, first=first, give_up=give_up)
         recover_expired(tx, record)
+        recovered = True
     # Both this request and the attempt that left the outcome must be retry-safe:
     # a caller cannot declare an unknown effect of an unguarded attempt safe.
     if record.phase == Phase.SETTLED:
         assert record.outcome is not None  # a settled key has its outcome
         if not may_act_again_after(record.outcome, retry_safe and record.retry_safe):
+            # A recovery settles the crash gap: a decision, durable like every other.
+            tx.durable = sync_replays or recovered
             return _replay(tx, record, request)
     return None
 
@@ -929,15 +938,7 @@ def complete(
     if record is None or record.token != token or record.phase != Phase.RUNNING:
         # A stale fencing token: the lease was lost and the key moved on. Keep what
         # this attempt saw as evidence for the operator; it is not the outcome.
-        tx.append(
-            EventType.LATE_COMPLETION,
-            action_id,
-            {
-                "token": token,
-                "current_token": record.token if record else None,
-                **{k: (v.value if hasattr(v, "value") else v) for k, v in fields.items()},
-            },
-        )
+        _keep_as_evidence(tx, record, action_id=action_id, token=token, fields=fields)
         if record is not None:
             tx.save(record)
         return late_answer(tx, record, action_id)
@@ -945,6 +946,87 @@ def complete(
     settle(tx, record, outcome)
     tx.save(record)
     return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
+
+
+def _keep_as_evidence(
+    tx: Transaction,
+    record: KeyRecord | None,
+    *,
+    action_id: str,
+    token: int | None,
+    fields: dict[str, Any],
+) -> None:
+    """Record an attempt's report that is not the key's outcome (``action.late_completion``)."""
+    tx.append(
+        EventType.LATE_COMPLETION,
+        action_id,
+        {
+            "token": token,
+            "current_token": record.token if record else None,
+            **{k: (v.value if hasattr(v, "value") else v) for k, v in fields.items()},
+        },
+    )
+
+
+def record_acted(
+    tx: Transaction,
+    *,
+    request: ActionRequest,
+    authority: Authority,
+    dimensions: dict[str, str],
+    fingerprint: str,
+    fields: dict[str, Any],
+    sync_replays: bool = True,
+) -> Admission:
+    """Record a retry-safe call that acted before anything of it was recorded: its
+    request and its outcome, in one transaction (the design's "retry-safe calls" skip
+    the claim and the started marker).
+
+    The first recorded outcome wins. A key that another attempt settled for good
+    replays that outcome; a key bound to another request refuses this one; a live claim
+    defers it. Either way this attempt's report is kept beside them as late evidence,
+    never as the outcome. A key that may act again (a vacant one, a retryable failure,
+    an unknown effect of a retry-safe call) takes this attempt's outcome.
+    """
+    record = tx.record or KeyRecord(key=request.key)
+    _record_request(
+        tx,
+        request,
+        authority,
+        dimensions=dimensions,
+        fingerprint=fingerprint,
+        retry_safe=True,
+        requires_approval=False,
+    )
+    if record.phase == Phase.VACANT:
+        _bind_identity(record, request, dimensions=dimensions, fingerprint=fingerprint)
+    else:
+        answer = _answer_from_the_key(
+            tx,
+            record,
+            request,
+            dimensions=dimensions,
+            fingerprint=fingerprint,
+            retry_safe=True,
+            first=True,
+            give_up=True,
+            sync_replays=sync_replays,
+        )
+        if answer is not None:
+            # Appended after the answer's events; the record is saved again with it.
+            _keep_as_evidence(tx, record, action_id=request.action_id, token=None, fields=fields)
+            tx.durable = True  # what the attempt did is evidence: never lost to a power cut
+            tx.save(record)
+            return answer
+    record.token += 1
+    record.retry_safe = True
+    record.output_schema = request.output_schema
+    outcome = Outcome(
+        action_id=request.action_id, recorded_at=tx.recorded_at, token=record.token, **fields
+    )
+    settle(tx, record, outcome)
+    tx.save(record)
+    return Answer(result_of(outcome, key=request.key, action_id=request.action_id, replayed=False))
 
 
 def late_answer(

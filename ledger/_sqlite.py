@@ -163,7 +163,7 @@ class _Queued:
     """One queued transition and whom to answer: a thread's future, or an asyncio future
     of an event loop (answered together with the batch's others of the same loop)."""
 
-    __slots__ = ("fn", "future", "key", "loop")
+    __slots__ = ("durable", "fn", "future", "key", "loop")
 
     def __init__(
         self,
@@ -171,11 +171,15 @@ class _Queued:
         fn: Callable[[Transaction], Any],
         future: Future[Any] | asyncio.Future[Any],
         loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        durable: bool = True,
     ) -> None:
         self.key = key
         self.fn = fn
         self.future = future
         self.loop = loop
+        #: Whether its commit must wait for the disk (a replay's record need not).
+        self.durable = durable
 
     def start(self) -> bool:
         """False if the caller stopped waiting before its turn (it is skipped, as a thread
@@ -259,9 +263,11 @@ class _SQLiteTransaction(Transaction):
 
 
 class SQLiteRecorder(Recorder):
-    """A ledger in one SQLite file (WAL, ``synchronous=FULL``)."""
+    """A ledger in one SQLite file (WAL, ``synchronous=FULL``; a batch of replays' records
+    alone ``synchronous=NORMAL``)."""
 
     max_concurrency = 1
+    reads_now = True
     # A failed local COMMIT did not commit, and the next try meets the same file.
     reconnects = False
 
@@ -282,6 +288,7 @@ class SQLiteRecorder(Recorder):
             _into_wal(self._conn, busy_timeout)
             # The started marker must be on disk before the adapter acts.
             self._conn.execute("PRAGMA synchronous=FULL")
+            self._synchronous_full = True
             # Key lookups touch a few index pages of a large file; keep them cached
             # (64 MiB at most, allocated as used).
             self._conn.execute("PRAGMA cache_size=-65536")
@@ -359,6 +366,24 @@ class SQLiteRecorder(Recorder):
         self._enqueue(_Queued(key, fn, future, loop))
         return future
 
+    def submit_replay_on_loop(
+        self, key: str, fn: Callable[[Transaction], T], loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future[T] | None:
+        if type(self).submit is not SQLiteRecorder.submit:
+            return super().submit_replay_on_loop(key, fn, loop)
+        future: asyncio.Future[T] = loop.create_future()
+        self._enqueue(_Queued(key, fn, future, loop, durable=False))
+        return future
+
+    def _synchronous(self, full: bool) -> None:
+        """Set the writer's sync level for its next commit (outside a transaction: SQLite
+        refuses to change it inside one). In WAL mode a NORMAL commit is written to the
+        log without a sync; the next FULL commit's sync of the log carries it to the disk,
+        and a process killed meanwhile loses nothing (the operating system has it)."""
+        if self._synchronous_full != full:
+            self._conn.execute("PRAGMA synchronous=FULL" if full else "PRAGMA synchronous=NORMAL")
+            self._synchronous_full = full
+
     def _enqueue(self, item: _Queued) -> None:
         if self._writer is None:
             with self._lock:
@@ -395,6 +420,7 @@ class SQLiteRecorder(Recorder):
                 batch = [item for item in batch if item.start()]
                 if not batch:
                     return
+                self._synchronous(any(item.durable for item in batch))
                 conn.execute("BEGIN IMMEDIATE")
                 if len(batch) == 1:
                     # Alone in its transaction: a failure rolls back the transaction
@@ -501,6 +527,7 @@ class SQLiteRecorder(Recorder):
     def transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
         with self._lock:
             try:
+                self._synchronous(True)
                 self._conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 raise LedgerUnavailable(f"SQLite ledger {self.path} is busy: {exc}") from exc

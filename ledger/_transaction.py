@@ -364,6 +364,12 @@ class Transaction(ABC):
         # a lease renewal) rewrites only the row, not the indexes (SQLite skips an index
         # whose columns an UPDATE does not set; PostgreSQL can update the row in place).
         self._stored_index = indexed_values(record) if record else None
+        #: Whether the commit must wait for the disk. The rule clears it for a
+        #: transaction that records only a replay (it changed nothing in the world): a
+        #: backend may then commit without waiting for its sync, and the next durable
+        #: commit carries it to the disk. A power cut may lose such a record, never an
+        #: effect or a decision.
+        self.durable = True
 
     def append(self, type: str, action_id: str | None, payload: dict[str, Any]) -> PendingEvent:
         """Append an event to the key's chain (the rule calls it).
@@ -496,6 +502,7 @@ class Draft(Transaction):
     def write(self, tx: Transaction) -> None:
         """Append what was drafted in ``tx``, all of it or, if ``tx`` fails, none (so
         ``verify`` still holds after a crash drops the batch)."""
+        tx.durable = False  # a drafted replay changes nothing in the world
         for type_, action_id, payload in self.appended:
             tx.append(type_, action_id, payload)
         assert tx.record is not None  # a drafted replay's key is settled, never removed

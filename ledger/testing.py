@@ -51,6 +51,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 from temporal_ledger.ledger import (
     ActionInProgressError,
     ActionRequest,
+    ActionResult,
     ActionStatus,
     ApprovalRefused,
     Authority,
@@ -418,8 +419,14 @@ class LedgerContract:
             request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
         )
         assert second.status is ActionStatus.SUCCEEDED and not second.replayed
-        assert [c.fencing_token for c in far_side.calls] == [1, 2]
+        # Retry-safe calls act before they record anything: no claim, no token.
+        assert [c.fencing_token for c in far_side.calls] == [0, 0]
         assert all(c.key == "k" for c in far_side.calls)
+        third = await ledger.execute(
+            request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
+        )
+        assert third.replayed and third.reused_from_action_id == second.action_id
+        assert len(far_side.calls) == 2
 
     async def test_a_caller_cannot_declare_an_unguarded_unknown_effect_retry_safe(
         self, ledger: Ledger
@@ -432,6 +439,92 @@ class LedgerContract:
         )
         assert again.replayed and again.effect is EffectState.UNKNOWN
         assert len(far_side.calls) == 1
+
+    async def test_a_retry_safe_call_records_its_request_and_outcome_in_one_write(
+        self, ledger: Ledger
+    ) -> None:
+        far_side = _CountingAdapter({"reply": "hello"})
+        fresh = await ledger.execute(
+            request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
+        )
+        assert fresh.output == {"reply": "hello"} and not fresh.replayed
+        # No claim and no started marker: the request and its outcome, written together.
+        assert _types(ledger, "k") == ["action.requested", "action.completed"]
+        assert len({e.recorded_at for e in ledger.events("k")}) == 1
+        again = await ledger.execute(
+            request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
+        )
+        assert again.replayed and again.output == {"reply": "hello"}
+        assert len(far_side.calls) == 1
+        assert ledger.verify().ok
+
+    async def test_two_retry_safe_attempts_may_both_act_and_the_first_recorded_wins(
+        self, ledger: Ledger
+    ) -> None:
+        first_recorded = asyncio.Event()
+        both_acting = asyncio.Barrier(2)
+
+        async def quick(req: ActionRequest, ctx: Any) -> dict[str, str]:
+            await both_acting.wait()
+            return {"by": "quick"}
+
+        async def slow(req: ActionRequest, ctx: Any) -> dict[str, str]:
+            await both_acting.wait()
+            await first_recorded.wait()
+            return {"by": "slow"}
+
+        async def recorded_first() -> ActionResult:
+            try:
+                return await ledger.execute(
+                    request("k"), authority=AUTHORITY, adapter=quick, retry_safe=True
+                )
+            finally:
+                first_recorded.set()
+
+        slow_result, quick_result = await asyncio.gather(
+            ledger.execute(request("k"), authority=AUTHORITY, adapter=slow, retry_safe=True),
+            recorded_first(),
+        )
+        assert quick_result.output == {"by": "quick"} and not quick_result.replayed
+        assert slow_result.replayed and slow_result.output == {"by": "quick"}
+        assert slow_result.reused_from_action_id == quick_result.action_id
+        # What the later attempt did is kept as evidence, not as the outcome.
+        late = [e for e in ledger.events("k") if e.type == "action.late_completion"]
+        assert [e.payload["output"] for e in late] == [{"by": "slow"}]
+        assert late[0].action_id == slow_result.action_id
+        assert ledger.state("k").output == {"by": "quick"}
+        assert ledger.verify().ok
+
+    async def test_a_retry_safe_call_does_not_act_on_a_key_another_call_holds(
+        self, ledger: Ledger
+    ) -> None:
+        release = asyncio.Event()
+
+        async def held(req: ActionRequest, ctx: Any) -> str:
+            await release.wait()
+            return "held"
+
+        holder = asyncio.create_task(
+            ledger.execute(request("k"), authority=AUTHORITY, adapter=held)
+        )
+        while ledger.state("k").next_operation is not NextOperation.WAIT:
+            await asyncio.sleep(0.01)
+        far_side = _CountingAdapter()
+        with pytest.raises(ActionInProgressError):
+            await ledger.execute(
+                request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
+            )
+        other = request("k", payload={"line": "another"})
+        with pytest.raises(IdempotencyConflictError):
+            await ledger.execute(other, authority=AUTHORITY, adapter=far_side, retry_safe=True)
+        release.set()
+        assert (await holder).output == "held"
+        replayed = await ledger.execute(
+            request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
+        )
+        assert replayed.replayed and replayed.output == "held"
+        assert far_side.calls == []
+        assert ledger.verify().ok
 
     # 6 -------------------------------------------------------------------------------
     async def test_retryable_no_effect_lets_the_key_act_again(self, ledger: Ledger) -> None:
@@ -537,9 +630,13 @@ class LedgerContract:
     ) -> None:
         """Attempt A stalls past its lease; B (retry-safe) recovers the key and is still
         running when A reports: A's report is kept as evidence, and A is told the key
-        is held."""
+        is held. (Their precondition makes both claim the key: a retry-safe call without
+        one acts before it records anything and holds no claim.)"""
         lease = 0.6
         a_result: dict[str, Any] = {}
+
+        def size(req: ActionRequest) -> dict[str, int]:
+            return {"size": 3}
 
         def attempt_a() -> None:
             async def stalled(req: ActionRequest, ctx: Any) -> dict[str, bool]:
@@ -550,7 +647,11 @@ class LedgerContract:
                 async with open_ledger(lease=lease) as a:
                     try:
                         a_result["value"] = await a.execute(
-                            request("k"), authority=AUTHORITY, adapter=stalled, retry_safe=True
+                            request("k", precondition={"size": 3}),
+                            authority=AUTHORITY,
+                            adapter=stalled,
+                            state=size,
+                            retry_safe=True,
                         )
                     except Exception as exc:
                         a_result["error"] = exc
@@ -568,7 +669,13 @@ class LedgerContract:
         async with open_ledger(lease=lease) as b:
             await asyncio.sleep(lease * 1.5)
             running = asyncio.create_task(
-                b.execute(request("k"), authority=AUTHORITY, adapter=held, retry_safe=True)
+                b.execute(
+                    request("k", precondition={"size": 3}),
+                    authority=AUTHORITY,
+                    adapter=held,
+                    state=size,
+                    retry_safe=True,
+                )
             )
             await asyncio.to_thread(thread.join, 10)
             release.set()

@@ -53,8 +53,9 @@ def fresh_database() -> Iterator[str]:
 def private_server() -> Iterator[tuple[str, Callable[[str], None]]]:
     """A PostgreSQL server of the test's own (initdb on a free port) and its ``pg_ctl``.
 
-    Yields the server's URL and ``ctl(action)`` ("stop", "start", "restart"), so a test
-    may take the server down, which it must never do to the shared one. Skips where no
+    Yields the server's URL and ``ctl(action, mode="fast")`` ("stop", "start",
+    "restart"; mode "immediate" stops it as a crash would), so a test may take the
+    server down, which it must never do to the shared one. Skips where no
     PostgreSQL binaries are installed, and fails there in CI (``CI`` set): CI must run
     every fault test. The server and its folder are removed afterwards.
     """
@@ -80,8 +81,8 @@ def private_server() -> Iterator[tuple[str, Callable[[str], None]]]:
     pg_ctl = [*as_user, str(bindir / "pg_ctl"), "-D", str(data)]
     options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1"
 
-    def ctl(action: str) -> None:
-        flags = ["-o", options, "-l", str(root / "log"), "-w", "-m", "fast"]
+    def ctl(action: str, mode: str = "fast") -> None:
+        flags = ["-o", options, "-l", str(root / "log"), "-w", "-m", mode]
         subprocess.run([*pg_ctl, *flags, action], check=True, capture_output=True)
 
     try:

@@ -32,15 +32,28 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def ledger_counts(url: str) -> dict[str, int]:
-    """Executions (started markers) and replays, per capability, from the ledger."""
+    """Executions and replays, per capability, from the ledger. An execution is a started
+    marker, or the original outcome of a retry-safe call (recorded with its request, no
+    marker before it: it acts first)."""
     with Ledger.open(url) as ledger:
         events = ledger.events()
     capability = {
         e.action_id: e.payload["capability"] for e in events if e.type == "action.requested"
     }
+    started = {e.action_id for e in events if e.type == "action.execution_started"}
+    acted_first = {
+        e.action_id
+        for e in events
+        if e.type == "action.requested"
+        and e.payload.get("retry_safe")
+        and e.action_id not in started
+    }
     counts: dict[str, int] = {}
     for event in events:
-        if event.type == "action.execution_started":
+        original = event.type == "action.completed" and not event.payload.get("replayed")
+        if event.type == "action.execution_started" or (
+            original and event.action_id in acted_first and event.payload["status"] != "denied"
+        ):
             name = f"executed {capability[event.action_id]}"
         elif event.type == "action.completed" and event.payload.get("replayed"):
             name = f"replayed {capability[event.action_id]}"

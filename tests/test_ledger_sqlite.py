@@ -314,7 +314,7 @@ async def test_a_batched_replay_answers_from_the_record_and_audits_atomically(
         assert reopened.verify().ok
 
 
-def test_replay_audit_must_be_durable_or_batched(sqlite_url: str) -> None:
+def test_replay_audit_must_be_one_the_ledger_takes(sqlite_url: str) -> None:
     with pytest.raises(InvalidRequest, match="replay_audit"):
         Ledger.open(sqlite_url, replay_audit="never")
 
