@@ -3,8 +3,9 @@
 On a shared 2-core VM the CPU time of a call swings by a fifth between runs of the same
 code. The instructions this process executes do not: valgrind's cachegrind counts them
 (the server's are not counted, nor are the waits). A fresh call is measured as the count
-of a run making N2 fresh calls less that of a run making N1, over N2 - N1; a replay as
-the same with each key replayed too, less the fresh calls. Each backend is measured:
+of a run making N2 fresh calls less that of a run making N1, over N2 - N1; a retry-safe
+fresh call (``retry_safe=True``: one write since issue 30) the same; a replay as the
+same with each key replayed too, less the fresh calls. Each backend is measured:
 PostgreSQL (a scratch database per mode) and SQLite (a file on disk in a temporary
 folder per mode; its writer thread is in this process, so its instructions count).
 
@@ -62,7 +63,8 @@ async def main():
                 await ledger.execute(request(f"w{tag}{i}"), authority=authority, adapter=trivial)
         keys = [f"k{tag}-{i}" for i in range(calls)]
         for key in keys:
-            await ledger.execute(request(key), authority=authority, adapter=trivial)
+            await ledger.execute(request(key), authority=authority, adapter=trivial,
+                                 retry_safe=mode == "safe")
         if mode == "replay":
             for key in keys:
                 assert (await ledger.execute(request(key), authority=authority,
@@ -89,16 +91,20 @@ def instructions(pythonpath: str | None, url: str, mode: str, calls: int) -> int
     return int(found.group(1).replace(",", ""))
 
 
+MODES = ("fresh", "safe", "replay")
+
+
 def per_call(
     pythonpath: str | None, backend: str, admin: str, low: int, high: int
-) -> tuple[float, float]:
-    """(instructions per fresh call, per replay) of the code on ``pythonpath``."""
+) -> tuple[float, float, float]:
+    """(instructions per fresh call, per retry-safe fresh call, per replay) of the code on
+    ``pythonpath``."""
     if backend == "sqlite":
         return sqlite_per_call(pythonpath, low, high)
     import psycopg
 
     figures = []
-    for mode in ("fresh", "replay"):
+    for mode in MODES:
         name = f"ledger_instructions_{uuid.uuid4().hex[:8]}"
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
@@ -112,14 +118,14 @@ def per_call(
         finally:
             with psycopg.connect(admin, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    fresh, both = figures
-    return fresh, both - fresh
+    fresh, safe, both = figures
+    return fresh, safe, both - fresh
 
 
-def sqlite_per_call(pythonpath: str | None, low: int, high: int) -> tuple[float, float]:
+def sqlite_per_call(pythonpath: str | None, low: int, high: int) -> tuple[float, float, float]:
     """The same on a SQLite file on disk, one fresh file per mode."""
     figures = []
-    for mode in ("fresh", "replay"):
+    for mode in MODES:
         folder = Path(tempfile.mkdtemp(prefix="ledger-instructions-sqlite-"))
         url = f"sqlite:///{folder / 'ledger.db'}"  # an absolute path: four slashes
         try:
@@ -129,8 +135,8 @@ def sqlite_per_call(pythonpath: str | None, low: int, high: int) -> tuple[float,
             figures.append((many - few) / (high - low))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-    fresh, both = figures
-    return fresh, both - fresh
+    fresh, safe, both = figures
+    return fresh, safe, both - fresh
 
 
 def main() -> int:
@@ -167,10 +173,10 @@ def main() -> int:
     finally:
         shutil.rmtree(before, ignore_errors=True)
     print(f"instructions per call (valgrind, this process), {args.against} and this tree")
-    print(f"  {'':<22} {args.against[:11]:>11} {'this tree':>11}")
+    print(f"  {'':<27} {args.against[:11]:>11} {'this tree':>11}")
     for backend, (old, new) in figures.items():
-        for i, what in enumerate(("fresh call", "replay")):
-            print(f"  {backend + ' ' + what:<22} {old[i] / 1000:9.1f} k {new[i] / 1000:9.1f} k"
+        for i, what in enumerate(("fresh call", "retry-safe fresh", "replay")):
+            print(f"  {backend + ' ' + what:<27} {old[i] / 1000:9.1f} k {new[i] / 1000:9.1f} k"
                   f"   after/before {new[i] / old[i]:.3f}")  # fmt: skip
     return 0
 
