@@ -640,7 +640,7 @@ class Ledger:
             return None
         if self.replay_audit == "committed":
             try:
-                await self._write_replay(key, draft.write)
+                await self._write_replay(key, draft.write, record)
             except DuplicateActionId:
                 return None  # the same submission again: the usual way answers it
             return decision.result
@@ -652,10 +652,14 @@ class Ledger:
         self._audit_batch.append((key, draft.write))
         return decision.result
 
-    async def _write_replay(self, key: str, write: Callable[[Transaction], None]) -> None:
+    async def _write_replay(
+        self, key: str, write: Callable[[Transaction], None], record: KeyRecord
+    ) -> None:
         if self._closed:
             raise LedgerError("the ledger is closed")
-        queued = self._recorder.submit_replay_on_loop(key, write, asyncio.get_running_loop())
+        queued = self._recorder.submit_replay_on_loop(
+            key, write, asyncio.get_running_loop(), expected=record
+        )
         if queued is None:
             await self._run(self._recorder.transact, key, write)
         else:

@@ -101,7 +101,12 @@ class Recorder(ABC):
         return None if queued is None else asyncio.wrap_future(queued, loop=loop)
 
     def submit_replay_on_loop(
-        self, key: str, fn: Callable[[Transaction], T], loop: asyncio.AbstractEventLoop
+        self,
+        key: str,
+        fn: Callable[[Transaction], T],
+        loop: asyncio.AbstractEventLoop,
+        *,
+        expected: KeyRecord | None = None,
     ) -> asyncio.Future[T] | None:
         """Optional: :meth:`submit_on_loop` for a transaction that records only a replay
         (it changed nothing in the world): a recorder may commit it without waiting for
@@ -112,6 +117,9 @@ class Recorder(ABC):
             key: As for :meth:`transact`.
             fn: As for :meth:`transact`.
             loop: The running event loop.
+            expected: The settled record the replay was decided on; a recorder may give
+                it to ``fn`` instead of reading the record again when the key's chain
+                head is still the same (every change of a settled key appends an event).
 
         Returns:
             A future of that loop, or ``None`` as for :meth:`submit`.

@@ -163,7 +163,7 @@ class _Queued:
     """One queued transition and whom to answer: a thread's future, or an asyncio future
     of an event loop (answered together with the batch's others of the same loop)."""
 
-    __slots__ = ("durable", "fn", "future", "key", "loop")
+    __slots__ = ("durable", "expected", "fn", "future", "key", "loop")
 
     def __init__(
         self,
@@ -173,6 +173,7 @@ class _Queued:
         loop: asyncio.AbstractEventLoop | None = None,
         *,
         durable: bool = True,
+        expected: KeyRecord | None = None,
     ) -> None:
         self.key = key
         self.fn = fn
@@ -180,6 +181,8 @@ class _Queued:
         self.loop = loop
         #: Whether its commit must wait for the disk (a replay's record need not).
         self.durable = durable
+        #: The settled record the caller decided on: used if the chain head still matches.
+        self.expected = expected
 
     def start(self) -> bool:
         """False if the caller stopped waiting before its turn (it is skipped, as a thread
@@ -367,12 +370,17 @@ class SQLiteRecorder(Recorder):
         return future
 
     def submit_replay_on_loop(
-        self, key: str, fn: Callable[[Transaction], T], loop: asyncio.AbstractEventLoop
+        self,
+        key: str,
+        fn: Callable[[Transaction], T],
+        loop: asyncio.AbstractEventLoop,
+        *,
+        expected: KeyRecord | None = None,
     ) -> asyncio.Future[T] | None:
         if type(self).submit is not SQLiteRecorder.submit:
-            return super().submit_replay_on_loop(key, fn, loop)
+            return super().submit_replay_on_loop(key, fn, loop, expected=expected)
         future: asyncio.Future[T] = loop.create_future()
-        self._enqueue(_Queued(key, fn, future, loop, durable=False))
+        self._enqueue(_Queued(key, fn, future, loop, durable=False, expected=expected))
         return future
 
     def _synchronous(self, full: bool) -> None:
@@ -464,10 +472,20 @@ class SQLiteRecorder(Recorder):
                 loop.call_soon_threadsafe(_answer, answered)
 
     def _item_transaction(self, item: _Queued) -> _SQLiteTransaction:
-        row = self._conn.execute(
-            "SELECT record FROM ledger_keys WHERE key = ?", (item.key,)
-        ).fetchone()
-        record = KeyRecord.from_json(row[0]) if row else None
+        expected = item.expected
+        if expected is None:
+            row = self._conn.execute(
+                "SELECT record FROM ledger_keys WHERE key = ?", (item.key,)
+            ).fetchone()
+            record = KeyRecord.from_json(row[0]) if row else None
+        else:
+            # A replay decided on a settled record: unchanged if its chain head is (the
+            # record's parse is most of a replay's read).
+            row = self._conn.execute(
+                "SELECT head_hash, record FROM ledger_keys WHERE key = ?", (item.key,)
+            ).fetchone()
+            same = row is not None and row[0] == expected.head_hash
+            record = expected if same else KeyRecord.from_json(row[1]) if row else None
         return _SQLiteTransaction(self._conn, item.key, record, self.now())
 
     def _run_item(self, item: _Queued) -> Any:
