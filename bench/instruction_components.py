@@ -19,6 +19,7 @@ import uuid
 import warnings
 
 import psycopg
+from _requests import bench_request  # bench/ is sys.path[0] when run as a script
 from psycopg_pool import AsyncConnectionPool
 from temporal_ledger.ledger import ActionRequest, Authority, _postgres, _rule
 from temporal_ledger.ledger._canonical import combine, fingerprint_dimensions
@@ -30,14 +31,7 @@ PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 authority = Authority("bench", ["bench.*"])
 
 
-def request(key):
-    return ActionRequest(
-        key=key,
-        capability="bench.append",
-        instruction="append one line",
-        payload={"line": key},
-        performer="bench",
-    )
+request = bench_request
 
 
 def admission(req):

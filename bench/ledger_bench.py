@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from _requests import bench_request  # bench/ is sys.path[0] when run as a script
 from temporal_ledger.ledger import (
     ActionInProgressError,
     ActionRequest,
@@ -97,15 +98,7 @@ RATE_LIMITS = {("sqlite", 64): 1.0, ("postgresql", 10): 0.5, ("postgresql", 16):
 GROWTH_LIMIT = 1.3
 
 
-def make_request(key: str) -> ActionRequest:
-    # A new instance per submission: each carries its own action_id.
-    return ActionRequest(
-        key=key,
-        capability="bench.append",
-        instruction="append one line",
-        payload={"line": key},
-        performer="bench",
-    )
+make_request = bench_request
 
 
 async def trivial(req: ActionRequest, ctx: ExecutionContext) -> dict[str, bool]:

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from _requests import bench_request  # bench/ is sys.path[0] when run as a script
 from temporal_ledger.ledger import ActionRequest, Authority, InvalidRequest, Ledger
 from temporal_ledger.ledger._models import ExecutionContext
 
@@ -89,14 +90,7 @@ class System:
 # -- our ledger ----------------------------------------------------------------------
 
 
-def make_request(key: str) -> ActionRequest:
-    return ActionRequest(
-        key=key,
-        capability="bench.append",
-        instruction="append one line",
-        payload={"line": key},
-        performer="bench",
-    )
+make_request = bench_request
 
 
 async def ours(name: str, url: str, detail: str, **options: Any) -> System:

@@ -44,21 +44,12 @@ RAW_TABLE = "bench_raw_commit"
 def _worker(
     url: str, tag: str, callers: int, calls: int, retry_safe: bool, go: Any, out: Any
 ) -> None:
-    from temporal_ledger.ledger import ActionRequest, Authority, Ledger
-
-    authority = Authority("bench", ["bench.*"])
+    from _requests import AUTHORITY as authority
+    from _requests import bench_request as request
+    from temporal_ledger.ledger import ActionRequest, Ledger
 
     async def trivial(request: ActionRequest, ctx: Any) -> dict[str, bool]:
         return {"ok": True}
-
-    def request(key: str) -> ActionRequest:
-        return ActionRequest(
-            key=key,
-            capability="bench.append",
-            instruction="append one line",
-            payload={"line": key},
-            performer="bench",
-        )
 
     async def run() -> tuple[float, float, int]:
         async with Ledger.open(url) as ledger:

@@ -502,22 +502,19 @@ def admit(
     if (first or resubmitted) and not authority.allows(request.capability):
         # Refused before any lookup: the answer has the same shape whatever the key holds.
         return _refuse_authority(tx, record, request, authority)
-    if record.phase == Phase.VACANT:
-        _bind_identity(record, request, dimensions=dimensions, fingerprint=fingerprint)
-    else:
-        answered = _answer_from_the_key(
-            tx,
-            record,
-            request,
-            dimensions=dimensions,
-            fingerprint=fingerprint,
-            retry_safe=retry_safe,
-            first=first,
-            give_up=give_up,
-            sync_replays=sync_replays,
-        )
-        if answered is not None:
-            return answered
+    answered = _bind_or_answer(
+        tx,
+        record,
+        request,
+        dimensions=dimensions,
+        fingerprint=fingerprint,
+        retry_safe=retry_safe,
+        first=first,
+        give_up=give_up,
+        sync_replays=sync_replays,
+    )
+    if answered is not None:
+        return answered
     approval_id: str | None = None
     if requires_approval:
         approval_id = _consume_approval(
@@ -610,6 +607,36 @@ def _bind_identity(
     record.capability = request.capability
     record.performer = request.performer
     record.original_action_id = request.action_id
+
+
+def _bind_or_answer(
+    tx: Transaction,
+    record: KeyRecord,
+    request: ActionRequest,
+    *,
+    dimensions: dict[str, str],
+    fingerprint: str,
+    retry_safe: bool,
+    first: bool,
+    give_up: bool,
+    sync_replays: bool,
+) -> Admission | None:
+    """Bind a vacant key to the request, or answer from the request the key is bound to
+    (:func:`_answer_from_the_key`); ``None`` when the request may act."""
+    if record.phase == Phase.VACANT:
+        _bind_identity(record, request, dimensions=dimensions, fingerprint=fingerprint)
+        return None
+    return _answer_from_the_key(
+        tx,
+        record,
+        request,
+        dimensions=dimensions,
+        fingerprint=fingerprint,
+        retry_safe=retry_safe,
+        first=first,
+        give_up=give_up,
+        sync_replays=sync_replays,
+    )
 
 
 def _answer_from_the_key(
@@ -998,26 +1025,23 @@ def record_acted(
         retry_safe=True,
         requires_approval=False,
     )
-    if record.phase == Phase.VACANT:
-        _bind_identity(record, request, dimensions=dimensions, fingerprint=fingerprint)
-    else:
-        answer = _answer_from_the_key(
-            tx,
-            record,
-            request,
-            dimensions=dimensions,
-            fingerprint=fingerprint,
-            retry_safe=True,
-            first=True,
-            give_up=True,
-            sync_replays=sync_replays,
-        )
-        if answer is not None:
-            # Appended after the answer's events; the record is saved again with it.
-            _keep_as_evidence(tx, record, action_id=request.action_id, token=None, fields=fields)
-            tx.durable = True  # what the attempt did is evidence: never lost to a power cut
-            tx.save(record)
-            return answer
+    answer = _bind_or_answer(
+        tx,
+        record,
+        request,
+        dimensions=dimensions,
+        fingerprint=fingerprint,
+        retry_safe=True,
+        first=True,
+        give_up=True,
+        sync_replays=sync_replays,
+    )
+    if answer is not None:
+        # Appended after the answer's events; the record is saved again with it.
+        _keep_as_evidence(tx, record, action_id=request.action_id, token=None, fields=fields)
+        tx.durable = True  # what the attempt did is evidence: never lost to a power cut
+        tx.save(record)
+        return answer
     record.token += 1
     record.retry_safe = True
     record.output_schema = request.output_schema
