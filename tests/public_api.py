@@ -39,7 +39,7 @@ MODULES = (
 DEPRECATED_MODULES = ("temporal_ledger.ledger.sqlite", "temporal_ledger.ledger.postgres")
 #: The most names the face may have, across all its modules (temporalio's OpenAI Agents
 #: integration has about 16, pydantic-ai's Temporal package 7).
-MOST_NAMES = 40
+MOST_NAMES = 41
 #: Special members that are part of a class's face.
 _SPECIAL = ("__init__", "__call__")
 
