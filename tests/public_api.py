@@ -34,6 +34,7 @@ MODULES = (
     "temporal_ledger.activities.http",
     "temporal_ledger.activities.openai_agents",
     "temporal_ledger.activities.pydantic_ai",
+    "temporal_ledger.activities.google_adk",
 )
 #: Public modules kept one release for old imports: they export nothing.
 DEPRECATED_MODULES = ("temporal_ledger.ledger.sqlite", "temporal_ledger.ledger.postgres")
