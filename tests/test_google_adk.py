@@ -41,6 +41,7 @@ from tests.google_adk_support import (
 from tests.google_adk_workflows import AdkAgentWorkflow
 from tests.temporal_support import (
     open_effects,
+    query_json,
     reset_to_first_task,
     send_update,
     temporal_cli,
@@ -61,7 +62,7 @@ def rules() -> list[Any]:
 
 @contextlib.asynccontextmanager
 async def running(
-    address: str, ledger_url: str | None, *, ledger_first: bool = False
+    address: str, ledger_url: str | None, *, ledger_first: bool = False, policy: Policy = POLICY
 ) -> AsyncIterator[tuple[Client, str]]:
     """A client and a worker of the ADK app, with the ledger plugin unless ``ledger_url``
     is None (the same app, unledgered)."""
@@ -70,7 +71,7 @@ async def running(
     if ledger_url is not None:
         ledger = LedgerPlugin(
             ledger_url,
-            policy=POLICY,
+            policy=policy,
             options=LedgerOptions(lease=2.0),
             ledger_activities=rules(),
         )
@@ -311,4 +312,50 @@ async def test_an_mcp_call_that_lost_its_reply_parks_until_reconciled(
     assert notes(ticket) == [f"{ticket}: refund issued"], "the MCP tool acted again"
     with Ledger.open(ledger_url) as ledger:
         assert ledger.open_effects() == []
+        assert ledger.verify().ok
+
+
+async def test_an_mcp_tool_that_may_destroy_waits_for_an_approval_of_its_exact_call(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """ADK's tool list carries no MCP annotations, so its MCP tools have the MCP defaults
+    (they may destroy): with ``[approve] destructive = true`` the call waits for update
+    ``approve`` of its exact fingerprint, then acts once."""
+    policy = Policy(
+        performers={"AdkAgentWorkflow": ["activity.*"]},
+        reconcilers=["ops-*"],
+        approvers=["lead-*"],
+        gate_destructive=True,
+    )
+    run = f"gate-{uuid.uuid4().hex[:6]}"
+    ticket = f"T-{run}"
+    prompt = script(run, "add_note", ticket=ticket, text="asked to close")
+    workflow_id = f"adk-{run}"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    async with running(temporal_address, ledger_url, policy=policy) as (client, task_queue):
+        handle = await client.start_workflow(
+            AdkAgentWorkflow.run,
+            args=[prompt, str(tmp_path)],
+            id=workflow_id,
+            task_queue=task_queue,
+        )
+        [waiting] = await wait_for(
+            lambda: query_json(temporal_address, workflow_id, "pending_approvals"),
+            what="the call to wait for an approval",
+            within=90,
+        )
+        assert waiting["tool"] == f"add_note ({TOOLSET}-call-tool)"
+        assert notes(ticket) == [], "the gated call acted before its approval"
+        decision = json.loads(shlex.split(waiting["approve_command"])[-1])
+        decision.update(actor="lead-ann", basis="the customer asked for it")
+        status, said = await send_update(
+            temporal_address, workflow_id, "approve", {**decision, "fingerprint": "0" * 64}
+        )
+        assert status != 0 and "fingerprint mismatch" in said, said
+        status, said = await send_update(temporal_address, workflow_id, "approve", decision)
+        assert status == 0, said
+        answer = await handle.result()
+    assert answer.startswith("done: note ") and answer.endswith(f"on {ticket}")
+    assert notes(ticket) == [f"{ticket}: asked to close"]
+    with Ledger.open(ledger_url) as ledger:
         assert ledger.verify().ok
