@@ -26,7 +26,11 @@ from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
 from temporal_ledger.workflows._protocol import PLACEHOLDER
 from temporalio.client import Client
-from temporalio.google_adk import GoogleAdkPlugin, TemporalMcpToolSetProvider
+from temporalio.google_adk import (
+    GoogleAdkPlugin,
+    TemporalMcpToolSetProvider,
+    TemporalStatefulMcpToolSetProvider,
+)
 from temporalio.worker import Worker
 
 from tests.google_adk_support import (
@@ -38,7 +42,7 @@ from tests.google_adk_support import (
     notes_toolset,
     script,
 )
-from tests.google_adk_workflows import AdkAgentWorkflow
+from tests.google_adk_workflows import AdkAgentWorkflow, AdkStatefulWorkflow
 from tests.temporal_support import (
     open_effects,
     query_json,
@@ -51,7 +55,7 @@ from tests.temporal_support import (
 pytestmark = pytest.mark.timeout(180)
 
 POLICY = Policy(
-    performers={"AdkAgentWorkflow": ["activity.*"]},
+    performers={"Adk*Workflow": ["activity.*"]},
     reconcilers=["ops-*"],
 )
 
@@ -62,11 +66,22 @@ def rules() -> list[Any]:
 
 @contextlib.asynccontextmanager
 async def running(
-    address: str, ledger_url: str | None, *, ledger_first: bool = False, policy: Policy = POLICY
+    address: str,
+    ledger_url: str | None,
+    *,
+    ledger_first: bool = False,
+    policy: Policy = POLICY,
+    stateful: bool = False,
 ) -> AsyncIterator[tuple[Client, str]]:
     """A client and a worker of the ADK app, with the ledger plugin unless ``ledger_url``
-    is None (the same app, unledgered)."""
-    adk = GoogleAdkPlugin(toolset_providers=[TemporalMcpToolSetProvider(TOOLSET, notes_toolset)])
+    is None (the same app, unledgered); ``stateful``: its MCP toolset keeps one session
+    per run, on ADK's nested worker."""
+    provider: Any = (
+        TemporalStatefulMcpToolSetProvider(TOOLSET, notes_toolset)
+        if stateful
+        else TemporalMcpToolSetProvider(TOOLSET, notes_toolset)
+    )
+    adk = GoogleAdkPlugin(toolset_providers=[provider])
     plugins: list[Any] = [adk]
     if ledger_url is not None:
         ledger = LedgerPlugin(
@@ -80,7 +95,10 @@ async def running(
     task_queue = f"tq-adk-{uuid.uuid4().hex[:8]}"
     try:
         async with Worker(
-            client, task_queue=task_queue, workflows=[AdkAgentWorkflow], activities=TOOLS
+            client,
+            task_queue=task_queue,
+            workflows=[AdkAgentWorkflow, AdkStatefulWorkflow],
+            activities=TOOLS,
         ):
             yield client, task_queue
     finally:
@@ -322,7 +340,7 @@ async def test_an_mcp_tool_that_may_destroy_waits_for_an_approval_of_its_exact_c
     (they may destroy): with ``[approve] destructive = true`` the call waits for update
     ``approve`` of its exact fingerprint, then acts once."""
     policy = Policy(
-        performers={"AdkAgentWorkflow": ["activity.*"]},
+        performers={"Adk*Workflow": ["activity.*"]},
         reconcilers=["ops-*"],
         approvers=["lead-*"],
         gate_destructive=True,
@@ -358,4 +376,53 @@ async def test_an_mcp_tool_that_may_destroy_waits_for_an_approval_of_its_exact_c
     assert answer.startswith("done: note ") and answer.endswith(f"on {ticket}")
     assert notes(ticket) == [f"{ticket}: asked to close"]
     with Ledger.open(ledger_url) as ledger:
+        assert ledger.verify().ok
+
+
+async def test_a_stateful_mcp_toolsets_calls_are_ledgered_on_adks_nested_worker(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """A stateful toolset's calls run on the worker ADK's ``-server-session`` activity
+    starts from the client: with ``LedgerPlugin`` on the client they are ledgered there,
+    and a reset replays the note instead of adding it again (the session itself, not
+    ledgered, starts anew for the new run)."""
+    run = f"stateful-{uuid.uuid4().hex[:6]}"
+    ticket = f"T-{run}"
+    prompt = script(run, "add_note", ticket=ticket, text="kept in one session")
+    workflow_id = f"adk-{run}"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    async with running(temporal_address, ledger_url, stateful=True) as (client, task_queue):
+        handle = await client.start_workflow(
+            AdkStatefulWorkflow.run,
+            args=[prompt, str(tmp_path)],
+            id=workflow_id,
+            task_queue=task_queue,
+        )
+        answer = await handle.result()
+        assert answer.startswith("done: note ") and answer.endswith(f"on {ticket}")
+        new_run = await reset_to_first_task(
+            temporal_address,
+            client,
+            workflow_id,
+            handle.result_run_id,
+            reason="test: replay the stateful toolset's call",
+            within=90,
+        )
+        again = await client.get_workflow_handle(workflow_id, run_id=new_run).result()
+    assert again == answer
+    assert notes(ticket) == [f"{ticket}: kept in one session"], "the MCP tool acted again"
+    with Ledger.open(ledger_url) as ledger:
+        called = [
+            e.payload
+            for e in completions(ledger.events())
+            if e.key.startswith(f"{workflow_id}/")
+            and e.action_id
+            in {
+                r.action_id
+                for r in ledger.events()
+                if r.type == "action.requested"
+                and r.payload["instruction"] == f"{TOOLSET}-stateful-call-tool"
+            }
+        ]
+        assert [bool(p.get("replayed")) for p in called] == [False, True]
         assert ledger.verify().ok
