@@ -40,7 +40,7 @@ import fnmatch
 import json
 import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -130,13 +130,45 @@ class _CallableRule(LedgeredActivity):
     """A rule made from an activity function: on the activity side it matches the
     activity whose function is ``fn`` (``ExecuteActivityInput.fn``), whatever name
     ``@activity.defn(name=...)`` gave it; ``pattern`` (the function's own name) is what
-    the workflow side, which sees only names, matches."""
+    the workflow side, which sees only names, matches.
+
+    ``accepts`` narrows the rule to the calls whose arguments (the objects the workflow
+    passes and the activity function receives) it accepts: two libraries may give their
+    activities one name (Google ADK's and Strands' model activity are both
+    ``invoke_model``), and only the arguments' types tell them apart. Both sides ask it.
+
+    ``lost_reply`` reads a return value (as JSON) that is the framework's report of a
+    call whose outcome it does not know (Google ADK hands a failed MCP call back as a
+    result): it gives the reason, and the ledger records the attempt as failed after it
+    may have acted, not as the tool's output.
+    """
 
     fn: Callable[..., Any] | None = None
+    accepts: Callable[[Sequence[Any]], bool] | None = None
+    lost_reply: Callable[[Any], str | None] | None = None
 
 
-def rule_matches(rule: LedgeredActivity, activity_type: str, fn: Any = None) -> bool:
-    """Whether ``rule`` covers the activity ``activity_type`` (run by ``fn``)."""
+class _LostReply(Exception):
+    """The framework returned a value that says the call's outcome is not known."""
+
+
+def accepted(rule: Any, args: Sequence[Any]) -> bool:
+    """Whether ``rule`` (any rule; only a ``_CallableRule`` narrows) takes these arguments."""
+    accepts = getattr(rule, "accepts", None)
+    if accepts is None:
+        return True
+    try:
+        return bool(accepts(args))
+    except Exception:
+        return False  # arguments of a shape it cannot read are not the ones it covers
+
+
+def rule_matches(
+    rule: LedgeredActivity, activity_type: str, fn: Any = None, args: Sequence[Any] | None = None
+) -> bool:
+    """Whether ``rule`` covers the activity ``activity_type`` (run by ``fn`` on ``args``)."""
+    if args is not None and not accepted(rule, args):
+        return False
     target = rule.fn if isinstance(rule, _CallableRule) else None
     if target is not None and fn is not None and target == fn:
         return True
@@ -285,11 +317,17 @@ async def execute_through_ledger(
         except BaseException as exc:
             ran["error"] = exc
             raise
-        ran["value"] = value
         # Recorded through the same converter Temporal would use to send it to the
         # workflow, so decoding it on replay gives the workflow the same object (a set's
         # items in canonical order; a NaN makes the output one the ledger cannot record).
-        return canonical_dump(value, _to_json(converter.to_payload(value)))
+        recorded = canonical_dump(value, _to_json(converter.to_payload(value)))
+        lost = rule.lost_reply if isinstance(rule, _CallableRule) else None
+        reason = lost(recorded) if lost is not None else None
+        if reason:
+            ran["error"] = _LostReply(f"{info.activity_type}: {reason}")
+            raise ran["error"]
+        ran["value"] = value
+        return recorded
 
     request = _request(info, anchor, key, spec, payload, performer, tool=tool, hints=hints)
     with call_span(

@@ -450,7 +450,7 @@ class _ActivityInbound(ActivityInboundInterceptor):
                 (
                     r
                     for r in self._plugin.ledger_activities
-                    if rule_matches(r, activity_type, input.fn)
+                    if rule_matches(r, activity_type, input.fn, input.args)
                 ),
                 None,
             )

@@ -2,41 +2,50 @@
 
 Every tool appends its cell's line (``tests.crash_points.act``): a ``@tool`` for
 ``run_tool``, a plain activity ledgered by pattern, an OpenAI Agents ``activity_as_tool``
-activity, the MCP server ``tests.crash_mcp`` for both agent frameworks, and a
-pydantic-ai function tool. ``CrashPoints`` is a Temporal activity interceptor put on the
-worker outside the ledger's, so it sees a tool call before the ledger claims its key and
-its result after the ledger recorded it.
+activity, the MCP server ``tests.crash_mcp`` for the three agent frameworks, a
+pydantic-ai function tool and a Google ADK ``activity_as_tool`` activity.
+``CrashPoints`` is a Temporal activity interceptor put on the worker outside the
+ledger's, so it sees a tool call before the ledger claims its key and its result after
+the ledger recorded it.
 
     python -m tests.crash_tools ADDRESS LEDGER_URL TASK_QUEUE_PREFIX
 
 runs one worker per framework (task queues ``PREFIX-plain``, ``PREFIX-oai``,
-``PREFIX-pai``), each with its plugin's own pool on the one ledger, stopping calls where
-``CRASH_ARM`` says.
+``PREFIX-pai``, ``PREFIX-adk``), each with its plugin's own pool on the one ledger,
+stopping calls where ``CRASH_ARM`` says.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fnmatch
+import json
 import logging
 import os
 import sys
+from collections.abc import AsyncGenerator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from agents.mcp import MCPServerStdio
 from fastmcp.client.transports import StdioTransport
+from google.adk.models import BaseLlm, LLMRegistry, LlmRequest, LlmResponse
+from google.adk.tools.mcp_tool import McpToolset, StdioConnectionParams
+from google.genai import types
+from mcp import StdioServerParameters
 from pydantic import BaseModel
 from pydantic_ai import Agent
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin, TemporalDurability
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.models.function import FunctionModel
 from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy, tool
+from temporal_ledger.activities import google_adk as ledger_google_adk
 from temporal_ledger.activities import openai_agents as ledger_openai
 from temporal_ledger.activities import pydantic_ai as ledger_pydantic_ai
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.google_adk import GoogleAdkPlugin, TemporalMcpToolSetProvider
 from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.worker import (
     ActivityInboundInterceptor,
@@ -141,6 +150,63 @@ async def append_line(cell: str) -> str:
     return await act(cell)
 
 
+# 7 and 8. A Google ADK agent: an activity_as_tool activity and the same MCP server as a
+# TemporalMcpToolSet (its call-tool activity). The model is scripted like the others'.
+ADK_MODEL = "crash-adk"
+ADK_TOOLSET = "crash-notes"
+
+
+class CrashLlm(BaseLlm):
+    """Calls the tool the prompt names (``tool {"cell": ...}``), then answers
+    ``done: <what it returned>``."""
+
+    @classmethod
+    def supported_models(cls) -> list[str]:
+        return [ADK_MODEL]
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        parts = [part for content in llm_request.contents for part in content.parts or []]
+        responses = [part.function_response for part in parts if part.function_response]
+        if responses:
+            answer: Any = responses[-1].response
+            answer = answer.get("result", answer) if isinstance(answer, dict) else answer
+            if isinstance(answer, dict) and isinstance(answer.get("content"), list):
+                answer = answer["content"][0].get("text")
+            reply = types.Part(text=f"done: {answer}")
+        else:
+            prompt = next(part.text for part in parts if part.text)
+            tool, arguments = prompt.split(" ", 1)
+            reply = types.Part(
+                function_call=types.FunctionCall(name=tool, args=json.loads(arguments))
+            )
+        yield LlmResponse(content=types.Content(role="model", parts=[reply]))
+
+
+LLMRegistry.register(CrashLlm)
+
+
+@activity.defn
+async def crash_adk_append(cell: str) -> str:
+    """Append the cell's line to its file."""
+    return await act(cell)
+
+
+def adk_notes(_: Any = None) -> McpToolset:
+    return McpToolset(
+        connection_params=StdioConnectionParams(
+            server_params=StdioServerParameters(
+                command=sys.executable,
+                args=["-m", "tests.crash_mcp"],
+                env=_mcp_env(),
+                cwd=str(ROOT),
+            ),
+            timeout=START_TO_CLOSE.total_seconds(),
+        )
+    )
+
+
 #: The activities that call a tool, one per way (not the model calls, not tool lists).
 TOOL_ACTIVITIES = (
     "crash_append",
@@ -148,6 +214,8 @@ TOOL_ACTIVITIES = (
     "crash_oai_append",
     "temporalio.mcp.notes.call-tool",
     f"agent__{AGENT_NAME}__*__call_tool",
+    "crash_adk_append",
+    f"{ADK_TOOLSET}-call-tool",
 )
 
 
@@ -175,6 +243,7 @@ class _Stops(ActivityInboundInterceptor):
 
 async def main(address: str, ledger_url: str, prefix: str) -> None:
     from tests.crash_workflows import (
+        CrashAdkWorkflow,
         CrashGenericWorkflow,
         CrashOpenAIWorkflow,
         CrashPydanticWorkflow,
@@ -225,6 +294,20 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
             ),
         ],
     )
+    adk = await Client.connect(
+        address,
+        plugins=[
+            GoogleAdkPlugin(toolset_providers=[TemporalMcpToolSetProvider(ADK_TOOLSET, adk_notes)]),
+            LedgerPlugin(
+                ledger_url,
+                policy=POLICY,
+                options=LedgerOptions(lease=LEASE),
+                ledger_activities=ledger_google_adk.activity_rules(
+                    tools=[crash_adk_append], mcp_toolsets=[ADK_TOOLSET]
+                ),
+            ),
+        ],
+    )
     # A dead worker's cached runs go to another worker after this long.
     common: dict[str, Any] = dict(
         interceptors=[CrashPoints()],
@@ -246,6 +329,13 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
             **common,
         ),
         Worker(pai, task_queue=f"{prefix}-pai", workflows=[CrashPydanticWorkflow], **common),
+        Worker(
+            adk,
+            task_queue=f"{prefix}-adk",
+            workflows=[CrashAdkWorkflow],
+            activities=[crash_adk_append],
+            **common,
+        ),
     ):
         print("WORKER READY", flush=True)
         await asyncio.Event().wait()

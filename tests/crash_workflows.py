@@ -5,19 +5,28 @@ from __future__ import annotations
 from temporalio import workflow
 from temporalio.workflow import ActivityConfig
 
-# One module for the workflows of all three workers: everything it imports is passed
+# One module for the workflows of all four workers: everything it imports is passed
 # through, so that each worker's sandbox accepts it.
 with workflow.unsafe.imports_passed_through():
     from agents import Agent, Runner
+    from google.adk.agents import Agent as AdkAgent
+    from google.adk.runners import Runner as AdkRunner
+    from google.adk.sessions import InMemorySessionService
+    from google.genai import types
     from pydantic_ai.durable_exec.temporal import PydanticAIWorkflow
     from temporal_ledger.workflows import run_tool
+    from temporalio.google_adk import TemporalMcpToolSet, TemporalModel
+    from temporalio.google_adk.workflow import activity_as_tool as adk_activity_as_tool
     from temporalio.openai_agents.workflow import activity_as_tool, temporal_mcp_server
 
     from tests.crash_tools import (
+        ADK_MODEL,
+        ADK_TOOLSET,
         HEARTBEAT,
         START_TO_CLOSE,
         Cell,
         agent,
+        crash_adk_append,
         crash_append,
         crash_generic_append,
         crash_oai_append,
@@ -88,3 +97,39 @@ class CrashPydanticWorkflow(PydanticAIWorkflow):
     async def run(self, prompt: str) -> str:
         result = await agent.run(prompt)
         return result.output
+
+
+@workflow.defn
+class CrashAdkWorkflow:
+    """The same with Google ADK: ``crash_adk_append`` or the MCP server's ``append_note``.
+    ADK sets no heartbeat timeout of its own: the tools get the matrix's."""
+
+    @workflow.run
+    async def run(self, prompt: str) -> str:
+        timeouts = workflow.ActivityConfig(
+            start_to_close_timeout=START_TO_CLOSE, heartbeat_timeout=HEARTBEAT
+        )
+        agent = AdkAgent(
+            name="crash_adk",
+            model=TemporalModel(ADK_MODEL, timeouts),
+            instruction="Call the tool, then answer.",
+            tools=[
+                adk_activity_as_tool(
+                    crash_adk_append,
+                    start_to_close_timeout=START_TO_CLOSE,
+                    heartbeat_timeout=HEARTBEAT,
+                ),
+                TemporalMcpToolSet(ADK_TOOLSET, config=timeouts),
+            ],
+        )
+        runner = AdkRunner(agent=agent, app_name="crash", session_service=InMemorySessionService())
+        session = await runner.session_service.create_session(app_name="crash", user_id="ops")
+        answer = ""
+        message = types.Content(role="user", parts=[types.Part(text=prompt)])
+        async for event in runner.run_async(
+            user_id="ops", session_id=session.id, new_message=message
+        ):
+            for part in (event.content.parts or []) if event.content else []:
+                if part.text:
+                    answer = part.text
+        return answer

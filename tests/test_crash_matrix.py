@@ -1,7 +1,8 @@
 """The crash matrix: every way of calling a tool, killed at every moment of a call.
 
-Six ways (``run_tool``, a generic activity ledgered by pattern, OpenAI Agents
-``activity_as_tool`` and MCP ``call_tool``, a pydantic-ai tool and MCP tool) times five
+Eight ways (``run_tool``, a generic activity ledgered by pattern, OpenAI Agents
+``activity_as_tool`` and MCP ``call_tool``, a pydantic-ai tool and MCP tool, a Google
+ADK ``activity_as_tool`` tool and MCP ``call-tool``) times five
 crash points (a: before the claim, b: after the claim, c: after the effect, d: after
 the record, e: the ledger's connections cut mid-call), against a real Temporal dev
 server, a real PostgreSQL ledger and worker processes that are really killed (SIGKILL
@@ -147,6 +148,26 @@ WAYS = [
         _same,
         _done,
         "activity.agent.crash_agent.mcp_server.notes.call_tool",
+    ),
+    Way(
+        "adk_tool",
+        "Google ADK `activity_as_tool`",
+        "CrashAdkWorkflow",
+        "adk",
+        _script("crash_adk_append"),
+        _same,
+        _done,
+        "activity.crash_adk_append",
+    ),
+    Way(
+        "adk_mcp",
+        "Google ADK MCP `call-tool` (`TemporalMcpToolSet`)",
+        "CrashAdkWorkflow",
+        "adk",
+        _script("append_note"),
+        lambda text: {"content": [{"type": "text", "text": text}]},
+        _done,
+        "activity.crash-notes-call-tool",
     ),
 ]
 POINTS = {

@@ -168,8 +168,9 @@ def test_the_lowest_constraints_pin_exactly_the_floors_of_pyproject() -> None:
 
 
 # The packages whose private names (a dotted part starting with "_", dunders aside) our
-# code must not use: their private API changes in any release.
-FOREIGN = ("temporalio", "pydantic_ai", "agents", "mcp")
+# code must not use: their private API changes in any release. "temporalio" covers its
+# integrations (temporalio.google_adk), "google" Google ADK and google-genai.
+FOREIGN = ("temporalio", "pydantic_ai", "agents", "mcp", "google")
 SCANNED = ("ledger", "activities", "workflows", "worker.py", "examples")
 
 
@@ -228,7 +229,7 @@ def _scanned_files() -> list[Path]:
     return files
 
 
-def test_our_code_uses_no_private_name_of_temporalio_pydantic_ai_agents_or_mcp() -> None:
+def test_our_code_uses_no_private_name_of_temporalio_pydantic_ai_agents_mcp_or_google() -> None:
     found = [
         use
         for path in _scanned_files()
@@ -250,6 +251,10 @@ def test_our_code_uses_no_private_name_of_temporalio_pydantic_ai_agents_or_mcp()
         "from pydantic_ai._agent_graph import y",
         "from mcp.shared import _httpx_utils",
         "import mcp.types as t\nt._private",
+        "from temporalio.google_adk._mcp import _CallToolArguments",
+        "from temporalio.google_adk import _model",
+        "from google.adk.features._feature_registry import FeatureName",
+        "from google.adk.features import FeatureName\nFeatureName._MCP_GRACEFUL_ERROR_HANDLING",
     ],
 )
 def test_the_scan_catches_a_planted_private_use(source: str) -> None:

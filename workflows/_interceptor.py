@@ -121,9 +121,7 @@ class _Outbound(WorkflowOutboundInterceptor):
             return self.next.start_activity(input)
         call = self._number()
         input.headers = {**input.headers, ANCHOR_HEADER: _anchor(call)}
-        rule = next(
-            (r for r in self._rules if fnmatch.fnmatchcase(input.activity, r.pattern)), None
-        )
+        rule = next((r for r in self._rules if _covers(r, input)), None)
         if rule is None:
             return self.next.start_activity(input)
         inbox()  # the run answers open_effects and pending_approvals from its first call on
@@ -282,6 +280,21 @@ class _Ledgered:
         if ret_type is None:
             return converter.from_payload(payload)
         return converter.from_payload(payload, ret_type)
+
+
+def _covers(rule: WorkflowRule, input: StartActivityInput) -> bool:
+    """Whether ``rule`` covers this call: its pattern matches the activity type, and a
+    rule that also reads the arguments' types (an ``accepts`` predicate: two libraries
+    may name their activities alike) takes these arguments."""
+    if not fnmatch.fnmatchcase(input.activity, rule.pattern):
+        return False
+    accepts = getattr(rule, "accepts", None)
+    if accepts is None:
+        return True
+    try:
+        return bool(accepts(input.args))
+    except Exception:
+        return False
 
 
 def _as_json(values: Sequence[Any]) -> list[Any]:

@@ -1,0 +1,344 @@
+"""Ledgered model calls, tools and MCP calls for Google ADK agents on Temporal.
+
+Users of ``temporalio.google_adk.GoogleAdkPlugin`` (the package ``temporalio-google-adk``)
+add one plugin and change no agent::
+
+    from temporalio.google_adk import GoogleAdkPlugin, TemporalMcpToolSetProvider
+    from temporal_ledger.activities import LedgerPlugin
+    from temporal_ledger.activities.google_adk import activity_rules
+
+    rules = activity_rules(tools=[send_email], mcp_toolsets=["files"])
+    client = await Client.connect(
+        "localhost:7233",
+        plugins=[
+            GoogleAdkPlugin(toolset_providers=[TemporalMcpToolSetProvider("files", factory)]),
+            LedgerPlugin("sqlite:///ledger.db", ledger_activities=rules),
+        ],
+    )
+
+Then every call of those activities goes through the ledger, keyed by workflow, first
+execution run and the call's number in the run (see ``activities._generic``):
+
+* Model calls (``TemporalModel``'s ``invoke_model`` and ``invoke_model_streaming``
+  activities) are retry-safe: a worker crash, a retry or ``temporal workflow reset``
+  replays the model's recorded answer instead of asking again. Strands' model activity
+  has the same name; these rules take only ADK's (its argument is an ``LlmRequest``).
+* ``tools``: activities the agent calls through ``activity_as_tool``. Not retry-safe:
+  an attempt that acted and lost its reply (or whose worker died) is never run again;
+  the agent's run waits in the workflow, parked like a ``run_tool`` step (search
+  attribute ``LedgerOpenEffects``, query ``open_effects``, update ``reconcile``), until
+  an operator answers with the tool's return value; the agent then goes on with it.
+* ``mcp_toolsets``: the ``call-tool`` activities of the MCP toolsets of those names
+  (``TemporalMcpToolSetProvider(name, ...)`` with ``TemporalMcpToolSet(name)``, and the
+  stateful ``TemporalStatefulMcpToolSetProvider`` pair). The operator confirms an effect
+  with the MCP tool's result, e.g. ``{"content": [{"type": "text", "text": "..."}]}``.
+  Their ``list-tools`` activities are recorded too, as retry-safe reads.
+
+What is identity and what is not: ADK gives every function call an id
+(``tool_context.function_call_id``) from the workflow's random source, and a reset run
+draws new ones. The ids are left out of every fingerprint (the model request's function
+calls and responses, the tool's ``ToolContextSnapshot``, the MCP call's tool context),
+so a reset replays instead of being refused as a conflict; the key already pins the call.
+
+Three things the app must know:
+
+* ADK turns a failed MCP call into a result by default (``{"error": "MCP tool execution
+  failed: ..."}``), the same for a server that refused as for a connection lost after
+  the server acted. The ledger reads those two results as what they are, a call whose
+  outcome is unknown, and parks the call; ``ADK_DISABLE_MCP_GRACEFUL_ERROR_HANDLING=1``
+  on the worker makes ADK raise instead, with the same outcome.
+* A stateful MCP toolset runs its tool calls on a worker that ADK's ``-server-session``
+  activity starts from the client: only plugins on ``Client.connect(plugins=[...])``
+  reach it. Put ``LedgerPlugin`` on the client, not on ``Worker(plugins=...)``, or those
+  calls run unledgered. The ``-server-session`` activity itself is not ledgered: it holds
+  the connection and acts on nothing.
+* ADK's activities set no heartbeat timeout: a worker that dies mid-call is noticed when
+  the call's ``start_to_close_timeout`` (ADK's default: one minute) runs out; the next
+  attempt then finds the ledger's record and parks (a tool) or asks again (a model call).
+
+Plugin order does not matter on a client: ADK installs its pydantic converter only when
+the default is in place, and ``LedgerPlugin`` leaves the choice to a later plugin that
+brings a converter of its own and keeps a pydantic one it finds. On a ``Replayer`` put
+``GoogleAdkPlugin`` first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+try:
+    from google.adk.models.llm_request import LlmRequest
+except ImportError as exc:  # pragma: no cover - depends on the install
+    raise ImportError(
+        "temporal_ledger.activities.google_adk needs Google ADK and its Temporal "
+        "integration: pip install 'temporal-ledger[google-adk]'"
+    ) from exc
+
+from ..workflows._seam import PLACEHOLDER
+from ._generic import LedgeredActivity, _CallableRule
+from ._probe import Probe
+
+__all__ = ["activity_rules"]
+
+#: ``TemporalModel``'s activities.
+_MODEL_ACTIVITIES = ("invoke_model", "invoke_model_streaming")
+#: What ADK returns for an MCP call that failed, with its graceful error handling on
+#: (google.adk.tools.mcp_tool.McpTool.run_async): a refusal and a lost reply alike.
+_GRACEFUL_ERRORS = ("MCP tool execution failed: ", "Unexpected error during MCP tool execution: ")
+#: The parameter ``activity_as_tool`` fills with a ``ToolContextSnapshot``.
+_TOOL_CONTEXT = "tool_context"
+#: The fields of a ``ToolContextSnapshot``, as JSON.
+_SNAPSHOT_FIELDS = frozenset({"state", "function_call_id"})
+
+
+def activity_rules(
+    *,
+    tools: Iterable[Callable[..., Any] | str] = (),
+    mcp_toolsets: Iterable[str] = (),
+    models: bool = True,
+    probes: Mapping[str, Probe] | None = None,
+) -> list[LedgeredActivity]:
+    """The ledgered activities of a Google ADK app, by the integration's names.
+
+    Put the plugin on ``Client.connect(plugins=[...])`` beside ``GoogleAdkPlugin``
+    (workers inherit it); a worker that runs only workflows needs it too, because it
+    numbers the calls the keys are built from and lets a parked call wait in its run.
+
+    Args:
+        tools: The activities the agents call through ``activity_as_tool``: the
+            functions (matched by the function itself where the activity runs, under
+            whatever name ``@activity.defn`` gave it), or their activity type names.
+            The workflow side sees only names: for a function renamed with
+            ``@activity.defn(name=...)``, pass the name too (``tools=[fn, "name"]``).
+        mcp_toolsets: Names of the MCP toolsets whose tool calls to ledger: the names
+            given to ``TemporalMcpToolSetProvider`` or
+            ``TemporalStatefulMcpToolSetProvider`` (without ADK's ``-stateful`` suffix).
+        models: Record the model calls too (retry-safe).
+        probes: Per tool (activity) name, a read-only ``async def probe(key, args)`` that
+            looks the call's key up on the far side before an unknown effect parks
+            (``args``: the activity's arguments as JSON); ``present(output)`` gives the
+            tool's return value. Its ``absent`` is taken as conclusive.
+
+    Returns:
+        One rule per activity type pattern, for ``LedgerPlugin(ledger_activities=...)``.
+
+    Raises:
+        TypeError: A tool that is not a named activity, a toolset without a name, or a
+            probe for a tool not listed.
+    """
+    probes = dict(probes or {})
+    rules: list[LedgeredActivity] = []
+    if models:
+        rules += [
+            _CallableRule(
+                name, retry_safe=True, normalize=_normalize_model, accepts=_is_adk_model_call
+            )
+            for name in _MODEL_ACTIVITIES
+        ]
+    for fn in tools:
+        name = _activity_name(fn)
+        probe = probes.pop(name, None)
+        rules.append(
+            _CallableRule(
+                name,
+                normalize=_tool_normalizer(None if isinstance(fn, str) else fn),
+                probe=probe,
+                probe_absence_conclusive=probe is not None,
+                fn=None if isinstance(fn, str) else fn,
+            )
+        )
+    if probes:
+        raise TypeError(f"probes for tools that are not listed in tools=: {sorted(probes)}")
+    for toolset in mcp_toolsets:
+        rules += _mcp_toolset_rules(toolset)
+    return rules
+
+
+def _activity_name(fn: Callable[..., Any] | str) -> str:
+    if isinstance(fn, str):
+        if not fn:
+            raise TypeError("an activity is named by a non-empty string")
+        return fn
+    name = getattr(fn, "__name__", None)
+    if not callable(fn) or not isinstance(name, str):
+        raise TypeError(f"{fn!r} is not an @activity.defn function: cannot ledger it")
+    return name
+
+
+# -- model calls ------------------------------------------------------------------------
+
+
+def _is_adk_model_call(args: Sequence[Any]) -> bool:
+    """ADK's model activities take an ``LlmRequest`` (``invoke_model``) or an input that
+    holds one (``invoke_model_streaming``); Strands' ``invoke_model`` takes neither."""
+    if len(args) != 1:
+        return False
+    arg = args[0]
+    return isinstance(arg, LlmRequest) or isinstance(getattr(arg, "llm_request", None), LlmRequest)
+
+
+def _normalize_model(activity_type: str, args: list[Any]) -> dict[str, Any]:
+    """The fingerprinted identity of a model call: the request without the ids ADK gives
+    function calls (fresh in a reset run). Arguments of another shape are fingerprinted
+    whole: a spurious conflict refuses loudly, a lenient fingerprint replays silently."""
+    return {"args": [_without_call_ids(arg) for arg in args]}
+
+
+def _without_call_ids(value: Any) -> Any:
+    """``value`` with the ``id`` of every ``function_call`` and ``function_response`` part
+    (and of ADK's streamed ``partial_args``) taken out."""
+    if isinstance(value, list):
+        return [_without_call_ids(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for name, item in value.items():
+        if name in ("function_call", "function_response") and isinstance(item, dict):
+            item = {k: v for k, v in item.items() if k != "id"}
+        out[name] = _without_call_ids(item)
+    return out
+
+
+# -- activity_as_tool tools -------------------------------------------------------------
+
+
+def _tool_normalizer(fn: Callable[..., Any] | None) -> Callable[[str, list[Any]], dict[str, Any]]:
+    """The fingerprint of an ``activity_as_tool`` call: its arguments, with the function
+    call id left out of the ``ToolContextSnapshot`` (the snapshot's session state stays:
+    the tool reads it). For a function, the snapshot is the argument in the position of
+    its ``tool_context`` parameter; for a name, an argument of the snapshot's shape."""
+    position: int | None = None
+    if fn is not None:
+        try:
+            names = list(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            names = []
+        position = names.index(_TOOL_CONTEXT) if _TOOL_CONTEXT in names else -1
+
+    def normalize(activity_type: str, args: list[Any]) -> dict[str, Any]:
+        return {
+            "args": [
+                _without_call_id(arg)
+                if (i == position if position is not None else _is_snapshot(arg))
+                else arg
+                for i, arg in enumerate(args)
+            ]
+        }
+
+    return normalize
+
+
+def _is_snapshot(arg: Any) -> bool:
+    return isinstance(arg, dict) and "function_call_id" in arg and set(arg) <= _SNAPSHOT_FIELDS
+
+
+def _without_call_id(arg: Any) -> Any:
+    if isinstance(arg, dict):
+        return {k: v for k, v in arg.items() if k != "function_call_id"}
+    return arg
+
+
+# -- MCP toolsets -----------------------------------------------------------------------
+
+
+def _mcp_toolset_rules(name: str) -> list[LedgeredActivity]:
+    if not name or not isinstance(name, str):
+        raise TypeError(f"an MCP toolset is named by a non-empty string, not {name!r}")
+    listing: dict[str, Any] = dict(retry_safe=True, server=name, lists_tools=True)
+    calling: dict[str, Any] = dict(
+        server=name,
+        tool_name=_called_tool,
+        normalize=_normalize_mcp_call,
+        output=_McpToolResult(),
+        lost_reply=_graceful_error,
+    )
+    return [
+        # TemporalMcpToolSetProvider(name, ...) with TemporalMcpToolSet(name)
+        LedgeredActivity(f"{name}-list-tools", **listing),
+        _CallableRule(f"{name}-call-tool", **calling),
+        # TemporalStatefulMcpToolSetProvider(name, ...): its nested worker's activities.
+        # Not "{name}-stateful-server-session": it holds the connection, and a replay
+        # of it would start no worker.
+        LedgeredActivity(f"{name}-stateful-list-tools", **listing),
+        _CallableRule(f"{name}-stateful-call-tool", **calling),
+    ]
+
+
+def _called_tool(args: list[Any]) -> Any:
+    return args[0]["name"]
+
+
+def _normalize_mcp_call(activity_type: str, args: list[Any]) -> dict[str, Any]:
+    """The tool, its arguments, the toolset's factory argument and the confirmation the
+    call carries; not the function call id, nor the event actions ADK sends along."""
+    if len(args) == 1 and isinstance(args[0], dict) and {"name", "arguments"} <= set(args[0]):
+        call = args[0]
+        context = call.get("tool_context")
+        confirmation = context.get("tool_confirmation") if isinstance(context, dict) else None
+        return {
+            "tool": call["name"],
+            "arguments": call["arguments"],
+            "factory_argument": call.get("factory_argument"),
+            "tool_confirmation": confirmation,
+        }
+    return {"args": args}
+
+
+def _graceful_error(value: Any) -> str | None:
+    """ADK's report of a failed MCP call, returned as the tool's result: the reason."""
+    result = value.get("result") if isinstance(value, dict) else None
+    error = result.get("error") if isinstance(result, dict) and set(result) == {"error"} else None
+    if isinstance(error, str) and error.startswith(_GRACEFUL_ERRORS):
+        return f"ADK returned the MCP call's failure as its result: {error}"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _McpToolResult:
+    """An MCP call's result as ADK's MCP tool returns it (the server's ``CallToolResult``
+    as a dict); the activity wraps it with the call's tool context, which an operator's
+    answer leaves empty (the tool's event actions are not known)."""
+
+    def template(self, result_type: Any) -> Any:
+        """The operator's template: one text block to fill in.
+
+        Args:
+            result_type: The activity's result type (not needed: always an MCP result).
+
+        Returns:
+            ``{"content": [{"type": "text", "text": "<what the tool returned>"}]}``.
+        """
+        return {"content": [{"type": "text", "text": PLACEHOLDER}]}
+
+    def result(self, output: Any) -> Any:
+        """The activity's result (as JSON) for the operator's answer.
+
+        Args:
+            output: The MCP tool's result (a dict with ``content``), or a string for one
+                text block.
+
+        Returns:
+            ``{"result": ..., "tool_context": {...}}``, the integration's record of it.
+
+        Raises:
+            ValueError: The output is not an MCP tool's result.
+        """
+        if isinstance(output, str):
+            output = {"content": [{"type": "text", "text": output}]}
+        if not isinstance(output, dict) or not isinstance(output.get("content"), list):
+            raise ValueError(
+                "an MCP tool's output is its result: "
+                '{"content": [{"type": "text", "text": "..."}]}, or a string for one text '
+                "block"
+            )
+        return {
+            "result": output,
+            "tool_context": {
+                "tool_confirmation": None,
+                "function_call_id": None,
+                "event_actions": {},
+            },
+        }
