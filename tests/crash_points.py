@@ -3,7 +3,9 @@
 A cell of the matrix is one way of calling a tool at one crash point, named
 ``"{way}.{point}"`` (e.g. ``"pai_mcp.c"``). Its workflow id starts with
 ``crash-{way}.{point}-``, its tool's argument carries the cell, and its effect is a line
-appended to ``{cell}.txt`` in the world folder (``CRASH_WORLD``).
+appended to ``{cell}.txt`` in the world folder (``CRASH_WORLD``); every time its tool
+acts is a line in ``{cell}.acts`` (a retry-safe tool's far side dedupes by the key, so
+it may act twice for one effect).
 
 A process whose ``CRASH_ARM`` names a crash point stops its cells of that point there:
 it writes ``{cell}.at`` (so the test knows the call is at that moment) and waits until
@@ -15,6 +17,8 @@ purpose (the MCP server imports it): no Temporal, no agent framework.
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -84,23 +88,36 @@ async def hold(
         await asyncio.sleep(0.1)
 
 
-def append(cell: str) -> str:
-    """The effect: one line in the cell's file; what the tool returns for it."""
+def append(cell: str, *, key: str | None = None) -> str:
+    """The effect: one line in the cell's file; what the tool returns for it. With a
+    ``key``, a far side that dedupes by it: the line carries the key, and a call whose
+    key has its line already appends nothing and returns what the first one did. Every
+    call that gets here is counted in ``{cell}.acts``, effect or not, with the pid of
+    the process that acted."""
     path = world() / f"{cell}.txt"
-    with path.open("a", encoding="utf-8") as handle:
-        handle.write(cell + "\n")
+    line = cell if key is None else f"{cell} {key}"
+    with (world() / f"{cell}.acts").open("a", encoding="utf-8") as acts:
+        acts.write(f"{line} pid {os.getpid()}\n")
+    with path.open("a+", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        lines = handle.read().splitlines()
+        if key is not None and line in lines:
+            return output_for(cell, lines.index(line) + 1)
+        handle.write(line + "\n")
         handle.flush()
         os.fsync(handle.fileno())
-    return output_for(cell, len(path.read_text(encoding="utf-8").splitlines()))
+    return output_for(cell, len(lines) + 1)
 
 
 def output_for(cell: str, line: int) -> str:
     return f"{cell}: line {line}"
 
 
-async def act(cell: str, *, parent: int | None = None) -> str:
-    """A tool's body: stop after the claim, act, stop after the effect, return."""
+async def act(cell: str, *, parent: int | None = None, key: str | None = None) -> str:
+    """A tool's body: stop after the claim (for a retry-safe call, which has no claim:
+    before it acts), act, stop after the effect, return. ``key``: see :func:`append`."""
     await hold(cell, AFTER_CLAIM, parent=parent)
-    output = await asyncio.to_thread(append, cell)
+    output = await asyncio.to_thread(functools.partial(append, cell, key=key))
     await hold(cell, AFTER_EFFECT, parent=parent)
     return output

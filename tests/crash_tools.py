@@ -1,12 +1,13 @@
 """The crash matrix's tools, one per way of calling a tool, and its worker process.
 
 Every tool appends its cell's line (``tests.crash_points.act``): a ``@tool`` for
-``run_tool``, a plain activity ledgered by pattern, an OpenAI Agents ``activity_as_tool``
-activity, the MCP server ``tests.crash_mcp`` for the three agent frameworks, a
-pydantic-ai function tool and a Google ADK ``activity_as_tool`` activity.
-``CrashPoints`` is a Temporal activity interceptor put on the worker outside the
-ledger's, so it sees a tool call before the ledger claims its key and its result after
-the ledger recorded it.
+``run_tool``, a retry-safe ``@tool`` whose far side dedupes by the key, a plain activity
+ledgered by pattern, an OpenAI Agents ``activity_as_tool`` activity, the MCP server
+``tests.crash_mcp`` for the three agent frameworks, a pydantic-ai function tool and a
+Google ADK ``activity_as_tool`` activity. ``CrashPoints`` is a Temporal activity
+interceptor put on the worker outside the ledger's, so it sees a tool call before the
+ledger claims its key (or a retry-safe tool acts) and its result after the ledger
+recorded it.
 
     python -m tests.crash_tools ADDRESS LEDGER_URL TASK_QUEUE_PREFIX
 
@@ -39,7 +40,13 @@ from pydantic_ai import Agent
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin, TemporalDurability
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.models.function import FunctionModel
-from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy, tool
+from temporal_ledger.activities import (
+    LedgerOptions,
+    LedgerPlugin,
+    Policy,
+    tool,
+    tool_context,
+)
 from temporal_ledger.activities import google_adk as ledger_google_adk
 from temporal_ledger.activities import openai_agents as ledger_openai
 from temporal_ledger.activities import pydantic_ai as ledger_pydantic_ai
@@ -87,6 +94,14 @@ class Appended(BaseModel):
 async def crash_append(arg: Cell) -> Appended:
     """Append the cell's line to its file."""
     return Appended(text=await act(arg.cell))
+
+
+# 1b. run_tool: a retry-safe @tool, whose far side dedupes by the key: it acts first and
+# the ledger records its request and outcome in one write (no claim, no started marker).
+@tool(capability="files.append_once", retry_safe=True)
+async def crash_safe_append(arg: Cell) -> Appended:
+    """Append the cell's line to its file, once per key."""
+    return Appended(text=await act(arg.cell, key=tool_context().key))
 
 
 # 2. A plain activity, ledgered by pattern (LedgerPlugin(ledger_activities=[...])).
@@ -210,6 +225,7 @@ def adk_notes(_: Any = None) -> McpToolset:
 #: The activities that call a tool, one per way (not the model calls, not tool lists).
 TOOL_ACTIVITIES = (
     "crash_append",
+    "crash_safe_append",
     "crash_generic_append",
     "crash_oai_append",
     "temporalio.mcp.notes.call-tool",
@@ -247,6 +263,7 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
         CrashGenericWorkflow,
         CrashOpenAIWorkflow,
         CrashPydanticWorkflow,
+        CrashRetrySafeWorkflow,
         CrashRunToolWorkflow,
     )
 
@@ -317,8 +334,8 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
         Worker(
             plain,
             task_queue=f"{prefix}-plain",
-            workflows=[CrashRunToolWorkflow, CrashGenericWorkflow],
-            activities=[crash_append, crash_generic_append],
+            workflows=[CrashRunToolWorkflow, CrashRetrySafeWorkflow, CrashGenericWorkflow],
+            activities=[crash_append, crash_safe_append, crash_generic_append],
             **common,
         ),
         Worker(

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         crash_append,
         crash_generic_append,
         crash_oai_append,
+        crash_safe_append,
     )
 
 
@@ -39,6 +40,24 @@ class CrashRunToolWorkflow:
     async def run(self, cell: str) -> str:
         out = await run_tool(
             crash_append,
+            Cell(cell=cell),
+            step="append",
+            performer="crash-matrix",
+            options=ActivityConfig(
+                start_to_close_timeout=START_TO_CLOSE, heartbeat_timeout=HEARTBEAT
+            ),
+        )
+        return out.text
+
+
+@workflow.defn
+class CrashRetrySafeWorkflow:
+    """The same with a retry-safe ``@tool``: acts first, recorded in one write."""
+
+    @workflow.run
+    async def run(self, cell: str) -> str:
+        out = await run_tool(
+            crash_safe_append,
             Cell(cell=cell),
             step="append",
             performer="crash-matrix",
