@@ -168,8 +168,9 @@ def test_the_lowest_constraints_pin_exactly_the_floors_of_pyproject() -> None:
 
 
 # The packages whose private names (a dotted part starting with "_", dunders aside) our
-# code must not use: their private API changes in any release.
-FOREIGN = ("temporalio", "pydantic_ai", "agents", "mcp")
+# code must not use: their private API changes in any release. Strands' Temporal
+# integration is ``temporalio.strands_agents``, covered by ``temporalio``.
+FOREIGN = ("temporalio", "pydantic_ai", "agents", "mcp", "strands")
 SCANNED = ("ledger", "activities", "workflows", "worker.py", "examples")
 
 
@@ -250,6 +251,10 @@ def test_our_code_uses_no_private_name_of_temporalio_pydantic_ai_agents_or_mcp()
         "from pydantic_ai._agent_graph import y",
         "from mcp.shared import _httpx_utils",
         "import mcp.types as t\nt._private",
+        "from temporalio.strands_agents._model_activity import ModelActivity",
+        "from temporalio.strands_agents import _temporal_mcp_client",
+        "from strands.types._events import ToolResultEvent",
+        "import strands\nstrands.agent._x",
     ],
 )
 def test_the_scan_catches_a_planted_private_use(source: str) -> None:
@@ -261,5 +266,6 @@ def test_the_scan_passes_public_names_dunders_and_other_packages() -> None:
         "import temporalio\nfrom temporalio import activity\nimport os\n"
         "temporalio.__version__\nactivity.defn\nos._exit(0)\nself._x = 1\n"
         "from temporalio.openai_agents import OpenAIAgentsPlugin\n"
+        "from temporalio.strands_agents import StrandsPlugin\nfrom strands.models import Model\n"
     )
     assert private_uses(source) == []
