@@ -39,6 +39,7 @@ from tests.strands_app import (
 )
 from tests.temporal_support import (
     open_effects,
+    query_json,
     reset_to_first_task,
     send_update,
     temporal_cli,
@@ -58,13 +59,15 @@ def strands_plugin() -> StrandsPlugin:
 
 
 @contextlib.asynccontextmanager
-async def running(address: str, ledger_url: str | None) -> AsyncIterator[tuple[Client, str]]:
+async def running(
+    address: str, ledger_url: str | None, policy: Policy = POLICY
+) -> AsyncIterator[tuple[Client, str]]:
     plugins: list[Any] = [strands_plugin()]
     if ledger_url is not None:
         plugins.append(
             LedgerPlugin(
                 ledger_url,
-                policy=POLICY,
+                policy=policy,
                 options=LedgerOptions(lease=2.0),
                 ledger_activities=activity_rules(tools=[append_line]),
             )
@@ -243,3 +246,31 @@ async def test_a_tool_that_acted_and_lost_its_reply_parks_until_reconciled(
     with Ledger.open(ledger_url) as ledger:
         assert ledger.open_effects() == []
         assert ledger.verify().ok
+
+
+async def test_a_gated_tool_waits_for_an_approval_of_its_exact_call(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """The policy gates ``append_line``: the agent's run waits, nothing is appended until
+    update ``approve`` of the call's fingerprint, then the tool acts once."""
+    policy = POLICY.model_copy(update={"gated": ["activity.append_line"], "approvers": ["lead-*"]})
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = new_prompt("gated", tmp_path)
+    workflow_id = f"strands-{prompt}"
+    async with running(temporal_address, ledger_url, policy) as (client, task_queue):
+        handle = await client.start_workflow(
+            StrandsAgentWorkflow.run, prompt, id=workflow_id, task_queue=task_queue
+        )
+        [waiting] = await wait_for(
+            lambda: query_json(temporal_address, workflow_id, "pending_approvals"),
+            what="the tool call to wait for an approval",
+        )
+        assert not Path(TARGETS[prompt]).exists(), "the gated call acted before approval"
+        decision = json.loads(shlex.split(waiting["approve_command"])[-1])
+        decision.update(actor="lead-ann", basis="checked the line")
+        status, answer = await send_update(temporal_address, workflow_id, "approve", decision)
+        assert status == 0, answer
+        result = await handle.result()
+    assert result == "done: appended (line 1)"
+    assert TOOL_RUNS[prompt] == 1
+    assert lines(prompt) == [f"line for {prompt}"]
