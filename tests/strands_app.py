@@ -15,7 +15,7 @@ from typing import Any
 from strands.models import Model
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
-from temporalio.strands_agents import TemporalAgent
+from temporalio.strands_agents import TemporalAgent, TemporalMCPClient
 from temporalio.strands_agents.workflow import activity_as_tool
 
 MODEL_NAME = "scripted"
@@ -66,9 +66,12 @@ class ScriptedModel(Model):
         results = _tool_results(messages)
         yield {"messageStart": {"role": "assistant"}}
         if not results:
-            use = {"name": "append_line", "toolUseId": f"use-{MODEL_CALLS[prompt]}"}
+            name = "append_note" if prompt.startswith("mcp-") else "append_line"
+            use = {"name": name, "toolUseId": f"use-{MODEL_CALLS[prompt]}"}
             yield {"contentBlockStart": {"start": {"toolUse": use}}}
-            line = {"line": f"line for {prompt}"}
+            line: dict[str, str] = {"line": f"line for {prompt}"}
+            if name == "append_note":
+                line["path"] = TARGETS[prompt]
             yield {"contentBlockDelta": {"delta": {"toolUse": {"input": json.dumps(line)}}}}
             yield {"contentBlockStop": {}}
             yield {"messageStop": {"stopReason": "tool_use"}}
@@ -111,6 +114,31 @@ class StrandsAgentWorkflow:
             tools=[
                 activity_as_tool(
                     append_line, start_to_close_timeout=timedelta(seconds=20), retry_policy=RETRY
+                )
+            ],
+            callback_handler=None,
+        )
+        result = await agent.invoke_async(prompt)
+        return str(result).strip()
+
+
+#: The MCP server's name in ``StrandsPlugin(mcp_clients=...)``.
+MCP_SERVER = "notes"
+
+
+@workflow.defn
+class StrandsMcpWorkflow:
+    @workflow.run
+    async def run(self, prompt: str) -> str:
+        agent = TemporalAgent(
+            model=MODEL_NAME,
+            start_to_close_timeout=timedelta(seconds=20),
+            retry_policy=RETRY,
+            tools=[
+                TemporalMCPClient(
+                    server=MCP_SERVER,
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=RETRY,
                 )
             ],
             callback_handler=None,

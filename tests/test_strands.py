@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shlex
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,12 +30,14 @@ from temporalio.strands_agents import StrandsPlugin
 from temporalio.worker import Worker
 
 from tests.strands_app import (
+    MCP_SERVER,
     MODEL_CALLS,
     MODEL_NAME,
     TARGETS,
     TOOL_RUNS,
     ScriptedModel,
     StrandsAgentWorkflow,
+    StrandsMcpWorkflow,
     append_line,
 )
 from tests.temporal_support import (
@@ -47,15 +50,29 @@ from tests.temporal_support import (
 )
 
 pytestmark = pytest.mark.timeout(120)
+ROOT = Path(__file__).resolve().parent.parent
 
 POLICY = Policy(
-    performers={"StrandsAgentWorkflow": ["activity.invoke_model", "activity.append_line"]},
+    performers={
+        "StrandsAgentWorkflow": ["activity.invoke_model", "activity.append_line"],
+        "StrandsMcpWorkflow": ["activity.invoke_model", "activity.notes-*"],
+    },
     reconcilers=["ops-*"],
 )
 
 
+def notes_client() -> Any:
+    from mcp import StdioServerParameters, stdio_client
+    from strands.tools.mcp import MCPClient
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "tests.strands_mcp_server"], cwd=str(ROOT)
+    )
+    return MCPClient(lambda: stdio_client(params))
+
+
 def strands_plugin() -> StrandsPlugin:
-    return StrandsPlugin(models={MODEL_NAME: ScriptedModel})
+    return StrandsPlugin(models={MODEL_NAME: ScriptedModel}, mcp_clients={MCP_SERVER: notes_client})
 
 
 @contextlib.asynccontextmanager
@@ -69,13 +86,16 @@ async def running(
                 ledger_url,
                 policy=policy,
                 options=LedgerOptions(lease=2.0),
-                ledger_activities=activity_rules(tools=[append_line]),
+                ledger_activities=activity_rules(tools=[append_line], mcp_servers=[MCP_SERVER]),
             )
         )
     client = await Client.connect(address, plugins=plugins)
     task_queue = f"tq-strands-{uuid.uuid4().hex[:8]}"
     async with Worker(
-        client, task_queue=task_queue, workflows=[StrandsAgentWorkflow], activities=[append_line]
+        client,
+        task_queue=task_queue,
+        workflows=[StrandsAgentWorkflow, StrandsMcpWorkflow],
+        activities=[append_line],
     ):
         yield client, task_queue
 
@@ -274,3 +294,37 @@ async def test_a_gated_tool_waits_for_an_approval_of_its_exact_call(
     assert result == "done: appended (line 1)"
     assert TOOL_RUNS[prompt] == 1
     assert lines(prompt) == [f"line for {prompt}"]
+
+
+async def test_reset_replays_the_mcp_call_and_the_tool_listing(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """An MCP tool of a stdio server (``TemporalMCPClient``): its call and the server's
+    tool listings are recorded, and a reset replays them: the note is written once."""
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = new_prompt("mcp", tmp_path)
+    workflow_id = f"strands-{prompt}"
+    async with running(temporal_address, ledger_url) as (client, task_queue):
+        handle = await client.start_workflow(
+            StrandsMcpWorkflow.run, prompt, id=workflow_id, task_queue=task_queue
+        )
+        answer = await handle.result()
+        assert answer == "done: noted (line 1)"
+        new_run = await reset_to_first_task(
+            temporal_address,
+            client,
+            workflow_id,
+            handle.result_run_id,
+            reason="test: replay the MCP call",
+            within=30,
+        )
+        again = await client.get_workflow_handle(workflow_id, run_id=new_run).result()
+    assert again == answer
+    assert MODEL_CALLS[prompt] == 2
+    assert lines(prompt) == [f"line for {prompt}"], "the MCP tool acted again"
+    with Ledger.open(ledger_url) as ledger:
+        done = [e for e in ledger.events() if e.type == "action.completed"]
+        # Two listings, two model calls and one MCP call, each fresh and then replayed.
+        assert len(done) == 10, [e.payload for e in done]
+        assert sum(bool(e.payload.get("replayed")) for e in done) == 5
+        assert ledger.verify().ok
