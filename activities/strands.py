@@ -40,9 +40,10 @@ What is left out of the fingerprint: Strands' per-call ``toolUseId`` (an MCP cal
 there, not the request). Strands sets no activity timeouts of its own: give the agent a
 ``start_to_close_timeout`` (and the tools theirs), as Temporal requires.
 
-Plugin order does not matter on a client: Strands installs its converter only when it
-finds Temporal's default, and ``LedgerPlugin`` installs temporalio's pydantic converter,
-which Strands' serializes with too.
+Put ``StrandsPlugin`` first: it installs its converter (temporalio's pydantic one with
+its own failure converter, which carries Strands' interrupts across activities) only
+when it finds Temporal's default, and ``LedgerPlugin`` keeps what it finds. The other
+order still runs on the pydantic converter, without Strands' failure converter.
 """
 
 from __future__ import annotations
