@@ -188,19 +188,24 @@ class _McpToolResult:
         """The activity's ``ToolResult`` for the operator's content.
 
         Args:
-            output: Strands content blocks, or a string for one text block.
+            output: Strands content blocks, or a string for one text block, or the whole
+                ``{"toolUseId": ..., "content": [...]}`` with the call's ``tool_use_id``
+                (the activity's input in the run's history), for a model that checks it.
 
         Returns:
-            ``{"status": "success", "toolUseId": "", "content": [...]}``; the agent
-            answers the model under the id of its own tool use.
+            ``{"status": "success", "toolUseId": ..., "content": [...]}``, with an empty
+            ``toolUseId`` unless the output gives one.
 
         Raises:
             ValueError: The output is not a list of content blocks or a string.
         """
+        tool_use_id = ""
+        if isinstance(output, dict) and "content" in output:
+            tool_use_id, output = str(output.get("toolUseId", "")), output["content"]
         content = [{"text": output}] if isinstance(output, str) else output
         if not isinstance(content, list) or not content:
             raise ValueError(
                 "an MCP tool's output is its result content: a list of content blocks such "
                 'as [{"text": "..."}], or a string for one text block'
             )
-        return {"status": "success", "toolUseId": "", "content": content}
+        return {"status": "success", "toolUseId": tool_use_id, "content": content}

@@ -143,6 +143,10 @@ def test_rules_name_the_integrations_activities() -> None:
         "toolUseId": "",
         "content": [{"text": "ok"}],
     }
+    answered = {"toolUseId": "t-1", "content": [{"text": "ok"}]}
+    assert mcp_call.output.result(answered) == {"status": "success", **answered}
+    with pytest.raises(ValueError):
+        mcp_call.output.result({"content": []})
     with pytest.raises(TypeError):
         activity_rules(mcp_servers=[""])
 
