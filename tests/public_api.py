@@ -35,6 +35,7 @@ MODULES = (
     "temporal_ledger.activities.openai_agents",
     "temporal_ledger.activities.pydantic_ai",
     "temporal_ledger.activities.google_adk",
+    "temporal_ledger.activities.strands",
 )
 _CORE_LEAVES = ("ledger", "storage", "testing", "activities", "workflows", "http")
 #: Public modules kept one release for old imports: they export nothing.

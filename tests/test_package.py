@@ -169,8 +169,9 @@ def test_the_lowest_constraints_pin_exactly_the_floors_of_pyproject() -> None:
 
 # The packages whose private names (a dotted part starting with "_", dunders aside) our
 # code must not use: their private API changes in any release. "temporalio" covers its
-# integrations (temporalio.google_adk), "google" Google ADK and google-genai.
-FOREIGN = ("temporalio", "pydantic_ai", "agents", "mcp", "google")
+# integrations (temporalio.google_adk, temporalio.strands_agents), "google" Google ADK
+# and google-genai.
+FOREIGN = ("temporalio", "pydantic_ai", "agents", "mcp", "google", "strands")
 SCANNED = ("ledger", "activities", "workflows", "worker.py", "examples")
 
 
@@ -255,6 +256,10 @@ def test_our_code_uses_no_private_name_of_temporalio_pydantic_ai_agents_mcp_or_g
         "from temporalio.google_adk import _model",
         "from google.adk.features._feature_registry import FeatureName",
         "from google.adk.features import FeatureName\nFeatureName._MCP_GRACEFUL_ERROR_HANDLING",
+        "from temporalio.strands_agents._model_activity import ModelActivity",
+        "from temporalio.strands_agents import _temporal_mcp_client",
+        "from strands.types._events import ToolResultEvent",
+        "import strands\nstrands.agent._x",
     ],
 )
 def test_the_scan_catches_a_planted_private_use(source: str) -> None:
@@ -266,5 +271,6 @@ def test_the_scan_passes_public_names_dunders_and_other_packages() -> None:
         "import temporalio\nfrom temporalio import activity\nimport os\n"
         "temporalio.__version__\nactivity.defn\nos._exit(0)\nself._x = 1\n"
         "from temporalio.openai_agents import OpenAIAgentsPlugin\n"
+        "from temporalio.strands_agents import StrandsPlugin\nfrom strands.models import Model\n"
     )
     assert private_uses(source) == []

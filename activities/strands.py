@@ -1,0 +1,211 @@
+"""Ledgered model calls, tools and MCP calls for Strands agents on Temporal.
+
+Users of ``temporalio.strands_agents`` (the package ``temporalio-strands-agents``, extra
+``strands``) add one plugin and change no tool::
+
+    from temporalio.strands_agents import StrandsPlugin
+    from temporal_ledger.activities import LedgerPlugin
+    from temporal_ledger.activities.strands import activity_rules
+
+    rules = activity_rules(tools=[refund], mcp_servers=["files"])
+    client = await Client.connect(
+        "localhost:7233",
+        plugins=[
+            StrandsPlugin(models={"claude": make_model}, mcp_clients={"files": make_mcp}),
+            LedgerPlugin("sqlite:///ledger.db", ledger_activities=rules),
+        ],
+    )
+
+Then every call goes through the ledger, keyed by workflow, first execution run and the
+call's number in the run (see ``activities._generic``):
+
+* Model calls (``invoke_model``, ``invoke_model_streaming``: ``TemporalAgent``'s model)
+  are retry-safe: a worker crash, a retry or ``temporal workflow reset`` replays the
+  model's recorded stream events instead of asking again. Google ADK's integration names
+  its model activity ``invoke_model`` too; the fingerprint tells Strands' input (a
+  ``model_name`` and ``messages``) apart and takes any other whole.
+* ``tools``: the activities the agent calls through
+  ``temporalio.strands_agents.workflow.activity_as_tool``. Not retry-safe: an attempt that
+  acted and lost its reply (or whose worker died) is never run again; the agent's run
+  waits in the workflow, parked like a ``run_tool`` step (search attribute
+  ``LedgerOpenEffects``, update ``reconcile``), until an operator answers with the
+  activity's own return value.
+* ``mcp_servers``: the ``{server}-call-tool`` activities of those servers
+  (``StrandsPlugin(mcp_clients=...)`` with ``TemporalMCPClient(server=...)``); their
+  ``{server}-list-tools`` listings are recorded too (they only read). The operator
+  confirms an MCP effect with the result content, e.g. ``[{"text": "..."}]``.
+
+What is left out of the fingerprint: Strands' per-call ``toolUseId`` (an MCP call's
+``tool_use_id``) and the model's ``invocation_state`` (per-invocation values the app puts
+there, not the request). Strands sets no activity timeouts of its own: give the agent a
+``start_to_close_timeout`` (and the tools theirs), as Temporal requires.
+
+Put ``StrandsPlugin`` first: it installs its converter (temporalio's pydantic one with
+its own failure converter, which carries Strands' interrupts across activities) only
+when it finds Temporal's default, and ``LedgerPlugin`` keeps what it finds. The other
+order still runs on the pydantic converter, without Strands' failure converter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ..workflows._seam import PLACEHOLDER
+from ._generic import LedgeredActivity, _CallableRule
+from ._probe import Probe
+
+__all__ = ["activity_rules"]
+
+#: ``ModelActivity`` methods of the integration, by their activity type names.
+_MODEL_ACTIVITIES = ("invoke_model", "invoke_model_streaming")
+#: The fields of Strands' model input that are the request; ``invocation_state`` and the
+#: streaming topic and interval are not.
+_MODEL_FIELDS = (
+    "model_name",
+    "messages",
+    "tool_specs",
+    "system_prompt",
+    "tool_choice",
+    "system_prompt_content",
+)
+
+
+def activity_rules(
+    *,
+    tools: Iterable[Callable[..., Any] | str] = (),
+    mcp_servers: Iterable[str] = (),
+    models: bool = True,
+    probes: Mapping[str, Probe] | None = None,
+) -> list[LedgeredActivity]:
+    """The ledgered activities of a Strands app on Temporal, by the integration's names.
+
+    Args:
+        tools: The activities the agents call through ``activity_as_tool``: the
+            functions (matched by the function itself where the activity runs), or
+            their activity type names. For a function renamed with
+            ``@activity.defn(name=...)``, pass the name too (``tools=[fn, "name"]``).
+        mcp_servers: Names of the MCP servers whose tool calls to ledger (the keys of
+            ``StrandsPlugin(mcp_clients=...)``).
+        models: Record the model calls too (retry-safe).
+        probes: Per tool (activity) name, a read-only ``async def probe(key, args)`` that
+            looks the call's key up on the far side before an unknown effect parks;
+            ``present(output)`` gives the tool's return value. Its ``absent`` is taken as
+            conclusive.
+
+    Returns:
+        One rule per activity type pattern, for ``LedgerPlugin(ledger_activities=...)``.
+
+    Raises:
+        TypeError: A tool that is not a named activity, an MCP server without a name,
+            or a probe for a tool not listed.
+    """
+    probes = dict(probes or {})
+    rules = [
+        LedgeredActivity(name, retry_safe=True, normalize=_normalize_model)
+        for name in _MODEL_ACTIVITIES
+        if models
+    ]
+    for fn in tools:
+        name = _activity_name(fn)
+        probe = probes.pop(name, None)
+        conclusive = probe is not None
+        if isinstance(fn, str):
+            rules.append(LedgeredActivity(name, probe=probe, probe_absence_conclusive=conclusive))
+        else:
+            rules.append(
+                _CallableRule(name, probe=probe, probe_absence_conclusive=conclusive, fn=fn)
+            )
+    if probes:
+        raise TypeError(f"probes for tools that are not listed in tools=: {sorted(probes)}")
+    for server in mcp_servers:
+        if not server or not isinstance(server, str):
+            raise TypeError(f"an MCP server is named by a non-empty string, not {server!r}")
+        rules += [
+            LedgeredActivity(
+                f"{server}-list-tools", retry_safe=True, server=server, lists_tools=True
+            ),
+            LedgeredActivity(
+                f"{server}-call-tool",
+                server=server,
+                output=_McpToolResult(),
+                tool_name=_mcp_tool_name,
+                normalize=_normalize_mcp_call,
+            ),
+        ]
+    return rules
+
+
+def _activity_name(fn: Callable[..., Any] | str) -> str:
+    if isinstance(fn, str):
+        return fn
+    name = getattr(fn, "__name__", None)
+    if not callable(fn) or not isinstance(name, str):
+        raise TypeError(f"{fn!r} is not an @activity.defn function: cannot ledger it")
+    return name
+
+
+def _normalize_model(activity_type: str, args: list[Any]) -> dict[str, Any]:
+    """Strands' model input without ``invocation_state`` (and the streaming options).
+
+    Any other shape (Google ADK's ``invoke_model``, a future Strands) is fingerprinted
+    whole: a spurious conflict refuses loudly, a lenient fingerprint replays silently.
+    """
+    if len(args) == 1 and isinstance(args[0], dict) and {"model_name", "messages"} <= set(args[0]):
+        return {"model": {field: args[0].get(field) for field in _MODEL_FIELDS}}
+    return {"args": args}
+
+
+def _normalize_mcp_call(activity_type: str, args: list[Any]) -> dict[str, Any]:
+    """An MCP call is its tool and arguments; ``tool_use_id`` is the model's per-call id."""
+    if len(args) == 1 and isinstance(args[0], dict) and "tool_name" in args[0]:
+        return {"tool": args[0]["tool_name"], "arguments": args[0].get("arguments")}
+    return {"args": args}
+
+
+def _mcp_tool_name(args: list[Any]) -> Any:
+    return args[0]["tool_name"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _McpToolResult:
+    """A Strands MCP call returns a ``ToolResult`` (``status``, ``toolUseId``,
+    ``content``); the operator answers with its content blocks (or one string)."""
+
+    def template(self, result_type: Any) -> Any:
+        """The operator's template: one text block to fill in.
+
+        Args:
+            result_type: The activity's result type (not needed).
+
+        Returns:
+            ``[{"text": "<what the tool returned>"}]``.
+        """
+        return [{"text": PLACEHOLDER}]
+
+    def result(self, output: Any) -> Any:
+        """The activity's ``ToolResult`` for the operator's content.
+
+        Args:
+            output: Strands content blocks, or a string for one text block, or the whole
+                ``{"toolUseId": ..., "content": [...]}`` with the call's ``tool_use_id``
+                (the activity's input in the run's history), for a model that checks it.
+
+        Returns:
+            ``{"status": "success", "toolUseId": ..., "content": [...]}``, with an empty
+            ``toolUseId`` unless the output gives one.
+
+        Raises:
+            ValueError: The output is not a list of content blocks or a string.
+        """
+        tool_use_id = ""
+        if isinstance(output, dict) and "content" in output:
+            tool_use_id, output = str(output.get("toolUseId", "")), output["content"]
+        content = [{"text": output}] if isinstance(output, str) else output
+        if not isinstance(content, list) or not content:
+            raise ValueError(
+                "an MCP tool's output is its result content: a list of content blocks such "
+                'as [{"text": "..."}], or a string for one text block'
+            )
+        return {"status": "success", "toolUseId": tool_use_id, "content": content}
