@@ -34,12 +34,14 @@ MODULES = (
     "temporal_ledger.activities.http",
     "temporal_ledger.activities.openai_agents",
     "temporal_ledger.activities.pydantic_ai",
+    "temporal_ledger.activities.langgraph",
 )
 #: Public modules kept one release for old imports: they export nothing.
 DEPRECATED_MODULES = ("temporal_ledger.ledger.sqlite", "temporal_ledger.ledger.postgres")
 #: The most names the face may have, across all its modules (temporalio's OpenAI Agents
-#: integration has about 16, pydantic-ai's Temporal package 7).
-MOST_NAMES = 40
+#: integration has about 16, pydantic-ai's Temporal package 7). 41 since the LangGraph
+#: integration: each agent framework's module exports its one ``activity_rules``.
+MOST_NAMES = 41
 #: Special members that are part of a class's face.
 _SPECIAL = ("__init__", "__call__")
 

@@ -70,7 +70,7 @@ def test_the_readmes_table_of_public_names_is_the_face() -> None:
     assert rows == {module: set(importlib.import_module(module).__all__) for module in MODULES}
 
 
-def test_the_face_has_at_most_forty_names(current: dict[str, dict[str, object]]) -> None:
+def test_the_face_has_at_most_forty_one_names(current: dict[str, dict[str, object]]) -> None:
     counts = {module: len(names) for module, names in current.items()}
     assert sum(counts.values()) <= MOST_NAMES, counts
 
