@@ -168,8 +168,9 @@ def test_the_lowest_constraints_pin_exactly_the_floors_of_pyproject() -> None:
 
 
 # The packages whose private names (a dotted part starting with "_", dunders aside) our
-# code must not use: their private API changes in any release.
-FOREIGN = ("temporalio", "pydantic_ai", "agents", "mcp")
+# code must not use: their private API changes in any release. ``temporalio`` covers
+# Temporal's LangGraph integration (``temporalio.langgraph``) too.
+FOREIGN = ("temporalio", "pydantic_ai", "agents", "mcp", "langgraph", "langchain", "langchain_core")
 SCANNED = ("ledger", "activities", "workflows", "worker.py", "examples")
 
 
@@ -228,7 +229,7 @@ def _scanned_files() -> list[Path]:
     return files
 
 
-def test_our_code_uses_no_private_name_of_temporalio_pydantic_ai_agents_or_mcp() -> None:
+def test_our_code_uses_no_private_name_of_a_foreign_package() -> None:
     found = [
         use
         for path in _scanned_files()
@@ -250,6 +251,10 @@ def test_our_code_uses_no_private_name_of_temporalio_pydantic_ai_agents_or_mcp()
         "from pydantic_ai._agent_graph import y",
         "from mcp.shared import _httpx_utils",
         "import mcp.types as t\nt._private",
+        "from temporalio.langgraph._activity import ActivityInput",
+        "from langgraph._internal._runnable import RunnableCallable",
+        "from langchain_core.language_models import BaseChatModel\nBaseChatModel._generate",
+        "import langchain_core.runnables.config as c\nc._private",
     ],
 )
 def test_the_scan_catches_a_planted_private_use(source: str) -> None:
