@@ -36,6 +36,7 @@ MODULES = (
     "temporal_ledger.activities.pydantic_ai",
     "temporal_ledger.activities.google_adk",
     "temporal_ledger.activities.strands",
+    "temporal_ledger.activities.langgraph",
 )
 _CORE_LEAVES = ("ledger", "storage", "testing", "activities", "workflows", "http")
 #: Public modules kept one release for old imports: they export nothing.

@@ -169,9 +169,12 @@ def test_the_lowest_constraints_pin_exactly_the_floors_of_pyproject() -> None:
 
 # The packages whose private names (a dotted part starting with "_", dunders aside) our
 # code must not use: their private API changes in any release. "temporalio" covers its
-# integrations (temporalio.google_adk, temporalio.strands_agents), "google" Google ADK
-# and google-genai.
-FOREIGN = ("temporalio", "pydantic_ai", "agents", "mcp", "google", "strands")
+# integrations (temporalio.google_adk, temporalio.strands_agents, temporalio.langgraph),
+# "google" Google ADK and google-genai.
+FOREIGN = (
+    "temporalio", "pydantic_ai", "agents", "mcp", "google", "strands", "langgraph", "langchain",
+    "langchain_core",
+)  # fmt: skip
 SCANNED = ("ledger", "activities", "workflows", "worker.py", "examples")
 
 
@@ -230,7 +233,7 @@ def _scanned_files() -> list[Path]:
     return files
 
 
-def test_our_code_uses_no_private_name_of_temporalio_pydantic_ai_agents_mcp_or_google() -> None:
+def test_our_code_uses_no_private_name_of_a_foreign_package() -> None:
     found = [
         use
         for path in _scanned_files()
@@ -260,6 +263,10 @@ def test_our_code_uses_no_private_name_of_temporalio_pydantic_ai_agents_mcp_or_g
         "from temporalio.strands_agents import _temporal_mcp_client",
         "from strands.types._events import ToolResultEvent",
         "import strands\nstrands.agent._x",
+        "from temporalio.langgraph._activity import ActivityInput",
+        "from langgraph._internal._runnable import RunnableCallable",
+        "from langchain_core.language_models import BaseChatModel\nBaseChatModel._generate",
+        "import langchain_core.runnables.config as c\nc._private",
     ],
 )
 def test_the_scan_catches_a_planted_private_use(source: str) -> None:
