@@ -1,0 +1,106 @@
+"""The ledger key reaches the MCP server in the request's ``_meta`` (``temporal-ledger/key``,
+in its one wire form, with the worker's ``traceparent``), and a server that dedupes by it
+writes one note across a retried call: against the real dev server, a real MCP server
+(``tests.mcp_notes``, an ``MCPServer`` of the ``mcp`` package) and each framework's path.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from temporal_ledger.activities.http import wire_key
+from temporal_ledger.ledger import Ledger
+
+from tests.openai_support import LedgeredSupportWorkflow
+from tests.temporal_support import lines, open_effects, wait_for
+from tests.test_openai_agents import Desk, call, reconcile, template_of
+
+pytestmark = pytest.mark.timeout(180)
+
+EXPORTER = InMemorySpanExporter()
+TOOL = "add_note_by_key_losing_first_reply"
+#: Workflow ids a far side could spell in more than one way.
+HOSTILE_IDS = ["order ann smith/1", "a#b&c=d+e?f%20g", "заказ-ü/ß é"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tracer_provider() -> None:
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
+
+
+def seen_meta(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in lines(folder / "meta.jsonl")]
+
+
+def ledger_span_of(traceparent: str) -> list[str]:
+    """The worker's ledgered-call span that ``traceparent`` names, or the parent of the
+    span it names: the ``mcp`` client, instrumented itself, sends its own span's context
+    (a child of the ledger's) in place of the one it was given."""
+    _, trace_id, span_id, _ = traceparent.split("-")
+    spans = {
+        (f"{s.context.trace_id:032x}", f"{s.context.span_id:016x}"): s
+        for s in EXPORTER.get_finished_spans()
+        if s.context is not None
+    }
+    span = spans.get((trace_id, span_id))
+    if span is not None and not span.name.startswith("execute_tool ") and span.parent:
+        span = spans.get((trace_id, f"{span.parent.span_id:016x}"))
+    return [span.name] if span is not None else []
+
+
+@pytest.mark.parametrize("workflow_id", HOSTILE_IDS)
+async def test_openai_agents_mcp_call_carries_the_key_and_a_retry_writes_one_note(
+    temporal_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workflow_id: str
+) -> None:
+    monkeypatch.setenv("SUPPORT_DIR", str(tmp_path))
+    desk = Desk(temporal_address, tmp_path)
+    (tmp_path / "lose-reply").write_text("yes")
+    workflow_id = f"{workflow_id} {uuid.uuid4().hex[:6]}"
+    async with desk.running() as client:
+        handle = await client.start_workflow(
+            LedgeredSupportWorkflow.run,
+            call(TOOL, ticket="T-1", text="customer called"),
+            id=workflow_id,
+            task_queue=desk.task_queue,
+        )
+        # The server added the note and died before it answered: the call parks.
+        [parked] = await wait_for(
+            lambda: open_effects(desk.address, handle.id), what="the MCP call to park"
+        )
+        assert desk.notes() == ["T-1: customer called"]
+        # The operator cannot tell: no_effect_confirmed lets the key act once more.
+        template = template_of(parked["update_command"])
+        template.pop("output", None)
+        verdict = {
+            **template,
+            "verdict": "no_effect_confirmed",
+            "actor": "ops-ann",
+            "basis": "cannot see the note",
+        }
+        status, answer = await reconcile(desk.address, handle.id, verdict)
+        assert status == 0, answer
+        result = await handle.result()
+    # The server saw the same key twice and wrote one note.
+    assert "note 1 on T-1" in result
+    assert desk.notes() == ["T-1: customer called"]
+    first, second = seen_meta(tmp_path)
+    with Ledger.open(desk.ledger_url) as ledger:
+        keys = {event.key for event in ledger.events() if event.key.startswith(workflow_id + "/")}
+    [key] = [k for k in keys if wire_key(k) == first["key"]]
+    assert second["key"] == first["key"] == wire_key(key)
+    assert all(c.isascii() and (c.isalnum() or c in "-._~") for c in first["key"])
+    # Each attempt's traceparent is in the worker's span of that ledgered call.
+    for seen in (first, second):
+        assert ledger_span_of(seen["traceparent"]) == [f"execute_tool {TOOL}"]
