@@ -16,19 +16,28 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
+from temporal_ledger.activities import LedgerOptions, LedgerPlugin
 from temporal_ledger.activities.http import wire_key
+from temporal_ledger.activities.pydantic_ai import activity_rules
 from temporal_ledger.ledger import Ledger
+from temporalio.client import Client
+from temporalio.worker import Worker
 
 from tests.openai_support import LedgeredSupportWorkflow
+from tests.pydantic_ai_support import NOTES_DIR
+from tests.pydantic_ai_support import agent as pydantic_agent
+from tests.pydantic_ai_workflows import DurableSupportWorkflow
 from tests.temporal_support import lines, open_effects, wait_for
 from tests.test_openai_agents import Desk, call, reconcile, template_of
+from tests.test_pydantic_ai_durability import Desk as PydanticDesk
 
 pytestmark = pytest.mark.timeout(180)
 
 EXPORTER = InMemorySpanExporter()
 TOOL = "add_note_by_key_losing_first_reply"
 #: Workflow ids a far side could spell in more than one way.
-HOSTILE_IDS = ["order ann smith/1", "a#b&c=d+e?f%20g", "заказ-ü/ß é"]
+HOSTILE_IDS = ["order ann smith/1", "a#b&c=d+e?f", "заказ-ü/ß é"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -55,7 +64,7 @@ def ledger_span_of(traceparent: str) -> list[str]:
         if s.context is not None
     }
     span = spans.get((trace_id, span_id))
-    if span is not None and not span.name.startswith("execute_tool ") and span.parent:
+    while span is not None and not span.name.startswith("execute_tool ") and span.parent:
         span = spans.get((trace_id, f"{span.parent.span_id:016x}"))
     return [span.name] if span is not None else []
 
@@ -102,5 +111,58 @@ async def test_openai_agents_mcp_call_carries_the_key_and_a_retry_writes_one_not
     assert second["key"] == first["key"] == wire_key(key)
     assert all(c.isascii() and (c.isalnum() or c in "-._~") for c in first["key"])
     # Each attempt's traceparent is in the worker's span of that ledgered call.
+    for seen in (first, second):
+        assert ledger_span_of(seen["traceparent"]) == [f"execute_tool {TOOL}"]
+
+
+async def no_effect_confirmed(address: str, workflow_id: str) -> None:
+    """Park, then the operator's verdict that lets the key act once more."""
+    [parked] = await wait_for(
+        lambda: open_effects(address, workflow_id), what="the MCP call to park"
+    )
+    template = template_of(parked["update_command"])
+    template.pop("output", None)
+    verdict = {
+        **template,
+        "verdict": "no_effect_confirmed",
+        "actor": "ops-ann",
+        "basis": "cannot see the note",
+    }
+    status, answer = await reconcile(address, workflow_id, verdict)
+    assert status == 0, answer
+
+
+@pytest.mark.parametrize("workflow_id", HOSTILE_IDS)
+async def test_pydantic_ai_mcp_call_carries_the_key_and_a_retry_writes_one_note(
+    temporal_address: str, tmp_path: Path, workflow_id: str
+) -> None:
+    desk = PydanticDesk(temporal_address, tmp_path)
+    # Given the agent itself, activity_rules puts the key hook on its MCP toolsets.
+    rules = activity_rules(pydantic_agent)
+    ledger = LedgerPlugin(
+        desk.ledger_url,
+        policy=desk.policy,
+        options=LedgerOptions(lease=2.0),
+        ledger_activities=rules,
+    )
+    (NOTES_DIR / "lose-reply").write_text("yes")
+    workflow_id = f"pai {workflow_id} {uuid.uuid4().hex[:6]}"
+    client = await Client.connect(temporal_address, plugins=[PydanticAIPlugin(), ledger])
+    async with Worker(client, task_queue=desk.task_queue, workflows=[DurableSupportWorkflow]):
+        handle = await client.start_workflow(
+            DurableSupportWorkflow.run,
+            args=[call(TOOL, ticket=desk.ticket, text="customer called"), str(tmp_path)],
+            id=workflow_id,
+            task_queue=desk.task_queue,
+        )
+        await no_effect_confirmed(temporal_address, workflow_id)
+        result = await handle.result()
+    assert "note" in result and desk.ticket in result
+    assert desk.notes() == [f"{desk.ticket}: customer called"]
+    prefix = wire_key(workflow_id + "/")
+    first, second = [m for m in seen_meta(NOTES_DIR) if (m["key"] or "").startswith(prefix)]
+    assert second["key"] == first["key"]
+    with Ledger.open(desk.ledger_url) as opened:
+        assert first["key"] in {wire_key(event.key) for event in opened.events()}
     for seen in (first, second):
         assert ledger_span_of(seen["traceparent"]) == [f"execute_tool {TOOL}"]
