@@ -166,3 +166,19 @@ async def test_pydantic_ai_mcp_call_carries_the_key_and_a_retry_writes_one_note(
         assert first["key"] in {wire_key(event.key) for event in opened.events()}
     for seen in (first, second):
         assert ledger_span_of(seen["traceparent"]) == [f"execute_tool {TOOL}"]
+
+
+def test_the_request_meta_is_not_identity_and_the_ledger_fields_win() -> None:
+    from temporal_ledger.activities import _mcp
+
+    plain = [{"name": "add_note", "arguments": {"ticket": "T-1"}, "meta": None}]
+    resolved = [{**plain[0], "meta": {"progressToken": 7, "traceparent": "00-a-b-01"}}]
+    # A call without meta fingerprints as before; one with meta as the same call.
+    assert _mcp.without_meta(plain) is plain
+    assert _mcp.without_meta(resolved) == plain
+    ours = _mcp.request_meta("order ann smith/r1/3")
+    assert ours[_mcp.KEY_FIELD] == "order~20ann~20smith~2Fr1~2F3"
+    stamped = _mcp.with_meta(resolved[0], ours)
+    assert stamped["meta"]["progressToken"] == 7
+    assert stamped["meta"][_mcp.KEY_FIELD] == ours[_mcp.KEY_FIELD]
+    assert resolved[0]["meta"] == {"progressToken": 7, "traceparent": "00-a-b-01"}  # a copy
