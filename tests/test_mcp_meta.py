@@ -37,7 +37,7 @@ pytestmark = pytest.mark.timeout(180)
 EXPORTER = InMemorySpanExporter()
 TOOL = "add_note_by_key_losing_first_reply"
 #: Workflow ids a far side could spell in more than one way.
-HOSTILE_IDS = ["order ann smith/1", "a#b&c=d+e?f", "заказ-ü/ß é"]
+HOSTILE_IDS = ["order ann smith/1", "a#b&c=d+e?f%20g", "заказ-ü/ß é"]
 
 
 @pytest.fixture(scope="module", autouse=True)
