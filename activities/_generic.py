@@ -68,6 +68,7 @@ from ..workflows._seam import (
     ToolSpec,
     step_key,
 )
+from . import _mcp
 from ._attempt import execute_ledgered, treated
 from ._outcomes import outcome_or_raise, record_outcome
 from ._probe import Probe
@@ -288,7 +289,12 @@ async def execute_through_ledger(
         ]
     except Exception as exc:
         raise _refuse(f"{info.activity_type}: arguments are not JSON: {exc}") from None
-    payload = rule.normalize(info.activity_type, args) if rule.normalize else {"args": args}
+    mcp_call = is_mcp_call(info.activity_type)
+    if rule.normalize:
+        payload = rule.normalize(info.activity_type, args)
+    else:
+        # An MCP call's request metadata is not what the tool is asked to do.
+        payload = {"args": _mcp.without_meta(args) if mcp_call else args}
     key = step_key(
         info.workflow_id,
         anchor.first,
@@ -310,13 +316,18 @@ async def execute_through_ledger(
 
     async def adapter(request: ActionRequest, ctx: ExecutionContext) -> Any:
         current_call().set("lease_token", ctx.fencing_token)
+        # The key (and the span's traceparent) reach an MCP server in the request's _meta:
+        # added here, where the key is known, after the fingerprint was taken.
+        current = _mcp.enter(ctx.key)
         try:
-            value = await next.execute_activity(input)
+            value = await next.execute_activity(_stamped(input, mcp_call))
         except NoEffect:
             raise
         except BaseException as exc:
             ran["error"] = exc
             raise
+        finally:
+            _mcp.leave(current)
         # Recorded through the same converter Temporal would use to send it to the
         # workflow, so decoding it on replay gives the workflow the same object (a set's
         # items in canonical order; a NaN makes the output one the ledger cannot record).
@@ -335,6 +346,27 @@ async def execute_through_ledger(
     ) as span:
         describe_request(span, request)
         return await _settle(runtime, input, rule, spec, request, adapter, ran, converter)
+
+
+#: The activities that call an MCP tool with a ``meta`` argument: temporalio-mcp's (the
+#: OpenAI Agents SDK's ``temporal_mcp_server`` too) and the Agents SDK's older providers'.
+_MCP_CALLS = ("temporalio.mcp.*.call-tool", "*-stateless-call-tool-v2", "*-stateful-call-tool-v2")
+
+
+def is_mcp_call(activity_type: str) -> bool:
+    """Whether ``activity_type`` is an MCP tool call whose argument carries ``meta``."""
+    return any(fnmatch.fnmatchcase(activity_type, pattern) for pattern in _MCP_CALLS)
+
+
+def _stamped(input: ExecuteActivityInput, mcp_call: bool) -> ExecuteActivityInput:
+    """The activity's input, with the ledger's fields in an MCP call's ``meta``."""
+    ours = _mcp.current_meta()
+    if not mcp_call or ours is None or not input.args:
+        return input
+    first = _mcp.with_meta(input.args[0], ours)
+    if first is input.args[0]:
+        return input
+    return dataclasses.replace(input, args=[first, *input.args[1:]])
 
 
 def _spec(activity_type: str, rule: LedgeredActivity) -> ToolSpec[Any, Any]:

@@ -127,3 +127,15 @@ def describe_result(span: CallSpan, result: ActionResult) -> None:
     span.set("effect", result.effect.value)
     if result.status is ActionStatus.SUCCEEDED or result.verdict is Verdict.EFFECT_CONFIRMED:
         span.set_content("result", result.output)
+
+
+def traceparent() -> str | None:
+    """The W3C ``traceparent`` of the span current now (the ledgered call's), or None where
+    OpenTelemetry is not in use or no span is being recorded."""
+    if trace is None:
+        return None
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    return carrier.get("traceparent")

@@ -53,6 +53,7 @@ from typing_extensions import deprecated
 from ..ledger import Ledger
 from ..workflows._seam import PLACEHOLDER, LedgerOptions
 from ._generic import LedgeredActivity
+from ._mcp import install_hooks
 from ._plugin import LedgerPlugin
 from ._policy import Policy
 
@@ -86,6 +87,10 @@ def activity_rules(*agents: Any, tools_retry_safe: bool = False) -> list[Ledgere
     ``agent__<name>__<toolset kind>__<toolset id>__call_tool`` (its
     ``TemporalOperationNamer``, documented as persisted, never-changing names).
 
+    An agent given as an object (not by name) also gets the ledger key sent to its MCP
+    servers: its ``MCPToolset`` s get a ``process_tool_call`` hook (around the one they
+    have) that adds ``temporal-ledger/key`` and ``traceparent`` to each call's ``_meta``.
+
     Args:
         *agents: ``TemporalAgent`` s, durable ``Agent`` s, or their names.
         tools_retry_safe: The agents' tools deduplicate by the key: an unknown effect
@@ -100,6 +105,8 @@ def activity_rules(*agents: Any, tools_retry_safe: bool = False) -> list[Ledgere
     """
     if not agents:
         raise ValueError("activity_rules needs at least one agent")
+    for agent in agents:
+        install_hooks(agent)
     return [
         rule
         for agent in agents

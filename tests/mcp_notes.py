@@ -8,13 +8,16 @@ one dies mid-call once, and one claims to read but acts and loses its reply.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
+from mcp.server.mcpserver import Context
 from mcp.types import ToolAnnotations
 
-from examples.notes_server import _append, count_notes, server
+from examples.notes_server import _append, count_notes, ledger_meta, once_per_key, server
 
 
 def _marker(name: str) -> Path:
@@ -57,6 +60,22 @@ def count_notes_crashing_once(ticket: str) -> int:
         marker.unlink()
         os._exit(1)
     return count_notes(ticket)
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+def add_note_by_key_losing_first_reply(ticket: str, text: str, ctx: Context[Any]) -> str:
+    """Dedupes by the ledger key, as the example's ``add_note``; notes each call's key and
+    traceparent in ``meta.jsonl``; the first call adds the note and then dies before it
+    answers (while the marker ``lose-reply`` exists)."""
+    key, parent = ledger_meta(ctx)
+    with _marker("meta.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"key": key, "traceparent": parent}) + "\n")
+    answer = once_per_key(key, lambda: f"note {_append(f'{ticket}: {text}')} on {ticket}")
+    marker = _marker("lose-reply")
+    if marker.exists():
+        marker.unlink()
+        os._exit(1)
+    return answer
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ class Inbox:
         verdict, reason = self.check_verdict(raw)
         if verdict is None:
             self.reject("signal", raw, reason or "invalid")
-            workflow.logger.warning("reconcile signal rejected: %s", reason)
+            workflow.logger.warning(f"reconcile signal rejected: {reason}")
             return
         self.verdicts[verdict.key].append(_Pending(verdict))
 
@@ -222,11 +222,9 @@ class Inbox:
         self.approvals_listed = self.approvals_listed or needed.awaiting_approval_attribute
         self.changed()
         workflow.logger.info(
-            "step %r awaits approval of key %r (fingerprint %s); decide with: %s",
-            call.step,
-            key,
-            needed.fingerprint,
-            self.approvals[key].approve_command,
+            f"step {call.step!r} awaits approval of key {key!r} "
+            f"(fingerprint {needed.fingerprint}); "
+            f"decide with: {self.approvals[key].approve_command}"
         )
         with _until_done(lambda: self._approval_over(key)):
             pending = await self._record_next(
@@ -254,11 +252,8 @@ class Inbox:
         self.listed = self.listed or unknown.open_effects_attribute
         self.changed(parked=+1)
         workflow.logger.warning(
-            "step %r parked: the effect of key %r is unknown (%s); reconcile it with: %s",
-            call.step,
-            key,
-            unknown.error,
-            self.open[key].update_command,
+            f"step {call.step!r} parked: the effect of key {key!r} is unknown "
+            f"({unknown.error}); reconcile it with: {self.open[key].update_command}"
         )
         with _until_done(lambda: self._unparked(key)):
             while True:

@@ -63,10 +63,8 @@ async def ask_probe(
         )
     except ActivityError as err:
         workflow.logger.warning(
-            "the probe of %s for key %r failed (%s); the call parks for an operator",
-            tool,
-            unknown.key,
-            cause_message(err),
+            f"the probe of {tool} for key {unknown.key!r} failed ({cause_message(err)}); "
+            "the call parks for an operator"
         )
         return None
     if found.verdict is not None:
