@@ -74,7 +74,8 @@ async def execute_ledgered(
     The ledger's refusals become typed ``ApplicationError`` s: final ones
     non-retryable, an in-progress key or an unreachable ledger retryable.
     """
-    heartbeat = asyncio.create_task(_heartbeat(activity.info().heartbeat_timeout))
+    every = activity.info().heartbeat_timeout
+    heartbeat = asyncio.create_task(_heartbeat(every))
     try:
         return await runtime.ledger.execute(
             request,
@@ -83,6 +84,7 @@ async def execute_ledgered(
             state=state,
             retry_safe=spec.retry_safe,
             requires_approval=spec.requires_approval,
+            lease=_lease(runtime.ledger.lease, every),
         )
     except IdempotencyConflictError as exc:
         count_call(spec.name, CallOutcome.REFUSED)
@@ -115,6 +117,27 @@ async def execute_ledgered(
         heartbeat.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await heartbeat
+
+
+def _lease(ledger_lease: float, heartbeat_timeout: timedelta | None) -> float:
+    """How long this attempt's claim holds its key without renewal.
+
+    Temporal starts the next attempt once this one misses its heartbeat timeout (its
+    worker died, or lost Temporal), and that attempt must find the claim expired, so
+    that it records the interruption and the step parks (or, retry-safe, acts again)
+    then, not a whole ledger lease later: a 5 second heartbeat timeout under the
+    default 30 second lease would keep a dead worker's call "in progress" for 30
+    seconds. So the lease is at most the heartbeat timeout. The ledger renews it every
+    third of it while the tool runs, as this attempt heartbeats every third of the
+    timeout: a live worker keeps both, a dead one loses both within about the same
+    time. A worker that stays alive but cannot reach Temporal loses the attempt too
+    (Temporal retries it elsewhere); the retry then finds a claim that is still renewed
+    (in progress, tried again later) or, once the renewals stop, an unknown effect that
+    parks: never a second execution. Without a heartbeat timeout, the ledger's own.
+    """
+    if not heartbeat_timeout:
+        return ledger_lease
+    return min(ledger_lease, heartbeat_timeout.total_seconds())
 
 
 async def _heartbeat(every: timedelta | None) -> None:
