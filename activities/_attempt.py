@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 from collections.abc import Callable
 from datetime import timedelta
@@ -13,6 +14,7 @@ from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.worker import ActivityOutboundInterceptor
 
 from ..ledger import (
     ActionInProgressError,
@@ -140,12 +142,44 @@ def _lease(ledger_lease: float, heartbeat_timeout: timedelta | None) -> float:
     return min(ledger_lease, heartbeat_timeout.total_seconds())
 
 
+class HeartbeatDetails(ActivityOutboundInterceptor):
+    """The activity's own heartbeats, passed on and remembered: the ledger's heartbeats
+    send the details the activity last gave, so that an activity that heartbeats itself
+    (with progress its next attempt reads from ``activity.info().heartbeat_details``)
+    does not have them replaced by empty ones."""
+
+    def __init__(self, next: ActivityOutboundInterceptor) -> None:
+        super().__init__(next)
+        self._details: tuple[Any, ...] = ()
+
+    def heartbeat(self, *details: Any) -> None:
+        self._details = details
+        self.next.heartbeat(*details)
+
+    def again(self) -> None:
+        """Heartbeat with the details the activity last heartbeat with (none yet: none)."""
+        self.next.heartbeat(*self._details)
+
+
+#: The running activity's :class:`HeartbeatDetails`, set by the plugin's interceptor.
+heartbeat_details: contextvars.ContextVar[HeartbeatDetails | None] = contextvars.ContextVar(
+    "ledger_heartbeat_details", default=None
+)
+
+
 async def _heartbeat(every: timedelta | None) -> None:
-    """Keep Temporal informed that this worker is alive while the ledger runs the tool."""
+    """Keep Temporal informed that this worker is alive while the ledger runs the tool.
+
+    Started and cancelled (and awaited) around the ledger's execution, so it never
+    heartbeats after the attempt's outcome is settled."""
     if not every:
         return
     interval = max(every.total_seconds() / 3, 0.05)
+    details = heartbeat_details.get()
     while True:
         # Sleep first: a tool that finishes within the interval costs no heartbeat RPC.
         await asyncio.sleep(interval)
-        activity.heartbeat()
+        if details is not None:
+            details.again()
+        else:
+            activity.heartbeat()

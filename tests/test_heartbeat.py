@@ -18,12 +18,18 @@ from typing import Any
 import pytest
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporal_ledger.activities import LedgeredActivity, LedgerOptions, LedgerPlugin
-from temporal_ledger.activities._attempt import _lease
+from temporal_ledger.activities._attempt import HeartbeatDetails, _lease
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from tests.heartbeat_workflows import HeartbeatOptionsWorkflow, echo, unledgered
+from tests.heartbeat_workflows import (
+    HeartbeatDetailsWorkflow,
+    HeartbeatOptionsWorkflow,
+    echo,
+    progress,
+    unledgered,
+)
 from tests.pydantic_ai_support import NOTES_DIR
 from tests.temporal_support import open_effects, wait_for
 from tests.test_openai_agents import call, reconcile, template_of
@@ -91,6 +97,38 @@ def test_a_claims_lease_lasts_no_longer_than_the_attempts_heartbeat_timeout() ->
     assert _lease(30.0, timedelta(0)) == 30.0
     with pytest.raises(TypeError, match="heartbeat_timeout"):
         LedgerOptions(heartbeat_timeout=5)  # type: ignore[arg-type]
+
+
+def test_the_ledgers_heartbeats_send_the_details_the_activity_last_gave() -> None:
+    sent: list[tuple[Any, ...]] = []
+
+    class Outbound:
+        def heartbeat(self, *details: Any) -> None:
+            sent.append(details)
+
+    details = HeartbeatDetails(Outbound())  # type: ignore[arg-type]
+    details.again()  # before the activity heartbeats: none
+    details.heartbeat({"page": 3})  # the activity's own
+    details.again()  # the ledger's: the activity's details, not empty ones
+    assert sent == [(), ({"page": 3},), ({"page": 3},)]
+
+
+async def test_an_activity_that_heartbeats_itself_keeps_its_details(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    plugin = LedgerPlugin(
+        f"sqlite:///{tmp_path / 'ledger.db'}", ledger_activities=[LedgeredActivity("hb_other_*")]
+    )
+    client = await Client.connect(temporal_address, plugins=[plugin])
+    task_queue = f"tq-hb-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client, task_queue=task_queue, workflows=[HeartbeatDetailsWorkflow], activities=[progress]
+    ):
+        found = await client.execute_workflow(
+            HeartbeatDetailsWorkflow.run, id=f"hb-{uuid.uuid4().hex[:8]}", task_queue=task_queue
+        )
+    # The ledger heartbeat the attempt after the activity did: with its details, not none.
+    assert found == ["page 3"]
 
 
 async def test_a_worker_killed_during_a_pydantic_ai_tool_call_parks_it_within_seconds(
