@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 from collections.abc import Callable
 from datetime import timedelta
@@ -13,6 +14,7 @@ from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.worker import ActivityOutboundInterceptor
 
 from ..ledger import (
     ActionInProgressError,
@@ -74,7 +76,8 @@ async def execute_ledgered(
     The ledger's refusals become typed ``ApplicationError`` s: final ones
     non-retryable, an in-progress key or an unreachable ledger retryable.
     """
-    heartbeat = asyncio.create_task(_heartbeat(activity.info().heartbeat_timeout))
+    every = activity.info().heartbeat_timeout
+    heartbeat = asyncio.create_task(_heartbeat(every))
     try:
         return await runtime.ledger.execute(
             request,
@@ -83,6 +86,7 @@ async def execute_ledgered(
             state=state,
             retry_safe=spec.retry_safe,
             requires_approval=spec.requires_approval,
+            lease=_lease(runtime.ledger.lease, every),
         )
     except IdempotencyConflictError as exc:
         count_call(spec.name, CallOutcome.REFUSED)
@@ -117,12 +121,65 @@ async def execute_ledgered(
             await heartbeat
 
 
+def _lease(ledger_lease: float, heartbeat_timeout: timedelta | None) -> float:
+    """How long this attempt's claim holds its key without renewal.
+
+    Temporal starts the next attempt once this one misses its heartbeat timeout (its
+    worker died, or lost Temporal), and that attempt must find the claim expired, so
+    that it records the interruption and the step parks (or, retry-safe, acts again)
+    then, not a whole ledger lease later: a 5 second heartbeat timeout under the
+    default 30 second lease would keep a dead worker's call "in progress" for 30
+    seconds. So the lease is at most the heartbeat timeout. The ledger renews it every
+    third of it while the tool runs, as this attempt heartbeats every third of the
+    timeout: a live worker keeps both, a dead one loses both within about the same
+    time. A worker that stays alive but cannot reach Temporal loses the attempt too
+    (Temporal retries it elsewhere); the retry then finds a claim that is still renewed
+    (in progress, tried again later) or, once the renewals stop, an unknown effect that
+    parks: never a second execution. Without a heartbeat timeout, the ledger's own.
+    """
+    if not heartbeat_timeout:
+        return ledger_lease
+    return min(ledger_lease, heartbeat_timeout.total_seconds())
+
+
+class HeartbeatDetails(ActivityOutboundInterceptor):
+    """The activity's own heartbeats, passed on and remembered: the ledger's heartbeats
+    send the details the activity last gave, so that an activity that heartbeats itself
+    (with progress its next attempt reads from ``activity.info().heartbeat_details``)
+    does not have them replaced by empty ones."""
+
+    def __init__(self, next: ActivityOutboundInterceptor) -> None:
+        super().__init__(next)
+        self._details: tuple[Any, ...] = ()
+
+    def heartbeat(self, *details: Any) -> None:
+        self._details = details
+        self.next.heartbeat(*details)
+
+    def again(self) -> None:
+        """Heartbeat with the details the activity last heartbeat with (none yet: none)."""
+        self.next.heartbeat(*self._details)
+
+
+#: The running activity's :class:`HeartbeatDetails`, set by the plugin's interceptor.
+heartbeat_details: contextvars.ContextVar[HeartbeatDetails | None] = contextvars.ContextVar(
+    "ledger_heartbeat_details", default=None
+)
+
+
 async def _heartbeat(every: timedelta | None) -> None:
-    """Keep Temporal informed that this worker is alive while the ledger runs the tool."""
+    """Keep Temporal informed that this worker is alive while the ledger runs the tool.
+
+    Started and cancelled (and awaited) around the ledger's execution, so it never
+    heartbeats after the attempt's outcome is settled."""
     if not every:
         return
     interval = max(every.total_seconds() / 3, 0.05)
+    details = heartbeat_details.get()
     while True:
         # Sleep first: a tool that finishes within the interval costs no heartbeat RPC.
         await asyncio.sleep(interval)
-        activity.heartbeat()
+        if details is not None:
+            details.again()
+        else:
+            activity.heartbeat()

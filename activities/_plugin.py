@@ -28,6 +28,7 @@ from temporalio.plugin import SimplePlugin
 from temporalio.service import RPCError
 from temporalio.worker import (
     ActivityInboundInterceptor,
+    ActivityOutboundInterceptor,
     ExecuteActivityInput,
     Interceptor,
     Worker,
@@ -45,6 +46,7 @@ from ..workflows._seam import (
     LedgerOptions,
     LedgerWorkflowInterceptor,
 )
+from ._attempt import HeartbeatDetails, heartbeat_details
 from ._generic import LedgeredActivity, execute_through_ledger, rule_matches
 from ._policy import Policy
 from ._reconcile import approve_call, probe_effect, reconcile_effect
@@ -442,8 +444,16 @@ class _ActivityInbound(ActivityInboundInterceptor):
     def __init__(self, next: ActivityInboundInterceptor, plugin: LedgerPlugin) -> None:
         super().__init__(next)
         self._plugin = plugin
+        self._details: HeartbeatDetails | None = None
+
+    def init(self, outbound: ActivityOutboundInterceptor) -> None:
+        # The ledger heartbeats a ledgered call while it runs (_attempt); this keeps the
+        # activity's own heartbeat details for those heartbeats to send.
+        self._details = HeartbeatDetails(outbound)
+        super().init(self._details)
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        heartbeat_details.set(self._details)
         if not _is_ledgered(input.fn):
             activity_type = activity.info().activity_type
             rule = next(

@@ -390,6 +390,7 @@ class Ledger:
         retry_safe: bool = False,
         wait: float = 0.0,
         requires_approval: bool = False,
+        lease: float | None = None,
     ) -> ActionResult:
         """Run ``adapter`` for ``request`` at most once for its key and identity.
 
@@ -414,6 +415,11 @@ class Ledger:
                 Without one the answer is DENIED with ``error_type``
                 ``ApprovalRequired`` (or ``ApprovalRejected``), no effect, and the key
                 waits for the decision. A replay of a recorded outcome needs no approval.
+            lease: Seconds this execution holds its key without renewal (renewed every
+                third of it while the adapter runs), instead of the ledger's ``lease``:
+                shorter where whoever runs it notices a dead holder sooner (a Temporal
+                activity's heartbeat timeout), so that the next attempt finds the claim
+                expired when it comes.
 
         Returns:
             The fresh or replayed result.
@@ -427,6 +433,11 @@ class Ledger:
         """
         request = ActionRequest.parse(request)
         _check_arguments(request, authority=authority, adapter=adapter, state=state, wait=wait)
+        if lease is None:
+            lease = self.lease
+        elif not (isinstance(lease, (int, float)) and math.isfinite(lease) and lease > 0):
+            raise InvalidRequest(f"lease must be a positive number of seconds, got {lease!r}")
+        lease = float(lease)
         dimensions = fingerprint_dimensions(request.identity())
         fingerprint = combine(dimensions)
         admission = functools.partial(
@@ -436,7 +447,7 @@ class Ledger:
             dimensions=dimensions,
             fingerprint=fingerprint,
             retry_safe=retry_safe,
-            lease=self.lease,
+            lease=lease,
             requires_approval=requires_approval,
             sync_replays=self.replay_audit == "durable",
         )
@@ -464,7 +475,7 @@ class Ledger:
         decided = await self._admit(request, admission, fingerprint=fingerprint, wait=wait)
         if isinstance(decided, ActionResult):
             return decided
-        return await self._perform(request, decided, adapter, state)
+        return await self._perform(request, decided, adapter, state, lease=lease)
 
     async def _act_first(
         self,
@@ -716,6 +727,8 @@ class Ledger:
         claim: Claimed,
         adapter: Adapter,
         state: StateResolver | None,
+        *,
+        lease: float,
     ) -> ActionResult:
         key, action_id, token = request.key, request.action_id, claim.token
         if not claim.started:
@@ -735,7 +748,7 @@ class Ledger:
                         action_id=action_id,
                         token=token,
                         failure=failure,
-                        lease=self.lease,
+                        lease=lease,
                     ),
                 )
             except LedgerUnavailable as exc:
@@ -757,9 +770,9 @@ class Ledger:
 
         def start_renewal() -> None:
             nonlocal renewal
-            renewal = asyncio.ensure_future(self._keep_lease(key, token))
+            renewal = asyncio.ensure_future(self._keep_lease(key, token, lease))
 
-        timer = asyncio.get_running_loop().call_later(self.lease / 3, start_renewal)
+        timer = asyncio.get_running_loop().call_later(lease / 3, start_renewal)
         try:
             try:
                 output = await _call(adapter, request, ctx)
@@ -837,9 +850,9 @@ class Ledger:
             raise result
         return result
 
-    async def _keep_lease(self, key: str, token: int) -> None:
+    async def _keep_lease(self, key: str, token: int, lease: float) -> None:
         """Renew the lease now, then every third of it (started a third into the lease)."""
-        interval = self.lease / 3
+        interval = lease / 3
         delay = 0.0
         backoff = _RETRY_FIRST_DELAY
         while True:
@@ -847,7 +860,7 @@ class Ledger:
                 await asyncio.sleep(delay)
             try:
                 renewed = await self._transact(
-                    key, functools.partial(extend_lease, token=token, lease=self.lease)
+                    key, functools.partial(extend_lease, token=token, lease=lease)
                 )
             except Exception as exc:  # keep trying: the lease still covers us for a while
                 if backoff == _RETRY_FIRST_DELAY:

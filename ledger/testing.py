@@ -625,6 +625,30 @@ class LedgerContract:
         result = await running
         assert result.status is ActionStatus.SUCCEEDED and not result.replayed
 
+    async def test_a_calls_own_lease_holds_its_key_and_is_renewed(self, ledger: Ledger) -> None:
+        # The ledger's lease is 2 s; this call's, 0.6 s, renewed while its adapter runs.
+        release = asyncio.Event()
+
+        async def held(req: ActionRequest, ctx: Any) -> str:
+            await release.wait()
+            return "held"
+
+        running = asyncio.create_task(
+            ledger.execute(request("k"), authority=AUTHORITY, adapter=held, lease=0.6)
+        )
+        await asyncio.sleep(1.2)  # twice the call's lease: alive only if renewed
+        with pytest.raises(ActionInProgressError) as busy:
+            await ledger.execute(request("k"), authority=AUTHORITY, adapter=_CountingAdapter())
+        assert 0 < busy.value.lease_remaining <= 0.6
+        release.set()
+        assert (await running).output == "held"
+        for bad in (0, -1.0, float("nan")):
+            with pytest.raises(InvalidRequest, match="lease"):
+                await ledger.execute(
+                    request("other"), authority=AUTHORITY, adapter=_CountingAdapter(), lease=bad
+                )
+        assert ledger.verify().ok
+
     async def test_a_late_completion_is_kept_while_a_newer_attempt_holds_the_key(
         self, open_ledger: Callable[..., Ledger]
     ) -> None:

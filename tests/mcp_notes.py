@@ -33,12 +33,13 @@ def add_note_and_crash(ticket: str, text: str) -> str:
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
 def add_note_and_hang(ticket: str, text: str) -> str:
-    """Adds the note, says so in a marker file, and never answers (while its worker lives:
-    the MCP client starts the server in a session of its own, which a kill of the
-    worker's process group does not reach)."""
+    """Adds the note, says so in a marker file (which holds the process id of the worker
+    that called it), and never answers (while its worker lives: the MCP client starts the
+    server in a session of its own, which a kill of the worker's process group does not
+    reach)."""
     worker = os.getppid()
     _append(f"{ticket}: {text}")
-    _marker("acted").write_text("yes")
+    _marker("acted").write_text(str(worker))
     while os.getppid() == worker:
         time.sleep(0.2)
     os._exit(0)

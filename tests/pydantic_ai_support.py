@@ -66,10 +66,9 @@ agent = Agent(
     toolsets=[notes],
     capabilities=[
         TemporalDurability(
-            activity_config={
-                "start_to_close_timeout": timedelta(seconds=20),
-                "heartbeat_timeout": timedelta(seconds=2),
-            }
+            # No heartbeat timeout, as pydantic-ai schedules its activities by default: the
+            # ledger gives its ledgered ones LedgerOptions.heartbeat_timeout (5 s).
+            activity_config={"start_to_close_timeout": timedelta(seconds=20)}
         )
     ],
 )

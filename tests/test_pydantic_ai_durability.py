@@ -48,9 +48,16 @@ class Desk:
     """One test's world: its folder (the function tools' file), ledger and task queue."""
 
     def __init__(
-        self, address: str, folder: Path, policy: Policy = POLICY, *, task_queue: str = ""
+        self,
+        address: str,
+        folder: Path,
+        policy: Policy = POLICY,
+        *,
+        task_queue: str = "",
+        lease: float = 2.0,
     ) -> None:
         self.address = address
+        self.lease = lease
         self.folder = folder
         self.policy = policy
         self.ledger_url = f"sqlite:///{folder / 'ledger.db'}"
@@ -61,7 +68,7 @@ class Desk:
         return LedgerPlugin(
             self.ledger_url,
             policy=self.policy,
-            options=LedgerOptions(lease=2.0),
+            options=LedgerOptions(lease=self.lease),
             ledger_activities=activity_rules(AGENT_NAME),
         )
 
@@ -80,6 +87,7 @@ class Desk:
             self.address,
             self.task_queue,
             str(self.folder),
+            str(self.lease),
             env={"PYDANTIC_NOTES_DIR": str(NOTES_DIR)},
         )
 

@@ -96,7 +96,7 @@ class LedgerWorkflowInterceptor(Interceptor):
 
         class _Inbound(WorkflowInboundInterceptor):
             def init(self, outbound: WorkflowOutboundInterceptor) -> None:
-                super().init(_Outbound(outbound, rules))
+                super().init(_Outbound(outbound, rules, options.heartbeat_timeout))
 
             async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
                 give_options(options)
@@ -107,9 +107,15 @@ class LedgerWorkflowInterceptor(Interceptor):
 
 
 class _Outbound(WorkflowOutboundInterceptor):
-    def __init__(self, next: WorkflowOutboundInterceptor, rules: tuple[WorkflowRule, ...]) -> None:
+    def __init__(
+        self,
+        next: WorkflowOutboundInterceptor,
+        rules: tuple[WorkflowRule, ...],
+        heartbeat_timeout: timedelta | None = None,
+    ) -> None:
         super().__init__(next)
         self._rules = rules
+        self._heartbeat_timeout = heartbeat_timeout or None
         #: Activities scheduled so far by every run of this workflow alike (_scheduling).
         self._calls = 0
         #: What each server's tool list said of its tools' hints, by (server, tool).
@@ -124,6 +130,14 @@ class _Outbound(WorkflowOutboundInterceptor):
         rule = next((r for r in self._rules if _covers(r, input)), None)
         if rule is None:
             return self.next.start_activity(input)
+        if input.heartbeat_timeout is None and self._heartbeat_timeout is not None:
+            # Frameworks schedule their tool calls without one (pydantic-ai, and
+            # temporalio's OpenAI Agents, Strands and LangGraph integrations): a worker
+            # killed during one would go unnoticed until the start-to-close timeout.
+            # The activity side heartbeats ledgered calls and ties their claim's lease
+            # to this timeout (activities._attempt). Replay does not compare activity
+            # options, so runs recorded without it replay unchanged.
+            input.heartbeat_timeout = self._heartbeat_timeout
         inbox()  # the run answers open_effects and pending_approvals from its first call on
         tool = _read(rule.tool_name, _as_json(input.args)) if rule.tool_name else None
         hints = self._listed.get((rule.server or "", tool)) if isinstance(tool, str) else None

@@ -142,6 +142,14 @@ class LedgerOptions:
         probe: A tool's probe of an unknown effect: 30 seconds to close, 3 attempts from
             1 second, then the step parks for a person; on the tool's task queue unless
             ``task_queue`` is given.
+        heartbeat_timeout: The heartbeat timeout given to a ledgered activity of another
+            library (``ledger_activities``: an agent framework's tool, MCP or model call)
+            that its framework schedules without one; one it sets is kept. The worker
+            heartbeats the call every third of it while it runs, and the call's claim in
+            the ledger lasts no longer than it, so a worker killed during the call is
+            noticed within this time and its call parks (or, retry-safe, runs again)
+            then, not after the start-to-close timeout. 5 seconds; ``None`` or
+            ``timedelta(0)``: none is added.
     """
 
     lease: float = 30.0
@@ -149,8 +157,14 @@ class LedgerOptions:
     reconcile: ActivityConfig = dataclasses.field(default_factory=_recording_default)
     approve: ActivityConfig = dataclasses.field(default_factory=_recording_default)
     probe: ActivityConfig = dataclasses.field(default_factory=_probe_default)
+    heartbeat_timeout: timedelta | None = timedelta(seconds=5)
 
     def __post_init__(self) -> None:
         # The deprecated ActivityOptions is taken for one release, as its ActivityConfig.
         for kind in ("tool", "reconcile", "approve", "probe"):
             object.__setattr__(self, kind, activity_config(getattr(self, kind)))
+        beat = self.heartbeat_timeout
+        if beat is not None and not (isinstance(beat, timedelta) and beat >= timedelta(0)):
+            raise TypeError(
+                f"heartbeat_timeout is a timedelta of 0 or more (or None), not {beat!r}"
+            )
