@@ -31,12 +31,14 @@ EXPORTER = InMemorySpanExporter()
 
 @pytest.fixture(scope="module", autouse=True)
 def tracer_provider() -> Iterator[None]:
-    # One provider per process (OpenTelemetry allows setting it once); the exporter is
-    # cleared before each test.
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+    # One provider per process (OpenTelemetry allows setting it once, and another test
+    # module may have set it): this module's exporter is added to it, and cleared before
+    # each test.
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
         provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
         trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
     yield
 
 
