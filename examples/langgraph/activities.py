@@ -1,0 +1,131 @@
+"""The support agent's graph, whose nodes temporalio-langgraph runs as activities: a
+scripted model node, and one node per effectful tool (refund, note).
+
+The model is scripted (no network, no API key): the prompt is its script, one tool call
+per line (``tool_name {"json": "arguments"}``), as in ``examples/pydantic_ai``; it is a
+LangChain chat model (``GenericFakeChatModel``), so any chat model with tools bound (for
+example ``init_chat_model("openai:gpt-5").bind_tools([issue_refund, add_note])``) can take
+its place. Each effectful tool has a node of its own, because the node is the activity and
+so the ledger's unit (docs/agents.md, LangGraph): an unknown effect parks one tool call,
+not a batch. The tools write to the folder named by ``SUPPORT_DIR`` (default:
+``temporal-ledger-examples`` in the system's temporary directory, never the repository:
+see ``examples.work_dir``); ``add_note`` appends to the same ``notes.txt`` as the MCP
+notes server of the other two examples (``examples.notes_server``), in the same form.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+from typing import Any, TypedDict
+
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
+from langgraph.graph import END, START, StateGraph
+from temporalio.common import RetryPolicy
+
+from examples import work_dir
+
+#: The name the graph is registered under (``LangGraphPlugin(graphs=...)``); its nodes'
+#: activities are ``support.agent``, ``support.issue_refund`` and ``support.add_note``.
+GRAPH = "support"
+MODEL_NODE = "agent"
+
+
+class State(TypedDict, total=False):
+    prompt: str
+    #: The tool call the model asked for last (with the id it chose), or none.
+    tool_calls: list[dict[str, Any]]
+    #: What the tools returned, in order.
+    results: list[str]
+    answer: str
+
+
+@tool
+def issue_refund(order: str, cents: int) -> str:
+    """Refund an order (appends the refund to refunds.jsonl)."""
+    folder = work_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / "refunds.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"order": order, "cents": cents}) + "\n")
+    return f"refunded {cents} cents on {order}"
+
+
+@tool
+def add_note(ticket: str, text: str) -> str:
+    """Add a note to a ticket (appends it to notes.txt)."""
+    path = work_dir() / "notes.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write(f"{ticket}: {text}\n")
+    return f"note {len(path.read_text(encoding='utf-8').splitlines())} on {ticket}"
+
+
+TOOLS = {t.name: t for t in (issue_refund, add_note)}
+
+
+def scripted(state: State) -> AIMessage:
+    """The prompt's next tool call (one per turn, with a fresh id as a real model gives),
+    then an answer with what the tools returned."""
+    calls = [line.strip().partition(" ") for line in state["prompt"].splitlines() if line.strip()]
+    returned = state.get("results") or []
+    if len(returned) < len(calls):
+        name, _, arguments = calls[len(returned)]
+        call = {
+            "name": name,
+            "args": json.loads(arguments or "{}"),
+            "id": f"call_{uuid.uuid4().hex[:12]}",
+            "type": "tool_call",
+        }
+        return AIMessage(content="", tool_calls=[call])  # type: ignore[list-item]
+    return AIMessage(content="done: " + " | ".join(returned))
+
+
+async def agent(state: State) -> State:
+    """Ask the model; the tool call it chose (with its id) goes into the state."""
+    chat = GenericFakeChatModel(messages=iter([scripted(state)]))
+    reply = await chat.ainvoke(state["prompt"])
+    assert isinstance(reply, AIMessage)
+    if reply.tool_calls:
+        return {"tool_calls": [dict(call) for call in reply.tool_calls]}
+    return {"tool_calls": [], "answer": str(reply.content)}
+
+
+async def _run_tools(state: State) -> State:
+    """Run the tool calls the model asked for. The calls cross the activity boundary as
+    dicts, which LangGraph's prebuilt ``ToolNode`` does not take (docs/agents.md), so the
+    node reads them itself."""
+    results = list(state.get("results") or [])
+    for call in state.get("tool_calls") or []:
+        message = await TOOLS[call["name"]].ainvoke({**call, "type": "tool_call"})
+        results.append(str(message.content))
+    return {"tool_calls": [], "results": results}
+
+
+async def route(state: State) -> str:
+    """To the node of the tool the model asked for, or the end (runs in the workflow)."""
+    calls = state.get("tool_calls") or []
+    return calls[0]["name"] if calls else END
+
+
+_OPTIONS: dict[str, Any] = {
+    "execute_in": "activity",
+    "start_to_close_timeout": timedelta(seconds=30),
+    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=5)),
+}
+
+
+def builder() -> StateGraph[Any, Any, Any, Any]:
+    """The graph, new each time: ``LangGraphPlugin`` wraps the nodes of the builder it is
+    given. ``agent`` asks the model; ``issue_refund`` and ``add_note`` each run their one
+    tool and go back to it."""
+    graph: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    graph.add_node(MODEL_NODE, agent, metadata=dict(_OPTIONS))
+    for name in TOOLS:
+        graph.add_node(name, _run_tools, metadata=dict(_OPTIONS))
+        graph.add_edge(name, MODEL_NODE)
+    graph.add_edge(START, MODEL_NODE)
+    graph.add_conditional_edges(MODEL_NODE, route, [*TOOLS, END])
+    return graph
