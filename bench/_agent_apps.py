@@ -1,7 +1,8 @@
 """The scripted ten-turn agent of ``agent_overhead.py`` on each agent framework.
 
-One agent per framework (the OpenAI Agents SDK's Temporal integration and pydantic-ai's
-``TemporalDurability``), each with one function tool, ``append_line(path, line)``, that
+One agent per framework (the OpenAI Agents SDK's Temporal integration, pydantic-ai's
+``TemporalDurability`` and Google ADK's ``temporalio-google-adk``), each with one
+function tool, ``append_line(path, line)``, that
 appends a line to a file with the same function as the ``run_tool`` arm's ``@tool``
 (``examples.plan``'s write + flush + fsync, on a thread). Their models are the examples'
 scripted ones: the prompt is the script, one ``append_line {json}`` line per tool call,
@@ -22,12 +23,19 @@ from pathlib import Path
 
 from agents import Agent as OpenAIAgent
 from agents import Runner
+from google.adk.agents import Agent as AdkAgent
+from google.adk.runners import Runner as AdkRunner
+from google.adk.sessions import InMemorySessionService
+from google.genai import types
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.durable_exec.temporal import PydanticAIWorkflow, TemporalDurability
 from pydantic_ai.models.function import FunctionModel
 from temporalio import activity, workflow
+from temporalio.google_adk import TemporalModel
+from temporalio.google_adk.workflow import activity_as_tool as adk_activity_as_tool
 from temporalio.openai_agents.workflow import activity_as_tool
 
+from examples.google_adk.activities import MODEL as ADK_MODEL
 from examples.plan.activities import _append
 from examples.pydantic_ai.activities import scripted
 
@@ -37,6 +45,7 @@ START_TO_CLOSE = timedelta(minutes=5)
 #: The workflow types (the ledger's performers).
 OPENAI_WORKFLOW = "BenchOpenAIAgent"
 PYDANTIC_WORKFLOW = "BenchPydanticAgent"
+ADK_WORKFLOW = "BenchAdkAgent"
 
 
 def prompt(path: str, turns: int) -> str:
@@ -104,3 +113,38 @@ class PydanticAgentWorkflow(PydanticAIWorkflow):
         del max_turns  # pydantic-ai's default request limit (50) is enough
         result = await pydantic_agent.run(script)
         return result.output
+
+
+# -- Google ADK: the tool is an activity the agent calls through ADK's activity_as_tool,
+# the model the example's scripted BaseLlm (registered with ADK on import), asked in
+# TemporalModel's invoke_model activity
+
+
+@workflow.defn(name=ADK_WORKFLOW)
+class AdkAgentWorkflow:
+    """One ``Runner.run_async`` of an agent whose only tool is ``append_line``."""
+
+    @workflow.run
+    async def run(self, script: str, max_turns: int) -> str:
+        del max_turns  # ADK's default limit (500 model calls) is enough
+        agent = AdkAgent(
+            name="bench",
+            model=TemporalModel(ADK_MODEL, {"start_to_close_timeout": START_TO_CLOSE}),
+            instruction="Call the tools the prompt lists, one per turn, then answer.",
+            tools=[adk_activity_as_tool(append_line, start_to_close_timeout=START_TO_CLOSE)],
+        )
+        runner = AdkRunner(agent=agent, app_name="bench", session_service=InMemorySessionService())
+        session = await runner.session_service.create_session(app_name="bench", user_id="bench")
+        answer = ""
+        async for event in runner.run_async(
+            user_id="bench",
+            session_id=session.id,
+            new_message=types.Content(role="user", parts=[types.Part(text=script)]),
+        ):
+            for part in (event.content.parts or []) if event.content else []:
+                if part.text:
+                    answer = part.text
+        return answer
+
+
+ADK_ACTIVITIES: Sequence[object] = (append_line,)

