@@ -1,7 +1,8 @@
 """The scripted ten-turn agent of ``agent_overhead.py`` on each agent framework.
 
 One agent per framework (the OpenAI Agents SDK's Temporal integration, pydantic-ai's
-``TemporalDurability``, and a LangGraph graph on ``temporalio-langgraph``), each with one
+``TemporalDurability``, Google ADK's ``temporalio-google-adk``, and a LangGraph graph on
+``temporalio-langgraph``), each with one
 function tool, ``append_line(path, line)``, that
 appends a line to a file with the same function as the ``run_tool`` arm's ``@tool``
 (``examples.plan``'s write + flush + fsync, on a thread). Their models are the examples'
@@ -24,6 +25,10 @@ from typing import Any, TypedDict
 
 from agents import Agent as OpenAIAgent
 from agents import Runner
+from google.adk.agents import Agent as AdkAgent
+from google.adk.runners import Runner as AdkRunner
+from google.adk.sessions import InMemorySessionService
+from google.genai import types
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool as langchain_tool
@@ -32,9 +37,12 @@ from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.durable_exec.temporal import PydanticAIWorkflow, TemporalDurability
 from pydantic_ai.models.function import FunctionModel
 from temporalio import activity, workflow
+from temporalio.google_adk import TemporalModel
+from temporalio.google_adk.workflow import activity_as_tool as adk_activity_as_tool
 from temporalio.langgraph import graph
 from temporalio.openai_agents.workflow import activity_as_tool
 
+from examples.google_adk.activities import MODEL as ADK_MODEL
 from examples.langgraph.activities import scripted as scripted_reply
 from examples.plan.activities import _append
 from examples.pydantic_ai.activities import scripted
@@ -50,6 +58,7 @@ LANGGRAPH_WORKFLOW = "BenchLangGraphAgent"
 #: ``bench_graph.append_line``.
 GRAPH = "bench_graph"
 MODEL_NODE = "model"
+ADK_WORKFLOW = "BenchAdkAgent"
 
 
 def prompt(path: str, turns: int) -> str:
@@ -180,3 +189,38 @@ class LangGraphAgentWorkflow:
         config: Any = {"recursion_limit": 2 * max_turns + 1}
         final = await app.ainvoke({"prompt": script, "results": []}, config=config)
         return str(final["answer"])
+
+
+# -- Google ADK: the tool is an activity the agent calls through ADK's activity_as_tool,
+# the model the example's scripted BaseLlm (registered with ADK on import), asked in
+# TemporalModel's invoke_model activity
+
+
+@workflow.defn(name=ADK_WORKFLOW)
+class AdkAgentWorkflow:
+    """One ``Runner.run_async`` of an agent whose only tool is ``append_line``."""
+
+    @workflow.run
+    async def run(self, script: str, max_turns: int) -> str:
+        del max_turns  # ADK's default limit (500 model calls) is enough
+        agent = AdkAgent(
+            name="bench",
+            model=TemporalModel(ADK_MODEL, {"start_to_close_timeout": START_TO_CLOSE}),
+            instruction="Call the tools the prompt lists, one per turn, then answer.",
+            tools=[adk_activity_as_tool(append_line, start_to_close_timeout=START_TO_CLOSE)],
+        )
+        runner = AdkRunner(agent=agent, app_name="bench", session_service=InMemorySessionService())
+        session = await runner.session_service.create_session(app_name="bench", user_id="bench")
+        answer = ""
+        async for event in runner.run_async(
+            user_id="bench",
+            session_id=session.id,
+            new_message=types.Content(role="user", parts=[types.Part(text=script)]),
+        ):
+            for part in (event.content.parts or []) if event.content else []:
+                if part.text:
+                    answer = part.text
+        return answer
+
+
+ADK_ACTIVITIES: Sequence[object] = (append_line,)

@@ -25,16 +25,17 @@ The offline model (``ScriptedModel``) asks for ``--tool-calls`` calls of
 ``append_line``, ``--calls-per-turn`` per model turn (default 1: 20 turns of one call),
 then answers.
 
-``openai-agents``, ``pydantic-ai`` (issue 18) and ``langgraph`` (issue 31; target
-<= 1.05). The same workflow and agent in both arms (``bench/_agent_apps.py``: a scripted
-model, one function tool that appends a line to a file with the ``run_tool`` arm's
-function), ``--turns`` (10) turns of one tool call each, then an answer: 11 model
+``openai-agents``, ``pydantic-ai``, ``google-adk`` and ``langgraph`` (issues 18 and 31;
+target <= 1.05). The same workflow and agent in both arms (``bench/_agent_apps.py``: a
+scripted model, one function tool that appends a line to a file with the ``run_tool``
+arm's function), ``--turns`` (10) turns of one tool call each, then an answer: 11 model
 activities + 10 tool activities. Each arm has its own client and worker (task queue) on
 the same server, both running the whole time, with the same sandbox pass-through list:
 
 - plain: only the framework's plugin (``OpenAIAgentsPlugin`` with the examples'
-  ``ScriptedProvider``; ``PydanticAIPlugin``; ``LangGraphPlugin`` with the graph, whose
-  model node and tool node are the activities);
+  ``ScriptedProvider``; ``PydanticAIPlugin``; ``GoogleAdkPlugin``, with the examples'
+  scripted ``BaseLlm``; ``LangGraphPlugin`` with the graph, whose model node and tool
+  node are the activities);
 - ledgered: the framework's plugin and the ``LedgerPlugin`` with the integration's
   ``activity_rules`` (model calls and tool calls through the ledger), on the same open
   ledger.
@@ -103,7 +104,7 @@ TOOL_RETRY_POLICY = scheduling("tool")["retry_policy"]
 # ledgered wall time / plain wall time, at most
 RUN_TOOL_TARGET = 1.10  # issue 5
 FRAMEWORK_TARGET = 1.05  # issue 18, item 6
-FRAMEWORKS = ("run_tool", "openai-agents", "pydantic-ai", "langgraph")
+FRAMEWORKS = ("run_tool", "openai-agents", "pydantic-ai", "google-adk", "langgraph")
 
 # run_tool's defaults, which AgentWorkflow uses; the plain arm passes them explicitly.
 START_TO_CLOSE = timedelta(minutes=5)
@@ -763,6 +764,23 @@ def langgraph_app() -> FrameworkApp:
     return FrameworkApp("langgraph", apps.LangGraphAgentWorkflow, [], plugins)
 
 
+def google_adk_app() -> FrameworkApp:
+    import _agent_apps as apps
+    from temporal_ledger.activities import LedgerPlugin
+    from temporal_ledger.activities.google_adk import activity_rules
+    from temporalio.google_adk import GoogleAdkPlugin
+
+    def plugins(ledger: Any) -> list[Any]:
+        if ledger is None:
+            return [GoogleAdkPlugin()]
+        policy = framework_policy(apps.ADK_WORKFLOW)
+        rules = activity_rules(tools=[apps.append_line])
+        return [GoogleAdkPlugin(), LedgerPlugin(ledger, policy=policy, ledger_activities=rules)]
+
+    # GoogleAdkPlugin registers the model activities (invoke_model, ...) on the worker.
+    return FrameworkApp("google-adk", apps.AdkAgentWorkflow, list(apps.ADK_ACTIVITIES), plugins)
+
+
 async def run_framework_arm(
     app: FrameworkApp, client: Any, queue: str, arm: str, turns: int, folder: Path
 ) -> Sample:
@@ -809,8 +827,11 @@ async def bench_framework(
     }
     queues = {arm: f"{app.name}-{arm}-{uuid.uuid4().hex[:8]}" for arm in clients}
     # The same sandbox for both arms: the ledger's plugin would add its pass-through
-    # modules (pydantic, temporal_ledger) to the ledgered arm's only.
-    runner = sandbox_runner("_agent_apps", *PASSTHROUGH_MODULES)
+    # modules (pydantic, temporal_ledger) to the ledgered arm's only. beartype: pydantic-ai's
+    # MCP client (fastmcp -> key_value.aio) installs beartype's import hook in this process,
+    # and a module ADK imports lazily inside a run (google.adk.runners) would then re-import
+    # beartype in the sandbox, which refuses its threading.Lock().
+    runner = sandbox_runner("_agent_apps", "beartype", *PASSTHROUGH_MODULES)
 
     def worker(arm: str) -> Any:
         return Worker(
@@ -904,6 +925,7 @@ async def main_async(args: argparse.Namespace) -> bool:
         "openai-agents": lambda *a: bench_framework(openai_agents_app(), *a),
         "pydantic-ai": lambda *a: bench_framework(pydantic_ai_app(), *a),
         "langgraph": lambda *a: bench_framework(langgraph_app(), *a),
+        "google-adk": lambda *a: bench_framework(google_adk_app(), *a),
     }
     chosen = FRAMEWORKS if args.framework == "all" else (args.framework,)
     with contextlib.ExitStack() as cleanup:

@@ -10,8 +10,8 @@ request's ``_meta`` (``temporal-ledger/key``, see :func:`ledger_meta`): a call t
 again under a key it has seen (a retry after a lost reply, which the ledger lets act again
 after a ``no_effect_confirmed`` verdict or for a retry-safe tool) gets the first answer
 back and adds no second note.
-Both agent examples (``openai_agents/``, ``pydantic_ai/``) start it as a subprocess:
-``python -m examples.notes_server``.
+The agent examples (``openai_agents/``, ``pydantic_ai/``, ``google_adk/``) start it as
+a subprocess: ``python -m examples.notes_server``.
 """
 
 from __future__ import annotations

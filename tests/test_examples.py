@@ -347,7 +347,7 @@ def _get_json(url: str) -> Any:
         return json.loads(answer.read())
 
 
-@pytest.mark.parametrize("example", ["openai_agents", "pydantic_ai", "langgraph"])
+@pytest.mark.parametrize("example", ["openai_agents", "pydantic_ai", "google_adk", "langgraph"])
 async def test_agent_examples_refund_and_note_once_even_when_reset(
     example: str, temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

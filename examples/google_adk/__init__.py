@@ -1,0 +1,1 @@
+"""A support agent on Google ADK's Temporal integration, with the ledger."""
