@@ -11,8 +11,8 @@ import pytest
 
 from tests.public_api import (
     DEPRECATED_MODULES,
-    MODULES,
     INTEGRATIONS,
+    MODULES,
     MOST_CORE_NAMES,
     RECORD,
     ROOT,
@@ -71,7 +71,9 @@ def test_the_readmes_table_of_public_names_is_the_face() -> None:
     assert rows == {module: set(importlib.import_module(module).__all__) for module in MODULES}
 
 
-def test_the_face_has_38_names_and_one_per_integration(current: dict[str, dict[str, object]]) -> None:
+def test_the_face_has_38_names_and_one_per_integration(
+    current: dict[str, dict[str, object]],
+) -> None:
     """38 names, and one (``activity_rules``) per framework integration."""
     counts = {module: len(names) for module, names in current.items()}
     core = {module: n for module, n in counts.items() if module not in INTEGRATIONS}
