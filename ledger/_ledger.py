@@ -218,8 +218,7 @@ class Ledger:
         url: str = "",
         replay_audit: ReplayAudit = "committed",
     ) -> None:
-        if not (isinstance(lease, (int, float)) and math.isfinite(lease) and lease > 0):
-            raise InvalidRequest(f"lease must be a positive number of seconds, got {lease!r}")
+        seconds = _lease_seconds(lease)
         if replay_audit not in _REPLAY_AUDITS:
             raise InvalidRequest(
                 f"replay_audit must be 'committed', 'durable' or 'batched', got {replay_audit!r}"
@@ -228,7 +227,7 @@ class Ledger:
         self._audits: set[asyncio.Future[Any]] = set()
         # Batched replays' audit transactions not yet handed to the recorder.
         self._audit_batch: list[tuple[str, Callable[[Transaction], None]]] = []
-        self.lease = float(lease)
+        self.lease = seconds
         self.url = url
         self._recorder = recorder
         self._executor = ThreadPoolExecutor(
@@ -433,11 +432,7 @@ class Ledger:
         """
         request = ActionRequest.parse(request)
         _check_arguments(request, authority=authority, adapter=adapter, state=state, wait=wait)
-        if lease is None:
-            lease = self.lease
-        elif not (isinstance(lease, (int, float)) and math.isfinite(lease) and lease > 0):
-            raise InvalidRequest(f"lease must be a positive number of seconds, got {lease!r}")
-        lease = float(lease)
+        lease = self.lease if lease is None else _lease_seconds(lease)
         dimensions = fingerprint_dimensions(request.identity())
         fingerprint = combine(dimensions)
         admission = functools.partial(
@@ -1157,6 +1152,13 @@ def _non_empty(**values: Any) -> None:
         if not isinstance(value, str) or not value.strip():
             raise InvalidRequest(f"{name} must be a non-empty string")
         check_text(value, where=name)
+
+
+def _lease_seconds(lease: object) -> float:
+    """A lease as seconds: a positive finite number, or :class:`InvalidRequest` naming it."""
+    if not (isinstance(lease, (int, float)) and math.isfinite(lease) and lease > 0):
+        raise InvalidRequest(f"lease must be a positive number of seconds, got {lease!r}")
+    return float(lease)
 
 
 def _open_to_act_first(record: KeyRecord, fingerprint: str) -> bool:
