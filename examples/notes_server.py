@@ -6,10 +6,10 @@ directory, see ``examples.work_dir``): an effect the ledger must never repeat.
 ``count_notes`` only reads, and says so in its annotations; ``close_ticket`` may destroy
 (it says nothing to the contrary).
 ``add_note`` dedupes by the ledger key that every ledgered MCP call carries in its
-request's ``_meta`` (``temporal-ledger/key``, see :func:`ledger_meta`): a call that comes
-again under a key it has seen (a retry after a lost reply, which the ledger lets act again
-after a ``no_effect_confirmed`` verdict or for a retry-safe tool) gets the first answer
-back and adds no second note.
+request's ``_meta`` (``temporal-ledger/key``, read with ``ledger_key`` from
+``temporal_ledger.activities.mcp``): a call that comes again under a key it has seen (a
+retry after a lost reply, which the ledger lets act again after a ``no_effect_confirmed``
+verdict or for a retry-safe tool) gets the first answer back and adds no second note.
 The agent examples (``openai_agents/``, ``pydantic_ai/``, ``google_adk/``) start it as
 a subprocess: ``python -m examples.notes_server``.
 """
@@ -22,6 +22,7 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
+from temporal_ledger.activities.mcp import ledger_key
 
 from examples import work_dir
 
@@ -38,31 +39,6 @@ def _append(line: str) -> int:
     with path.open("a", encoding="utf-8") as handle:
         handle.write(line + "\n")
     return len(path.read_text(encoding="utf-8").splitlines())
-
-
-#: The ``_meta`` fields of a ledgered MCP call (temporal-ledger's documented names).
-KEY_FIELD = "temporal-ledger/key"
-TRACEPARENT_FIELD = "traceparent"
-
-
-def ledger_meta(ctx: Context[Any]) -> tuple[str | None, str | None]:
-    """The ledger key (its wire form) and W3C ``traceparent`` a ledgered call sent, if any.
-
-    A server needs no import from temporal-ledger: the two are plain strings in the
-    request's ``_meta``, a dict in the MCP SDK 2.x (``ctx.request_context.meta``).
-
-    Args:
-        ctx: The tool's MCP request context.
-
-    Returns:
-        ``(key, traceparent)``, each None where the call did not send it.
-    """
-    meta = ctx.request_context.meta or {}
-    key, parent = meta.get(KEY_FIELD), meta.get(TRACEPARENT_FIELD)
-    return (
-        key if isinstance(key, str) and key else None,
-        parent if isinstance(parent, str) and parent else None,
-    )
 
 
 def _answered() -> Path:
@@ -87,8 +63,7 @@ def once_per_key(key: str | None, act: Any) -> str:
 @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
 def add_note(ticket: str, text: str, ctx: Context[Any]) -> str:
     """Add a note to a ticket."""
-    key, _ = ledger_meta(ctx)
-    return once_per_key(key, lambda: f"note {_append(f'{ticket}: {text}')} on {ticket}")
+    return once_per_key(ledger_key(ctx), lambda: f"note {_append(f'{ticket}: {text}')} on {ticket}")
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))

@@ -16,8 +16,9 @@ from typing import Any
 
 from mcp.server.mcpserver import Context
 from mcp.types import ToolAnnotations
+from temporal_ledger.activities.mcp import ledger_key
 
-from examples.notes_server import _append, count_notes, ledger_meta, once_per_key, server
+from examples.notes_server import _append, count_notes, once_per_key, server
 
 
 def _marker(name: str) -> Path:
@@ -68,7 +69,7 @@ def add_note_by_key_losing_first_reply(ticket: str, text: str, ctx: Context[Any]
     """Dedupes by the ledger key, as the example's ``add_note``; notes each call's key and
     traceparent in ``meta.jsonl``; the first call adds the note and then dies before it
     answers (while the marker ``lose-reply`` exists)."""
-    key, parent = ledger_meta(ctx)
+    key, parent = ledger_key(ctx), (ctx.request_context.meta or {}).get("traceparent")
     with _marker("meta.jsonl").open("a", encoding="utf-8") as handle:
         handle.write(json.dumps({"key": key, "traceparent": parent}) + "\n")
     answer = once_per_key(key, lambda: f"note {_append(f'{ticket}: {text}')} on {ticket}")

@@ -32,21 +32,23 @@ MODULES = (
     "temporal_ledger.activities",
     "temporal_ledger.workflows",
     "temporal_ledger.activities.http",
+    "temporal_ledger.activities.mcp",
     "temporal_ledger.activities.openai_agents",
     "temporal_ledger.activities.pydantic_ai",
     "temporal_ledger.activities.google_adk",
     "temporal_ledger.activities.strands",
     "temporal_ledger.activities.langgraph",
 )
-_CORE_LEAVES = ("ledger", "storage", "testing", "activities", "workflows", "http")
+_CORE_LEAVES = ("ledger", "storage", "testing", "activities", "workflows", "http", "mcp")
 #: Public modules kept one release for old imports: they export nothing.
 DEPRECATED_MODULES = ("temporal_ledger.ledger.sqlite", "temporal_ledger.ledger.postgres")
 #: The framework integrations: each exports exactly one name, ``activity_rules``.
 INTEGRATIONS = tuple(m for m in MODULES if m.rsplit(".", 1)[1] not in _CORE_LEAVES)
 #: The most names the rest of the face may have, across its modules (temporalio's OpenAI
 #: Agents integration has about 16, pydantic-ai's Temporal package 7): 40 with the two
-#: integrations it had then, each framework added since brings its one name.
-MOST_CORE_NAMES = 38
+#: integrations it had then, each framework added since brings its one name, and MCP
+#: servers have one helper to read the key a call carries.
+MOST_CORE_NAMES = 39
 #: Special members that are part of a class's face.
 _SPECIAL = ("__init__", "__call__")
 

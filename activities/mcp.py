@@ -1,0 +1,71 @@
+"""For MCP servers: the ledger key a ledgered tool call carries, to dedupe by.
+
+MCP has no idempotency key, so every ledgered MCP call sends its key in the request's
+``_meta`` under ``temporal-ledger/key``, in its wire form (see
+:func:`temporal_ledger.activities.http.wire_key`), with the W3C ``traceparent`` of the
+worker's span beside it. The key is the same on every retry, after a worker crash and in
+the run a ``temporal workflow reset`` makes, so a server that files each effect under it
+can answer a call it has already done with its first answer instead of acting twice: the
+ledger lets a call run again after an operator's ``no_effect_confirmed`` verdict and for
+retry-safe tools, and a server that dedupes turns a wrong verdict into no harm.
+
+A server written with the official MCP SDK (``FastMCP``, ``MCPServer`` in 2.x)::
+
+    from temporal_ledger.activities.mcp import ledger_key
+
+    @server.tool()
+    def add_note(ticket: str, text: str, ctx: Context) -> str:
+        key = ledger_key(ctx)
+        done = notes.find(key) if key else None
+        return done or notes.add(ticket, text, key=key)
+
+The ``traceparent`` needs no helper: OpenTelemetry's propagator reads it from the same
+``_meta``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ._mcp import KEY_FIELD
+
+__all__ = ["ledger_key"]
+
+#: A wire-form key: letters, digits, ``-``, ``.``, ``_`` and ``~XX`` escapes.
+_WIRE_FORM = re.compile(r"(?:[A-Za-z0-9._-]|~[0-9A-F]{2})+")
+
+
+def ledger_key(ctx: Any) -> str | None:
+    """The ledger key of the MCP tool call ``ctx`` belongs to, as the ledger sent it.
+
+    Works with the MCP SDK's ``Context`` of 1.x (``_meta`` is a pydantic model, custom
+    fields in its extras) and 2.x (a plain dict), and with its ``request_context``.
+
+    Args:
+        ctx: The tool's ``Context`` (or its ``request_context``).
+
+    Returns:
+        The key's wire form, or ``None`` when the call carries none (it did not come
+        through the ledger).
+
+    Raises:
+        ValueError: The request's ``_meta`` has the field, but not a key's wire form: a
+            client other than the ledger wrote it, and a server deduping by it would
+            file the call under a key no ledger uses.
+    """
+    request = getattr(ctx, "request_context", ctx)
+    meta = getattr(request, "meta", None)
+    if meta is None:
+        return None
+    fields = meta if isinstance(meta, Mapping) else getattr(meta, "model_extra", None) or {}
+    if KEY_FIELD not in fields:
+        return None
+    key = fields[KEY_FIELD]
+    if not isinstance(key, str) or not _WIRE_FORM.fullmatch(key):
+        raise ValueError(
+            f"the request's _meta[{KEY_FIELD!r}] is not a ledger key's wire form (letters, "
+            f"digits, '-', '.', '_' and '~XX' escapes): {key!r:.200}"
+        )
+    return key
