@@ -507,19 +507,20 @@ class Ledger:
             sync_replays=self.replay_audit == "durable",
         )
         try:
-            decision = await self._record_acted(key, functools.partial(record_it, fields=fields))
-        except InvalidRequest as exc:
-            if "output" not in fields:
-                raise
-            # The storage refused what the adapter returned: what it did is still
-            # recorded, as an output that cannot be recorded, so the key answers.
-            logger.error("the outcome of %r was refused by the storage: %s", key, exc)
-            unrecordable = unrecordable_output(fields["output"], exc)
-            decision = await self._record_acted(
-                key, functools.partial(record_it, fields=unrecordable)
-            )
+            try:
+                decision = await self._record_acted(
+                    key, functools.partial(record_it, fields=fields)
+                )
+            except InvalidRequest as exc:
+                unrecordable = _recordable_instead(key, fields, exc)
+                if unrecordable is None:
+                    raise
+                decision = await self._record_acted(
+                    key, functools.partial(record_it, fields=unrecordable)
+                )
         except DuplicateActionId:
-            # A try whose commit answer was lost had landed: its answer is recorded.
+            # The same submission landed before (its answer lost, or another process's
+            # try): what it recorded is the answer.
             answered = await self._answer_resubmission(request, fingerprint)
             if answered is None:
                 raise
@@ -834,12 +835,9 @@ class Ledger:
                 else await self._transact_durably(key, completion, what="the completion")
             )
         except InvalidRequest as exc:
-            if "output" not in fields:
+            unrecordable = _recordable_instead(key, fields, exc)
+            if unrecordable is None:
                 raise
-            # The storage refused the report of an adapter that acted: what it did is
-            # still recorded, as an output that cannot be recorded, so the key answers.
-            logger.error("the completion of %r was refused by the storage: %s", key, exc)
-            unrecordable = unrecordable_output(fields["output"], exc)
             return await self._complete_now(key, action_id, token, unrecordable)
         if isinstance(result, ActionInProgressError):
             raise result
@@ -1159,6 +1157,19 @@ def _lease_seconds(lease: object) -> float:
     if not (isinstance(lease, (int, float)) and math.isfinite(lease) and lease > 0):
         raise InvalidRequest(f"lease must be a positive number of seconds, got {lease!r}")
     return float(lease)
+
+
+def _recordable_instead(
+    key: str, fields: dict[str, Any], refused: InvalidRequest
+) -> dict[str, Any] | None:
+    """What to record when the storage refused the outcome of an adapter that acted: its
+    output, as an output that cannot be recorded, so the key still answers. ``None`` when
+    the refusal was not of an output (a failure's report, or a submission recorded
+    before): the caller raises it."""
+    if "output" not in fields or isinstance(refused, DuplicateActionId):
+        return None
+    logger.error("the outcome of %r was refused by the storage: %s", key, refused)
+    return unrecordable_output(fields["output"], refused)
 
 
 def _open_to_act_first(record: KeyRecord, fingerprint: str) -> bool:

@@ -458,6 +458,29 @@ class LedgerContract:
         assert len(far_side.calls) == 1
         assert ledger.verify().ok
 
+    async def test_a_retry_safe_submission_sent_again_to_a_new_ledger_gets_its_outcome(
+        self, ledger: Ledger, open_ledger: Callable[..., Ledger]
+    ) -> None:
+        # A worker that dies after its commit but before it answered: the same submission
+        # (same action_id) comes again to a process that has never seen the key.
+        req = request("k")
+        first = await ledger.execute(
+            req, authority=AUTHORITY, adapter=_CountingAdapter({"n": 1}), retry_safe=True
+        )
+        async with open_ledger() as reopened:
+            # Busy with other keys, as a worker is: a backend may then expect a key it
+            # has not met to be vacant, act, and learn otherwise from its write.
+            await reopened.execute(
+                request("other"), authority=AUTHORITY, adapter=_CountingAdapter(), retry_safe=True
+            )
+            again = await reopened.execute(
+                req, authority=AUTHORITY, adapter=_CountingAdapter({"n": 2}), retry_safe=True
+            )
+        assert again.output == {"n": 1} and again.action_id == first.action_id
+        assert ledger.state("k").output == {"n": 1}
+        assert _types(ledger, "k")[:2] == ["action.requested", "action.completed"]
+        assert ledger.verify().ok
+
     async def test_two_retry_safe_attempts_may_both_act_and_the_first_recorded_wins(
         self, ledger: Ledger
     ) -> None:
