@@ -57,17 +57,18 @@ def test_example_module_imports(module: str) -> None:
 
 @contextlib.asynccontextmanager
 async def worker_process(
-    *args: str, example: str = "plan"
+    *args: str, example: str = "plan", python: str | Path = sys.executable, cwd: Path = ROOT
 ) -> AsyncIterator[asyncio.subprocess.Process]:
-    """``python -m examples.EXAMPLE.worker ARGS`` until it says it is ready; SIGTERM on exit
-    (what Ctrl-C does), SIGKILL to its process group if it does not stop."""
+    """``python -m examples.EXAMPLE.worker ARGS`` (in ``cwd``, by default the repository's
+    root) until it says it is ready; SIGTERM on exit (what Ctrl-C does), SIGKILL to its
+    process group if it does not stop."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable,
+        str(python),
         "-u",
         "-m",
         f"examples.{example}.worker",
         *args,
-        cwd=ROOT,
+        cwd=cwd,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
@@ -118,14 +119,16 @@ class Printed:
     fields: dict[str, str]
 
 
-async def starter_output(*args: str, example: str) -> Printed:
+async def starter_output(
+    *args: str, example: str, python: str | Path = sys.executable, cwd: Path = ROOT
+) -> Printed:
     """``python -m examples.EXAMPLE.starter ARGS``, which must exit 0: what it printed."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable,
+        str(python),
         "-m",
         f"examples.{example}.starter",
         *args,
-        cwd=ROOT,
+        cwd=cwd,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
