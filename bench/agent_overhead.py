@@ -25,8 +25,9 @@ The offline model (``ScriptedModel``) asks for ``--tool-calls`` calls of
 ``append_line``, ``--calls-per-turn`` per model turn (default 1: 20 turns of one call),
 then answers.
 
-``openai-agents``, ``pydantic-ai``, ``google-adk`` and ``langgraph`` (issues 18 and 31;
-target <= 1.05). The same workflow and agent in both arms (``bench/_agent_apps.py``: a
+``openai-agents``, ``pydantic-ai``, ``google-adk``, ``langgraph`` and ``strands`` (issues 18
+and 31; target <= 1.05). The same workflow and agent in both arms (``bench/_agent_apps.py``,
+Strands' in ``bench/_strands_app.py``: a
 scripted model, one function tool that appends a line to a file with the ``run_tool``
 arm's function), ``--turns`` (10) turns of one tool call each, then an answer: 11 model
 activities + 10 tool activities. Each arm has its own client and worker (task queue) on
@@ -35,13 +36,15 @@ the same server, both running the whole time, with the same sandbox pass-through
 - plain: only the framework's plugin (``OpenAIAgentsPlugin`` with the examples'
   ``ScriptedProvider``; ``PydanticAIPlugin``; ``GoogleAdkPlugin``, with the examples'
   scripted ``BaseLlm``; ``LangGraphPlugin`` with the graph, whose model node and tool
-  node are the activities);
+  node are the activities; ``StrandsPlugin`` with the Strands example's scripted
+  ``Model``, the tool through Strands' ``activity_as_tool``);
 - ledgered: the framework's plugin and the ``LedgerPlugin`` with the integration's
   ``activity_rules`` (model calls and tool calls through the ledger), on the same open
   ledger.
 
-    python bench/agent_overhead.py                       # all four, SQLite ledger
+    python bench/agent_overhead.py                       # all but strands, SQLite ledger
     python bench/agent_overhead.py --framework openai-agents --repeats 5
+    .venv-strands/bin/python bench/agent_overhead.py --framework strands --repeats 5
     python bench/agent_overhead.py --framework run_tool --repeats 5 --calls-per-turn 5
     python bench/agent_overhead.py --ledger postgresql://postgres@127.0.0.1:5432/bench
 
@@ -104,7 +107,10 @@ TOOL_RETRY_POLICY = scheduling("tool")["retry_policy"]
 # ledgered wall time / plain wall time, at most
 RUN_TOOL_TARGET = 1.10  # issue 5
 FRAMEWORK_TARGET = 1.05  # issue 18, item 6
-FRAMEWORKS = ("run_tool", "openai-agents", "pydantic-ai", "google-adk", "langgraph")
+FRAMEWORKS = ("run_tool", "openai-agents", "pydantic-ai", "google-adk", "langgraph", "strands")
+#: What ``--framework all`` runs: Strands installs only in an environment of its own
+#: (.venv-strands: it needs mcp<2), where the others do not, so it runs alone.
+ALL = FRAMEWORKS[:-1]
 
 # run_tool's defaults, which AgentWorkflow uses; the plain arm passes them explicitly.
 START_TO_CLOSE = timedelta(minutes=5)
@@ -694,6 +700,8 @@ class FrameworkApp:
     activities: Sequence[Any]
     #: The client's plugins: the framework's alone (``None``), or with the ledger's.
     plugins: Callable[[Any], list[Any]]
+    #: The module (in bench/) of its workflow and ``prompt``, passed through the sandbox.
+    module: str = "_agent_apps"
 
 
 def framework_policy(workflow_type: str) -> Policy:
@@ -781,11 +789,40 @@ def google_adk_app() -> FrameworkApp:
     return FrameworkApp("google-adk", apps.AdkAgentWorkflow, list(apps.ADK_ACTIVITIES), plugins)
 
 
+def strands_app() -> FrameworkApp:
+    import _strands_app as apps
+    from temporal_ledger.activities import LedgerPlugin
+    from temporal_ledger.activities.strands import activity_rules
+    from temporalio.strands_agents import StrandsPlugin
+
+    def plugins(ledger: Any) -> list[Any]:
+        # StrandsPlugin first, as docs/agents.md says: it installs its failure converter
+        # only over the default one.
+        if ledger is None:
+            return [StrandsPlugin(models=apps.MODELS)]
+        policy = framework_policy(apps.STRANDS_WORKFLOW)
+        rules = activity_rules(tools=[apps.append_line])
+        return [
+            StrandsPlugin(models=apps.MODELS),
+            LedgerPlugin(ledger, policy=policy, ledger_activities=rules),
+        ]
+
+    # StrandsPlugin registers the model activities (invoke_model, ...) on the worker.
+    return FrameworkApp(
+        "strands",
+        apps.StrandsAgentWorkflow,
+        list(apps.STRANDS_ACTIVITIES),
+        plugins,
+        module="_strands_app",
+    )
+
+
 async def run_framework_arm(
     app: FrameworkApp, client: Any, queue: str, arm: str, turns: int, folder: Path
 ) -> Sample:
-    import _agent_apps as apps
+    import importlib
 
+    apps = importlib.import_module(app.module)
     path = str(folder / f"{app.name}-{arm}-{uuid.uuid4().hex[:8]}.txt")
     COUNTERS.reset()
     workflow_id = f"{app.name}-{arm}-{uuid.uuid4()}"
@@ -831,7 +868,7 @@ async def bench_framework(
     # MCP client (fastmcp -> key_value.aio) installs beartype's import hook in this process,
     # and a module ADK imports lazily inside a run (google.adk.runners) would then re-import
     # beartype in the sandbox, which refuses its threading.Lock().
-    runner = sandbox_runner("_agent_apps", "beartype", *PASSTHROUGH_MODULES)
+    runner = sandbox_runner(app.module, "beartype", *PASSTHROUGH_MODULES)
 
     def worker(arm: str) -> Any:
         return Worker(
@@ -926,8 +963,9 @@ async def main_async(args: argparse.Namespace) -> bool:
         "pydantic-ai": lambda *a: bench_framework(pydantic_ai_app(), *a),
         "langgraph": lambda *a: bench_framework(langgraph_app(), *a),
         "google-adk": lambda *a: bench_framework(google_adk_app(), *a),
+        "strands": lambda *a: bench_framework(strands_app(), *a),
     }
-    chosen = FRAMEWORKS if args.framework == "all" else (args.framework,)
+    chosen = ALL if args.framework == "all" else (args.framework,)
     with contextlib.ExitStack() as cleanup:
         folder = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="abench-")))
         url = args.ledger or f"sqlite:///{folder / 'ledger.db'}"
@@ -968,7 +1006,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--framework",
         choices=[*FRAMEWORKS, "all"],
         default="all",
-        help="which agent loop to measure (default: all four, one after another)",
+        help="which agent loop to measure (default: all but strands, one after another; "
+        "strands runs alone, from .venv-strands)",
     )
     parser.add_argument(
         "--ledger",

@@ -4,10 +4,11 @@ Every tool appends its cell's line (``tests.crash_points.act``): a ``@tool`` for
 ``run_tool``, a retry-safe ``@tool`` whose far side dedupes by the key, a plain activity
 ledgered by pattern, an OpenAI Agents ``activity_as_tool`` activity, the MCP server
 ``tests.crash_mcp`` for the three agent frameworks, a pydantic-ai function tool and a
-Google ADK ``activity_as_tool`` activity. ``CrashPoints`` is a Temporal activity
-interceptor put on the worker outside the ledger's, so it sees a tool call before the
-ledger claims its key (or a retry-safe tool acts) and its result after the ledger
-recorded it.
+Google ADK ``activity_as_tool`` activity. ``CrashPoints`` (``tests.crash_worker``) is a
+Temporal activity interceptor put on the worker outside the ledger's, so it sees a tool
+call before the ledger claims its key (or a retry-safe tool acts) and its result after
+the ledger recorded it. Strands' ways run in a worker of their own
+(``tests.crash_tools_strands``), in .venv-strands.
 
     python -m tests.crash_tools ADDRESS LEDGER_URL TASK_QUEUE_PREFIX
 
@@ -19,13 +20,11 @@ stopping calls where ``CRASH_ARM`` says.
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import json
 import logging
 import os
 import sys
 from collections.abc import AsyncGenerator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +39,7 @@ from pydantic_ai import Agent
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin, TemporalDurability
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.models.function import FunctionModel
-from temporal_ledger.activities import (
-    LedgerOptions,
-    LedgerPlugin,
-    Policy,
-    tool,
-    tool_context,
-)
+from temporal_ledger.activities import LedgerOptions, LedgerPlugin, tool, tool_context
 from temporal_ledger.activities import google_adk as ledger_google_adk
 from temporal_ledger.activities import openai_agents as ledger_openai
 from temporal_ledger.activities import pydantic_ai as ledger_pydantic_ai
@@ -54,31 +47,22 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.google_adk import GoogleAdkPlugin, TemporalMcpToolSetProvider
 from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
-from temporalio.worker import (
-    ActivityInboundInterceptor,
-    ExecuteActivityInput,
-    Interceptor,
-    Worker,
-)
+from temporalio.worker import Worker
 
 from examples.openai_agents.model import ScriptedProvider
 from examples.pydantic_ai.activities import scripted
-from tests.crash_points import AFTER_RECORD, BEFORE_CLAIM, act, cell_of_workflow, hold
+from tests.crash_points import act
+from tests.crash_worker import (
+    HEARTBEAT,
+    LEASE,
+    POLICY,
+    START_TO_CLOSE,
+    STICKY_TIMEOUT,
+    CrashPoints,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Seconds a started call holds its key, and how soon Temporal gives up an attempt whose
-#: worker stopped heartbeating: a dead worker's call is found out within seconds. Not
-#: shorter: on a busy machine a worker that just took over two dozen runs stalls for
-#: seconds, a live call of its own then loses its lease or its attempt, and the matrix
-#: would show that instead of the crash.
-LEASE = 10.0
-HEARTBEAT = timedelta(seconds=10)
-START_TO_CLOSE = timedelta(seconds=30)
 AGENT_NAME = "crash_agent"
-POLICY = Policy(
-    performers={"crash-matrix": ["files.*"], "Crash*Workflow": ["activity.*"]},
-    reconcilers=["ops-*"],
-)
 
 
 class Cell(BaseModel):
@@ -235,28 +219,6 @@ TOOL_ACTIVITIES = (
 )
 
 
-class CrashPoints(Interceptor):
-    """Stops a tool call before the ledger claims its key, or after the ledger recorded
-    its outcome and before Temporal hears of it (where ``CRASH_ARM`` says). Put first in
-    ``Worker(interceptors=...)``: the ledger's plugin appends its own after it, inside."""
-
-    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _Stops(next)
-
-
-class _Stops(ActivityInboundInterceptor):
-    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        info = activity.info()
-        calls_a_tool = any(fnmatch.fnmatchcase(info.activity_type, p) for p in TOOL_ACTIVITIES)
-        cell = cell_of_workflow(info.workflow_id) if calls_a_tool else None
-        if cell is not None:
-            await hold(cell, BEFORE_CLAIM, heartbeat=activity.heartbeat)
-        result = await self.next.execute_activity(input)
-        if cell is not None:
-            await hold(cell, AFTER_RECORD, heartbeat=activity.heartbeat)
-        return result
-
-
 async def main(address: str, ledger_url: str, prefix: str) -> None:
     from tests.crash_workflows import (
         CrashAdkWorkflow,
@@ -325,10 +287,10 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
             ),
         ],
     )
-    # A dead worker's cached runs go to another worker after this long.
+    # A dead worker's cached runs go to another worker after STICKY_TIMEOUT.
     common: dict[str, Any] = dict(
-        interceptors=[CrashPoints()],
-        sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
+        interceptors=[CrashPoints(TOOL_ACTIVITIES)],
+        sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
     )
     async with (
         Worker(

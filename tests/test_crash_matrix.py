@@ -19,7 +19,10 @@ parks.
 
 The observed table is the page ``docs/crash-matrix.md``: the test fails when they
 differ. ``LEDGER_WRITE_CRASH_MATRIX=1 .venv/bin/pytest tests/test_crash_matrix.py``
-rewrites the page from the run.
+rewrites the page from the run. Strands' two ways (``activity_as_tool`` and MCP
+``call-tool``) run through this same harness in .venv-strands, where Strands installs
+(it needs mcp<2): ``tests/test_crash_matrix_strands.py``, with a worker of its own and a
+section of its own on the page.
 """
 
 from __future__ import annotations
@@ -272,17 +275,22 @@ def lines_of(world: Path, cell: str) -> int:
 
 @contextlib.asynccontextmanager
 async def crash_worker(
-    address: str, ledger_url: str, prefix: str, log: Path, env: dict[str, str]
+    address: str,
+    ledger_url: str,
+    prefix: str,
+    log: Path,
+    env: dict[str, str],
+    module: str = "tests.crash_tools",
 ) -> AsyncIterator[asyncio.subprocess.Process]:
-    """``python -m tests.crash_tools``: the three frameworks' workers in a process group of
-    their own, logging to ``log`` (a pipe nobody reads would fill and stall it); yielded
-    once ready, killed on the way out."""
+    """``python -m tests.crash_tools`` (or ``module``): the frameworks' workers in a
+    process group of their own, logging to ``log`` (a pipe nobody reads would fill and
+    stall it); yielded once ready, killed on the way out."""
     with log.open("ab") as out:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-u",
             "-m",
-            "tests.crash_tools",
+            module,
             address,
             ledger_url,
             prefix,
@@ -307,10 +315,21 @@ async def crash_worker(
 
 
 class Matrix:
-    """One run of the matrix: its world, ledger, task queues and cells."""
+    """One run of the matrix: its world, ledger, task queues and cells; its ways (rows)
+    and the worker module that serves them."""
 
-    def __init__(self, client: Client, address: str, ledger_url: str, folder: Path) -> None:
+    def __init__(
+        self,
+        client: Client,
+        address: str,
+        ledger_url: str,
+        folder: Path,
+        ways: list[Way] = WAYS,
+        worker_module: str = "tests.crash_tools",
+    ) -> None:
         self.client = client
+        self.ways = ways
+        self.worker_module = worker_module
         self.address = address
         self.ledger_url = ledger_url
         self.world = folder / "world"
@@ -323,12 +342,14 @@ class Matrix:
     def worker(self, name: str, armed: str) -> contextlib.AbstractAsyncContextManager[Any]:
         env = {WORLD: str(self.world), ARM: armed}
         log = self.logs / f"worker-{name}.log"
-        return crash_worker(self.address, self.ledger_url, self.prefix, log, env)
+        return crash_worker(
+            self.address, self.ledger_url, self.prefix, log, env, self.worker_module
+        )
 
     async def start(self, point: str) -> list[str]:
         """Start the point's cell of every way; their names."""
         cells = []
-        for way in WAYS:
+        for way in self.ways:
             cell = f"{way.name}.{point}"
             handle = await self.client.start_workflow(
                 way.workflow,
@@ -543,11 +564,11 @@ def _operator(outcome: Outcome) -> str:
     }.get(outcome.ended, outcome.ended)
 
 
-def render(outcomes: dict[str, Outcome]) -> str:
+def render(outcomes: dict[str, Outcome], ways: list[Way] = WAYS) -> str:
     """The page's generated part: the grid, then one row per cell."""
     out = ["| Way of calling | " + " | ".join(POINTS.values()) + " |"]
     out.append("|---" * (len(POINTS) + 1) + "|")
-    for way in WAYS:
+    for way in ways:
         row = [_short(outcomes[f"{way.name}.{point}"]) for point in POINTS]
         out.append(f"| {way.title} | " + " | ".join(row) + " |")
     out += [
@@ -556,7 +577,7 @@ def render(outcomes: dict[str, Outcome]) -> str:
         "What the operator sees and does | Effects in all | Executions started |",
         "|---|---|---|---|---|---|---|",
     ]
-    for way in WAYS:
+    for way in ways:
         for point in POINTS:
             o = outcomes[f"{way.name}.{point}"]
             parked = "yes" if o.parked else "no"
@@ -567,24 +588,30 @@ def render(outcomes: dict[str, Outcome]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _generated_part(page: str) -> str | None:
-    if BEGIN not in page or END not in page:
+def _generated_part(page: str, begin: str = BEGIN, end: str = END) -> str | None:
+    if begin not in page or end not in page:
         return None
-    return page.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") + "\n"
+    return page.split(begin, 1)[1].split(end, 1)[0].strip("\n") + "\n"
 
 
-def check_page(table: str) -> None:
-    """Compare the run's table with the page's; with ``LEDGER_WRITE_CRASH_MATRIX=1``,
-    write it into the page instead."""
+def check_page(
+    table: str,
+    begin: str = BEGIN,
+    end: str = END,
+    command: str = ".venv/bin/pytest tests/test_crash_matrix.py",
+) -> None:
+    """Compare the run's table with the page's section between ``begin`` and ``end``;
+    with ``LEDGER_WRITE_CRASH_MATRIX=1``, write it into the page instead. ``command``
+    runs the test again (for the message)."""
     page = PAGE.read_text(encoding="utf-8")
-    if _generated_part(page) is None:
-        raise AssertionError(f"{PAGE} has no {BEGIN!r} ... {END!r} section")
+    if _generated_part(page, begin, end) is None:
+        raise AssertionError(f"{PAGE} has no {begin!r} ... {end!r} section")
     if os.environ.get(REWRITE):
-        before, rest = page.split(BEGIN, 1)
-        after = rest.split(END, 1)[1]
-        PAGE.write_text(f"{before}{BEGIN}\n\n{table}\n{END}{after}", encoding="utf-8")
+        before, rest = page.split(begin, 1)
+        after = rest.split(end, 1)[1]
+        PAGE.write_text(f"{before}{begin}\n\n{table}\n{end}{after}", encoding="utf-8")
         return
-    checked_in = _generated_part(page).strip("\n") + "\n"  # type: ignore[union-attr]
+    checked_in = _generated_part(page, begin, end).strip("\n") + "\n"  # type: ignore[union-attr]
     if checked_in != table:
         diff = "".join(
             difflib.unified_diff(
@@ -596,8 +623,7 @@ def check_page(table: str) -> None:
         )
         raise AssertionError(
             "docs/crash-matrix.md is not what this run observed. If the change is meant, "
-            f"regenerate the page with {REWRITE}=1 .venv/bin/pytest "
-            f"tests/test_crash_matrix.py and review its diff:\n{diff}"
+            f"regenerate the page with {REWRITE}=1 {command} and review its diff:\n{diff}"
         )
 
 
@@ -649,9 +675,16 @@ def _problems(outcomes: dict[str, Outcome]) -> list[str]:
 async def test_every_way_of_calling_a_tool_survives_every_crash_point_with_one_effect(
     temporal_address: str, postgres_url: str, tmp_path: Path
 ) -> None:
-    began = time.monotonic()
     client = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
     matrix = Matrix(client, temporal_address, postgres_url, tmp_path)
+    check_page(await run_matrix(matrix))
+
+
+async def run_matrix(matrix: Matrix) -> str:
+    """Every cell of the matrix's ways: kill at a to d, cut the ledger's connections at
+    e, follow every run to its end; check every cell; the observed table."""
+    began = time.monotonic()
+    postgres_url = matrix.ledger_url
     try:
         # a-d: one worker, killed while the call of every cell is held at its moment.
         async with matrix.worker("killed", armed="".join(KILLED)) as doomed:
@@ -678,11 +711,11 @@ async def test_every_way_of_calling_a_tool_survives_every_crash_point_with_one_e
         survivors = await _servers_ended(matrix.world)
     assert survivors == [], f"MCP servers outlived their worker: {survivors}"
     matrix.read_ledger()
-    table = render(matrix.outcomes)
+    table = render(matrix.outcomes, matrix.ways)
     print(
         f"\ncrash matrix: kill after {killed - began:.1f} s, taken over after "
         f"{taken_over - killed:.1f} s, e after {time.monotonic() - taken_over:.1f} s\n{table}"
     )
     problems = _problems(matrix.outcomes)
     assert not problems, "\n".join(problems) + "\n\n" + table
-    check_page(table)
+    return table

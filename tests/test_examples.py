@@ -41,10 +41,25 @@ def test_every_example_follows_the_samples_layout() -> None:
     for name in EXAMPLES:
         missing = [m for m in LAYOUT if not (ROOT / "examples" / name / f"{m}.py").is_file()]
         assert not missing, f"examples/{name} lacks {missing}"
+    for name, test_file in OWN_ENVIRONMENT.items():
+        assert name in EXAMPLES and (ROOT / test_file).is_file(), (name, test_file)
 
 
-@pytest.mark.parametrize("module", [f"examples.{n}.{m}" for n in EXAMPLES for m in LAYOUT])
+#: Examples whose framework installs only in an environment of its own, with the test file
+#: that runs them there (scripts/test-strands).
+OWN_ENVIRONMENT = {"strands": "tests/test_strands_example.py"}
+
+
+@pytest.mark.parametrize(
+    "module",
+    [f"examples.{n}.{m}" for n in EXAMPLES if n not in OWN_ENVIRONMENT for m in LAYOUT],
+)
 def test_example_module_imports(module: str) -> None:
+    check_example_module(module)
+
+
+def check_example_module(module: str) -> None:
+    """The module imports, says what it is, and a worker or starter how to run it."""
     imported = importlib.import_module(module)
     assert imported.__doc__, f"{module} says nothing about how to run it"
     if module.endswith((".worker", ".starter")):
@@ -354,7 +369,15 @@ def _get_json(url: str) -> Any:
 async def test_agent_examples_refund_and_note_once_even_when_reset(
     example: str, temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each agent example's worker and starter as docs/agents.md runs them, from the
+    """Each agent example's worker and starter as docs/agents.md runs them (Strands' runs
+    in its own environment: tests/test_strands_example.py)."""
+    await agent_example_refunds_and_notes_once(example, temporal_env, tmp_path, monkeypatch)
+
+
+async def agent_example_refunds_and_notes_once(
+    example: str, temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent example's worker and starter as docs/agents.md runs them, from the
     repository's root; then a reset of the finished run replays every tool call and model
     answer from the ledger. The effects land in the examples' folder in the temporary
     directory, never in the repository."""

@@ -1,0 +1,79 @@
+"""The worker of the Strands example: ``SupportAgentWorkflow``, its refund tool, its MCP
+notes server (a subprocess the integration keeps open between calls) and a scripted
+model, with every model call, tool call and MCP call ledgered.
+
+    pip install './temporal-ledger[strands]'           # in an environment of its own
+    temporal server start-dev                          # a local dev server on localhost:7233
+    python -m examples.strands.worker                   # this worker, until Ctrl-C
+    python -m examples.strands.starter                  # in a second terminal
+
+Options: ``--address localhost:7233 --namespace default --task-queue ledger-support-strands
+--ledger sqlite:///ledger.db --policy policy.toml``. The tools write ``refunds.jsonl``
+and ``notes.txt`` to ``$SUPPORT_DIR`` (default: ``temporal-ledger-examples`` in the
+system's temporary directory, never the repository). The model is scripted (no network,
+no API key): see ``activities.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from pathlib import Path
+
+from temporal_ledger.activities import LedgerPlugin
+from temporal_ledger.activities.strands import activity_rules
+from temporalio.client import Client
+from temporalio.strands_agents import StrandsPlugin
+from temporalio.worker import Worker
+
+from .activities import MODEL, NOTES, ScriptedModel, issue_refund, notes_client
+from .workflows import SupportAgentWorkflow
+
+TASK_QUEUE = "ledger-support-strands"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Run the Strands example's worker.")
+    parser.add_argument("--address", default="localhost:7233")
+    parser.add_argument("--namespace", default="default")
+    parser.add_argument("--task-queue", default=TASK_QUEUE)
+    parser.add_argument("--ledger", default=f"sqlite:///{Path('ledger.db').resolve()}")
+    parser.add_argument("--policy", type=Path, help="authority policy TOML (default: allow all)")
+    return parser.parse_args()
+
+
+def plugins(args: argparse.Namespace) -> list[object]:
+    """The integration's plugin first (it installs its failure converter only over the
+    default one), then the ledger's, on the client (the worker inherits them)."""
+    return [
+        StrandsPlugin(models={MODEL: ScriptedModel}, mcp_clients={NOTES: notes_client}),
+        LedgerPlugin(
+            args.ledger,
+            policy=args.policy,
+            ledger_activities=activity_rules(tools=[issue_refund], mcp_servers=[NOTES]),
+        ),
+    ]
+
+
+async def main(args: argparse.Namespace) -> None:
+    client = await Client.connect(
+        args.address,
+        namespace=args.namespace,
+        plugins=plugins(args),  # type: ignore[arg-type]
+    )
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    async with Worker(
+        client,
+        task_queue=args.task_queue,
+        workflows=[SupportAgentWorkflow],
+        activities=[issue_refund],
+    ):
+        print(f"worker ready on task queue {args.task_queue!r}", flush=True)
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))
