@@ -6,7 +6,8 @@ directory, see ``examples.work_dir``): an effect the ledger must never repeat.
 ``count_notes`` only reads, and says so in its annotations; ``close_ticket`` may destroy
 (it says nothing to the contrary).
 ``add_note`` dedupes by the ledger key that every ledgered MCP call carries in its
-request's ``_meta`` (``temporal-ledger/key``, see :func:`ledger_meta`): a call that comes
+request's ``_meta`` (``temporal-ledger/key``, or the baggage entry of that name that Google
+ADK's calls carry, see :func:`ledger_meta`): a call that comes
 again under a key it has seen (a retry after a lost reply, which the ledger lets act again
 after a ``no_effect_confirmed`` verdict or for a retry-safe tool) gets the first answer
 back and adds no second note.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_plus
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
@@ -49,7 +51,9 @@ def ledger_meta(ctx: Context[Any]) -> tuple[str | None, str | None]:
     """The ledger key (its wire form) and W3C ``traceparent`` a ledgered call sent, if any.
 
     A server needs no import from temporal-ledger: the two are plain strings in the
-    request's ``_meta``, a dict in the MCP SDK 2.x (``ctx.request_context.meta``).
+    request's ``_meta``, a dict in the MCP SDK 2.x (``ctx.request_context.meta``). Google
+    ADK's MCP calls take no ``_meta`` from the ledger: theirs carries the key as the W3C
+    ``baggage`` entry of the same name (``temporal-ledger%2Fkey=<key>``).
 
     Args:
         ctx: The tool's MCP request context.
@@ -59,10 +63,21 @@ def ledger_meta(ctx: Context[Any]) -> tuple[str | None, str | None]:
     """
     meta = ctx.request_context.meta or {}
     key, parent = meta.get(KEY_FIELD), meta.get(TRACEPARENT_FIELD)
+    if key is None and isinstance(meta.get("baggage"), str):
+        key = _from_baggage(meta["baggage"])
     return (
         key if isinstance(key, str) and key else None,
         parent if isinstance(parent, str) and parent else None,
     )
+
+
+def _from_baggage(header: str) -> str | None:
+    """The value of ``temporal-ledger/key`` in a W3C baggage header, if it has one."""
+    for member in header.split(","):
+        name, _, value = member.split(";", 1)[0].partition("=")
+        if unquote_plus(name.strip()) == KEY_FIELD:
+            return unquote_plus(value.strip())
+    return None
 
 
 def _answered() -> Path:
