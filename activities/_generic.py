@@ -35,6 +35,7 @@ can be formed without it, and acting without one would be guessing.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import fnmatch
 import json
@@ -142,11 +143,16 @@ class _CallableRule(LedgeredActivity):
     call whose outcome it does not know (Google ADK hands a failed MCP call back as a
     result): it gives the reason, and the ledger records the attempt as failed after it
     may have acted, not as the tool's output.
+
+    ``scope`` gives, for the call's ledger key, a context the activity runs inside (Google
+    ADK's MCP calls: the key as OpenTelemetry baggage, which ADK sends in the request's
+    ``_meta``).
     """
 
     fn: Callable[..., Any] | None = None
     accepts: Callable[[Sequence[Any]], bool] | None = None
     lost_reply: Callable[[Any], str | None] | None = None
+    scope: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None
 
 
 class _LostReply(Exception):
@@ -319,8 +325,10 @@ async def execute_through_ledger(
         # The key (and the span's traceparent) reach an MCP server in the request's _meta:
         # added here, where the key is known, after the fingerprint was taken.
         current = _mcp.enter(ctx.key)
+        scope = getattr(rule, "scope", None)
         try:
-            value = await next.execute_activity(_stamped(input, mcp_call))
+            with scope(ctx.key) if scope is not None else contextlib.nullcontext():
+                value = await next.execute_activity(_stamped(input, mcp_call))
         except NoEffect:
             raise
         except BaseException as exc:

@@ -20,6 +20,10 @@ them:
 * pydantic-ai: an ``MCPToolset``'s documented ``process_tool_call`` hook, which
   ``activity_rules(agent)`` installs on the agent's MCP toolsets (wrapping one the
   toolset already has). It runs in the activity and adds the fields to ``metadata``.
+* Google ADK: its MCP tool takes no ``_meta`` from a caller and sends what the global
+  OpenTelemetry propagator injects; its rules (``activities.google_adk``) put the key in
+  the context's baggage under ``temporal-ledger/key`` while the call runs, so it arrives
+  in ``_meta["baggage"]``, beside the ``traceparent`` of the ledger's span.
 """
 
 from __future__ import annotations

@@ -32,7 +32,15 @@ execution run and the call's number in the run (see ``activities._generic``):
   (``TemporalMcpToolSetProvider(name, ...)`` with ``TemporalMcpToolSet(name)``, and the
   stateful ``TemporalStatefulMcpToolSetProvider`` pair). The operator confirms an effect
   with the MCP tool's result, e.g. ``{"content": [{"type": "text", "text": "..."}]}``.
-  Their ``list-tools`` activities are recorded too, as retry-safe reads.
+  Their ``list-tools`` activities are recorded too, as retry-safe reads. Each call
+  carries its ledger key to the MCP server as OpenTelemetry baggage: ADK's MCP tool
+  (``McpTool._run_async_impl``) takes no request ``_meta`` of its caller, and fills it
+  with what the global OpenTelemetry propagator injects from the current context
+  (``traceparent``, of the ledger's span of the call, and, with the default propagators,
+  ``baggage``). While the call runs the ledger puts ``temporal-ledger/key`` (the key's
+  wire form) in the context's baggage, so the server reads
+  ``_meta["baggage"] == "temporal-ledger%2Fkey=<wire key>"``; a process whose
+  ``OTEL_PROPAGATORS`` leaves out ``baggage`` sends no key.
 
 What is identity and what is not: ADK gives every function call an id
 (``tool_context.function_call_id``) from the workflow's random source, and a reset run
@@ -64,9 +72,10 @@ brings a converter of its own and keeps a pydantic one it finds. On a ``Replayer
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 try:
@@ -77,8 +86,9 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "integration: pip install 'temporal-ledger[google-adk]'"
     ) from exc
 
-from ..workflows._seam import PLACEHOLDER
+from ..workflows._seam import PLACEHOLDER, wire_key
 from ._generic import LedgeredActivity, _CallableRule
+from ._mcp import KEY_FIELD
 from ._probe import Probe
 
 __all__ = ["activity_rules"]
@@ -254,6 +264,7 @@ def _mcp_toolset_rules(name: str) -> list[LedgeredActivity]:
         normalize=_normalize_mcp_call,
         output=_McpToolResult(),
         lost_reply=_graceful_error,
+        scope=_key_in_baggage,
     )
     return [
         # TemporalMcpToolSetProvider(name, ...) with TemporalMcpToolSet(name)
@@ -265,6 +276,20 @@ def _mcp_toolset_rules(name: str) -> list[LedgeredActivity]:
         LedgeredActivity(f"{name}-stateful-list-tools", **listing),
         _CallableRule(f"{name}-stateful-call-tool", **calling),
     ]
+
+
+@contextlib.contextmanager
+def _key_in_baggage(key: str) -> Iterator[None]:
+    """The ledger key as OpenTelemetry baggage (``temporal-ledger/key``, its wire form)
+    while an MCP call runs: ADK's MCP tool puts what the global propagator injects from
+    the current context into the request's ``_meta``, baggage included by default."""
+    from opentelemetry import baggage, context
+
+    token = context.attach(baggage.set_baggage(KEY_FIELD, wire_key(key)))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def _called_tool(args: list[Any]) -> Any:

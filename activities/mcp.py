@@ -20,7 +20,9 @@ A server written with the official MCP SDK (``FastMCP``, ``MCPServer`` in 2.x)::
         return done or notes.add(ticket, text, key=key)
 
 The ``traceparent`` needs no helper: OpenTelemetry's propagator reads it from the same
-``_meta``.
+``_meta``. Google ADK's MCP tool sends no caller's ``_meta``, only what OpenTelemetry's
+propagator injects, so for ADK the key travels as the W3C ``baggage`` entry
+``temporal-ledger/key``; :func:`ledger_key` reads either.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote_plus
 
 from ._mcp import KEY_FIELD
 
@@ -37,11 +40,23 @@ __all__ = ["ledger_key"]
 _WIRE_FORM = re.compile(r"(?:[A-Za-z0-9._-]|~[0-9A-F]{2})+")
 
 
+def _from_baggage(header: str) -> str | None:
+    """The ``temporal-ledger/key`` entry of a W3C ``baggage`` header, decoded as
+    OpenTelemetry's propagator encodes it (``quote_plus``); ``None`` if it has none."""
+    for member in header.split(","):
+        name, _, value = member.split(";", 1)[0].partition("=")
+        if unquote_plus(name.strip()) == KEY_FIELD:
+            return unquote_plus(value.strip())
+    return None
+
+
 def ledger_key(ctx: Any) -> str | None:
     """The ledger key of the MCP tool call ``ctx`` belongs to, as the ledger sent it.
 
     Works with the MCP SDK's ``Context`` of 1.x (``_meta`` is a pydantic model, custom
-    fields in its extras) and 2.x (a plain dict), and with its ``request_context``.
+    fields in its extras) and 2.x (a plain dict), and with its ``request_context``. Google
+    ADK's calls carry the key as the W3C ``baggage`` entry of the same name (ADK's MCP
+    tool sends only what OpenTelemetry's propagator injects); it is read there too.
 
     Args:
         ctx: The tool's ``Context`` (or its ``request_context``).
@@ -60,9 +75,14 @@ def ledger_key(ctx: Any) -> str | None:
     if meta is None:
         return None
     fields = meta if isinstance(meta, Mapping) else getattr(meta, "model_extra", None) or {}
-    if KEY_FIELD not in fields:
+    if KEY_FIELD in fields:
+        key = fields[KEY_FIELD]
+    elif isinstance(fields.get("baggage"), str):
+        key = _from_baggage(fields["baggage"])
+        if key is None:
+            return None
+    else:
         return None
-    key = fields[KEY_FIELD]
     if not isinstance(key, str) or not _WIRE_FORM.fullmatch(key):
         raise ValueError(
             f"the request's _meta[{KEY_FIELD!r}] is not a ledger key's wire form (letters, "

@@ -6,10 +6,12 @@ directory, see ``examples.work_dir``): an effect the ledger must never repeat.
 ``count_notes`` only reads, and says so in its annotations; ``close_ticket`` may destroy
 (it says nothing to the contrary).
 ``add_note`` dedupes by the ledger key that every ledgered MCP call carries in its
-request's ``_meta`` (``temporal-ledger/key``, read with ``ledger_key`` from
+request's ``_meta`` (``temporal-ledger/key``, or the baggage entry of that name that
+Google ADK's calls carry; read with ``ledger_key`` from
 ``temporal_ledger.activities.mcp``): a call that comes again under a key it has seen (a
-retry after a lost reply, which the ledger lets act again after a ``no_effect_confirmed``
-verdict or for a retry-safe tool) gets the first answer back and adds no second note.
+retry after a lost reply, which the ledger lets act again after a
+``no_effect_confirmed`` verdict or for a retry-safe tool) gets the first answer back and
+adds no second note.
 The agent examples (``openai_agents/``, ``pydantic_ai/``, ``google_adk/``) start it as
 a subprocess: ``python -m examples.notes_server``.
 """

@@ -22,6 +22,7 @@ import pytest
 from google.adk.models import LlmRequest
 from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy
 from temporal_ledger.activities.google_adk import activity_rules
+from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
 from temporal_ledger.workflows._protocol import PLACEHOLDER
@@ -36,6 +37,7 @@ from temporalio.worker import Worker
 from tests.google_adk_support import (
     MODEL,
     MODEL_CALLS,
+    NOTES_DIR,
     TOOLS,
     TOOLSET,
     notes,
@@ -44,6 +46,7 @@ from tests.google_adk_support import (
 )
 from tests.google_adk_workflows import AdkAgentWorkflow, AdkStatefulWorkflow
 from tests.temporal_support import (
+    lines,
     open_effects,
     query_json,
     reset_to_first_task,
@@ -331,6 +334,91 @@ async def test_an_mcp_call_that_lost_its_reply_parks_until_reconciled(
     with Ledger.open(ledger_url) as ledger:
         assert ledger.open_effects() == []
         assert ledger.verify().ok
+
+
+def seen_keys(workflow_id: str) -> list[str | None]:
+    """The ledger keys the notes server saw in the calls of ``workflow_id`` (meta.jsonl)."""
+    prefix = wire_key(f"{workflow_id}/")
+    seen = [json.loads(line) for line in lines(NOTES_DIR / "meta.jsonl")]
+    return [m["key"] for m in seen if (m["key"] or "").startswith(prefix)]
+
+
+def mcp_call_keys(ledger_url: str, workflow_id: str) -> set[str]:
+    """The wire forms of the ledger keys of ``workflow_id``'s MCP tool calls."""
+    with Ledger.open(ledger_url) as ledger:
+        return {
+            wire_key(e.key)
+            for e in ledger.events()
+            if e.type == "action.requested"
+            and e.key.startswith(f"{workflow_id}/")
+            and e.payload["instruction"].endswith("-call-tool")
+        }
+
+
+async def test_an_mcp_call_carries_the_key_in_baggage_and_a_retry_writes_one_note(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """ADK's MCP tool sends what the OpenTelemetry propagator injects as the request's
+    ``_meta``: the ledger's key rides in its baggage. The server adds the note and dies
+    before it answers; the call parks; ``no_effect_confirmed`` lets the key act once more,
+    and the server, seeing the same key, answers the first note and adds none."""
+    run = f"meta-{uuid.uuid4().hex[:6]}"
+    ticket = f"T-{run}"
+    tool = "add_note_by_key_losing_first_reply"
+    prompt = script(run, tool, ticket=ticket, text="customer called")
+    workflow_id = f"adk {run}/ü"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    (NOTES_DIR / "lose-reply").write_text("yes")
+    async with running(temporal_address, ledger_url) as (client, task_queue):
+        handle = await client.start_workflow(
+            AdkAgentWorkflow.run,
+            args=[prompt, str(tmp_path)],
+            id=workflow_id,
+            task_queue=task_queue,
+        )
+        [parked] = await wait_for(
+            lambda: open_effects(temporal_address, workflow_id), what="the MCP call to park"
+        )
+        assert notes(ticket) == [f"{ticket}: customer called"]
+        template = json.loads(shlex.split(parked["update_command"])[-1])
+        template.pop("output", None)
+        verdict = {
+            **template,
+            "verdict": "no_effect_confirmed",
+            "actor": "ops-ann",
+            "basis": "cannot see the note",
+        }
+        done, said = await send_update(temporal_address, workflow_id, "reconcile", verdict)
+        assert done == 0, said
+        answer = await handle.result()
+    # The note's number counts every ticket's notes in the server's file.
+    assert answer.startswith("done: note ") and answer.endswith(f" on {ticket}"), answer
+    assert notes(ticket) == [f"{ticket}: customer called"], "the MCP tool acted again"
+    first, second = seen_keys(workflow_id)
+    assert first == second and first in mcp_call_keys(ledger_url, workflow_id)
+
+
+async def test_a_stateful_mcp_toolsets_call_carries_the_key_in_baggage(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """The stateful toolset's calls run on ADK's nested worker, in the ledger's context
+    too: the server sees the key."""
+    run = f"smeta-{uuid.uuid4().hex[:6]}"
+    ticket = f"T-{run}"
+    prompt = script(run, "add_note_by_key_losing_first_reply", ticket=ticket, text="kept")
+    workflow_id = f"adk-{run}"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    async with running(temporal_address, ledger_url, stateful=True) as (client, task_queue):
+        answer = await client.execute_workflow(
+            AdkStatefulWorkflow.run,
+            args=[prompt, str(tmp_path)],
+            id=workflow_id,
+            task_queue=task_queue,
+        )
+    assert answer.startswith("done: note ") and answer.endswith(f" on {ticket}"), answer
+    assert notes(ticket) == [f"{ticket}: kept"]
+    [key] = seen_keys(workflow_id)
+    assert key in mcp_call_keys(ledger_url, workflow_id)
 
 
 async def test_an_mcp_tool_that_may_destroy_waits_for_an_approval_of_its_exact_call(

@@ -12,6 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp import Client
 from mcp.server.mcpserver import Context, MCPServer
+from opentelemetry import baggage
+from opentelemetry import context as otel_context
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from temporal_ledger.activities.http import wire_key
 from temporal_ledger.activities.mcp import ledger_key
 
@@ -75,3 +78,24 @@ async def test_every_key_arrives_in_the_one_spelling_the_ledger_sent(key: str) -
     sent = wire_key(key)
 
     assert await answer({"temporal-ledger/key": sent}) == {"key": sent}
+
+
+def baggage_of(**entries: str) -> str:
+    """The ``baggage`` header OpenTelemetry's own propagator writes for ``entries`` (what
+    Google ADK's MCP tool puts in ``_meta``)."""
+    ctx = otel_context.Context()
+    for name, value in entries.items():
+        ctx = baggage.set_baggage(name.replace("__", "/"), value, context=ctx)
+    carrier: dict[str, str] = {}
+    W3CBaggagePropagator().inject(carrier, context=ctx)
+    return carrier["baggage"]
+
+
+async def test_the_server_reads_the_key_from_otel_baggage_as_adk_sends_it() -> None:
+    sent = wire_key("adk order/ü 1")
+    header = baggage_of(tenant="acme", **{"temporal-ledger__key": sent})
+
+    assert await answer({"baggage": header}) == {"key": sent}
+    assert await answer({"baggage": baggage_of(tenant="acme")}) == {"key": None}
+    refused = await answer({"baggage": baggage_of(**{"temporal-ledger__key": "a b"})})
+    assert "wire form" in refused["error"]

@@ -123,13 +123,13 @@ def _floors_in_pyproject() -> dict[str, str]:
     return floors
 
 
-def _pins_in_constraints() -> dict[str, str]:
+def _pins_in_constraints(file: str = "lowest.txt") -> dict[str, str]:
     pins = {}
-    for line in (ROOT / "constraints" / "lowest.txt").read_text(encoding="utf-8").splitlines():
+    for line in (ROOT / "constraints" / file).read_text(encoding="utf-8").splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             match = re.match(r"^([A-Za-z0-9_.-]+)(\[[^\]]*\])?==(\S+)$", line)
-            assert match, f"constraints/lowest.txt: not a pin: {line}"
+            assert match, f"constraints/{file}: not a pin: {line}"
             pins[re.sub(r"[-_.]+", "-", match.group(1)).lower()] = match.group(3)
     return pins
 
@@ -165,6 +165,20 @@ def test_the_lowest_constraints_pin_exactly_the_floors_of_pyproject() -> None:
         if name not in UNPINNED_TOOLING
     }  # fmt: skip
     assert _pins_in_constraints() == floors
+
+
+def test_the_adk_constraints_only_raise_what_the_adk_floors_force() -> None:
+    """``scripts/test-adk-lowest`` takes google-adk's and temporalio-google-adk's floors from
+    constraints/lowest.txt; constraints/adk-lowest.txt adds google-genai and raises only
+    the project's floors that those force up, never lowers or repeats one."""
+    from packaging.version import Version
+
+    lowest, raised = _pins_in_constraints(), _pins_in_constraints("adk-lowest.txt")
+    assert "google-genai" in raised
+    assert not {"google-adk", "temporalio-google-adk"} & raised.keys()
+    for name, pin in raised.items():
+        if name in lowest:
+            assert Version(pin) > Version(lowest[name]), (name, pin, lowest[name])
 
 
 # The packages whose private names (a dotted part starting with "_", dunders aside) our
