@@ -39,7 +39,9 @@ from tests.langgraph_graph import (
     calls_builder,
 )
 from tests.temporal_support import (
+    lines,
     open_effects,
+    query_json,
     reset_to_first_task,
     send_update,
     temporal_cli,
@@ -210,7 +212,9 @@ def test_rules_and_capabilities() -> None:
 
 
 @contextlib.asynccontextmanager
-async def running_calls(address: str, ledger_url: str) -> AsyncIterator[tuple[Client, str]]:
+async def running_calls(
+    address: str, ledger_url: str, policy: Policy = POLICY
+) -> AsyncIterator[tuple[Client, str]]:
     """A worker for the two-call graph, its tool node ledgered per tool call."""
     rules = activity_rules(
         CALLS_GRAPH, model_nodes=["model"], tool_nodes=["tools"], per_tool_call=True
@@ -218,7 +222,7 @@ async def running_calls(address: str, ledger_url: str) -> AsyncIterator[tuple[Cl
     plugins: list[object] = [
         LangGraphPlugin(graphs={CALLS_GRAPH: calls_builder()}),
         LedgerPlugin(
-            ledger_url, policy=POLICY, options=LedgerOptions(lease=2.0), ledger_activities=rules
+            ledger_url, policy=policy, options=LedgerOptions(lease=2.0), ledger_activities=rules
         ),
     ]
     client = await Client.connect(address, plugins=plugins)  # type: ignore[arg-type]
@@ -341,3 +345,54 @@ async def test_a_retry_between_the_two_calls_does_not_repeat_the_first(
         # no effect (which frees its key to act again).
         assert sorted(keys.values()) == [1, 2], keys
         assert ledger.verify().ok
+
+
+async def test_a_gated_tool_call_inside_a_node_waits_for_the_approval_of_its_own_key(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """A policy that gates the tool: each of the two calls waits for an approval of its
+    own key and exact request; the node runs again after each, and nothing acts before
+    its approval."""
+    target = tmp_path / "effects.txt"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = f"gated-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"lg-{prompt}"
+    policy = POLICY.model_copy(
+        update={"gated": [f"activity.{CALLS_GRAPH}.tools.append_line"], "approvers": ["lead-*"]}
+    )
+    approved: list[str] = []
+    async with running_calls(temporal_address, ledger_url, policy) as (client, tq):
+        handle = await client.start_workflow(
+            ToolCallsGraphWorkflow.run, args=[prompt, str(target)], id=workflow_id, task_queue=tq
+        )
+        for _ in range(2):
+            [waiting] = await wait_for(
+                lambda: query_json(temporal_address, workflow_id, "pending_approvals"),
+                what="a call to wait for an approval",
+            )
+            assert waiting["key"] not in approved
+            assert len(lines(target)) == len(approved), "a call acted before its approval"
+            decision = json.loads(shlex.split(waiting["approve_command"])[-1])
+            decision.update(actor="lead-ann", basis="the lines are expected")
+            status, said = await send_update(temporal_address, workflow_id, "approve", decision)
+            assert status == 0, said
+            key = waiting["key"]
+            approved.append(key)
+            await wait_for(
+                lambda key=key: _no_longer_waiting(temporal_address, workflow_id, key),  # type: ignore[misc]
+                what="the approved call to stop waiting",
+            )
+        answer = await handle.result()
+    node_key = f"{workflow_id}/{handle.first_execution_run_id}/2"
+    assert all(key.startswith(node_key + "/call_") for key in approved), approved
+    assert answer.startswith("done: appended 'A for")
+    assert sorted(lines(target)) == [f"A for {prompt}", f"B for {prompt}"]
+    with Ledger.open(ledger_url) as ledger:
+        keys = call_keys(ledger.events(), node_key)
+        assert sorted(keys) == sorted(approved) and set(keys.values()) == {1}, keys
+        assert ledger.verify().ok
+
+
+async def _no_longer_waiting(address: str, workflow_id: str, key: str) -> bool:
+    waiting = await query_json(address, workflow_id, "pending_approvals")
+    return key not in {w["key"] for w in (waiting if isinstance(waiting, list) else [])}
