@@ -9,16 +9,20 @@ asked again, it asks for a call with another id.
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypedDict
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
 from temporal_ledger.activities.langgraph import ledger_tool_calls, ledger_tool_calls_sync
 from temporal_ledger.ledger import NoEffect
 from temporalio import workflow
@@ -141,9 +145,28 @@ def flaky_append(path: str, line: str) -> str:
     return str(append_line.invoke({"path": path, "line": line}))
 
 
+#: Set in a worker process (tests.langgraph_worker): a "crash" prompt's second call waits
+#: here, before the ledger sees it, until the test kills the process.
+HOLD = "LEDGER_TEST_LG_HOLD"
+
+
+async def _held_then_ledgered(
+    request: ToolCallRequest,
+    execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+) -> ToolMessage:
+    """``ledger_tool_calls``, composed with a wrapper of the app's own that stops a crash
+    test's second call before it reaches the ledger."""
+    held = os.environ.get(HOLD)
+    line = str(request.tool_call["args"].get("line", ""))
+    if held and line.startswith("B for crash"):
+        Path(held).write_text(request.tool_call["id"] or "")
+        await asyncio.Event().wait()  # until the process is killed
+    return await ledger_tool_calls(request, execute)
+
+
 _TOOL_NODE = ToolNode(
     [append_line, flaky_append],
-    awrap_tool_call=ledger_tool_calls,
+    awrap_tool_call=_held_then_ledgered,
     wrap_tool_call=ledger_tool_calls_sync,
 )
 

@@ -9,9 +9,12 @@ that acted and lost its reply parks the workflow until an operator reconciles it
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import os
 import shlex
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,6 +33,7 @@ from temporalio.worker import Worker
 from tests.langgraph_graph import (
     CALLS_GRAPH,
     GRAPH_NAME,
+    HOLD,
     MODEL_CALLS,
     NODE_RUNS,
     TOOL_CALL_IDS,
@@ -46,6 +50,7 @@ from tests.temporal_support import (
     send_update,
     temporal_cli,
     wait_for,
+    worker_in_process,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -396,3 +401,51 @@ async def test_a_gated_tool_call_inside_a_node_waits_for_the_approval_of_its_own
 async def _no_longer_waiting(address: str, workflow_id: str, key: str) -> bool:
     waiting = await query_json(address, workflow_id, "pending_approvals")
     return key not in {w["key"] for w in (waiting if isinstance(waiting, list) else [])}
+
+
+async def test_a_worker_killed_between_the_two_calls_does_not_repeat_the_first(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """A worker process runs the node: the first call acts and is recorded, the second is
+    held before it reaches the ledger, and the process is killed (SIGKILL). A new worker
+    runs the node again: the first call replays, the second acts; nothing parks."""
+    target = tmp_path / "effects.txt"
+    held = tmp_path / "held"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = f"crash-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"lg-{prompt}"
+    task_queue = f"tq-lgk-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(temporal_address)
+    worker = ("tests.langgraph_worker", temporal_address, ledger_url, task_queue)
+
+    async def first_call_recorded() -> bool:
+        if not held.exists() or lines(target) != [f"A for {prompt}"]:
+            return False
+        with Ledger.open(ledger_url) as ledger:
+            return any(e.key.count("/") == 3 for e in completions(ledger.events()))
+
+    async with worker_in_process(*worker, env={HOLD: str(held)}) as doomed:
+        handle = await client.start_workflow(
+            "ToolCallsGraphWorkflow",
+            args=[prompt, str(target)],
+            id=workflow_id,
+            task_queue=task_queue,
+            result_type=str,
+        )
+        await wait_for(first_call_recorded, what="the first call's record, the second held")
+        os.killpg(doomed.pid, signal.SIGKILL)
+        await doomed.wait()
+    async with worker_in_process(*worker):
+        answer = await asyncio.wait_for(handle.result(), 60)
+    assert answer.startswith(f"done: appended 'A for {prompt}' (line 1) | appended 'B for")
+    assert lines(target) == [f"A for {prompt}", f"B for {prompt}"]
+    node_key = f"{workflow_id}/{handle.first_execution_run_id}/2"
+    with Ledger.open(ledger_url) as ledger:
+        events = ledger.events()
+        keys = call_keys(events, node_key)
+        assert len(keys) == 2 and set(keys.values()) == {1}, keys
+        first = next(e.key for e in completions(events) if e.key in keys)
+        replays = [e for e in completions(events) if e.key == first and e.payload.get("replayed")]
+        assert replays, "the first call was not replayed by the new worker"
+        assert ledger.open_effects() == []
+        assert ledger.verify().ok
