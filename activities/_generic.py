@@ -34,8 +34,10 @@ can be formed without it, and acting without one would be guessing.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
+import contextvars
 import dataclasses
 import fnmatch
 import json
@@ -153,6 +155,31 @@ class _CallableRule(LedgeredActivity):
     accepts: Callable[[Sequence[Any]], bool] | None = None
     lost_reply: Callable[[Any], str | None] | None = None
     scope: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None
+
+
+@dataclasses.dataclass
+class Enclosing:
+    """The ledgered activity running now, for calls made inside it under keys of their own
+    (``activities.langgraph.ledger_tool_calls``)."""
+
+    runtime: Runtime
+    info: activity.Info
+    anchor: RunAnchor
+    #: The activity's own step in its key: its call number (or activity id).
+    step: str
+    performer: str
+    #: The activity's event loop, for calls made on another thread.
+    loop: asyncio.AbstractEventLoop
+    #: The rule says the calls inside have keys of their own (the activity is retry-safe).
+    calls_inside: bool = False
+    #: The first of the ledger's answers to a call inside that ends this attempt.
+    failure: BaseException | None = None
+
+
+#: The ledgered activity whose code runs now, if any.
+enclosing: contextvars.ContextVar[Enclosing | None] = contextvars.ContextVar(
+    "ledger_enclosing", default=None
+)
 
 
 class _LostReply(Exception):
@@ -319,6 +346,15 @@ async def execute_through_ledger(
     )
     # What this attempt's adapter saw, if it ran: the raw return value or the exception.
     ran: dict[str, Any] = {}
+    inside = Enclosing(
+        runtime=runtime,
+        info=info,
+        anchor=anchor,
+        step=anchor.call or info.activity_id,
+        performer=performer,
+        loop=asyncio.get_running_loop(),
+        calls_inside=bool(getattr(rule, "calls_inside", False)),
+    )
 
     async def adapter(request: ActionRequest, ctx: ExecutionContext) -> Any:
         current_call().set("lease_token", ctx.fencing_token)
@@ -326,15 +362,22 @@ async def execute_through_ledger(
         # added here, where the key is known, after the fingerprint was taken.
         current = _mcp.enter(ctx.key)
         scope = getattr(rule, "scope", None)
+        entered = enclosing.set(inside)
         try:
             with scope(ctx.key) if scope is not None else contextlib.nullcontext():
                 value = await next.execute_activity(_stamped(input, mcp_call))
+            if inside.failure is not None:
+                # A call inside had the ledger's answer that ends this attempt (an unknown
+                # effect, an approval to wait for, another try); the code around it (a
+                # ToolNode's error handling) may have turned it into a value.
+                raise inside.failure
         except NoEffect:
             raise
         except BaseException as exc:
             ran["error"] = exc
             raise
         finally:
+            enclosing.reset(entered)
             _mcp.leave(current)
         # Recorded through the same converter Temporal would use to send it to the
         # workflow, so decoding it on replay gives the workflow the same object (a set's

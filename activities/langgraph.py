@@ -38,7 +38,27 @@ workflow reset`` replays the node's recorded return value instead of running it 
 
 The unit is the node, because the node is Temporal's activity: two tool calls in one
 tool node are one ledgered call under one key, and an unknown effect parks the whole
-node. A graph that wants one key per tool call gives each effectful tool its own node.
+node. For one key per tool call, the tool node runs its calls with LangGraph's
+``ToolNode`` and the ledger's wrappers, and is listed with ``per_tool_call=True``::
+
+    tool_node = ToolNode(
+        tools, awrap_tool_call=ledger_tool_calls, wrap_tool_call=ledger_tool_calls_sync
+    )
+
+    async def tools(state):  # the graph's tool node, run as an activity
+        asked = AIMessage(content="", tool_calls=state["tool_calls"])
+        return {"results": await tool_node.ainvoke([asked])}
+
+    activity_rules("support", model_nodes=["agent"], tool_nodes=["tools"], per_tool_call=True)
+
+Each call is then keyed by the node's key and the call's ``tool_call_id``
+(``{workflow id}/{first run}/{call}/{tool_call_id}``; the id comes from the model node's
+recorded output, so it is the same on a retry and after a reset). The node is
+retry-safe: a retry of it replays the calls already made and runs the others. A call
+whose effect is unknown parks on its own key, the operator answers with that call's
+output (``{"content": ...}``, the ``ToolMessage``'s content), and the node then runs
+again, every call replaying or running under its key. The call's capability is
+``activity.<graph>.<node>.<tool>``.
 
 The policy's performer is the workflow type and the capability is
 ``activity.<graph>.<node>``, e.g. ``"SupportWorkflow" = ["activity.support.*"]``.
@@ -46,14 +66,35 @@ The policy's performer is the workflow type and the capability is
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..workflows._seam import PLACEHOLDER
-from ._generic import LedgeredActivity
+from pydantic import BaseModel, ConfigDict, ValidationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-__all__ = ["activity_rules"]
+from ..ledger import ActionRequest, ActionStatus, NoEffect
+from ..ledger._seam import ExecutionContext
+from ..workflows._seam import (
+    PLACEHOLDER,
+    ErrorType,
+    InnerCall,
+    ToolSpec,
+    UnknownEffect,
+    step_key,
+)
+from ._attempt import execute_ledgered, treated
+from ._generic import Enclosing, LedgeredActivity, capability_for, enclosing
+from ._outcomes import outcome_or_raise, record_outcome
+from ._tracing import call_span, current_call, describe_request
+
+if TYPE_CHECKING:
+    from langchain_core.messages import ToolMessage
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+    from langgraph.types import Command
+
+__all__ = ["activity_rules", "ledger_tool_calls", "ledger_tool_calls_sync"]
 
 
 def activity_rules(
@@ -62,6 +103,7 @@ def activity_rules(
     model_nodes: Iterable[str] = (),
     tool_nodes: Iterable[str] = (),
     tools_retry_safe: bool = False,
+    per_tool_call: bool = False,
 ) -> list[LedgeredActivity]:
     """The ledgered node activities of the graph registered as ``graph``, for
     ``LedgerPlugin(ledger_activities=...)``.
@@ -78,6 +120,10 @@ def activity_rules(
         tool_nodes: Nodes that act on the world (call tools): an unknown effect parks.
         tools_retry_safe: The tool nodes' far sides deduplicate by the key: an unknown
             effect is tried again instead of parking.
+        per_tool_call: The tool nodes run their tool calls through
+            :func:`ledger_tool_calls` (a ``ToolNode``'s ``awrap_tool_call``), each under a
+            key of its own: the node itself then changes nothing but through them, so it
+            is retry-safe, and an unknown effect parks the one call, not the node.
 
     Returns:
         The rules, for ``LedgerPlugin(ledger_activities=...)``.
@@ -99,15 +145,23 @@ def activity_rules(
             for node in models
         ),
         *(
-            LedgeredActivity(
+            _ToolNodeRule(
                 f"{graph}.{node}",
-                retry_safe=tools_retry_safe,
+                retry_safe=tools_retry_safe or per_tool_call,
                 normalize=_normalize,
                 output=NodeReturn(),
+                calls_inside=per_tool_call,
             )
             for node in tools
         ),
     ]
+
+
+@dataclasses.dataclass(frozen=True)
+class _ToolNodeRule(LedgeredActivity):
+    """A tool node's rule; ``calls_inside``: its tool calls have keys of their own."""
+
+    calls_inside: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,3 +196,228 @@ def _normalize(activity_type: str, args: list[Any]) -> dict[str, Any]:
             "context": config.get("context") if isinstance(config, dict) else None,
         }
     return {"args": args}
+
+
+# -- one key per tool call ---------------------------------------------------------------
+
+
+class _ToolCallOutput(BaseModel):
+    """What the ledger records of a tool call: its ``ToolMessage`` without the ids the call
+    already has. An operator's ``effect_confirmed`` output has this shape too."""
+
+    model_config = ConfigDict(extra="forbid", title="ToolCallOutput")
+
+    content: str | list[str | dict[str, Any]]
+    artifact: Any = None
+    status: Literal["success", "error"] = "success"
+
+
+_OUTPUT_SCHEMA = _ToolCallOutput.model_json_schema()
+_TEMPLATE = {"content": PLACEHOLDER}
+
+
+async def ledger_tool_calls(
+    request: ToolCallRequest,
+    execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+) -> ToolMessage:
+    """Run one tool call of a LangGraph ``ToolNode`` through the ledger, under a key of its
+    own; pass it as ``ToolNode(tools, awrap_tool_call=ledger_tool_calls,
+    wrap_tool_call=ledger_tool_calls_sync)`` in a tool node listed with
+    ``activity_rules(..., per_tool_call=True)``.
+
+    The key is the node activity's key with the call's ``tool_call_id`` appended
+    (``{workflow id}/{first run}/{call}/{tool_call_id}``): the id comes from the model
+    node's recorded output, so a retry of the node, a worker crash and a ``temporal
+    workflow reset`` find the same keys. A call already made replays its recorded
+    ``ToolMessage`` (content, artifact, status); the others run. A call whose effect is
+    unknown fails the node with that call's key: the workflow parks on it, an operator
+    answers with the call's output (``{"content": ...}``), and the node then runs again,
+    every call replaying or running under its own key.
+
+    The capability is ``activity.<graph>.<node>.<tool>`` and the performer the
+    workflow's type; the policy's ``[tools]`` table names the tool by its own name.
+
+    Args:
+        request: The ``ToolNode``'s request (the model's tool call and the tool).
+        execute: Runs the tool call (the ``ToolNode``'s own execution).
+
+    Returns:
+        The call's ``ToolMessage``, run or replayed.
+
+    Raises:
+        RuntimeError: Not inside a ledgered node activity.
+        temporalio.exceptions.ApplicationError: The ledger's answer that ends the node's
+            attempt (an unknown effect, an approval to wait for, a refusal, a retry).
+    """
+    inside = _inside()
+    return await _ledgered_call(inside, request, lambda: execute(request))
+
+
+def ledger_tool_calls_sync(
+    request: ToolCallRequest,
+    execute: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+) -> ToolMessage:
+    """:func:`ledger_tool_calls` for a ``ToolNode`` that runs synchronously: its
+    ``wrap_tool_call``. ``temporalio-langgraph`` runs a ``ToolNode`` that is itself a
+    graph node synchronously, on a thread; the call goes through the ledger on the
+    activity's event loop, and the tool runs on a thread of its own.
+
+    Args:
+        request: The ``ToolNode``'s request (the model's tool call and the tool).
+        execute: Runs the tool call (the ``ToolNode``'s own execution).
+
+    Returns:
+        The call's ``ToolMessage``, run or replayed.
+
+    Raises:
+        RuntimeError: Not inside a ledgered node activity, or called on the event loop
+            (give the ``ToolNode`` ``awrap_tool_call=ledger_tool_calls`` too).
+    """
+    inside = _inside()
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        raise RuntimeError(
+            "ledger_tool_calls_sync was called on the event loop: give the ToolNode "
+            "awrap_tool_call=ledger_tool_calls as well"
+        )
+    future = asyncio.run_coroutine_threadsafe(
+        _ledgered_call(inside, request, lambda: asyncio.to_thread(execute, request)),
+        inside.loop,
+    )
+    return future.result()
+
+
+def _inside() -> Enclosing:
+    inside = enclosing.get()
+    if inside is None:
+        raise RuntimeError(
+            "ledger_tool_calls runs tool calls through the ledger of the node activity "
+            "around them, and no ledgered activity is running: list the node in "
+            "activity_rules(..., tool_nodes=[...], per_tool_call=True) for LedgerPlugin"
+        )
+    return inside
+
+
+async def _ledgered_call(
+    inside: Enclosing,
+    request: ToolCallRequest,
+    run: Callable[[], Awaitable[ToolMessage | Command[Any]]],
+) -> ToolMessage:
+    from langchain_core.messages import ToolMessage
+
+    info, runtime = inside.info, inside.runtime
+    call = request.tool_call
+    name, call_id = str(call.get("name")), call.get("id")
+    declared: ToolSpec[Any, Any] = ToolSpec(
+        name=f"{info.activity_type}.{name}",
+        capability=capability_for(f"{info.activity_type}.{name}"),
+        retry_safe=False,
+        arg_type=dict,  # only name/capability/retry_safe are read
+        output_type=_ToolCallOutput,
+    )
+    spec = treated(declared, runtime, tool=name)
+    ran: dict[str, Any] = {}
+    if not inside.calls_inside:
+        # Refused before anything acts, as having had no effect: the node's own key does
+        # not park for a mistake in its wiring.
+        inside.failure = inside.failure or NoEffect(
+            f"{info.activity_type}: ledger_tool_calls needs the node listed with "
+            "activity_rules(..., tool_nodes=[...], per_tool_call=True); no tool was run"
+        )
+        raise inside.failure
+
+    async def adapter(req: ActionRequest, ctx: ExecutionContext) -> Any:
+        current_call().set("lease_token", ctx.fencing_token)
+        message = await run()
+        if not isinstance(message, ToolMessage):
+            raise TypeError(
+                f"{name} returned {type(message).__name__}, not a ToolMessage: "
+                "ledger_tool_calls records ToolMessages only"
+            )
+        ran["value"] = message
+        return _ToolCallOutput(
+            content=message.content, artifact=message.artifact, status=message.status
+        ).model_dump(mode="json")
+
+    try:
+        if not isinstance(call_id, str) or not call_id:
+            raise ApplicationError(
+                f"{spec.name}: the tool call has no id, so it has no key of its own",
+                type=ErrorType.INVALID_REQUEST,
+                non_retryable=True,
+            )
+        assert info.workflow_id is not None
+        key = step_key(
+            info.workflow_id,
+            inside.anchor.first,
+            f"{inside.step}/{call_id}",
+            continued_from=inside.anchor.continued,
+        )
+        ledger_request: dict[str, Any] = {
+            "key": key,
+            "capability": spec.capability,
+            "instruction": name,
+            "payload": {"tool": name, "args": call.get("args")},
+            "performer": inside.performer,
+            "output_schema": _OUTPUT_SCHEMA,
+            "context": {
+                "workflow_id": info.workflow_id,
+                "namespace": info.workflow_namespace,
+                "workflow_run_id": info.workflow_run_id,
+                "first_execution_run_id": inside.anchor.first,
+                "continued_run_id": inside.anchor.continued,
+                "activity_id": info.activity_id,
+                "activity_type": info.activity_type,
+                "attempt": info.attempt,
+                "tool": name,
+                "tool_call_id": call_id,
+            },
+        }
+        with call_span(name, key, content=runtime.trace_content) as span:
+            describe_request(span, ledger_request)
+            result = await execute_ledgered(
+                runtime, ledger_request, spec=spec, performer=inside.performer, adapter=adapter
+            )
+            if "value" in ran and result.status is ActionStatus.SUCCEEDED and not result.replayed:
+                record_outcome(spec, result)
+                message: ToolMessage = ran["value"]
+                return message
+            outcome = outcome_or_raise(spec, result, runtime, request=ledger_request)
+        try:
+            recorded = _ToolCallOutput.model_validate(outcome.output)
+        except ValidationError as exc:
+            raise ApplicationError(
+                f"{spec.name}: the recorded output of {key!r} is not a tool message: {exc}",
+                type=ErrorType.FAILED,
+                non_retryable=True,
+            ) from None
+    except ApplicationError as err:
+        failure = _naming_the_call(err, name, str(call_id))
+        if inside.failure is None:
+            inside.failure = failure
+        raise failure from None
+    return ToolMessage(
+        content=recorded.content,
+        artifact=recorded.artifact,
+        status=recorded.status,
+        tool_call_id=call_id,
+        name=name,
+    )
+
+
+def _naming_the_call(err: ApplicationError, tool: str, call_id: str) -> ApplicationError:
+    """An unknown effect's details, saying the key is a call's inside the node."""
+    if err.type != ErrorType.EFFECT_UNKNOWN or not err.details:
+        return err
+    unknown = UnknownEffect.model_validate(err.details[0])
+    inner = InnerCall(tool=tool, call_id=call_id, template=_TEMPLATE, output_schema=_OUTPUT_SCHEMA)
+    return ApplicationError(
+        err.message,
+        unknown.model_copy(update={"inner": inner}).model_dump(),
+        type=err.type,
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,
+    )

@@ -3,17 +3,18 @@
 Every tool appends its cell's line (``tests.crash_points.act``): a ``@tool`` for
 ``run_tool``, a retry-safe ``@tool`` whose far side dedupes by the key, a plain activity
 ledgered by pattern, an OpenAI Agents ``activity_as_tool`` activity, the MCP server
-``tests.crash_mcp`` for the three agent frameworks, a pydantic-ai function tool and a
-Google ADK ``activity_as_tool`` activity. ``CrashPoints`` (``tests.crash_worker``) is a
-Temporal activity interceptor put on the worker outside the ledger's, so it sees a tool
-call before the ledger claims its key (or a retry-safe tool acts) and its result after
-the ledger recorded it. Strands' ways run in a worker of their own
-(``tests.crash_tools_strands``), in .venv-strands.
+``tests.crash_mcp`` for the three agent frameworks, a pydantic-ai function tool, a
+Google ADK ``activity_as_tool`` activity and a LangGraph tool call in a ``ToolNode``
+(``tests.crash_graph``). ``CrashPoints`` (``tests.crash_worker``) is a Temporal activity
+interceptor put on the worker outside the ledger's, so it sees a tool call before the
+ledger claims its key (or a retry-safe tool acts) and its result after the ledger
+recorded it. Strands' ways run in a worker of their own (``tests.crash_tools_strands``),
+in .venv-strands.
 
     python -m tests.crash_tools ADDRESS LEDGER_URL TASK_QUEUE_PREFIX
 
 runs one worker per framework (task queues ``PREFIX-plain``, ``PREFIX-oai``,
-``PREFIX-pai``, ``PREFIX-adk``), each with its plugin's own pool on the one ledger,
+``PREFIX-pai``, ``PREFIX-adk``, ``PREFIX-lg``), each with its plugin's own pool on the one ledger,
 stopping calls where ``CRASH_ARM`` says.
 """
 
@@ -41,16 +42,19 @@ from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.models.function import FunctionModel
 from temporal_ledger.activities import LedgerOptions, LedgerPlugin, tool, tool_context
 from temporal_ledger.activities import google_adk as ledger_google_adk
+from temporal_ledger.activities import langgraph as ledger_langgraph
 from temporal_ledger.activities import openai_agents as ledger_openai
 from temporal_ledger.activities import pydantic_ai as ledger_pydantic_ai
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.google_adk import GoogleAdkPlugin, TemporalMcpToolSetProvider
+from temporalio.langgraph import LangGraphPlugin
 from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.worker import Worker
 
 from examples.openai_agents.model import ScriptedProvider
 from examples.pydantic_ai.activities import scripted
+from tests.crash_graph import CRASH_GRAPH, TOOL_NODE_ACTIVITY, builder
 from tests.crash_points import act
 from tests.crash_worker import (
     HEARTBEAT,
@@ -216,6 +220,7 @@ TOOL_ACTIVITIES = (
     f"agent__{AGENT_NAME}__*__call_tool",
     "crash_adk_append",
     f"{ADK_TOOLSET}-call-tool",
+    TOOL_NODE_ACTIVITY,
 )
 
 
@@ -223,6 +228,7 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
     from tests.crash_workflows import (
         CrashAdkWorkflow,
         CrashGenericWorkflow,
+        CrashLangGraphWorkflow,
         CrashOpenAIWorkflow,
         CrashPydanticWorkflow,
         CrashRetrySafeWorkflow,
@@ -287,6 +293,26 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
             ),
         ],
     )
+    lg = await Client.connect(
+        address,
+        plugins=[
+            LangGraphPlugin(
+                graphs={
+                    CRASH_GRAPH: builder(
+                        {"start_to_close_timeout": START_TO_CLOSE, "heartbeat_timeout": HEARTBEAT}
+                    )
+                }
+            ),
+            LedgerPlugin(
+                ledger_url,
+                policy=POLICY,
+                options=LedgerOptions(lease=LEASE),
+                ledger_activities=ledger_langgraph.activity_rules(
+                    CRASH_GRAPH, model_nodes=["model"], tool_nodes=["tools"], per_tool_call=True
+                ),
+            ),
+        ],
+    )
     # A dead worker's cached runs go to another worker after STICKY_TIMEOUT.
     common: dict[str, Any] = dict(
         interceptors=[CrashPoints(TOOL_ACTIVITIES)],
@@ -315,6 +341,7 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
             activities=[crash_adk_append],
             **common,
         ),
+        Worker(lg, task_queue=f"{prefix}-lg", workflows=[CrashLangGraphWorkflow], **common),
     ):
         print("WORKER READY", flush=True)
         await asyncio.Event().wait()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from temporalio import workflow
 from temporalio.workflow import ActivityConfig
 
-# One module for the workflows of all four workers: everything it imports is passed
+# One module for the workflows of all five workers: everything it imports is passed
 # through, so that each worker's sandbox accepts it.
 with workflow.unsafe.imports_passed_through():
     from agents import Agent, Runner
@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.google_adk.workflow import activity_as_tool as adk_activity_as_tool
     from temporalio.openai_agents.workflow import activity_as_tool, temporal_mcp_server
 
+    from tests.crash_graph import CRASH_GRAPH
     from tests.crash_tools import (
         ADK_MODEL,
         ADK_TOOLSET,
@@ -152,3 +153,17 @@ class CrashAdkWorkflow:
                 if part.text:
                     answer = part.text
         return answer
+
+
+@workflow.defn
+class CrashLangGraphWorkflow:
+    """The same with LangGraph: the model node asks for ``crash_lg_append``, and the tool
+    node runs it through a ``ToolNode`` under a key of its own (``tests.crash_graph``)."""
+
+    @workflow.run
+    async def run(self, cell: str) -> str:
+        from temporalio.langgraph import graph
+
+        app = graph(CRASH_GRAPH).compile()
+        final = await app.ainvoke({"cell": cell, "results": []})
+        return str(final["answer"])

@@ -8,15 +8,23 @@ asked again, it asks for a call with another id.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypedDict
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.types import Command
+from temporal_ledger.activities.langgraph import ledger_tool_calls, ledger_tool_calls_sync
+from temporal_ledger.ledger import NoEffect
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
@@ -114,5 +122,118 @@ class LedgeredGraphWorkflow:
         from temporalio.langgraph import graph
 
         app = graph(GRAPH_NAME).compile()
+        final = await app.ainvoke({"prompt": prompt, "path": path, "results": []})
+        return str(final["answer"])
+
+
+# -- one key per tool call: a ToolNode with the ledger's wrappers --------------------------
+
+CALLS_GRAPH = "ledger_test_calls"
+
+#: Tool node activity runs, by prompt.
+NODE_RUNS: dict[str, int] = {}
+#: Prompts whose flaky call has refused once (with no effect).
+_REFUSED_ONCE: set[str] = set()
+
+
+@tool
+def flaky_append(path: str, line: str) -> str:
+    """Append a line, after refusing once with no effect (a 429: nothing was done)."""
+    if line not in _REFUSED_ONCE:
+        _REFUSED_ONCE.add(line)
+        raise NoEffect("busy: try again", retryable=True)
+    return str(append_line.invoke({"path": path, "line": line}))
+
+
+#: Set in a worker process (tests.langgraph_worker): a "crash" prompt's second call waits
+#: here, before the ledger sees it, until the test kills the process.
+HOLD = "LEDGER_TEST_LG_HOLD"
+
+
+async def _held_then_ledgered(
+    request: ToolCallRequest,
+    execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+) -> ToolMessage:
+    """``ledger_tool_calls``, composed with a wrapper of the app's own that stops a crash
+    test's second call before it reaches the ledger."""
+    held = os.environ.get(HOLD)
+    line = str(request.tool_call["args"].get("line", ""))
+    if held and line.startswith("B for crash"):
+        Path(held).write_text(request.tool_call["id"] or "")
+        await asyncio.Event().wait()  # until the process is killed
+    return await ledger_tool_calls(request, execute)
+
+
+_TOOL_NODE = ToolNode(
+    [append_line, flaky_append],
+    awrap_tool_call=_held_then_ledgered,
+    wrap_tool_call=ledger_tool_calls_sync,
+)
+
+
+def _two_calls(state: State) -> AIMessage:
+    prompt = state["prompt"]
+    if state.get("results"):
+        return AIMessage(content="done: " + " | ".join(state["results"]))
+    second = "flaky_append" if "flaky" in prompt else "append_line"
+    calls = [
+        {
+            "name": name,
+            "args": {"path": state["path"], "line": f"{which} for {prompt}{tail}"},
+            "id": f"call_{uuid.uuid4().hex[:12]}",
+            "type": "tool_call",
+        }
+        for name, which, tail in (
+            ("append_line", "A", ""),
+            # The second call acts and then fails for a "boom" prompt (a lost reply).
+            (second, "B", " explode" if "boom" in prompt else ""),
+        )
+    ]
+    return AIMessage(content="", tool_calls=calls)  # type: ignore[arg-type]
+
+
+async def two_call_model(state: State) -> State:
+    """The scripted model: two tool calls in one reply, then an answer."""
+    prompt = state["prompt"]
+    MODEL_CALLS[prompt] = MODEL_CALLS.get(prompt, 0) + 1
+    chat = GenericFakeChatModel(messages=iter([_two_calls(state)]))
+    reply = await chat.ainvoke(prompt)
+    assert isinstance(reply, AIMessage)
+    if reply.tool_calls:
+        return {"tool_calls": [dict(call) for call in reply.tool_calls]}
+    return {"tool_calls": [], "answer": str(reply.content)}
+
+
+async def call_tools(state: State) -> State:
+    """Run the model's tool calls with a ToolNode whose calls each have a ledger key."""
+    prompt = state["prompt"]
+    NODE_RUNS[prompt] = NODE_RUNS.get(prompt, 0) + 1
+    asked = AIMessage(content="", tool_calls=state.get("tool_calls") or [])  # type: ignore[arg-type]
+    if "sync" in prompt:
+        messages = await asyncio.to_thread(_TOOL_NODE.invoke, [asked])
+    else:
+        messages = await _TOOL_NODE.ainvoke([asked])
+    results = list(state.get("results") or [])
+    results.extend(str(message.content) for message in messages)
+    return {"tool_calls": [], "results": results}
+
+
+def calls_builder() -> StateGraph[Any, Any, Any, Any]:
+    graph: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    graph.add_node("model", two_call_model, metadata=dict(_OPTIONS))
+    graph.add_node("tools", call_tools, metadata=dict(_OPTIONS))
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", route, ["tools", END])
+    graph.add_edge("tools", "model")
+    return graph
+
+
+@workflow.defn
+class ToolCallsGraphWorkflow:
+    @workflow.run
+    async def run(self, prompt: str, path: str) -> str:
+        from temporalio.langgraph import graph
+
+        app = graph(CALLS_GRAPH).compile()
         final = await app.ainvoke({"prompt": prompt, "path": path, "results": []})
         return str(final["answer"])

@@ -1,26 +1,27 @@
 """The crash matrix: every way of calling a tool, killed at every moment of a call.
 
-Nine ways (``run_tool`` with a ``@tool`` and with a retry-safe one, a generic activity
+Ten ways (``run_tool`` with a ``@tool`` and with a retry-safe one, a generic activity
 ledgered by pattern, OpenAI Agents ``activity_as_tool`` and MCP ``call_tool``, a
 pydantic-ai tool and MCP tool, a Google ADK ``activity_as_tool`` tool and MCP
-``call-tool``) times five crash points (a: before the ledger, b: before the effect, c:
-after the effect, d: after the record, e: the ledger's connections cut mid-call),
-against a real Temporal dev server, a real PostgreSQL ledger and worker processes that
-are really killed (SIGKILL to the process group) while every call of a crash point is
-held at that moment. A new worker then takes over. Each cell records the effects in the
-world (lines in the cell's file), whether the run parked (search attribute
-``LedgerOpenEffects``, query ``open_effects``) and what the operator did: where a run
-parks, the operator looks at the file and answers with the real ``temporal`` CLI
-(``temporal workflow update execute --name reconcile``). Every cell must end with
-exactly one effect, and every unknown effect must have parked. The retry-safe tool
-claims nothing before it acts (the ledger's one-write path): where it was killed after
-its effect, the new attempt acts again and its far side dedupes by the key; it never
-parks.
+``call-tool``, a LangGraph tool call in a ``ToolNode``) times five crash points (a:
+before the ledger, b: before the effect, c: after the effect, d: after the record, e:
+the ledger's connections cut mid-call), against a real Temporal dev server, a real
+PostgreSQL ledger and worker processes that are really killed (SIGKILL to the process
+group) while every call of a crash point is held at that moment. A new worker then takes
+over. Each cell records the effects in the world (lines in the cell's file), whether the
+run parked (search attribute ``LedgerOpenEffects``, query ``open_effects``) and what the
+operator did: where a run parks, the operator looks at the file and answers with the
+real ``temporal`` CLI (``temporal workflow update execute --name reconcile``). Every
+cell must end with exactly one effect, and every unknown effect must have parked. The
+retry-safe tool claims nothing before it acts (the ledger's one-write path): where it
+was killed after its effect, the new attempt acts again and its far side dedupes by the
+key; it never parks.
 
 The observed table is the page ``docs/crash-matrix.md``: the test fails when they
 differ. ``LEDGER_WRITE_CRASH_MATRIX=1 .venv/bin/pytest tests/test_crash_matrix.py``
-rewrites the page from the run. Strands' two ways (``activity_as_tool`` and MCP
-``call-tool``) run through this same harness in .venv-strands, where Strands installs
+rewrites the page from the run. ``LEDGER_CRASH_WAYS=lg_tool,generic`` runs those ways
+only; the page's rows of the others stand. Strands' two ways (``activity_as_tool`` and
+MCP ``call-tool``) run through this same harness in .venv-strands, where Strands installs
 (it needs mcp<2): ``tests/test_crash_matrix_strands.py``, with a worker of its own and a
 section of its own on the page.
 """
@@ -83,6 +84,10 @@ class Way:
     #: The tool is retry-safe (its far side dedupes by the key): it acts first and the
     #: ledger records its request and outcome in one write, with no claim.
     retry_safe: bool = False
+    #: The call is made inside a retry-safe activity that is ledgered too (a LangGraph
+    #: tool node), under the node's key and the call's id: a crash after the node's
+    #: record replays the node (and so the call), which is the replay counted.
+    in_node: bool = False
 
 
 def _script(tool: str) -> Callable[[str], str]:
@@ -189,7 +194,29 @@ WAYS = [
         _done,
         "activity.crash-notes-call-tool",
     ),
+    Way(
+        "lg_tool",
+        "LangGraph tool call in a `ToolNode` (`ledger_tool_calls`)",
+        "CrashLangGraphWorkflow",
+        "lg",
+        _same,
+        lambda text: {"content": text},
+        _done,
+        "activity.crash_graph.tools.crash_lg_append",
+        in_node=True,
+    ),
 ]
+#: ``LEDGER_CRASH_WAYS=lg_tool,generic`` runs those rows only; the page's other rows stand.
+SELECT = "LEDGER_CRASH_WAYS"
+
+
+def selected_ways() -> list[Way]:
+    names = [n for n in os.environ.get(SELECT, "").split(",") if n]
+    unknown = set(names) - {way.name for way in WAYS}
+    assert not unknown, f"{SELECT}: no such way: {sorted(unknown)}"
+    return [way for way in WAYS if not names or way.name in names]
+
+
 POINTS = {
     "a": "a. killed before the ledger",
     "b": "b. killed before the effect",
@@ -471,7 +498,14 @@ class Matrix:
                 mine = [e for e in events if e.key in keys]
                 completed = [e.payload for e in mine if e.type == "action.completed"]
                 outcome.started = sum(e.type == "action.execution_started" for e in mine)
-                outcome.replays = sum(bool(p.get("replayed")) for p in completed)
+                replaying = keys | (
+                    {key.rsplit("/", 1)[0] for key in keys} if outcome.way.in_node else set()
+                )
+                outcome.replays = sum(
+                    bool(e.payload.get("replayed"))
+                    for e in events
+                    if e.key in replaying and e.type == "action.completed"
+                )
                 outcome.unknown = any(p.get("effect") == "unknown" for p in completed)
                 outcome.verdicts = [
                     e.payload["verdict"] for e in mine if e.type == "action.reconciled"
@@ -564,13 +598,42 @@ def _operator(outcome: Outcome) -> str:
     }.get(outcome.ended, outcome.ended)
 
 
-def render(outcomes: dict[str, Outcome], ways: list[Way] = WAYS) -> str:
-    """The page's generated part: the grid, then one row per cell."""
+#: A way's rows on the page: its row of the grid, and its rows of the cells.
+Rows = tuple[str, list[str]]
+
+
+def way_rows(way: Way, outcomes: dict[str, Outcome]) -> Rows:
+    """The rows a run observed for ``way``."""
+    grid = [_short(outcomes[f"{way.name}.{point}"]) for point in POINTS]
+    cells = []
+    for point in POINTS:
+        o = outcomes[f"{way.name}.{point}"]
+        parked = "yes" if o.parked else "no"
+        cells.append(
+            f"| {way.title} | {POINTS[point]} | {o.effects_at_crash} | {parked} | "
+            f"{_operator(o)} | {o.effects} | {o.started} |"
+        )
+    return f"| {way.title} | " + " | ".join(grid) + " |", cells
+
+
+def page_rows(way: Way) -> Rows:
+    """The rows the page has for ``way`` (a way this run left out keeps them)."""
+    mine = [
+        line
+        for line in (_generated_part(PAGE.read_text(encoding="utf-8")) or "").splitlines()
+        if line.startswith(f"| {way.title} | ")
+    ]
+    assert len(mine) == 1 + len(POINTS), (
+        f"docs/crash-matrix.md has no rows for {way.name}: run it ({SELECT}={way.name})"
+    )
+    return mine[0], mine[1:]
+
+
+def render(rows: dict[str, Rows], ways: list[Way]) -> str:
+    """The page's generated part for ``ways``: the grid, then one row per cell."""
     out = ["| Way of calling | " + " | ".join(POINTS.values()) + " |"]
     out.append("|---" * (len(POINTS) + 1) + "|")
-    for way in ways:
-        row = [_short(outcomes[f"{way.name}.{point}"]) for point in POINTS]
-        out.append(f"| {way.title} | " + " | ".join(row) + " |")
+    out += [rows[way.name][0] for way in ways]
     out += [
         "",
         "| Way of calling | Crash point | Effects at the crash | Parked | "
@@ -578,13 +641,7 @@ def render(outcomes: dict[str, Outcome], ways: list[Way] = WAYS) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for way in ways:
-        for point in POINTS:
-            o = outcomes[f"{way.name}.{point}"]
-            parked = "yes" if o.parked else "no"
-            out.append(
-                f"| {way.title} | {POINTS[point]} | {o.effects_at_crash} | {parked} | "
-                f"{_operator(o)} | {o.effects} | {o.started} |"
-            )
+        out += rows[way.name][1]
     return "\n".join(out) + "\n"
 
 
@@ -676,13 +733,14 @@ async def test_every_way_of_calling_a_tool_survives_every_crash_point_with_one_e
     temporal_address: str, postgres_url: str, tmp_path: Path
 ) -> None:
     client = await Client.connect(temporal_address, data_converter=pydantic_data_converter)
-    matrix = Matrix(client, temporal_address, postgres_url, tmp_path)
-    check_page(await run_matrix(matrix))
+    matrix = Matrix(client, temporal_address, postgres_url, tmp_path, selected_ways())
+    check_page(await run_matrix(matrix, page=WAYS))
 
 
-async def run_matrix(matrix: Matrix) -> str:
+async def run_matrix(matrix: Matrix, page: list[Way] | None = None) -> str:
     """Every cell of the matrix's ways: kill at a to d, cut the ledger's connections at
-    e, follow every run to its end; check every cell; the observed table."""
+    e, follow every run to its end; check every cell; the table of the ``page``'s ways
+    (by default the matrix's), with the page's rows for those this run left out."""
     began = time.monotonic()
     postgres_url = matrix.ledger_url
     try:
@@ -711,7 +769,14 @@ async def run_matrix(matrix: Matrix) -> str:
         survivors = await _servers_ended(matrix.world)
     assert survivors == [], f"MCP servers outlived their worker: {survivors}"
     matrix.read_ledger()
-    table = render(matrix.outcomes, matrix.ways)
+    shown = page or matrix.ways
+    table = render(
+        {
+            way.name: way_rows(way, matrix.outcomes) if way in matrix.ways else page_rows(way)
+            for way in shown
+        },
+        shown,
+    )
     print(
         f"\ncrash matrix: kill after {killed - began:.1f} s, taken over after "
         f"{taken_over - killed:.1f} s, e after {time.monotonic() - taken_over:.1f} s\n{table}"

@@ -9,9 +9,12 @@ that acted and lost its reply parks the workflow until an operator reconciles it
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import os
 import shlex
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,24 +31,36 @@ from temporalio.langgraph import LangGraphPlugin
 from temporalio.worker import Worker
 
 from tests.langgraph_graph import (
+    CALLS_GRAPH,
     GRAPH_NAME,
+    HOLD,
     MODEL_CALLS,
+    NODE_RUNS,
     TOOL_CALL_IDS,
     LedgeredGraphWorkflow,
+    ToolCallsGraphWorkflow,
     builder,
+    calls_builder,
 )
 from tests.temporal_support import (
+    lines,
     open_effects,
+    query_json,
     reset_to_first_task,
     send_update,
     temporal_cli,
     wait_for,
+    worker_in_process,
 )
 
 pytestmark = pytest.mark.timeout(120)
 
 POLICY = Policy(
-    performers={"LedgeredGraphWorkflow": [f"activity.{GRAPH_NAME}.*"]}, reconcilers=["ops-*"]
+    performers={
+        "LedgeredGraphWorkflow": [f"activity.{GRAPH_NAME}.*"],
+        "ToolCallsGraphWorkflow": [f"activity.{CALLS_GRAPH}.*"],
+    },
+    reconcilers=["ops-*"],
 )
 
 
@@ -186,6 +201,9 @@ def test_rules_and_capabilities() -> None:
     assert [(r.pattern, r.retry_safe) for r in rules] == [("g.agent", True), ("g.tools", False)]
     [tools] = activity_rules("g", tool_nodes=["tools"], tools_retry_safe=True)
     assert tools.retry_safe
+    [per_call] = activity_rules("g", tool_nodes=["tools"], per_tool_call=True)
+    assert per_call.retry_safe and getattr(per_call, "calls_inside", False)
+    assert capability_for("g.tools.send_mail") == "activity.g.tools.send_mail"
     assert capability_for("g.tools") == "activity.g.tools"
     with pytest.raises(ValueError):
         activity_rules("g")
@@ -193,3 +211,239 @@ def test_rules_and_capabilities() -> None:
         activity_rules("g", model_nodes=["x"], tool_nodes=["x"])
     with pytest.raises(ValueError):
         activity_rules("", model_nodes=["x"])
+
+
+# -- one key per tool call (ledger_tool_calls in a ToolNode) --------------------------------
+
+
+@contextlib.asynccontextmanager
+async def running_calls(
+    address: str, ledger_url: str, policy: Policy = POLICY
+) -> AsyncIterator[tuple[Client, str]]:
+    """A worker for the two-call graph, its tool node ledgered per tool call."""
+    rules = activity_rules(
+        CALLS_GRAPH, model_nodes=["model"], tool_nodes=["tools"], per_tool_call=True
+    )
+    plugins: list[object] = [
+        LangGraphPlugin(graphs={CALLS_GRAPH: calls_builder()}),
+        LedgerPlugin(
+            ledger_url, policy=policy, options=LedgerOptions(lease=2.0), ledger_activities=rules
+        ),
+    ]
+    client = await Client.connect(address, plugins=plugins)  # type: ignore[arg-type]
+    task_queue = f"tq-lgc-{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=task_queue, workflows=[ToolCallsGraphWorkflow]):
+        yield client, task_queue
+
+
+def call_keys(events: list[LedgerEvent], node_key: str) -> dict[str, int]:
+    """The tool calls' keys inside the node ``node_key``, with their fresh executions."""
+    inner = {e.key for e in events if e.key.startswith(node_key + "/")}
+    return {
+        key: sum(e.type == "action.execution_started" for e in events if e.key == key)
+        for key in sorted(inner)
+    }
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+async def test_two_tool_calls_in_one_node_get_a_key_each_and_a_reset_replays_both(
+    temporal_address: str, tmp_path: Path, mode: str
+) -> None:
+    target = tmp_path / "effects.txt"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = f"two-{mode}-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"lg-{prompt}"
+    async with running_calls(temporal_address, ledger_url) as (client, tq):
+        handle = await client.start_workflow(
+            ToolCallsGraphWorkflow.run, args=[prompt, str(target)], id=workflow_id, task_queue=tq
+        )
+        answer = await handle.result()
+        new_run = await reset_to_first_task(
+            temporal_address,
+            client,
+            workflow_id,
+            handle.result_run_id,
+            reason="test: run the graph again from the start",
+            within=30,
+        )
+        again = await client.get_workflow_handle(workflow_id, run_id=new_run).result()
+    assert answer.startswith("done: appended 'A for") and again == answer
+    # The ToolNode runs the two calls concurrently: in either order.
+    assert sorted(lines(target)) == [f"A for {prompt}", f"B for {prompt}"]
+    assert NODE_RUNS[prompt] == 1, "the reset ran the tool node again"
+    first = handle.first_execution_run_id
+    with Ledger.open(ledger_url) as ledger:
+        events = ledger.events()
+        keys = call_keys(events, f"{workflow_id}/{first}/2")
+        assert len(keys) == 2 and set(keys.values()) == {1}, keys
+        assert ledger.verify().ok
+
+
+async def test_a_lost_reply_of_one_call_parks_that_call_until_reconciled(
+    temporal_address: str, tmp_path: Path, ledger_url: str
+) -> None:
+    """Of two calls in one node, the second appends and then fails: the workflow parks on
+    that call's key (not the node's); the operator answers with the tool's output through
+    the real CLI; the node runs again, the first call replays, and the graph finishes."""
+    target = tmp_path / "effects.txt"
+    prompt = f"boom-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"lg-{prompt}"
+    async with running_calls(temporal_address, ledger_url) as (client, tq):
+        handle = await client.start_workflow(
+            ToolCallsGraphWorkflow.run, args=[prompt, str(target)], id=workflow_id, task_queue=tq
+        )
+        [parked] = await wait_for(
+            lambda: open_effects(temporal_address, workflow_id), what="the call to park"
+        )
+        first = handle.first_execution_run_id
+        node_key = f"{workflow_id}/{first}/2"
+        assert parked["key"].startswith(node_key + "/call_"), parked
+        assert "append_line" in parked["tool"]
+        template = json.loads(shlex.split(parked["update_command"])[-1])
+        assert template["output"] == {"content": PLACEHOLDER}
+        verdict = {
+            **template,
+            "actor": "ops-ann",
+            "basis": "line 2 of the file",
+            "output": {"content": "appended by hand-check (line 2)"},
+        }
+        refused, said = await send_update(
+            temporal_address, workflow_id, "reconcile", {**verdict, "output": {"x": 1}}
+        )
+        assert refused != 0, said
+        done, said = await send_update(temporal_address, workflow_id, "reconcile", verdict)
+        assert done == 0, said
+        answer = await handle.result()
+    # The ToolNode runs the two calls concurrently: either may have written line 1.
+    first_result, second_result = answer.removeprefix("done: ").split(" | ")
+    assert first_result.startswith(f"appended 'A for {prompt}' (line ")
+    assert second_result == "appended by hand-check (line 2)"
+    assert NODE_RUNS[prompt] == 2
+    assert sorted(lines(target)) == [f"A for {prompt}", f"B for {prompt} explode"]
+    with Ledger.open(ledger_url) as ledger:
+        assert ledger.open_effects() == []
+        keys = call_keys(ledger.events(), node_key)
+        assert len(keys) == 2 and set(keys.values()) == {1}, keys
+        assert ledger.verify().ok
+
+
+async def test_a_retry_between_the_two_calls_does_not_repeat_the_first(
+    temporal_address: str, tmp_path: Path, ledger_url: str
+) -> None:
+    """The first call acts; the second refuses with no effect (try again): the node
+    activity fails and Temporal retries it; the first call replays, the second acts."""
+    target = tmp_path / "effects.txt"
+    prompt = f"flaky-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"lg-{prompt}"
+    async with running_calls(temporal_address, ledger_url) as (client, tq):
+        handle = await client.start_workflow(
+            ToolCallsGraphWorkflow.run, args=[prompt, str(target)], id=workflow_id, task_queue=tq
+        )
+        answer = await handle.result()
+    assert answer.startswith(f"done: appended 'A for {prompt}' (line 1) | appended 'B for")
+    assert NODE_RUNS[prompt] == 2, "the node was not retried"
+    assert target.read_text().splitlines() == [f"A for {prompt}", f"B for {prompt}"]
+    with Ledger.open(ledger_url) as ledger:
+        keys = call_keys(ledger.events(), f"{workflow_id}/{handle.first_execution_run_id}/2")
+        # The first call started once; the second twice, its first start refused with
+        # no effect (which frees its key to act again).
+        assert sorted(keys.values()) == [1, 2], keys
+        assert ledger.verify().ok
+
+
+async def test_a_gated_tool_call_inside_a_node_waits_for_the_approval_of_its_own_key(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """A policy that gates the tool: each of the two calls waits for an approval of its
+    own key and exact request; the node runs again after each, and nothing acts before
+    its approval."""
+    target = tmp_path / "effects.txt"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = f"gated-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"lg-{prompt}"
+    policy = POLICY.model_copy(
+        update={"gated": [f"activity.{CALLS_GRAPH}.tools.append_line"], "approvers": ["lead-*"]}
+    )
+    approved: list[str] = []
+    async with running_calls(temporal_address, ledger_url, policy) as (client, tq):
+        handle = await client.start_workflow(
+            ToolCallsGraphWorkflow.run, args=[prompt, str(target)], id=workflow_id, task_queue=tq
+        )
+        for _ in range(2):
+            [waiting] = await wait_for(
+                lambda: query_json(temporal_address, workflow_id, "pending_approvals"),
+                what="a call to wait for an approval",
+            )
+            assert waiting["key"] not in approved
+            assert len(lines(target)) == len(approved), "a call acted before its approval"
+            decision = json.loads(shlex.split(waiting["approve_command"])[-1])
+            decision.update(actor="lead-ann", basis="the lines are expected")
+            status, said = await send_update(temporal_address, workflow_id, "approve", decision)
+            assert status == 0, said
+            key = waiting["key"]
+            approved.append(key)
+            await wait_for(
+                lambda key=key: _no_longer_waiting(temporal_address, workflow_id, key),  # type: ignore[misc]
+                what="the approved call to stop waiting",
+            )
+        answer = await handle.result()
+    node_key = f"{workflow_id}/{handle.first_execution_run_id}/2"
+    assert all(key.startswith(node_key + "/call_") for key in approved), approved
+    assert answer.startswith("done: appended 'A for")
+    assert sorted(lines(target)) == [f"A for {prompt}", f"B for {prompt}"]
+    with Ledger.open(ledger_url) as ledger:
+        keys = call_keys(ledger.events(), node_key)
+        assert sorted(keys) == sorted(approved) and set(keys.values()) == {1}, keys
+        assert ledger.verify().ok
+
+
+async def _no_longer_waiting(address: str, workflow_id: str, key: str) -> bool:
+    waiting = await query_json(address, workflow_id, "pending_approvals")
+    return key not in {w["key"] for w in (waiting if isinstance(waiting, list) else [])}
+
+
+async def test_a_worker_killed_between_the_two_calls_does_not_repeat_the_first(
+    temporal_address: str, tmp_path: Path, ledger_url: str
+) -> None:
+    """A worker process runs the node: the first call acts and is recorded, the second is
+    held before it reaches the ledger, and the process is killed (SIGKILL). A new worker
+    runs the node again: the first call replays, the second acts; nothing parks."""
+    target = tmp_path / "effects.txt"
+    held = tmp_path / "held"
+    prompt = f"crash-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"lg-{prompt}"
+    task_queue = f"tq-lgk-{uuid.uuid4().hex[:8]}"
+    client = await Client.connect(temporal_address)
+    worker = ("tests.langgraph_worker", temporal_address, ledger_url, task_queue)
+
+    async def first_call_recorded() -> bool:
+        if not held.exists() or lines(target) != [f"A for {prompt}"]:
+            return False
+        with Ledger.open(ledger_url) as ledger:
+            return any(e.key.count("/") == 3 for e in completions(ledger.events()))
+
+    async with worker_in_process(*worker, env={HOLD: str(held)}) as doomed:
+        handle = await client.start_workflow(
+            "ToolCallsGraphWorkflow",
+            args=[prompt, str(target)],
+            id=workflow_id,
+            task_queue=task_queue,
+            result_type=str,
+        )
+        await wait_for(first_call_recorded, what="the first call's record, the second held")
+        os.killpg(doomed.pid, signal.SIGKILL)
+        await doomed.wait()
+    async with worker_in_process(*worker):
+        answer = await asyncio.wait_for(handle.result(), 60)
+    assert answer.startswith(f"done: appended 'A for {prompt}' (line 1) | appended 'B for")
+    assert lines(target) == [f"A for {prompt}", f"B for {prompt}"]
+    node_key = f"{workflow_id}/{handle.first_execution_run_id}/2"
+    with Ledger.open(ledger_url) as ledger:
+        events = ledger.events()
+        keys = call_keys(events, node_key)
+        assert len(keys) == 2 and set(keys.values()) == {1}, keys
+        first = next(e.key for e in completions(events) if e.key in keys)
+        replays = [e for e in completions(events) if e.key == first and e.payload.get("replayed")]
+        assert replays, "the first call was not replayed by the new worker"
+        assert ledger.open_effects() == []
+        assert ledger.verify().ok

@@ -35,6 +35,7 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
+from ..ledger._seam import output_misfit
 from ._inbox import Call, inbox, install_at_start
 from ._options import LedgerOptions
 from ._probe import settle_unknown
@@ -44,6 +45,7 @@ from ._protocol import (
     PLACEHOLDER,
     ApprovalNeeded,
     ErrorType,
+    InnerCall,
     RunAnchor,
     ToolHints,
     UnknownEffect,
@@ -235,15 +237,18 @@ class _Ledgered:
                 elif kind == ErrorType.EFFECT_UNKNOWN:
                     assert isinstance(cause, ApplicationError)
                     unknown = UnknownEffect.model_validate(cause.details[0])
+                    inner = unknown.inner
                     confirmed = await settle_unknown(
-                        self._call(None),
+                        self._call(None) if inner is None else self._inner_call(inner),
                         unknown,
                         activity=self._input.activity,
                         arg={"args": _as_json(self._input.args)},
                         task_queue=self._input.task_queue,
                     )
-                    if confirmed is not None:
+                    if confirmed is not None and inner is None:
                         return self._decode(self._rule.output.result(confirmed.output))
+                    # A call inside the activity: whatever the verdict, the activity runs
+                    # again, and that call replays it (its other calls, their outcomes).
                 elif _attempt_lost(err):
                     # Temporal gave up on an attempt that started: whether it acted is
                     # the ledger's to say (a replay, a wait, or an unknown effect).
@@ -283,6 +288,28 @@ class _Ledgered:
             tool=tool,
             arguments=arguments,
             template=template,
+            misfit=misfit,
+        )
+
+    def _inner_call(self, inner: InnerCall) -> Call:
+        """A call inside the activity (its own key), as the operator answers for it."""
+        tool = f"{inner.tool} (call {inner.call_id} in {self._input.activity})"
+
+        def misfit(output: Any) -> str | None:
+            if holds_placeholder(output, inner.template):
+                return (
+                    f"effect_confirmed: the output still holds the template's placeholder "
+                    f"({PLACEHOLDER!r} or the like): put in what {tool} returned"
+                )
+            if inner.output_schema is not None:
+                return output_misfit(inner.output_schema, output, producer=tool)
+            return None
+
+        return Call(
+            step=f"call {self._number} / {inner.call_id}",
+            tool=tool,
+            arguments=None,
+            template=inner.template,
             misfit=misfit,
         )
 

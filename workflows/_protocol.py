@@ -63,6 +63,7 @@ __all__ = [
     "ApproveResult",
     "ConflictDetails",
     "ErrorType",
+    "InnerCall",
     "ProbeInput",
     "ProbeOutcome",
     "ProbeResult",
@@ -334,9 +335,10 @@ class _Payload(BaseModel):
 
 
 class _SigningPayload(_Payload):
-    """A payload with fields of the signing feature, left out of what crosses while they
-    hold their defaults: workers of earlier releases refuse fields they do not know, and
-    keep working beside these during a rolling upgrade as long as no key is configured."""
+    """A payload with fields of the signing feature (and later optional ones), left out of
+    what crosses while they hold their defaults: workers of earlier releases refuse fields
+    they do not know, and keep working beside these during a rolling upgrade as long as no
+    key is configured (and no call inside an activity parks)."""
 
     @model_serializer(mode="wrap")
     def _without_unused_signing(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -348,7 +350,7 @@ class _SigningPayload(_Payload):
         return data
 
 
-_SIGNING_FIELDS = frozenset({"keys", "signature_required", "signature"})
+_SIGNING_FIELDS = frozenset({"keys", "signature_required", "signature", "inner"})
 
 
 class ToolCall(_Payload):
@@ -384,6 +386,25 @@ class _AwaitingPerson(_SigningPayload):
     address: str | None = None
 
 
+class InnerCall(_Payload):
+    """A call made inside a ledgered activity under a key of its own (a tool call of a
+    LangGraph tool node: ``activities.langgraph.ledger_tool_calls``).
+
+    When such a call's effect is unknown, the activity fails with the call's key, not its
+    own; the workflow parks on that key, and once it is settled runs the activity again,
+    so that this call replays the settled outcome and the activity's other calls theirs.
+    An operator's ``effect_confirmed`` output is this call's output, not the activity's.
+    """
+
+    #: The tool's name, and the call's id (e.g. the model's ``tool_call_id``).
+    tool: str
+    call_id: str
+    #: The shape of the call's output, for the operator's command.
+    template: Any = PLACEHOLDER
+    #: The JSON schema an operator's output must fit (the ledger checks it again).
+    output_schema: dict[str, Any] | None = None
+
+
 class UnknownEffect(_AwaitingPerson):
     """Details of a ToolEffectUnknown failure: what the workflow needs to park the step."""
 
@@ -398,6 +419,8 @@ class UnknownEffect(_AwaitingPerson):
     open_effects_attribute: bool = False
     #: The tool has a probe: the workflow asks the far side before parking.
     probe: bool = False
+    #: The key is a call's inside the activity, not the activity's own (see InnerCall).
+    inner: InnerCall | None = None
 
 
 class ConflictDetails(_Payload):

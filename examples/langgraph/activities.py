@@ -5,12 +5,14 @@ The model is scripted (no network, no API key): the prompt is its script, one to
 per line (``tool_name {"json": "arguments"}``), as in ``examples/pydantic_ai``; it is a
 LangChain chat model (``GenericFakeChatModel``), so any chat model with tools bound (for
 example ``init_chat_model("openai:gpt-5").bind_tools([issue_refund, add_note])``) can take
-its place. Each effectful tool has a node of its own, because the node is the activity and
-so the ledger's unit (docs/agents.md, LangGraph): an unknown effect parks one tool call,
-not a batch. The tools write to the folder named by ``SUPPORT_DIR`` (default:
-``temporal-ledger-examples`` in the system's temporary directory, never the repository:
-see ``examples.work_dir``); ``add_note`` appends to the same ``notes.txt`` as the MCP
-notes server of the other two examples (``examples.notes_server``), in the same form.
+its place. Each effectful tool has a node of its own, and each node runs its tool calls
+with LangGraph's ``ToolNode`` and the ledger's ``ledger_tool_calls``, so every tool call
+has a ledger key of its own (the node's key and the call's id): an unknown effect parks
+one tool call, not a batch (docs/agents.md, LangGraph). The tools write to the folder
+named by ``SUPPORT_DIR`` (default: ``temporal-ledger-examples`` in the system's temporary
+directory, never the repository: see ``examples.work_dir``); ``add_note`` appends to the
+same ``notes.txt`` as the MCP notes server of the other two examples
+(``examples.notes_server``), in the same form.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
+from langgraph.prebuilt import ToolNode
+from temporal_ledger.activities.langgraph import ledger_tool_calls, ledger_tool_calls_sync
 from temporalio.common import RetryPolicy
 
 from examples import work_dir
@@ -93,14 +97,23 @@ async def agent(state: State) -> State:
     return {"tool_calls": [], "answer": str(reply.content)}
 
 
+#: Runs each tool call through the ledger under a key of its own (the tool nodes are
+#: listed with ``activity_rules(..., per_tool_call=True)``).
+TOOL_NODE = ToolNode(
+    list(TOOLS.values()),
+    awrap_tool_call=ledger_tool_calls,
+    wrap_tool_call=ledger_tool_calls_sync,
+)
+
+
 async def _run_tools(state: State) -> State:
-    """Run the tool calls the model asked for. The calls cross the activity boundary as
-    dicts, which LangGraph's prebuilt ``ToolNode`` does not take (docs/agents.md), so the
-    node reads them itself."""
+    """Run the tool calls the model asked for with ``TOOL_NODE``. The calls cross the
+    activity boundary as dicts, which a ``ToolNode`` as the graph's node would not take
+    (docs/agents.md), so the node hands it the model's message rebuilt from them."""
+    asked = AIMessage(content="", tool_calls=state.get("tool_calls") or [])  # type: ignore[arg-type]
+    messages = await TOOL_NODE.ainvoke([asked])
     results = list(state.get("results") or [])
-    for call in state.get("tool_calls") or []:
-        message = await TOOLS[call["name"]].ainvoke({**call, "type": "tool_call"})
-        results.append(str(message.content))
+    results.extend(str(message.content) for message in messages)
     return {"tool_calls": [], "results": results}
 
 

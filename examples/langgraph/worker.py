@@ -43,7 +43,9 @@ def parse_args() -> argparse.Namespace:
 async def main(args: argparse.Namespace) -> None:
     # The model node is retry-safe; each tool node acts at most once (an unknown effect
     # parks the run for an operator).
-    rules = activity_rules(GRAPH, model_nodes=[MODEL_NODE], tool_nodes=list(TOOLS))
+    rules = activity_rules(
+        GRAPH, model_nodes=[MODEL_NODE], tool_nodes=list(TOOLS), per_tool_call=True
+    )
     client = await Client.connect(
         args.address,
         namespace=args.namespace,
