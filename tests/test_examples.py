@@ -375,12 +375,19 @@ async def test_agent_examples_refund_and_note_once_even_when_reset(
 
 
 async def agent_example_refunds_and_notes_once(
-    example: str, temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    example: str,
+    temporal_env: WorkflowEnvironment,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    python: str | Path = sys.executable,
+    cwd: Path = ROOT,
 ) -> None:
-    """An agent example's worker and starter as docs/agents.md runs them, from the
-    repository's root; then a reset of the finished run replays every tool call and model
-    answer from the ledger. The effects land in the examples' folder in the temporary
-    directory, never in the repository."""
+    """An agent example's worker and starter as docs/agents.md runs them, by default from
+    the repository's root (``cwd``: a user's folder holding a copy of ``examples/``, run
+    by ``python`` of a venv with the wheel); then a reset of the finished run replays every
+    tool call and model answer from the ledger. The effects land in the examples' folder in
+    the temporary directory, never in the repository."""
     address = temporal_env.client.service_client.config.target_host
     # The processes' temporary directory (no SUPPORT_DIR): where the default folder is.
     monkeypatch.delenv("SUPPORT_DIR", raising=False)
@@ -391,8 +398,10 @@ async def agent_example_refunds_and_notes_once(
     common = ["--address", address, "--task-queue", task_queue]
     ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # the model is scripted
-    async with worker_process(*common, "--ledger", ledger, example=example) as worker:
-        printed = await starter_output(*common, example=example)
+    async with worker_process(
+        *common, "--ledger", ledger, example=example, python=python, cwd=cwd
+    ) as worker:
+        printed = await starter_output(*common, example=example, python=python, cwd=cwd)
         workflow_id = printed.fields["workflow id"]
         answer = json.loads(printed.fields["result"])
         assert answer == "done: refunded 1250 cents on A-1 | note 1 on T-7"

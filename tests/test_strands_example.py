@@ -1,7 +1,8 @@
 """The Strands example (``examples/strands/``), in the environment Strands installs in
 (scripts/test-strands runs this file in .venv-strands; it skips where the `strands` extra
 is not installed): every module imports, and its worker and starter refund and note once,
-even when the finished run is reset, as tests/test_examples.py checks the other agent
+even when the finished run is reset, from the repository and as a user's app with the
+wheel, as tests/test_examples.py and tests/test_user_app.py check the other agent
 examples."""
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ pytest.importorskip("temporalio.strands_agents", reason="the `strands` extra is 
 from temporalio.testing import WorkflowEnvironment
 
 from tests.test_examples import LAYOUT, agent_example_refunds_and_notes_once, check_example_module
+from tests.test_user_app import run_example_from_the_wheel, venv_with, wheel
 
-pytestmark = pytest.mark.timeout(180)
+__all__ = ["wheel"]  # the fixture, for pytest
+
+pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.mark.parametrize("module", [f"examples.strands.{m}" for m in LAYOUT])
@@ -29,3 +33,15 @@ async def test_strands_example_refunds_and_notes_once_even_when_reset(
     temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await agent_example_refunds_and_notes_once("strands", temporal_env, tmp_path, monkeypatch)
+
+
+async def test_strands_example_from_the_wheel_acts_once_and_replays_a_reset(
+    wheel: Path,
+    temporal_env: WorkflowEnvironment,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Strands example copied out of the repository and run with a fresh venv holding
+    the wheel and its `strands` extra; a reset of the finished run replays it."""
+    venv = venv_with(wheel, "strands", tmp_path / "venv")
+    await run_example_from_the_wheel("strands", venv, temporal_env, tmp_path, monkeypatch)

@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +19,8 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.temporal_support import ROOT, lines, query_json, reset_to_first_task, temporal_cli
-from tests.test_examples import starter_output, worker_process
+from tests.temporal_support import ROOT, query_json, temporal_cli
+from tests.test_examples import agent_example_refunds_and_notes_once
 from worker import free_port
 
 pytestmark = pytest.mark.timeout(600)
@@ -210,11 +209,9 @@ async def test_the_readme_app_acts_once_parks_and_is_reconciled_with_the_cli(
     assert (app / "shop-ledger.db").exists()
 
 
-@pytest.fixture(scope="module")
-def agents_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtualenv with the wheel and the extras of the Google ADK and LangGraph
-    integrations, as a user installs them."""
-    folder = tmp_path_factory.mktemp("agents-venv")
+def venv_with(wheel: Path, extras: str, folder: Path) -> Path:
+    """A fresh virtualenv in ``folder`` with the wheel and its ``extras``, as a user
+    installs them."""
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, timeout=300)
     subprocess.run(
         [
@@ -222,12 +219,41 @@ def agents_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
             "install",
             "-q",
             "--disable-pip-version-check",
-            f"{wheel}[google-adk,langgraph]",
+            f"{wheel}[{extras}]",
         ],
         check=True,
         timeout=900,
     )
     return folder
+
+
+async def run_example_from_the_wheel(
+    example: str,
+    venv: Path,
+    temporal_env: WorkflowEnvironment,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An agent example as an app of a user's own: ``examples/`` copied to a folder
+    outside the repository and run by ``venv``'s interpreter, which imports the library
+    from the wheel installed there, never from the repository."""
+    app = tmp_path / "app"
+    shutil.copytree(
+        ROOT / "examples", app / "examples", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    where = run_in(venv, "import temporal_ledger.activities as a; print(a.__file__)", app)
+    assert where.returncode == 0, where.stderr
+    assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout
+    monkeypatch.setenv("PYTHONPATH", "")
+    await agent_example_refunds_and_notes_once(
+        example, temporal_env, tmp_path, monkeypatch, python=venv / "bin" / "python", cwd=app
+    )
+
+
+@pytest.fixture(scope="module")
+def agents_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel with the extras of the Google ADK and LangGraph integrations."""
+    return venv_with(wheel, "google-adk,langgraph", tmp_path_factory.mktemp("agents-venv"))
 
 
 @pytest.mark.parametrize("example", ["google_adk", "langgraph"])
@@ -238,32 +264,7 @@ async def test_agent_apps_from_the_wheel_act_once_and_replay_a_reset(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The ADK and LangGraph examples as apps of a user's own: copied to a folder outside
-    the repository and run with the wheel's venv, against the dev server; a ``temporal
-    workflow reset`` of the finished run replays every tool call from the ledger."""
-    app = tmp_path / "app"
-    shutil.copytree(
-        ROOT / "examples", app / "examples", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    python = agents_venv / "bin" / "python"
-    where = run_in(agents_venv, "import temporal_ledger.activities as a; print(a.__file__)", app)
-    assert where.returncode == 0, where.stderr
-    assert Path(where.stdout.strip()).is_relative_to(agents_venv), where.stdout
-    monkeypatch.setenv("SUPPORT_DIR", str(tmp_path / "support"))
-    monkeypatch.setenv("PYTHONPATH", "")
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    address = temporal_env.client.service_client.config.target_host
-    common = ["--address", address, "--task-queue", f"wheel-{example}-{uuid.uuid4().hex[:8]}"]
-    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
-    async with worker_process(*common, "--ledger", ledger, example=example, python=python, cwd=app):
-        printed = await starter_output(*common, example=example, python=python, cwd=app)
-        assert json.loads(printed.fields["result"]) == (
-            "done: refunded 1250 cents on A-1 | note 1 on T-7"
-        )
-        workflow_id = printed.fields["workflow id"]
-        first = await temporal_env.client.get_workflow_handle(workflow_id).describe()
-        await reset_to_first_task(
-            address, temporal_env.client, workflow_id, first.run_id, reason="test: replay"
-        )
-    assert lines(tmp_path / "support" / "notes.txt") == ["T-7: refunded A-1"]
-    assert len(lines(tmp_path / "support" / "refunds.jsonl")) == 1
+    """The ADK and LangGraph examples copied out of the repository and run with the
+    wheel's venv against the dev server; a ``temporal workflow reset`` of the finished
+    run replays every tool call from the ledger."""
+    await run_example_from_the_wheel(example, agents_venv, temporal_env, tmp_path, monkeypatch)
