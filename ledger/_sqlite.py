@@ -274,8 +274,23 @@ class SQLiteRecorder(Recorder):
     # A failed local COMMIT did not commit, and the next try meets the same file.
     reconnects = False
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout: float = 60.0,
+        schema_version: int | None = None,
+    ) -> None:
+        """Open (and create, or migrate) the ledger in the file at ``path``.
+
+        Args:
+            path: The file.
+            busy_timeout: How long a write waits for another process's.
+            schema_version: Migrate no further than this version (default: the latest).
+                Tests and the benches build a file as an older release left it with it.
+        """
         self.path = Path(path)
+        self._target = len(MIGRATIONS) if schema_version is None else schema_version
         if self.path.parent and not self.path.parent.exists():
             raise InvalidRequest(
                 f"SQLite ledger {self.path}: folder {self.path.parent.absolute()} does not "
@@ -326,8 +341,8 @@ class SQLiteRecorder(Recorder):
                 current = stored_schema_version(
                     self._conn, where=str(self.path), known=len(MIGRATIONS)
                 )
-                target = len(MIGRATIONS)
-                for statements in MIGRATIONS[current:]:
+                target = max(current, self._target)
+                for statements in MIGRATIONS[current:target]:
                     for statement in statements:
                         self._conn.execute(statement)
                 if current < _TALLY_VERSION <= target:
