@@ -417,3 +417,29 @@ async def test_records_written_under_an_older_schema_survive_its_migration(
         report = reopened.verify()
         assert report.ok, report.problems
         assert report.keys == 5
+
+
+async def test_a_keys_events_are_found_by_their_links_and_by_a_scan_if_edited(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    async with Ledger.open(sqlite_url) as ledger:
+        for key in ("a", "b", "a", "c", "a"):  # interleaved: a's events are not adjacent
+            await ledger.execute(request(key), authority=AUTHORITY, adapter=_CountingAdapter())
+        everything = ledger.events()
+        mine = [e for e in everything if e.key == "a"]
+        assert ledger.events("a") == mine
+        assert ledger.events("a", after=mine[1].seq, limit=2) == mine[2:4]
+        assert ledger.events("nobody") == []
+    conn = sqlite3.connect(tmp_path / "ledger.db")
+    plan = conn.execute(
+        "EXPLAIN QUERY PLAN SELECT * FROM ledger_events WHERE key = 'a' ORDER BY seq"
+    ).fetchall()
+    assert "SCAN" in str(plan)  # no index of (key, seq) left to write in every commit
+    # A link edited by hand (to the key's first event, or to a later one: a loop) hides
+    # nothing: the links no longer reach the events the record counts.
+    for target in (mine[0].seq, mine[-1].seq):
+        conn.execute("UPDATE ledger_events SET key_prev = ? WHERE seq = ?", (target, mine[-1].seq))
+        conn.commit()
+        with Ledger.open(sqlite_url) as reopened:
+            assert reopened.events("a") == mine
+    conn.close()
