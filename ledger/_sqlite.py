@@ -130,8 +130,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
     (
         # A key's events are found from its row instead of an index of (key, seq), which
         # cost a page in every commit: each event names the key's event before it
-        # (key_prev), the key's row its last (head_seq). ledger_events_key still serves
-        # the filling of both here.
+        # (key_prev: its seq, NULL for the key's first, 0 for the row just before, as a
+        # transition's later events are written), the key's row its last (head_seq).
+        # ledger_events_key still serves the filling of both here.
         "ALTER TABLE ledger_events ADD COLUMN key_prev INTEGER",
         """
         UPDATE ledger_events SET key_prev = (
@@ -153,12 +154,12 @@ MIGRATIONS: list[tuple[str, ...]] = [
 # key's row names its last event (head_seq); before it, ledger_events_key finds them.
 _LINKED_VERSION = 4
 
-_LINKED_EVENT_COLUMNS = ("seq", *_EVENT_INSERT_COLUMNS, "key_prev")
+_LINKED_EVENT_COLUMNS = (*_EVENT_INSERT_COLUMNS, "key_prev")
 
 
 @functools.cache
 def _insert_linked_sql(rows: int) -> str:
-    """The INSERT of ``rows`` events with their sequence numbers and links."""
+    """The INSERT of ``rows`` events with their links."""
     marks = "(" + ", ".join("?" * len(_LINKED_EVENT_COLUMNS)) + ")"
     values = ", ".join([marks] * rows)
     return f"INSERT INTO ledger_events ({', '.join(_LINKED_EVENT_COLUMNS)}) VALUES {values}"
@@ -180,10 +181,13 @@ _UPDATE_LINKED_ROW = update_row_sql("?").replace(" WHERE key = ?", ", head_seq =
 # the key's record counts, read in the same statement (one snapshot).
 _KEY_EVENTS_BY_LINKS = f"""
     WITH RECURSIVE chain(seq, prev) AS (
-        SELECT seq, key_prev FROM ledger_events
+        SELECT seq, CASE key_prev WHEN 0 THEN seq - 1 ELSE key_prev END FROM ledger_events
         WHERE seq = (SELECT head_seq FROM ledger_keys WHERE key = ?1) AND key = ?1
         UNION ALL
-        SELECT earlier.seq, earlier.key_prev FROM chain
+        SELECT
+            earlier.seq,
+            CASE earlier.key_prev WHEN 0 THEN earlier.seq - 1 ELSE earlier.key_prev END
+        FROM chain
         JOIN ledger_events AS earlier ON earlier.seq = chain.prev
         WHERE earlier.seq < chain.seq AND earlier.key = ?1
     )
@@ -367,16 +371,14 @@ class _SQLiteTransaction(Transaction):
         self.wrote = True
 
     def _insert_linked(self, pending: list[PendingEvent]) -> None:
-        """Insert events with the next sequence numbers (one writer holds the file), each
-        naming the key's event before it."""
-        (last,) = self._conn.execute("SELECT max(seq) FROM ledger_events").fetchone()
-        seq = last or 0
-        values: list[Any] = []
-        for event in pending:
-            seq += 1
-            values.extend((seq, *event_values(event), self._head_seq))
-            self._head_seq = seq
-        self._conn.execute(_insert_linked_sql(len(pending)), values)
+        """Insert events each naming the key's event before it: the first by its seq, the
+        others as 0, the row just before (one statement numbers its rows one after
+        another, max + 1 each)."""
+        values: list[Any] = [*event_values(pending[0]), self._head_seq]
+        for event in pending[1:]:
+            values.extend((*event_values(event), 0))
+        cursor = self._conn.execute(_insert_linked_sql(len(pending)), values)
+        self._head_seq = cursor.lastrowid
 
     def write_record(self, record: KeyRecord, *, created: bool) -> None:
         self.flush()
