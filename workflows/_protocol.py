@@ -341,16 +341,18 @@ class _SigningPayload(_Payload):
     key is configured (and no call inside an activity parks)."""
 
     @model_serializer(mode="wrap")
-    def _without_unused_signing(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _without_unset_later_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
         fields = type(self).model_fields
-        for name in _SIGNING_FIELDS & data.keys():
+        for name in _LATER_FIELDS & data.keys():
             if data[name] == fields[name].get_default(call_default_factory=True):
                 del data[name]
         return data
 
 
-_SIGNING_FIELDS = frozenset({"keys", "signature_required", "signature", "inner"})
+#: Fields added after the first release (signing; a call inside an activity), left out
+#: while unset so that earlier workers can read the payload.
+_LATER_FIELDS = frozenset({"keys", "signature_required", "signature", "inner"})
 
 
 class ToolCall(_Payload):
