@@ -18,3 +18,20 @@ def work_dir() -> Path:
     examples run from the repository's root). Created when a tool first writes to it."""
     chosen = os.environ.get("SUPPORT_DIR")
     return Path(chosen or Path(tempfile.gettempdir()) / DEFAULT_FOLDER).resolve()
+
+
+#: A file in :func:`work_dir`: while it is there, the next refund loses its reply.
+LOSE_NEXT_REPLY = "lose-next-reply"
+
+
+def lose_the_reply_if_asked() -> None:
+    """Once, when ``lose-next-reply`` is in :func:`work_dir`: the worker process dies right
+    after the effect, before it answers, as a crash would. The run then parks until an
+    operator answers (docs/agents.md, "A lost reply"); without a ledger the retry would
+    refund twice. The file is removed first, so the next worker's tries go through."""
+    marker = work_dir() / LOSE_NEXT_REPLY
+    try:
+        marker.unlink()
+    except FileNotFoundError:
+        return
+    os._exit(1)

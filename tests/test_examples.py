@@ -135,7 +135,11 @@ class Printed:
 
 
 async def starter_output(
-    *args: str, example: str, python: str | Path = sys.executable, cwd: Path = ROOT
+    *args: str,
+    example: str,
+    python: str | Path = sys.executable,
+    cwd: Path = ROOT,
+    within: float = 90,
 ) -> Printed:
     """``python -m examples.EXAMPLE.starter ARGS``, which must exit 0: what it printed."""
     process = await asyncio.create_subprocess_exec(
@@ -149,7 +153,7 @@ async def starter_output(
         start_new_session=True,
     )
     try:
-        out, err = await asyncio.wait_for(process.communicate(), 90)
+        out, err = await asyncio.wait_for(process.communicate(), within)
     finally:
         if process.returncode is None:
             with contextlib.suppress(ProcessLookupError):

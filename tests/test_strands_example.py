@@ -2,8 +2,8 @@
 (scripts/test-strands runs this file in .venv-strands; it skips where the `strands` extra
 is not installed): every module imports, and its worker and starter refund and note once,
 even when the finished run is reset, from the repository and as a user's app with the
-wheel, as tests/test_examples.py and tests/test_user_app.py check the other agent
-examples."""
+wheel, and a lost reply parks until the operator answers with the CLI, as
+tests/test_examples.py and tests/test_user_app.py check the other agent examples."""
 
 from __future__ import annotations
 
@@ -17,7 +17,12 @@ pytest.importorskip("temporalio.strands_agents", reason="the `strands` extra is 
 from temporalio.testing import WorkflowEnvironment
 
 from tests.test_examples import LAYOUT, agent_example_refunds_and_notes_once, check_example_module
-from tests.test_user_app import run_example_from_the_wheel, venv_with, wheel
+from tests.test_user_app import (
+    lost_reply_parks_in_the_wheel_app,
+    run_example_from_the_wheel,
+    venv_with,
+    wheel,
+)
 
 __all__ = ["wheel"]  # the fixture, for pytest
 
@@ -35,13 +40,31 @@ async def test_strands_example_refunds_and_notes_once_even_when_reset(
     await agent_example_refunds_and_notes_once("strands", temporal_env, tmp_path, monkeypatch)
 
 
+@pytest.fixture(scope="module")
+def strands_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the wheel and its `strands` extra, as a user installs them."""
+    return venv_with(wheel, "strands", tmp_path_factory.mktemp("strands-venv"))
+
+
 async def test_strands_example_from_the_wheel_acts_once_and_replays_a_reset(
-    wheel: Path,
+    strands_venv: Path,
     temporal_env: WorkflowEnvironment,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The Strands example copied out of the repository and run with a fresh venv holding
-    the wheel and its `strands` extra; a reset of the finished run replays it."""
-    venv = venv_with(wheel, "strands", tmp_path / "venv")
-    await run_example_from_the_wheel("strands", venv, temporal_env, tmp_path, monkeypatch)
+    """The Strands example copied out of the repository and run with the wheel's venv; a
+    reset of the finished run replays it."""
+    await run_example_from_the_wheel("strands", strands_venv, temporal_env, tmp_path, monkeypatch)
+
+
+async def test_a_lost_reply_in_the_strands_app_from_the_wheel_parks_until_reconciled(
+    strands_venv: Path, temporal_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await lost_reply_parks_in_the_wheel_app(
+        "strands",
+        strands_venv,
+        temporal_address,
+        tmp_path,
+        monkeypatch,
+        output="refunded 1250 cents on A-1",
+    )

@@ -9,18 +9,29 @@ import asyncio
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
+import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.temporal_support import ROOT, query_json, temporal_cli
-from tests.test_examples import agent_example_refunds_and_notes_once
+from examples import LOSE_NEXT_REPLY
+from tests.temporal_support import (
+    ROOT,
+    lines,
+    query_json,
+    send_update,
+    temporal_cli,
+    wait_for,
+)
+from tests.test_examples import agent_example_refunds_and_notes_once, starter_output, worker_process
 from worker import free_port
 
 pytestmark = pytest.mark.timeout(600)
@@ -227,16 +238,10 @@ def venv_with(wheel: Path, extras: str, folder: Path) -> Path:
     return folder
 
 
-async def run_example_from_the_wheel(
-    example: str,
-    venv: Path,
-    temporal_env: WorkflowEnvironment,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """An agent example as an app of a user's own: ``examples/`` copied to a folder
-    outside the repository and run by ``venv``'s interpreter, which imports the library
-    from the wheel installed there, never from the repository."""
+def user_app(venv: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``examples/`` copied to a folder of a user's own, outside the repository, whose
+    processes (run by ``venv``'s interpreter) import the library from the wheel installed
+    there, never from the repository."""
     app = tmp_path / "app"
     shutil.copytree(
         ROOT / "examples", app / "examples", ignore=shutil.ignore_patterns("__pycache__")
@@ -245,15 +250,116 @@ async def run_example_from_the_wheel(
     assert where.returncode == 0, where.stderr
     assert Path(where.stdout.strip()).is_relative_to(venv), where.stdout
     monkeypatch.setenv("PYTHONPATH", "")
+    return app
+
+
+async def run_example_from_the_wheel(
+    example: str,
+    venv: Path,
+    temporal_env: WorkflowEnvironment,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An agent example as an app of a user's own: it refunds and notes once, and a reset
+    of the finished run replays both."""
+    app = user_app(venv, tmp_path, monkeypatch)
     await agent_example_refunds_and_notes_once(
         example, temporal_env, tmp_path, monkeypatch, python=venv / "bin" / "python", cwd=app
     )
+
+
+async def lost_reply_parks_in_the_wheel_app(
+    example: str,
+    venv: Path,
+    temporal_address: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    output: Any,
+) -> None:
+    """An agent example as an app of a user's own, whose worker dies right after the
+    refund (``lose-next-reply``): the next worker's try finds the claim and no outcome, the
+    run parks and is listed by ``LedgerOpenEffects > 0``, the operator answers with the
+    real ``temporal workflow update`` (``output``: the refund's result in the framework's
+    form), and the run finishes with one refund."""
+    app = user_app(venv, tmp_path, monkeypatch)
+    python = venv / "bin" / "python"
+    support = tmp_path / "support"
+    support.mkdir()
+    (support / LOSE_NEXT_REPLY).touch()
+    monkeypatch.setenv("SUPPORT_DIR", str(support))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    # Workflow ids are user text: a space, '/', '#', '%' and non-ASCII.
+    workflow_id = f"support ann/ü #{uuid.uuid4().hex[:6]} 100%"
+    common = ["--address", temporal_address, "--task-queue", f"lost-{uuid.uuid4().hex[:8]}"]
+    worker = ["--ledger", f"sqlite:///{tmp_path / 'ledger.db'}"]
+    opts: dict[str, Any] = {"example": example, "python": python, "cwd": app}
+    async with worker_process(*common, *worker, **opts) as first:
+        starter = asyncio.create_task(
+            starter_output(*common, "--workflow-id", workflow_id, within=300, **opts)
+        )
+        await asyncio.wait_for(first.wait(), 120)
+    assert first.returncode == 1, "the worker did not die after the refund"
+    assert len(lines(support / "refunds.jsonl")) == 1
+    async with worker_process(*common, *worker, **opts):
+
+        async def listed() -> bool:
+            _, out = await temporal_cli(
+                temporal_address,
+                "workflow",
+                "list",
+                "--query",
+                f"LedgerOpenEffects > 0 AND WorkflowId = '{workflow_id}'",
+                "-o",
+                "json",
+            )
+            return workflow_id in {
+                run["execution"]["workflowId"] for run in json.loads(out or "[]")
+            }
+
+        await wait_for(listed, within=120, interval=1, what="the run to be listed as parked")
+        [parked] = await query_json(temporal_address, workflow_id, "open_effects")
+        template = json.loads(shlex.split(parked["update_command"])[-1])
+        verdict = {
+            **template,
+            "actor": "ops-ann",
+            "basis": "refunds.jsonl holds the refund of A-1",
+            "output": output,
+        }
+        done, said = await send_update(temporal_address, workflow_id, "reconcile", verdict)
+        assert done == 0, said
+        printed = await starter
+    assert (
+        json.loads(printed.fields["result"]) == "done: refunded 1250 cents on A-1 | note 1 on T-7"
+    )
+    assert len(lines(support / "refunds.jsonl")) == 1, "the refund was made again"
+    assert lines(support / "notes.txt") == ["T-7: refunded A-1"]
 
 
 @pytest.fixture(scope="module")
 def agents_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel with the extras of the Google ADK and LangGraph integrations."""
     return venv_with(wheel, "google-adk,langgraph", tmp_path_factory.mktemp("agents-venv"))
+
+
+@pytest.mark.parametrize(
+    ("example", "output"),
+    [
+        ("google_adk", "refunded 1250 cents on A-1"),
+        ("langgraph", {"content": "refunded 1250 cents on A-1"}),
+    ],
+)
+async def test_a_lost_reply_in_an_agent_app_from_the_wheel_parks_until_reconciled(
+    example: str,
+    output: Any,
+    agents_venv: Path,
+    temporal_address: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    await lost_reply_parks_in_the_wheel_app(
+        example, agents_venv, temporal_address, tmp_path, monkeypatch, output=output
+    )
 
 
 @pytest.mark.parametrize("example", ["google_adk", "langgraph"])

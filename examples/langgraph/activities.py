@@ -30,7 +30,7 @@ from langgraph.prebuilt import ToolNode
 from temporal_ledger.activities.langgraph import ledger_tool_calls, ledger_tool_calls_sync
 from temporalio.common import RetryPolicy
 
-from examples import work_dir
+from examples import lose_the_reply_if_asked, work_dir
 
 #: The name the graph is registered under (``LangGraphPlugin(graphs=...)``); its nodes'
 #: activities are ``support.agent``, ``support.issue_refund`` and ``support.add_note``.
@@ -54,6 +54,7 @@ def issue_refund(order: str, cents: int) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / "refunds.jsonl").open("a", encoding="utf-8") as handle:
         handle.write(json.dumps({"order": order, "cents": cents}) + "\n")
+    lose_the_reply_if_asked()
     return f"refunded {cents} cents on {order}"
 
 

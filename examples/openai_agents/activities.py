@@ -6,7 +6,7 @@ import json
 
 from temporalio import activity
 
-from examples import work_dir
+from examples import lose_the_reply_if_asked, work_dir
 
 
 @activity.defn
@@ -17,4 +17,5 @@ async def issue_refund(order: str, cents: int) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps({"order": order, "cents": cents}) + "\n")
+    lose_the_reply_if_asked()
     return f"refunded {cents} cents on {order}"

@@ -30,7 +30,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from examples import work_dir
+from examples import lose_the_reply_if_asked, work_dir
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SUPPORT_DIR = work_dir()
@@ -85,4 +85,5 @@ async def issue_refund(order: str, cents: int) -> str:
     SUPPORT_DIR.mkdir(parents=True, exist_ok=True)
     with (SUPPORT_DIR / "refunds.jsonl").open("a", encoding="utf-8") as handle:
         handle.write(json.dumps({"order": order, "cents": cents}) + "\n")
+    lose_the_reply_if_asked()
     return f"refunded {cents} cents on {order}"

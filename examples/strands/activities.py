@@ -26,7 +26,7 @@ from strands.models import Model
 from strands.tools.mcp import MCPClient
 from temporalio import activity
 
-from examples import work_dir
+from examples import lose_the_reply_if_asked, work_dir
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 #: The scripted model's name, as the workflow's ``TemporalAgent`` asks for it.
@@ -99,6 +99,7 @@ async def issue_refund(order: str, cents: int) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as handle:
         handle.write(json.dumps({"order": order, "cents": cents}) + "\n")
+    lose_the_reply_if_asked()
     return f"refunded {cents} cents on {order}"
 
 
