@@ -226,6 +226,21 @@ async def open_effects(address: str, workflow_id: str) -> list[dict[str, Any]]:
     return result if isinstance(result, list) else []
 
 
+async def listed_as_parked(address: str, workflow_id: str) -> bool:
+    """Whether the real ``temporal workflow list --query 'LedgerOpenEffects > 0 AND
+    WorkflowId = ...'`` lists the run: how an operator finds the runs that wait."""
+    _, out = await temporal_cli(
+        address,
+        "workflow",
+        "list",
+        "--query",
+        f"LedgerOpenEffects > 0 AND WorkflowId = '{workflow_id}'",
+        "-o",
+        "json",
+    )
+    return workflow_id in {found["execution"]["workflowId"] for found in json.loads(out or "[]")}
+
+
 def lines(path: Path) -> list[str]:
     """The lines of a file a tool appends to; none if it was never written."""
     return path.read_text().splitlines() if path.exists() else []

@@ -52,7 +52,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from tests import pg
 from tests.crash_points import AFTER_EFFECT, AFTER_RECORD, ARM, KILLED, STOPS, WORLD, output_for
-from tests.temporal_support import ROOT, query_json, send_update, temporal_cli
+from tests.temporal_support import ROOT, listed_as_parked, query_json, send_update
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(420)]
 
@@ -466,13 +466,9 @@ class Matrix:
         outcome.verdict = answer["verdict"]
 
     async def _listed(self, workflow_id: str) -> bool:
-        query = f"LedgerOpenEffects > 0 AND WorkflowId = '{workflow_id}'"
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            _, out = await temporal_cli(
-                self.address, "workflow", "list", "--query", query, "-o", "json"
-            )
-            if workflow_id in out:
+            if await listed_as_parked(self.address, workflow_id):
                 return True
             await asyncio.sleep(0.5)
         return False

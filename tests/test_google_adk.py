@@ -47,11 +47,11 @@ from tests.google_adk_support import (
 from tests.google_adk_workflows import AdkAgentWorkflow, AdkStatefulWorkflow
 from tests.temporal_support import (
     lines,
+    listed_as_parked,
     open_effects,
     query_json,
     reset_to_first_task,
     send_update,
-    temporal_cli,
     wait_for,
 )
 
@@ -231,16 +231,7 @@ async def reconcile_parked(address: str, workflow_id: str, output: Any) -> dict[
     [parked] = await wait_for(
         lambda: open_effects(address, workflow_id), what="the tool call to park", within=90
     )
-    _, listed = await temporal_cli(
-        address,
-        "workflow",
-        "list",
-        "--query",
-        f"LedgerOpenEffects > 0 AND WorkflowId = '{workflow_id}'",
-        "-o",
-        "json",
-    )
-    assert workflow_id in listed
+    assert await listed_as_parked(address, workflow_id)
     template = json.loads(shlex.split(parked["update_command"])[-1])
     verdict = {**template, "actor": "ops-ann", "basis": "checked the far side"}
     refused, said = await send_update(address, workflow_id, "reconcile", verdict)

@@ -36,10 +36,10 @@ from temporalio.worker import (
 
 from tests.pydantic_ai_agent import AGENT_NAME, MODEL_CALLS, LedgeredAgentWorkflow, temporal_agent
 from tests.temporal_support import (
+    listed_as_parked,
     open_effects,
     reset_to_first_task,
     send_update,
-    temporal_cli,
     wait_for,
 )
 
@@ -199,16 +199,7 @@ async def test_a_tool_that_acted_and_lost_its_reply_parks_the_agent_until_reconc
         [parked] = await wait_for(
             lambda: open_effects(temporal_address, workflow_id), what="the tool call to park"
         )
-        _, listed = await temporal_cli(
-            temporal_address,
-            "workflow",
-            "list",
-            "--query",
-            f"LedgerOpenEffects > 0 AND WorkflowId = '{workflow_id}'",
-            "-o",
-            "json",
-        )
-        assert workflow_id in listed
+        assert await listed_as_parked(temporal_address, workflow_id)
         # The template asks for the tool's own return value, not pydantic-ai's record of it.
         template = json.loads(shlex.split(parked["update_command"])[-1])
         assert template["output"] == PLACEHOLDER

@@ -26,10 +26,10 @@ from tests.pydantic_ai_workflows import DurableSupportWorkflow
 from tests.temporal_support import (
     keep_history,
     lines,
+    listed_as_parked,
     open_effects,
     query_json,
     reset_to_first_task,
-    temporal_cli,
     wait_for,
     worker_in_process,
 )
@@ -144,16 +144,7 @@ async def test_an_mcp_tool_that_acted_and_lost_its_reply_parks_the_run_until_rec
         [parked] = await wait_for(
             lambda: open_effects(desk.address, handle.id), what="the MCP call to park"
         )
-        _, listed = await temporal_cli(
-            desk.address,
-            "workflow",
-            "list",
-            "--query",
-            f"LedgerOpenEffects > 0 AND WorkflowId = '{handle.id}'",
-            "-o",
-            "json",
-        )
-        assert handle.id in listed
+        assert await listed_as_parked(desk.address, handle.id)
         assert parked["tool"] == (
             f"add_note_and_crash (agent__{AGENT_NAME}__mcp_server__notes__call_tool)"
         )

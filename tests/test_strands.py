@@ -41,11 +41,11 @@ from tests.strands_app import (
     append_line,
 )
 from tests.temporal_support import (
+    listed_as_parked,
     open_effects,
     query_json,
     reset_to_first_task,
     send_update,
-    temporal_cli,
     wait_for,
 )
 
@@ -243,16 +243,7 @@ async def test_a_tool_that_acted_and_lost_its_reply_parks_until_reconciled(
         [parked] = await wait_for(
             lambda: open_effects(temporal_address, workflow_id), what="the tool call to park"
         )
-        _, listed = await temporal_cli(
-            temporal_address,
-            "workflow",
-            "list",
-            "--query",
-            f"LedgerOpenEffects > 0 AND WorkflowId = '{workflow_id}'",
-            "-o",
-            "json",
-        )
-        assert workflow_id in listed
+        assert await listed_as_parked(temporal_address, workflow_id)
         template = json.loads(shlex.split(parked["update_command"])[-1])
         verdict = {
             **template,

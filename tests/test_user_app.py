@@ -26,6 +26,7 @@ from examples import LOSE_NEXT_REPLY
 from tests.temporal_support import (
     ROOT,
     lines,
+    listed_as_parked,
     query_json,
     send_update,
     temporal_cli,
@@ -302,22 +303,12 @@ async def lost_reply_parks_in_the_wheel_app(
     assert first.returncode == 1, "the worker did not die after the refund"
     assert len(lines(support / "refunds.jsonl")) == 1
     async with worker_process(*common, *worker, **opts):
-
-        async def listed() -> bool:
-            _, out = await temporal_cli(
-                temporal_address,
-                "workflow",
-                "list",
-                "--query",
-                f"LedgerOpenEffects > 0 AND WorkflowId = '{workflow_id}'",
-                "-o",
-                "json",
-            )
-            return workflow_id in {
-                run["execution"]["workflowId"] for run in json.loads(out or "[]")
-            }
-
-        await wait_for(listed, within=120, interval=1, what="the run to be listed as parked")
+        await wait_for(
+            lambda: listed_as_parked(temporal_address, workflow_id),
+            within=120,
+            interval=1,
+            what="the run to be listed as parked",
+        )
         [parked] = await query_json(temporal_address, workflow_id, "open_effects")
         template = json.loads(shlex.split(parked["update_command"])[-1])
         verdict = {
