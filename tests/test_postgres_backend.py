@@ -604,22 +604,31 @@ def test_a_pooled_connection_is_handed_out_without_a_round_trip(postgres_url: st
     recorder = PostgresRecorder(counter.url, pool_size=1)
     try:
         recorder.get("warm-up")
-        with counter.counting() as read:
-            recorder.get("k")
-        with counter.counting() as empty:
-            recorder.transact("k", lambda tx: None)
 
         def three_events(tx: Any) -> None:
             for i in range(3):
                 tx.append("test.event", None, {"i": i})
             tx.save(tx.record or KeyRecord(key=tx.key))
 
-        with counter.counting() as written:
-            recorder.transact("k", three_events)
-        assert (read[0], empty[0], written[0]) == (1, 2, 2)
-        assert [e.type for e in recorder.events("k")] == ["test.event"] * 3
-        record = recorder.get("k")
-        assert record is not None and record.events == 3
+        # The proxy sees TCP reads: on a loaded machine a turn can land in the window
+        # beside its own (seen once in CI: (1, 3, 1)). The three together are always 5
+        # turns; each alone is checked on up to three keys until one run is undisturbed.
+        seen = []
+        for key in ("k1", "k2", "k3"):
+            with counter.counting() as read:
+                recorder.get(key)
+            with counter.counting() as empty:
+                recorder.transact(key, lambda tx: None)
+            with counter.counting() as written:
+                recorder.transact(key, three_events)
+            seen.append((read[0], empty[0], written[0]))
+            assert sum(seen[-1]) == 5, seen
+            assert [e.type for e in recorder.events(key)] == ["test.event"] * 3
+            record = recorder.get(key)
+            assert record is not None and record.events == 3
+            if seen[-1] == (1, 2, 2):
+                break
+        assert seen[-1] == (1, 2, 2), seen
     finally:
         recorder.close()
         counter.close()
