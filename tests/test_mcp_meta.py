@@ -24,11 +24,15 @@ from temporal_ledger.ledger import Ledger
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from tests.google_adk_support import NOTES_DIR as ADK_NOTES_DIR
+from tests.google_adk_support import script as adk_script
+from tests.google_adk_workflows import AdkAgentWorkflow
 from tests.openai_support import LedgeredSupportWorkflow
 from tests.pydantic_ai_support import NOTES_DIR
 from tests.pydantic_ai_support import agent as pydantic_agent
 from tests.pydantic_ai_workflows import DurableSupportWorkflow
 from tests.temporal_support import lines, open_effects, wait_for
+from tests.test_google_adk import running as adk_running
 from tests.test_openai_agents import Desk, call, reconcile, template_of
 from tests.test_pydantic_ai_durability import Desk as PydanticDesk
 
@@ -182,3 +186,28 @@ def test_the_request_meta_is_not_identity_and_the_ledger_fields_win() -> None:
     assert stamped["meta"]["progressToken"] == 7
     assert stamped["meta"][_mcp.KEY_FIELD] == ours[_mcp.KEY_FIELD]
     assert resolved[0]["meta"] == {"progressToken": 7, "traceparent": "00-a-b-01"}  # a copy
+
+
+async def test_google_adk_mcp_call_carries_the_key_and_the_workers_traceparent(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """ADK's MCP tool sends what the OpenTelemetry propagator injects: the key as baggage,
+    and the ``traceparent`` of the worker's span of the ledgered call."""
+    run = f"tp-{uuid.uuid4().hex[:6]}"
+    ticket = f"T-{run}"
+    workflow_id = f"adk {run}/ü #%"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = adk_script(run, TOOL, ticket=ticket, text="traced")
+    async with adk_running(temporal_address, ledger_url) as (client, task_queue):
+        answer = await client.execute_workflow(
+            AdkAgentWorkflow.run,
+            args=[prompt, str(tmp_path)],
+            id=workflow_id,
+            task_queue=task_queue,
+        )
+    assert answer.endswith(f" on {ticket}"), answer
+    prefix = wire_key(workflow_id + "/")
+    [seen] = [m for m in seen_meta(ADK_NOTES_DIR) if (m["key"] or "").startswith(prefix)]
+    with Ledger.open(ledger_url) as opened:
+        assert seen["key"] in {wire_key(event.key) for event in opened.events()}
+    assert ledger_span_of(seen["traceparent"]) == [f"execute_tool {TOOL}"]
