@@ -24,6 +24,9 @@ them:
   OpenTelemetry propagator injects; its rules (``activities.google_adk``) put the key in
   the context's baggage under ``temporal-ledger/key`` while the call runs, so it arrives
   in ``_meta["baggage"]``, beside the ``traceparent`` of the ledger's span.
+* Strands: temporalio-strands-agents' ``call-tool`` activity calls the MCP session with no
+  ``_meta``; the ``MCPClient``'s transport wrapped in ``strands.ledger_transport``
+  (``_mcp_transport``) adds the two fields to each ``tools/call`` request it carries.
 """
 
 from __future__ import annotations

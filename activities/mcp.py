@@ -22,7 +22,9 @@ A server written with the official MCP SDK (``FastMCP``, ``MCPServer`` in 2.x)::
 The ``traceparent`` needs no helper: OpenTelemetry's propagator reads it from the same
 ``_meta``. Google ADK's MCP tool sends no caller's ``_meta``, only what OpenTelemetry's
 propagator injects, so for ADK the key travels as the W3C ``baggage`` entry
-``temporal-ledger/key``; :func:`ledger_key` reads either.
+``temporal-ledger/key``; :func:`ledger_key` reads either. Strands' MCP calls carry it when
+the ``MCPClient``'s transport is wrapped in
+:func:`temporal_ledger.activities.strands.ledger_transport`.
 """
 
 from __future__ import annotations

@@ -33,7 +33,11 @@ call's number in the run (see ``activities._generic``):
 * ``mcp_servers``: the ``{server}-call-tool`` activities of those servers
   (``StrandsPlugin(mcp_clients=...)`` with ``TemporalMCPClient(server=...)``); their
   ``{server}-list-tools`` listings are recorded too (they only read). The operator
-  confirms an MCP effect with the result content, e.g. ``[{"text": "..."}]``.
+  confirms an MCP effect with the result content, e.g. ``[{"text": "..."}]``. Strands
+  returns a call that raised (the server died after the request went out) as an error
+  result; the ledger takes it for a lost reply and parks. Give each ``MCPClient``
+  :func:`ledger_transport` around its transport, and its calls carry the ledger key to
+  the server in ``_meta``.
 
 What is left out of the fingerprint: Strands' per-call ``toolUseId`` (an MCP call's
 ``tool_use_id``) and the model's ``invocation_state`` (per-invocation values the app puts
@@ -50,13 +54,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from ..workflows._seam import PLACEHOLDER
 from ._generic import LedgeredActivity, _CallableRule
 from ._probe import Probe
 
-__all__ = ["activity_rules"]
+__all__ = ["activity_rules", "ledger_transport"]
+
+#: The texts Strands' ``MCPClient`` gives an MCP call that raised, returned as its result.
+_FAILED_CALLS = ("Tool execution failed: ", "Tool execution cancelled locally")
 
 #: ``ModelActivity`` methods of the integration, by their activity type names.
 _MODEL_ACTIVITIES = ("invoke_model", "invoke_model_streaming")
@@ -126,12 +134,13 @@ def activity_rules(
             LedgeredActivity(
                 f"{server}-list-tools", retry_safe=True, server=server, lists_tools=True
             ),
-            LedgeredActivity(
+            _CallableRule(
                 f"{server}-call-tool",
                 server=server,
                 output=_McpToolResult(),
                 tool_name=_mcp_tool_name,
                 normalize=_normalize_mcp_call,
+                lost_reply=_failed_call,
             ),
         ]
     return rules
@@ -166,6 +175,50 @@ def _normalize_mcp_call(activity_type: str, args: list[Any]) -> dict[str, Any]:
 
 def _mcp_tool_name(args: list[Any]) -> Any:
     return args[0]["tool_name"]
+
+
+def _failed_call(value: Any) -> str | None:
+    """Strands' report of an MCP call that raised (the session broke, the server died,
+    the call was cancelled), returned as the tool's result: the reason. The request may
+    have reached the server and acted, so it is no answer to record; a tool's own error
+    (the server's ``isError`` result) carries ``isError`` and is one."""
+    if not isinstance(value, dict) or value.get("status") != "error" or "isError" in value:
+        return None
+    content = value.get("content")
+    text = content[0].get("text") if isinstance(content, list) and len(content) == 1 else None
+    if isinstance(text, str) and text.startswith(_FAILED_CALLS):
+        return f"Strands returned the MCP call's failure as its result: {text}"
+    return None
+
+
+def ledger_transport(
+    transport: Callable[[], AbstractAsyncContextManager[Any]],
+) -> Callable[[], AbstractAsyncContextManager[Any]]:
+    """An MCP transport whose tool calls carry the ledger key to the server.
+
+    temporalio-strands-agents' ``{server}-call-tool`` activity calls the MCP session
+    itself and sends no ``_meta`` of its own, so the key reaches the server through the
+    transport the ``MCPClient`` is given::
+
+        MCPClient(ledger_transport(lambda: stdio_client(params)))
+
+    Each ``tools/call`` request sent while a ledgered call runs gets
+    ``_meta["temporal-ledger/key"]`` (the key's wire form) and the ``traceparent`` of the
+    worker's span of the call, which a server reads with
+    :func:`temporal_ledger.activities.mcp.ledger_key`; every other message, and a call
+    outside the ledger, goes out unchanged.
+
+    Args:
+        transport: What ``MCPClient`` would be given: a callable that opens the MCP SDK's
+            transport (``stdio_client(...)``, ``streamablehttp_client(...)``), an async
+            context manager of ``(read_stream, write_stream, ...)``.
+
+    Returns:
+        A callable of the same kind, for ``MCPClient(...)``.
+    """
+    from ._mcp_transport import keyed_transport
+
+    return keyed_transport(transport)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 #: The folder, in the system's temporary directory, where the examples' tools write what
@@ -35,3 +37,21 @@ def lose_the_reply_if_asked() -> None:
     except FileNotFoundError:
         return
     os._exit(1)
+
+
+def once_per_key(key: str | None, act: Callable[[], str]) -> str:
+    """``act()``'s answer, or the answer it gave the first time ``key`` came (no act): how
+    the notes servers dedupe by the ledger key a call carries (``notes-by-key.jsonl`` in
+    :func:`work_dir`). A call without a key (not through the ledger) always acts."""
+    path = work_dir() / "notes-by-key.jsonl"
+    if key is not None and path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            entry = json.loads(line)
+            if entry["key"] == key:
+                return str(entry["answer"])
+    answer = act()
+    if key is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"key": key, "answer": answer}) + "\n")
+    return answer

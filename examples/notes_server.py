@@ -18,7 +18,6 @@ a subprocess: ``python -m examples.notes_server``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 from temporal_ledger.activities.mcp import ledger_key
 
-from examples import work_dir
+from examples import once_per_key, work_dir
 
 server = MCPServer("notes")
 
@@ -41,25 +40,6 @@ def _append(line: str) -> int:
     with path.open("a", encoding="utf-8") as handle:
         handle.write(line + "\n")
     return len(path.read_text(encoding="utf-8").splitlines())
-
-
-def _answered() -> Path:
-    return work_dir() / "notes-by-key.jsonl"
-
-
-def once_per_key(key: str | None, act: Any) -> str:
-    """``act()``'s answer, or the answer it gave the first time ``key`` came (no act)."""
-    path = _answered()
-    if key is not None and path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            entry = json.loads(line)
-            if entry["key"] == key:
-                return str(entry["answer"])
-    answer = str(act())
-    if key is not None:
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"key": key, "answer": answer}) + "\n")
-    return answer
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))

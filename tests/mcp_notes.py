@@ -18,7 +18,8 @@ from mcp.server.mcpserver import Context
 from mcp.types import ToolAnnotations
 from temporal_ledger.activities.mcp import ledger_key
 
-from examples.notes_server import _append, count_notes, once_per_key, server
+from examples import once_per_key
+from examples.notes_server import _append, count_notes, server
 
 
 def _marker(name: str) -> Path:

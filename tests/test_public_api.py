@@ -77,7 +77,9 @@ def test_the_face_has_38_names_and_one_per_integration(
     """38 names, and one (``activity_rules``) per framework integration; LangGraph adds
     the two wrappers of a ``ToolNode``'s tool calls (its async and sync hook), because a
     key per tool call is made inside the node activity, where only LangGraph's own
-    extension point reaches."""
+    extension point reaches; Strands adds the wrapper of an MCP client's transport,
+    because its MCP activity sends no caller's ``_meta`` and the transport is the one
+    thing of that call its user hands over."""
     counts = {module: len(names) for module, names in current.items()}
     core = {module: n for module, n in counts.items() if module not in INTEGRATIONS}
     assert sum(core.values()) <= MOST_CORE_NAMES, core
@@ -91,6 +93,7 @@ def test_the_face_has_38_names_and_one_per_integration(
 #: What an integration offers beside its rules: the hooks its framework asks for.
 HOOKS = {
     "temporal_ledger.activities.langgraph": ("ledger_tool_calls", "ledger_tool_calls_sync"),
+    "temporal_ledger.activities.strands": ("ledger_transport",),
 }
 
 

@@ -22,8 +22,13 @@ import pytest
 pytest.importorskip("strands", reason="the `strands` extra is not installed")
 pytest.importorskip("temporalio.strands_agents", reason="the `strands` extra is not installed")
 
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy
-from temporal_ledger.activities.strands import activity_rules
+from temporal_ledger.activities.http import wire_key
+from temporal_ledger.activities.strands import activity_rules, ledger_transport
 from temporal_ledger.ledger import Ledger
 from temporalio.client import Client
 from temporalio.strands_agents import StrandsPlugin
@@ -68,7 +73,7 @@ def notes_client() -> Any:
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "tests.strands_mcp_server"], cwd=str(ROOT)
     )
-    return MCPClient(lambda: stdio_client(params))
+    return MCPClient(ledger_transport(lambda: stdio_client(params)))
 
 
 def strands_plugin() -> StrandsPlugin:
@@ -149,6 +154,19 @@ def test_rules_name_the_integrations_activities() -> None:
         mcp_call.output.result({"content": []})
     with pytest.raises(TypeError):
         activity_rules(mcp_servers=[""])
+    # A call that raised comes back as Strands' error result: a lost reply, not an
+    # answer; the server's own error result (isError) is an answer.
+    lost = getattr(mcp_call, "lost_reply", None)
+    assert lost is not None
+    failed = {
+        "status": "error",
+        "toolUseId": "t-1",
+        "content": [{"text": "Tool execution failed: Connection closed"}],
+    }
+    assert lost(failed) and "Connection closed" in lost(failed)
+    assert lost({**failed, "isError": True}) is None
+    assert lost({**failed, "status": "success"}) is None
+    assert lost({**failed, "content": [{"text": "the ticket is closed"}]}) is None
 
 
 def test_strands_first_keeps_its_failure_converter() -> None:
@@ -323,3 +341,70 @@ async def test_reset_replays_the_mcp_call_and_the_tool_listing(
         assert len(done) == 10, [e.payload for e in done]
         assert sum(bool(e.payload.get("replayed")) for e in done) == 5
         assert ledger.verify().ok
+
+
+def span_exporter() -> InMemorySpanExporter:
+    """An exporter of the worker's spans, on the process's tracer provider."""
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
+
+
+async def test_the_mcp_server_gets_the_key_and_a_retry_after_a_lost_reply_writes_once(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """The call's transport (``ledger_transport``) puts the key and the worker's
+    ``traceparent`` in the request's ``_meta``. The server appends and dies before it
+    answers: Strands hands the failure back as the tool's result, the ledger takes it for
+    a lost reply and parks; the operator cannot tell and answers ``no_effect_confirmed``;
+    the call runs again under the same key and the server, deduping by it, answers
+    without a second line."""
+    exporter = span_exporter()
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = new_prompt("mcp", tmp_path)
+    Path(TARGETS[prompt] + ".lose-reply").touch()
+    # Workflow ids are user text: a space, '/', '#&=+?%' and non-ASCII.
+    workflow_id = f"strands ann/ü #&=+?% {prompt}"
+    async with running(temporal_address, ledger_url) as (client, task_queue):
+        handle = await client.start_workflow(
+            StrandsMcpWorkflow.run, prompt, id=workflow_id, task_queue=task_queue
+        )
+        [parked] = await wait_for(
+            lambda: open_effects(temporal_address, workflow_id), what="the MCP call to park"
+        )
+        assert lines(prompt) == [f"line for {prompt}"]
+        template = json.loads(shlex.split(parked["update_command"])[-1])
+        template.pop("output", None)
+        verdict = {
+            **template,
+            "verdict": "no_effect_confirmed",
+            "actor": "ops-ann",
+            "basis": "cannot see the note",
+        }
+        done, said = await send_update(temporal_address, workflow_id, "reconcile", verdict)
+        assert done == 0, said
+        answer = await handle.result()
+    assert answer == "done: noted (line 1)"
+    assert lines(prompt) == [f"line for {prompt}"], "the retried call wrote a second line"
+    seen = [
+        json.loads(line) for line in Path(TARGETS[prompt] + ".meta.jsonl").read_text().splitlines()
+    ]
+    first, second = seen
+    with Ledger.open(ledger_url) as ledger:
+        keys = {event.key for event in ledger.events() if event.key.startswith(workflow_id + "/")}
+        assert ledger.verify().ok
+    [key] = [k for k in keys if wire_key(k) == first["key"]]
+    assert second["key"] == first["key"] == wire_key(key)
+    # Each attempt's traceparent names the worker's span of that ledgered call.
+    spans = {
+        (f"{s.context.trace_id:032x}", f"{s.context.span_id:016x}"): s.name
+        for s in exporter.get_finished_spans()
+        if s.context is not None
+    }
+    for each in (first, second):
+        _, trace_id, span_id, _ = each["traceparent"].split("-")
+        assert spans.get((trace_id, span_id)) == "execute_tool append_note", each

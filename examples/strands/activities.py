@@ -24,6 +24,7 @@ from typing import Any
 from mcp import StdioServerParameters, stdio_client
 from strands.models import Model
 from strands.tools.mcp import MCPClient
+from temporal_ledger.activities.strands import ledger_transport
 from temporalio import activity
 
 from examples import lose_the_reply_if_asked, work_dir
@@ -105,11 +106,13 @@ async def issue_refund(order: str, cents: int) -> str:
 
 def notes_client() -> MCPClient:
     """The MCP notes server (``examples.strands.notes_server``) over stdio: the
-    integration starts it with the worker and keeps it for the worker's life."""
+    integration starts it with the worker and keeps it for the worker's life. Its
+    transport is given ``ledger_transport``, so each ledgered call carries its key to the
+    server, which dedupes by it."""
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "examples.strands.notes_server"],
         env={**os.environ, "SUPPORT_DIR": str(work_dir())},
         cwd=str(ROOT),
     )
-    return MCPClient(lambda: stdio_client(params))
+    return MCPClient(ledger_transport(lambda: stdio_client(params)))
