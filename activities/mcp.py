@@ -29,17 +29,14 @@ the ``MCPClient``'s transport is wrapped in
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote_plus
 
+from ..workflows._seam import is_wire_key
 from ._mcp import KEY_FIELD
 
 __all__ = ["ledger_key"]
-
-#: A wire-form key: letters, digits, ``-``, ``.``, ``_`` and ``~XX`` escapes.
-_WIRE_FORM = re.compile(r"(?:[A-Za-z0-9._-]|~[0-9A-F]{2})+")
 
 
 def _from_baggage(header: str) -> str | None:
@@ -85,7 +82,7 @@ def ledger_key(ctx: Any) -> str | None:
             return None
     else:
         return None
-    if not isinstance(key, str) or not _WIRE_FORM.fullmatch(key):
+    if not isinstance(key, str) or not is_wire_key(key):
         raise ValueError(
             f"the request's _meta[{KEY_FIELD!r}] is not a ledger key's wire form (letters, "
             f"digits, '-', '.', '_' and '~XX' escapes): {key!r:.200}"

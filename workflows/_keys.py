@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 
 def step_key(
@@ -39,6 +40,8 @@ def step_key(
 #: The characters a key keeps on the wire: RFC 3986's unreserved set without ``~``,
 #: which every router, proxy, client and header parser passes through unchanged.
 _WIRE_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._")
+#: A key's wire form: the safe characters and ``~XX`` escapes (upper-case hex).
+_WIRE_FORM = re.compile(r"(?:[A-Za-z0-9._-]|~[0-9A-F]{2})+")
 
 
 def wire_key(key: str) -> str:
@@ -64,3 +67,17 @@ def wire_key(key: str) -> str:
         c if c in _WIRE_SAFE else "".join(f"~{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
         for c in key
     )
+
+
+def is_wire_key(text: str) -> bool:
+    """Whether ``text`` is spelled as :func:`wire_key` spells a key (what a far side may
+    check before it files an effect under it).
+
+    Args:
+        text: What a request carries as a key.
+
+    Returns:
+        ``True`` for a non-empty run of letters, digits, ``-``, ``.``, ``_`` and ``~XX``
+        escapes.
+    """
+    return _WIRE_FORM.fullmatch(text) is not None
