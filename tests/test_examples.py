@@ -386,12 +386,15 @@ async def agent_example_refunds_and_notes_once(
     *,
     python: str | Path = sys.executable,
     cwd: Path = ROOT,
+    ledger: bool = True,
 ) -> None:
     """An agent example's worker and starter as docs/agents.md runs them, by default from
     the repository's root (``cwd``: a user's folder holding a copy of ``examples/``, run
     by ``python`` of a venv with the wheel); then a reset of the finished run replays every
-    tool call and model answer from the ledger. The effects land in the examples' folder in
-    the temporary directory, never in the repository."""
+    tool call and model answer from the ledger. With ``ledger=False`` the worker runs with
+    ``--no-ledger``, and the same reset refunds and notes again: what the ledger prevents.
+    The effects land in the examples' folder in the temporary directory, never in the
+    repository."""
     address = temporal_env.client.service_client.config.target_host
     # The processes' temporary directory (no SUPPORT_DIR): where the default folder is.
     monkeypatch.delenv("SUPPORT_DIR", raising=False)
@@ -400,23 +403,53 @@ async def agent_example_refunds_and_notes_once(
     in_root = root_effect_files()
     task_queue = f"examples-{example}-{uuid.uuid4().hex[:8]}"
     common = ["--address", address, "--task-queue", task_queue]
-    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    ledgered = ["--ledger", f"sqlite:///{tmp_path / 'ledger.db'}"] if ledger else ["--no-ledger"]
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # the model is scripted
     async with worker_process(
-        *common, "--ledger", ledger, example=example, python=python, cwd=cwd
+        *common, *ledgered, example=example, python=python, cwd=cwd
     ) as worker:
         printed = await starter_output(*common, example=example, python=python, cwd=cwd)
         workflow_id = printed.fields["workflow id"]
         answer = json.loads(printed.fields["result"])
         assert answer == "done: refunded 1250 cents on A-1 | note 1 on T-7"
         first = await temporal_env.client.get_workflow_handle(workflow_id).describe()
-        await reset_to_first_task(
+        reset_run = await reset_to_first_task(
             address, temporal_env.client, workflow_id, first.run_id, reason="test: replay"
         )
-    assert lines(folder / "notes.txt") == ["T-7: refunded A-1"]
-    assert len(lines(folder / "refunds.jsonl")) == 1
+        again = await temporal_env.client.get_workflow_handle(
+            workflow_id, run_id=reset_run
+        ).result()
+    # Ledgered, the reset run's tool calls are the first run's, replayed; without the
+    # ledger they act again: a second refund, and a second note on the ticket.
+    times = 1 if ledger else 2
+    assert again == f"done: refunded 1250 cents on A-1 | note {times} on T-7"
+    assert lines(folder / "notes.txt") == ["T-7: refunded A-1"] * times
+    assert len(lines(folder / "refunds.jsonl")) == times
     assert root_effect_files() == in_root, "the example wrote into the repository's root"
     # Nothing here needs an OpenAI key: neither process may warn that it is missing.
     assert worker.stdout is not None
     said = worker.said + (await worker.stdout.read()).decode() + printed.text
     assert "OPENAI_API_KEY" not in said, said
+
+
+def refuses_no_ledger_with_a_policy(
+    module: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--no-ledger`` leaves the ledger out: with ``--policy`` (or ``--ledger``) the
+    worker says so and exits 2, as argparse does, instead of ignoring the option."""
+    parse_args = importlib.import_module(module).parse_args
+    for option in (["--policy", "policy.toml"], ["--ledger", "sqlite:///x.db"]):
+        monkeypatch.setattr(sys, "argv", [module, "--no-ledger", *option])
+        with pytest.raises(SystemExit) as exited:
+            parse_args()
+        assert exited.value.code == 2
+        assert "--no-ledger runs without a ledger" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", [module, "--no-ledger"])
+    assert parse_args().no_ledger
+
+
+@pytest.mark.parametrize("example", ["google_adk", "langgraph"])
+def test_agent_worker_refuses_no_ledger_with_a_policy(
+    example: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refuses_no_ledger_with_a_policy(f"examples.{example}.worker", monkeypatch, capsys)

@@ -262,11 +262,15 @@ async def run_example_from_the_wheel(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An agent example as an app of a user's own: it refunds and notes once, and a reset
-    of the finished run replays both."""
+    of the finished run replays both; the same app with ``--no-ledger`` (effects in a
+    folder of their own) refunds and notes again after the same reset."""
     app = user_app(venv, tmp_path, monkeypatch)
-    await agent_example_refunds_and_notes_once(
-        example, temporal_env, tmp_path, monkeypatch, python=venv / "bin" / "python", cwd=app
-    )
+    python = venv / "bin" / "python"
+    for ledger, folder in ((True, tmp_path / "ledgered"), (False, tmp_path / "no-ledger")):
+        folder.mkdir()
+        await agent_example_refunds_and_notes_once(
+            example, temporal_env, folder, monkeypatch, python=python, cwd=app, ledger=ledger
+        )
 
 
 async def lost_reply_parks_in_the_wheel_app(
@@ -363,5 +367,6 @@ async def test_agent_apps_from_the_wheel_act_once_and_replay_a_reset(
 ) -> None:
     """The ADK and LangGraph examples copied out of the repository and run with the
     wheel's venv against the dev server; a ``temporal workflow reset`` of the finished
-    run replays every tool call from the ledger."""
+    run replays every tool call from the ledger, and without the ledger (``--no-ledger``)
+    the same app acts twice."""
     await run_example_from_the_wheel(example, agents_venv, temporal_env, tmp_path, monkeypatch)

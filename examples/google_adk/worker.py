@@ -7,10 +7,11 @@ tool call and MCP call ledgered.
     python -m examples.google_adk.starter               # in a second terminal
 
 Options: ``--address localhost:7233 --namespace default --task-queue ledger-support-adk
---ledger sqlite:///ledger.db --policy policy.toml``. The tools write ``refunds.jsonl``
-and ``notes.txt`` to ``$SUPPORT_DIR`` (default: ``temporal-ledger-examples`` in the
-system's temporary directory, never the repository). The model is scripted (no network,
-no API key): see ``activities.py``.
+--ledger sqlite:///ledger.db --policy policy.toml``, or ``--no-ledger``: the same worker
+without ``LedgerPlugin``, to see what the ledger prevents (a reset acts again). The
+tools write ``refunds.jsonl`` and ``notes.txt`` to ``$SUPPORT_DIR`` (default:
+``temporal-ledger-examples`` in the system's temporary directory, never the repository).
+The model is scripted (no network, no API key): see ``activities.py``.
 """
 
 from __future__ import annotations
@@ -37,16 +38,29 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--address", default="localhost:7233")
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--task-queue", default=TASK_QUEUE)
-    parser.add_argument("--ledger", default=f"sqlite:///{Path('ledger.db').resolve()}")
+    parser.add_argument("--ledger", help="the ledger's database (default: sqlite:///ledger.db)")
     parser.add_argument("--policy", type=Path, help="authority policy TOML (default: allow all)")
-    return parser.parse_args()
+    parser.add_argument(
+        "--no-ledger",
+        action="store_true",
+        help="the same worker without LedgerPlugin, to see what the ledger prevents: "
+        "a reset acts again",
+    )
+    args = parser.parse_args()
+    if args.no_ledger and (args.ledger or args.policy):
+        parser.error("--no-ledger runs without a ledger: leave out --ledger and --policy")
+    args.ledger = args.ledger or f"sqlite:///{Path('ledger.db').resolve()}"
+    return args
 
 
 def plugins(args: argparse.Namespace) -> list[object]:
     """The integration's plugin and the ledger's, on the client (the worker inherits
-    them); either may come first."""
+    them); either may come first. With ``--no-ledger``, the integration's alone."""
+    adk = GoogleAdkPlugin(toolset_providers=[TemporalMcpToolSetProvider(NOTES, notes_toolset)])
+    if args.no_ledger:
+        return [adk]
     return [
-        GoogleAdkPlugin(toolset_providers=[TemporalMcpToolSetProvider(NOTES, notes_toolset)]),
+        adk,
         LedgerPlugin(
             args.ledger,
             policy=args.policy,

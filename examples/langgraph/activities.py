@@ -8,7 +8,8 @@ example ``init_chat_model("openai:gpt-5").bind_tools([issue_refund, add_note])``
 its place. Each effectful tool has a node of its own, and each node runs its tool calls
 with LangGraph's ``ToolNode`` and the ledger's ``ledger_tool_calls``, so every tool call
 has a ledger key of its own (the node's key and the call's id): an unknown effect parks
-one tool call, not a batch (docs/agents.md, LangGraph). The tools write to the folder
+one tool call, not a batch (docs/agents.md, LangGraph); ``builder(ledgered=False)``
+leaves the ledger out (the worker's ``--no-ledger``). The tools write to the folder
 named by ``SUPPORT_DIR`` (default: ``temporal-ledger-examples`` in the system's temporary
 directory, never the repository: see ``examples.work_dir``); ``add_note`` appends to the
 same ``notes.txt`` as the MCP notes server of the other two examples
@@ -105,14 +106,29 @@ TOOL_NODE = ToolNode(
     awrap_tool_call=ledger_tool_calls,
     wrap_tool_call=ledger_tool_calls_sync,
 )
+#: Runs the tool calls as they are, for the worker's ``--no-ledger``: ``ledger_tool_calls``
+#: refuses to run outside a ledgered node.
+UNLEDGERED_TOOL_NODE = ToolNode(list(TOOLS.values()))
 
 
 async def _run_tools(state: State) -> State:
-    """Run the tool calls the model asked for with ``TOOL_NODE``. The calls cross the
-    activity boundary as dicts, which a ``ToolNode`` as the graph's node would not take
-    (docs/agents.md), so the node hands it the model's message rebuilt from them."""
+    """Run the tool calls the model asked for with ``TOOL_NODE``."""
+    return await _tools_ran(TOOL_NODE, state)
+
+
+async def _run_tools_unledgered(state: State) -> State:
+    """Run the tool calls the model asked for with ``UNLEDGERED_TOOL_NODE``."""
+    return await _tools_ran(UNLEDGERED_TOOL_NODE, state)
+
+
+async def _tools_ran(tools: ToolNode, state: State) -> State:
+    """The state after ``tools`` ran the model's tool calls. The calls cross the activity
+    boundary as dicts, which a ``ToolNode`` as the graph's node would not take
+    (docs/agents.md), so the node hands it the model's message rebuilt from them. (The
+    nodes are functions of the module, not closures: temporalio-langgraph names a node's
+    task by its module and qualified name.)"""
     asked = AIMessage(content="", tool_calls=state.get("tool_calls") or [])  # type: ignore[arg-type]
-    messages = await TOOL_NODE.ainvoke([asked])
+    messages = await tools.ainvoke([asked])
     results = list(state.get("results") or [])
     results.extend(str(message.content) for message in messages)
     return {"tool_calls": [], "results": results}
@@ -131,14 +147,16 @@ _OPTIONS: dict[str, Any] = {
 }
 
 
-def builder() -> StateGraph[Any, Any, Any, Any]:
+def builder(*, ledgered: bool = True) -> StateGraph[Any, Any, Any, Any]:
     """The graph, new each time: ``LangGraphPlugin`` wraps the nodes of the builder it is
     given. ``agent`` asks the model; ``issue_refund`` and ``add_note`` each run their one
-    tool and go back to it."""
+    tool and go back to it, through the ledger unless ``ledgered`` is false (the worker's
+    ``--no-ledger``)."""
     graph: StateGraph[Any, Any, Any, Any] = StateGraph(State)
     graph.add_node(MODEL_NODE, agent, metadata=dict(_OPTIONS))
+    run = _run_tools if ledgered else _run_tools_unledgered
     for name in TOOLS:
-        graph.add_node(name, _run_tools, metadata=dict(_OPTIONS))
+        graph.add_node(name, run, metadata=dict(_OPTIONS))
         graph.add_edge(name, MODEL_NODE)
     graph.add_edge(START, MODEL_NODE)
     graph.add_conditional_edges(MODEL_NODE, route, [*TOOLS, END])

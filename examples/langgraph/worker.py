@@ -6,8 +6,10 @@ activities (model node, refund node, note node), with every node ledgered.
     python -m examples.langgraph.starter                # in a second terminal
 
 Options: ``--address localhost:7233 --namespace default --task-queue ledger-support-lg
---ledger sqlite:///ledger.db --policy policy.toml``. The tools write ``refunds.jsonl``
-and ``notes.txt`` to ``$SUPPORT_DIR`` (default: ``temporal-ledger-examples`` in the system's
+--ledger sqlite:///ledger.db --policy policy.toml``, or ``--no-ledger``: the same worker
+without ``LedgerPlugin`` (and its tool nodes without ``ledger_tool_calls``), to see what
+the ledger prevents (a reset acts again). The tools write ``refunds.jsonl`` and
+``notes.txt`` to ``$SUPPORT_DIR`` (default: ``temporal-ledger-examples`` in the system's
 temporary directory, never the repository).
 """
 
@@ -35,24 +37,40 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--address", default="localhost:7233")
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--task-queue", default=TASK_QUEUE)
-    parser.add_argument("--ledger", default=f"sqlite:///{Path('ledger.db').resolve()}")
+    parser.add_argument("--ledger", help="the ledger's database (default: sqlite:///ledger.db)")
     parser.add_argument("--policy", type=Path, help="authority policy TOML (default: allow all)")
-    return parser.parse_args()
+    parser.add_argument(
+        "--no-ledger",
+        action="store_true",
+        help="the same worker without LedgerPlugin, to see what the ledger prevents: "
+        "a reset acts again",
+    )
+    args = parser.parse_args()
+    if args.no_ledger and (args.ledger or args.policy):
+        parser.error("--no-ledger runs without a ledger: leave out --ledger and --policy")
+    args.ledger = args.ledger or f"sqlite:///{Path('ledger.db').resolve()}"
+    return args
 
 
-async def main(args: argparse.Namespace) -> None:
+def plugins(args: argparse.Namespace) -> list[object]:
+    """The integration's plugin with the graph, and the ledger's; with ``--no-ledger``, the
+    integration's alone, with a graph whose tool nodes run their tools unledgered."""
+    langgraph = LangGraphPlugin(graphs={GRAPH: builder(ledgered=not args.no_ledger)})
+    if args.no_ledger:
+        return [langgraph]
     # The model node is retry-safe; each tool node acts at most once (an unknown effect
     # parks the run for an operator).
     rules = activity_rules(
         GRAPH, model_nodes=[MODEL_NODE], tool_nodes=list(TOOLS), per_tool_call=True
     )
+    return [langgraph, LedgerPlugin(args.ledger, policy=args.policy, ledger_activities=rules)]
+
+
+async def main(args: argparse.Namespace) -> None:
     client = await Client.connect(
         args.address,
         namespace=args.namespace,
-        plugins=[
-            LangGraphPlugin(graphs={GRAPH: builder()}),
-            LedgerPlugin(args.ledger, policy=args.policy, ledger_activities=rules),
-        ],
+        plugins=plugins(args),  # type: ignore[arg-type]
     )
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
