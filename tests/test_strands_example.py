@@ -58,7 +58,7 @@ def strands_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv_with(wheel, "strands", tmp_path_factory.mktemp("strands-venv"))
 
 
-async def test_strands_example_from_the_wheel_acts_once_and_replays_a_reset(
+async def test_strands_example_from_the_wheel_replays_a_reset_and_acts_twice_without_ledger(
     strands_venv: Path,
     temporal_env: WorkflowEnvironment,
     tmp_path: Path,

@@ -10,9 +10,10 @@ model ADK knows in the workflow's ``TemporalModel`` for a real one. The tools wr
 the folder named by ``SUPPORT_DIR`` (default: ``temporal-ledger-examples`` in the
 system's temporary directory, never the repository: see ``examples.work_dir``).
 
-ADK's MCP activity sends no request ``_meta``, so the notes server does not see the
-ledger's key here (it dedupes by it for the other two examples); the ledger's record is
-what keeps a retried or reset call from adding a second note.
+ADK's MCP tool takes no caller's ``_meta``; it sends what OpenTelemetry's propagator
+injects, so the ledger puts the key in the context's baggage while a ledgered call runs
+and the notes server reads it there (``ledger_key``) and dedupes by it, as for the other
+examples (docs/agents.md, Google ADK).
 """
 
 from __future__ import annotations
