@@ -10,8 +10,9 @@ The payload is stored as TEXT (not jsonb) so the stored bytes are exactly the on
 hashed, as in the SQLite backend; nothing on the server parses it, so any text JSON
 can hold (a NUL escape too) is written as it is, every time.
 
-Every value reaches the server as a bound parameter of psycopg; no SQL text is built
-from a value. A transaction's writes are one call of the server-side function
+Every value reaches the server as a bound parameter (of psycopg, or of its libpq
+binding for the one-statement calls on the event loop: ``_pg_call``); no SQL text is
+built from a value. A transaction's writes are one call of the server-side function
 ``ledger_write`` (installed by the migrations): it takes the key's lock, writes the
 key's record (guarded by the chain head the caller expects, when it expects one),
 inserts the events only if that write matched, adds the transaction's share to the
@@ -48,7 +49,6 @@ import json
 import queue
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, Literal
@@ -66,6 +66,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from ._errors import InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
+from ._pg_call import call_one_row
 from ._recorder import (
     Recorder,
     T,
@@ -303,8 +304,8 @@ def _describe(conninfo: str) -> str:
 @functools.cache
 def _write_sql(events: int, *, durable: bool = True) -> str:
     """The call of ``ledger_write`` with ``events`` events (the rest default to none), in
-    the server's own placeholders: it runs on a raw cursor, which has nothing to rewrite.
-    Not ``durable``: alone in its implicit transaction, it commits without waiting for
+    the server's own placeholders: it runs on a raw cursor or through libpq, and neither
+    rewrites it. Not ``durable``: alone in its implicit transaction, it commits without waiting for
     the disk (``set_config`` local to that transaction, in the same statement)."""
     count = 16 + len(_EVENT_FIELDS) * events
     placeholders = ", ".join(f"${n}" for n in range(1, count + 1))
@@ -516,12 +517,9 @@ class PostgresRecorder(Recorder):
         self._workers_lock = threading.Lock()
         # One-message transactions run on the event loop that first sends one, on
         # connections of a pool of its own (see transact_unchanged); a call from another
-        # loop takes the usual way. A cursor per connection is kept: one execute each.
+        # loop takes the usual way.
         self._loop_pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._cursors: weakref.WeakKeyDictionary[Any, psycopg.AsyncRawCursor[Any]] = (
-            weakref.WeakKeyDictionary()
-        )
         # Connections the loop took from its pool and keeps, idle, for its next calls:
         # the pool's checkout and return cost more instructions than the rest of a
         # one-message transaction's psycopg work (bench/README.md). The pool still opens,
@@ -796,14 +794,10 @@ class PostgresRecorder(Recorder):
         if conn is None:
             return None  # the usual way waits, and says why
         try:
-            cursor = self._cursors.get(conn)
-            if cursor is None:
-                cursor = self._cursors[conn] = psycopg.AsyncRawCursor(conn)
             sent = time.monotonic()
             # Not prepared: a statement prepared on first use would cost that call a
             # round trip of its own.
-            await cursor.execute(sql, params, prepare=False)
-            row = await cursor.fetchone()
+            row = await call_one_row(conn, sql.encode(), params)
         except psycopg.Error as exc:
             if isinstance(exc, _CONNECTION_ERRORS) and not _lost(exc):
                 # The server ended the connection before the implicit transaction
@@ -812,15 +806,15 @@ class PostgresRecorder(Recorder):
             raise self._write_failed(key, exc, committing=_lost(exc)) from exc
         finally:
             await self._given_back_on_loop(pool, conn)
-        assert row is not None
         clock, wrote, seen = row[:3]
         received = time.monotonic()
         if received - sent < _CLOCK_LAG_BOUND:
+            assert clock is not None
             self._clock = (float(clock), received)
-        if wrote:
+        if wrote == b"t":
             self._remember(key, tx.written)
             return True, result
-        self._remember(key, seen)
+        self._remember(key, None if seen is None else seen.decode())
         return False, None
 
     async def open_on_loop(self) -> None:

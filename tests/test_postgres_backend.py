@@ -182,6 +182,26 @@ async def test_values_bound_on_the_client_are_stored_exactly(postgres_url: str) 
         assert ledger.events("nul") == []
 
 
+async def test_a_call_larger_than_the_socket_buffers_is_sent_whole(postgres_url: str) -> None:
+    """A request and an output of several megabytes (non-ASCII, nested) go out in one
+    statement that libpq sends in pieces as the socket drains, are stored exactly, and
+    replay; a second key right after finds the connection idle."""
+    big = {"lines": [f"ligne {i} \u00e9\U0001f600 " * 20 for i in range(20_000)], "deep": [[[1.5]]]}
+    async with Ledger.open(postgres_url) as ledger:
+        first = await ledger.execute(
+            request("big", payload=big), authority=AUTHORITY, adapter=lambda req, ctx: big
+        )
+        again = await ledger.execute(
+            request("big", payload=big), authority=AUTHORITY, adapter=Effects()
+        )
+        after = await ledger.execute(request("after big"), authority=AUTHORITY, adapter=Effects())
+        assert not first.replayed and first.output == big
+        assert again.replayed and again.output == big
+        assert after.status is ActionStatus.SUCCEEDED
+        assert ledger.events("big")[0].payload["payload"] == big
+        assert ledger.verify().ok
+
+
 def _open_and_act(url: str, key: str, barrier: Any, results: Any) -> None:
     async def run() -> str:
         barrier.wait()
