@@ -66,11 +66,13 @@ class _KeyedSendStream(ObjectSendStream[Any]):
 def _stamped(item: Any, ours: dict[str, str]) -> Any:
     """A ``SessionMessage`` holding a ``tools/call`` request with the ledger's fields in
     its ``params._meta``; any other message unchanged."""
-    message = getattr(item, "message", None)
-    request = getattr(message, "root", None)
-    if getattr(request, "method", None) != _CALL_TOOL or not dataclasses.is_dataclass(item):
+    if not dataclasses.is_dataclass(item) or isinstance(item, type):
         return item
-    params = dict(getattr(request, "params", None) or {})
+    message: Any = getattr(item, "message", None)
+    request: Any = getattr(message, "root", None)
+    if getattr(request, "method", None) != _CALL_TOOL:
+        return item
+    params = dict(request.params or {})
     params["_meta"] = merged(params.get("_meta"), ours)
-    stamped = message.model_copy(update={"root": request.model_copy(update={"params": params})})  # type: ignore[union-attr]
-    return dataclasses.replace(item, message=stamped)  # type: ignore[type-var]
+    stamped = message.model_copy(update={"root": request.model_copy(update={"params": params})})
+    return dataclasses.replace(item, message=stamped)

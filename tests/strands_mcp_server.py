@@ -24,7 +24,7 @@ def _beside(path: str, suffix: str) -> Path:
 
 
 @server.tool()
-def append_note(path: str, line: str, ctx: Context) -> str:  # type: ignore[type-arg]
+def append_note(path: str, line: str, ctx: Context) -> str:  # type: ignore[type-arg]  # generic in the session types
     """Append a line to the file ``path`` (the effect the ledger protects).
 
     Args:

@@ -27,7 +27,7 @@ server = FastMCP("notes")
 
 
 @server.tool()
-def add_note(ticket: str, text: str, ctx: Context) -> str:  # type: ignore[type-arg]
+def add_note(ticket: str, text: str, ctx: Context) -> str:  # type: ignore[type-arg]  # generic in the session types
     """Add a note to a ticket.
 
     Args:
