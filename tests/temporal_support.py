@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import signal
 import sys
 import time
@@ -341,6 +342,37 @@ async def send_update(address: str, workflow_id: str, name: str, payload: Any) -
         json.dumps(payload),
         check=False,
     )
+
+
+async def confirm_no_effect(
+    address: str, workflow_id: str, *, while_parked: Callable[[], object] = lambda: None
+) -> dict[str, Any]:
+    """Wait for the run to park, then answer its one open effect as an operator who
+    cannot see it happened: the command the run shows, with ``no_effect_confirmed`` and
+    no output, sent with the real ``temporal workflow update``. The key may act once more.
+
+    Args:
+        address: The dev server's address.
+        workflow_id: The parked run's workflow id.
+        while_parked: Called once the run has parked, before the answer: where a test
+            asserts what the far side did before the reply was lost.
+
+    Returns:
+        The parked effect the run listed.
+    """
+    [parked] = await wait_for(lambda: open_effects(address, workflow_id), what="the call to park")
+    while_parked()
+    template = json.loads(shlex.split(parked["update_command"])[-1])
+    template.pop("output", None)
+    verdict = {
+        **template,
+        "verdict": "no_effect_confirmed",
+        "actor": "ops-ann",
+        "basis": "cannot see the effect",
+    }
+    done, said = await send_update(address, workflow_id, "reconcile", verdict)
+    assert done == 0, said
+    return dict(parked)
 
 
 def key_on_the_wire(ledger: Ledger, wire: str | None) -> str:

@@ -31,7 +31,7 @@ from tests.openai_support import LedgeredSupportWorkflow
 from tests.pydantic_ai_support import NOTES_DIR
 from tests.pydantic_ai_support import agent as pydantic_agent
 from tests.pydantic_ai_workflows import DurableSupportWorkflow
-from tests.temporal_support import lines, open_effects, wait_for
+from tests.temporal_support import confirm_no_effect, lines, open_effects, wait_for
 from tests.test_google_adk import running as adk_running
 from tests.test_openai_agents import Desk, call, reconcile, template_of
 from tests.test_pydantic_ai_durability import Desk as PydanticDesk
@@ -119,23 +119,6 @@ async def test_openai_agents_mcp_call_carries_the_key_and_a_retry_writes_one_not
         assert ledger_span_of(seen["traceparent"]) == [f"execute_tool {TOOL}"]
 
 
-async def no_effect_confirmed(address: str, workflow_id: str) -> None:
-    """Park, then the operator's verdict that lets the key act once more."""
-    [parked] = await wait_for(
-        lambda: open_effects(address, workflow_id), what="the MCP call to park"
-    )
-    template = template_of(parked["update_command"])
-    template.pop("output", None)
-    verdict = {
-        **template,
-        "verdict": "no_effect_confirmed",
-        "actor": "ops-ann",
-        "basis": "cannot see the note",
-    }
-    status, answer = await reconcile(address, workflow_id, verdict)
-    assert status == 0, answer
-
-
 @pytest.mark.parametrize("workflow_id", HOSTILE_IDS)
 async def test_pydantic_ai_mcp_call_carries_the_key_and_a_retry_writes_one_note(
     temporal_address: str, tmp_path: Path, workflow_id: str
@@ -159,7 +142,7 @@ async def test_pydantic_ai_mcp_call_carries_the_key_and_a_retry_writes_one_note(
             id=workflow_id,
             task_queue=desk.task_queue,
         )
-        await no_effect_confirmed(temporal_address, workflow_id)
+        await confirm_no_effect(temporal_address, workflow_id)
         result = await handle.result()
     assert "note" in result and desk.ticket in result
     assert desk.notes() == [f"{desk.ticket}: customer called"]
