@@ -11,9 +11,10 @@ columns, so the statement goes out here with libpq's ``send_query_params`` (the 
 protocol, as psycopg sends it: one message exchange, the same round trip) and the loop
 waits on the socket itself. Measured end to end (``bench/instructions.py``): a fresh
 call 1,667 k -> 1,399 k instructions, a replay 1,064 k -> 942 k. Errors are psycopg's own
-(``error_from_result`` for what the server says, libpq's ``OperationalError`` for a
-connection lost with nothing said), so callers tell a refused statement from a lost one
-as before.
+(``error_from_result`` for what the server says, with its SQLSTATE;
+``OperationalError`` with none for a connection lost with nothing said, whether libpq
+raises it or reports it as a result), so callers tell a refused statement from a lost
+one as before.
 """
 
 from __future__ import annotations
@@ -65,8 +66,9 @@ async def call_one_row(
         The first row's columns, as the server's text (``None`` for NULL).
 
     Raises:
-        psycopg.Error: The server refused the statement (it has a SQLSTATE), or the
-            connection was lost (it has none).
+        psycopg.OperationalError: The connection was lost with nothing said of the
+            statement (no SQLSTATE): it may have committed.
+        psycopg.Error: The server refused the statement (it has a SQLSTATE).
     """
     pgconn = conn.pgconn
     pgconn.send_query_params(sql, [_text(value) for value in params])
@@ -91,6 +93,11 @@ async def call_one_row(
             await _ready(loop, socket, write=False)
             _consume(pgconn)
     if failure is not None:
+        if failure.sqlstate is None:
+            # libpq's own report, not the server's: the connection broke (a reset, a
+            # backend gone before it said why) with nothing said of the statement, which
+            # may have committed. psycopg calls that an OperationalError; so do we.
+            raise psycopg.OperationalError(str(failure))
         raise failure
     if row is None:
         raise psycopg.ProgrammingError(f"the statement answered no row: {sql[:80]!r}")

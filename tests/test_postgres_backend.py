@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import multiprocessing
+import os
+import socket
 import threading
 import time
 from collections import Counter
@@ -29,6 +31,7 @@ from temporal_ledger.ledger import (
     NoEffect,
 )
 from temporal_ledger.ledger._models import EffectState, ExecutionContext
+from temporal_ledger.ledger._pg_call import call_one_row
 from temporal_ledger.ledger._postgres import MIGRATIONS, PostgresRecorder
 from temporal_ledger.ledger._recorder import SCHEMA_VERSION
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
@@ -200,6 +203,26 @@ async def test_a_call_larger_than_the_socket_buffers_is_sent_whole(postgres_url:
         assert after.status is ActionStatus.SUCCEEDED
         assert ledger.events("big")[0].payload["payload"] == big
         assert ledger.verify().ok
+
+
+async def test_a_connection_broken_during_a_call_is_lost_not_refused(postgres_url: str) -> None:
+    """The socket breaks while the one-statement write waits for its answer (a reset,
+    with nothing said by the server): the caller must hear a lost connection, which may
+    have committed (``OperationalError``, no SQLSTATE), never a refusal that says the
+    transaction rolled back. libpq reports this break as a result, not by raising."""
+    conn = await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
+    try:
+        call = asyncio.create_task(call_one_row(conn, b"SELECT pg_sleep(0.5), 1, 2", ()))
+        await asyncio.sleep(0.1)
+        with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)  # the client's side of a connection reset
+        with pytest.raises(psycopg.OperationalError) as lost:
+            await call
+        assert lost.value.sqlstate is None
+        assert "server closed the connection" in str(lost.value)
+        assert conn.pgconn.status == psycopg.pq.ConnStatus.BAD
+    finally:
+        await conn.close()
 
 
 def _open_and_act(url: str, key: str, barrier: Any, results: Any) -> None:
