@@ -27,6 +27,10 @@ from psycopg import errors
 from psycopg.pq import ExecStatus
 from psycopg.pq.abc import PGconn
 
+#: A result that says the statement failed: the server's error, or libpq's own (it
+#: could not read the answer: a broken connection, a reply it cannot parse).
+_FAILED = (ExecStatus.FATAL_ERROR, ExecStatus.BAD_RESPONSE)
+
 #: How a text parameter says NUL is refused: as psycopg's own dumper says it.
 _NUL = "PostgreSQL text fields cannot contain NUL (0x00) bytes"
 
@@ -87,7 +91,7 @@ async def call_one_row(
     while (result := pgconn.get_result()) is not None:
         if result.status == ExecStatus.TUPLES_OK and row is None and result.ntuples:
             row = [result.get_value(0, n) for n in range(result.nfields)]
-        elif result.status == ExecStatus.FATAL_ERROR and failure is None:
+        elif result.status in _FAILED and failure is None:
             failure = errors.error_from_result(result, encoding="utf-8")
         while pgconn.is_busy():
             await _ready(loop, socket, write=False)
