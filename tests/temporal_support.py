@@ -344,9 +344,14 @@ async def send_update(address: str, workflow_id: str, name: str, payload: Any) -
     )
 
 
+def template_of(command: str) -> dict[str, Any]:
+    """The JSON input of the update command the run shows its operator."""
+    return json.loads(shlex.split(command)[-1])
+
+
 async def confirm_no_effect(
     address: str, workflow_id: str, *, while_parked: Callable[[], object] = lambda: None
-) -> dict[str, Any]:
+) -> None:
     """Wait for the run to park, then answer its one open effect as an operator who
     cannot see it happened: the command the run shows, with ``no_effect_confirmed`` and
     no output, sent with the real ``temporal workflow update``. The key may act once more.
@@ -356,13 +361,10 @@ async def confirm_no_effect(
         workflow_id: The parked run's workflow id.
         while_parked: Called once the run has parked, before the answer: where a test
             asserts what the far side did before the reply was lost.
-
-    Returns:
-        The parked effect the run listed.
     """
     [parked] = await wait_for(lambda: open_effects(address, workflow_id), what="the call to park")
     while_parked()
-    template = json.loads(shlex.split(parked["update_command"])[-1])
+    template = template_of(parked["update_command"])
     template.pop("output", None)
     verdict = {
         **template,
@@ -372,7 +374,6 @@ async def confirm_no_effect(
     }
     done, said = await send_update(address, workflow_id, "reconcile", verdict)
     assert done == 0, said
-    return dict(parked)
 
 
 def key_on_the_wire(ledger: Ledger, wire: str | None) -> str:

@@ -53,6 +53,7 @@ from tests.temporal_support import (
     query_json,
     reset_to_first_task,
     send_update,
+    template_of,
     wait_for,
 )
 
@@ -233,7 +234,7 @@ async def reconcile_parked(address: str, workflow_id: str, output: Any) -> dict[
         lambda: open_effects(address, workflow_id), what="the tool call to park", within=90
     )
     assert await listed_as_parked(address, workflow_id)
-    template = json.loads(shlex.split(parked["update_command"])[-1])
+    template = template_of(parked["update_command"])
     verdict = {**template, "actor": "ops-ann", "basis": "checked the far side"}
     refused, said = await send_update(address, workflow_id, "reconcile", verdict)
     assert refused != 0 and "placeholder" in said, said

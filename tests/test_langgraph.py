@@ -49,6 +49,7 @@ from tests.temporal_support import (
     query_json,
     reset_to_first_task,
     send_update,
+    template_of,
     wait_for,
     worker_in_process,
 )
@@ -167,7 +168,7 @@ async def test_a_tool_node_that_acted_and_lost_its_reply_parks_until_reconciled(
             lambda: open_effects(temporal_address, workflow_id), what="the tool node to park"
         )
         assert await listed_as_parked(temporal_address, workflow_id)
-        template = json.loads(shlex.split(parked["update_command"])[-1])
+        template = template_of(parked["update_command"])
         assert template["output"] == PLACEHOLDER
         verdict = {
             **template,
@@ -290,7 +291,7 @@ async def test_a_lost_reply_of_one_call_parks_that_call_until_reconciled(
         node_key = f"{workflow_id}/{first}/2"
         assert parked["key"].startswith(node_key + "/call_"), parked
         assert "append_line" in parked["tool"]
-        template = json.loads(shlex.split(parked["update_command"])[-1])
+        template = template_of(parked["update_command"])
         assert template["output"] == {"content": PLACEHOLDER}
         verdict = {
             **template,

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shlex
 import signal
 import sys
 import uuid
@@ -39,6 +38,7 @@ from tests.temporal_support import (
     query_json,
     reset_to_first_task,
     send_update,
+    template_of,
     wait_for,
     worker_in_process,
 )
@@ -185,11 +185,6 @@ async def test_a_finished_run_reset_to_its_start_asks_no_model_and_acts_on_nothi
 
 async def reconcile(address: str, workflow_id: str, verdict: dict[str, Any]) -> tuple[int, str]:
     return await send_update(address, workflow_id, "reconcile", verdict)
-
-
-def template_of(command: str) -> dict[str, Any]:
-    """The JSON input of the update command the run shows its operator."""
-    return json.loads(shlex.split(command)[-1])
 
 
 async def test_an_mcp_tool_that_acted_and_lost_its_reply_parks_the_run_until_reconciled(

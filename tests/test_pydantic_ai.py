@@ -7,8 +7,6 @@ repeats no tool effect; the model responses and the tool result come from the le
 from __future__ import annotations
 
 import contextlib
-import json
-import shlex
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -40,6 +38,7 @@ from tests.temporal_support import (
     open_effects,
     reset_to_first_task,
     send_update,
+    template_of,
     wait_for,
 )
 
@@ -201,7 +200,7 @@ async def test_a_tool_that_acted_and_lost_its_reply_parks_the_agent_until_reconc
         )
         assert await listed_as_parked(temporal_address, workflow_id)
         # The template asks for the tool's own return value, not pydantic-ai's record of it.
-        template = json.loads(shlex.split(parked["update_command"])[-1])
+        template = template_of(parked["update_command"])
         assert template["output"] == PLACEHOLDER
         verdict = {**template, "actor": "ops-ann", "basis": "line 1 of the file"}
         refused, answer = await send_update(temporal_address, workflow_id, "reconcile", verdict)

@@ -52,6 +52,7 @@ from tests.temporal_support import (
     query_json,
     reset_to_first_task,
     send_update,
+    template_of,
     wait_for,
 )
 
@@ -263,7 +264,7 @@ async def test_a_tool_that_acted_and_lost_its_reply_parks_until_reconciled(
             lambda: open_effects(temporal_address, workflow_id), what="the tool call to park"
         )
         assert await listed_as_parked(temporal_address, workflow_id)
-        template = json.loads(shlex.split(parked["update_command"])[-1])
+        template = template_of(parked["update_command"])
         verdict = {
             **template,
             "actor": "ops-ann",
