@@ -177,11 +177,12 @@ def canonical_json(value: Any) -> bytes:
         return _TEXT_ENCODER.encode(value).encode()
     if value is None:
         return b"null"
-    if _same_as_sorted_json(value):
+    sortable = _as_sorted_json(value)
+    if sortable is not _NOT_SORTABLE:
         # For these values the standard encoder's sorted, compact output is byte-for-byte
         # RFC 8785 (same string escapes, same integer digits, same key order), and it
         # runs in C instead of rfc8785's per-character Python.
-        return _SORTED_ENCODER.encode(value).encode()
+        return _SORTED_ENCODER.encode(sortable).encode()
     try:
         return rfc8785.dumps(value)
     except Exception as exc:  # rfc8785 raises its own domain errors
@@ -197,22 +198,71 @@ _STORED_ENCODER = json.JSONEncoder(
 )
 
 
-def _same_as_sorted_json(value: Any) -> bool:
-    """No floats (RFC 8785 formats numbers like ECMAScript) and no object key with a
-    character from U+D800 up (RFC 8785 sorts keys by UTF-16 code units, Python by code
-    points; the two orders agree below the surrogate range)."""
-    if value is None or isinstance(value, (str, bool)):
-        return True
-    if isinstance(value, int):
-        return abs(value) <= _MAX_SAFE_INT
-    if isinstance(value, list):
-        return all(_same_as_sorted_json(item) for item in value)
+#: :func:`_as_sorted_json`'s answer for a value whose RFC 8785 form the standard encoder
+#: cannot write.
+_NOT_SORTABLE: Any = object()
+#: Every integer up to 2**53 is a float exactly, and its shortest round-trip digits are
+#: its own: ECMAScript writes such a float as the integer (``1.0`` as ``1``).
+_EXACT_FLOAT_INTEGERS = float(_MAX_SAFE_INT)
+#: From here up, Python's ``repr`` of a float that is not an integer writes the same
+#: shortest digits, positionally, as ECMAScript does; below it Python switches to an
+#: exponent (``1e-05``) at 1e-4, ECMAScript at 1e-6.
+_POSITIONAL_FROM = 1e-4
+
+
+def _as_sorted_json(value: Any) -> Any:
+    """``value`` in a form whose sorted, compact JSON from the standard encoder is its
+    RFC 8785 form, or :data:`_NOT_SORTABLE`. The value itself (no copy) when it holds no
+    float; a float that the two write differently is replaced by its integer, and one
+    that no such replacement fixes (an exponent either way) makes it not sortable, as does
+    an object key with a character from U+D800 up (RFC 8785 sorts keys by UTF-16 code
+    units, Python by code points; the two orders agree below the surrogate range).
+
+    Measured (bench/README.md, issue 30): a model call's payload (pydantic-ai's carries
+    floats) took rfc8785's per-character Python, ~1 ms of the ledger's CPU per call.
+    """
+    kind = type(value)
+    if value is None or kind is str or kind is bool:
+        return value
+    if kind is int:
+        return value if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT else _NOT_SORTABLE
+    if kind is float:
+        if value.is_integer():
+            return int(value) if abs(value) <= _EXACT_FLOAT_INTEGERS else _NOT_SORTABLE
+        # Not an integer: below 2**52, unless it is NaN or an infinity (no JSON at all).
+        return value if _POSITIONAL_FROM <= abs(value) < math.inf else _NOT_SORTABLE
     if isinstance(value, dict):
-        return all(
-            isinstance(k, str) and (not k or max(k) < "\ud800") and _same_as_sorted_json(v)
-            for k, v in value.items()
-        )
-    return False
+        changed: dict[str, Any] | None = None
+        for k, v in value.items():
+            if not isinstance(k, str) or (k and max(k) >= "\ud800"):
+                return _NOT_SORTABLE
+            form = _as_sorted_json(v)
+            if form is not v:
+                if form is _NOT_SORTABLE:
+                    return _NOT_SORTABLE
+                if changed is None:
+                    changed = dict(value)
+                changed[k] = form
+        return value if changed is None else changed
+    if isinstance(value, list):
+        items: list[Any] | None = None
+        for i, item in enumerate(value):
+            form = _as_sorted_json(item)
+            if form is not item:
+                if form is _NOT_SORTABLE:
+                    return _NOT_SORTABLE
+                if items is None:
+                    items = list(value)
+                items[i] = form
+        return value if items is None else items
+    # Subclasses of the scalars, as the standard encoder writes them (by their value).
+    if isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, int):
+        return _as_sorted_json(int(value))
+    if isinstance(value, float):
+        return _as_sorted_json(float(value))
+    return _NOT_SORTABLE  # not JSON: rfc8785 says what is wrong
 
 
 def model_json(model: BaseModel) -> Any:
