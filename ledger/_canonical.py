@@ -219,7 +219,8 @@ def _as_sorted_json(value: Any) -> Any:
     units, Python by code points; the two orders agree below the surrogate range).
 
     Measured (bench/README.md, issue 30): a model call's payload (pydantic-ai's carries
-    floats) took rfc8785's per-character Python, ~1 ms of the ledger's CPU per call.
+    floats) took rfc8785's per-character Python, 275 us for one of 2.5-16 KB against 143
+    us this way (the walk here ~90 us, the encoder ~48 us).
     """
     kind = type(value)
     if value is None or kind is str or kind is bool:
