@@ -8,7 +8,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias
 
 import rfc8785
@@ -233,29 +233,12 @@ def _as_sorted_json(value: Any) -> Any:
         # Not an integer: below 2**52, unless it is NaN or an infinity (no JSON at all).
         return value if _POSITIONAL_FROM <= abs(value) < math.inf else _NOT_SORTABLE
     if isinstance(value, dict):
-        changed: dict[str, Any] | None = None
-        for k, v in value.items():
+        for k in value:
             if not isinstance(k, str) or (k and max(k) >= "\ud800"):
                 return _NOT_SORTABLE
-            form = _as_sorted_json(v)
-            if form is not v:
-                if form is _NOT_SORTABLE:
-                    return _NOT_SORTABLE
-                if changed is None:
-                    changed = dict(value)
-                changed[k] = form
-        return value if changed is None else changed
+        return _with_forms(value, value.items(), dict)
     if isinstance(value, list):
-        items: list[Any] | None = None
-        for i, item in enumerate(value):
-            form = _as_sorted_json(item)
-            if form is not item:
-                if form is _NOT_SORTABLE:
-                    return _NOT_SORTABLE
-                if items is None:
-                    items = list(value)
-                items[i] = form
-        return value if items is None else items
+        return _with_forms(value, enumerate(value), list)
     # Subclasses of the scalars, as the standard encoder writes them (by their value).
     if isinstance(value, (str, bool)):
         return value
@@ -264,6 +247,21 @@ def _as_sorted_json(value: Any) -> Any:
     if isinstance(value, float):
         return _as_sorted_json(float(value))
     return _NOT_SORTABLE  # not JSON: rfc8785 says what is wrong
+
+
+def _with_forms(container: Any, entries: Iterable[tuple[Any, Any]], copy: Any) -> Any:
+    """``container`` with each entry's :func:`_as_sorted_json` form: itself while no entry
+    changes, else a ``copy`` of it with the changed ones (the caller's is never edited)."""
+    changed = None
+    for place, item in entries:
+        form = _as_sorted_json(item)
+        if form is not item:
+            if form is _NOT_SORTABLE:
+                return _NOT_SORTABLE
+            if changed is None:
+                changed = copy(container)
+            changed[place] = form
+    return container if changed is None else changed
 
 
 def model_json(model: BaseModel) -> Any:
