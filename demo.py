@@ -206,7 +206,7 @@ async def open_effects(address: str, workflow_id: str) -> list[dict[str, Any]]:
         )
         out, _ = await process.communicate()
         if process.returncode == 0:
-            result = json.loads(out).get("queryResult", [[]])[0]
+            result: list[dict[str, Any]] = json.loads(out).get("queryResult", [[]])[0]
             if result:
                 return result
         await asyncio.sleep(0.2)

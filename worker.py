@@ -71,7 +71,8 @@ def temporal_binary() -> str:
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec

@@ -42,13 +42,13 @@ def _append(line: str) -> int:
     return len(path.read_text(encoding="utf-8").splitlines())
 
 
-@server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+@server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
 def add_note(ticket: str, text: str, ctx: Context[Any]) -> str:
     """Add a note to a ticket."""
     return once_per_key(ledger_key(ctx), lambda: f"note {_append(f'{ticket}: {text}')} on {ticket}")
 
 
-@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
 def count_notes(ticket: str) -> int:
     """How many notes a ticket has."""
     path = _notes()

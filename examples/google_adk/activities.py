@@ -25,7 +25,9 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
-from google.adk.models import BaseLlm, LLMRegistry, LlmRequest, LlmResponse
+from google.adk.models import BaseLlm, LLMRegistry
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
 from google.adk.tools.mcp_tool import McpToolset, StdioConnectionParams
 from google.genai import types
 from mcp import StdioServerParameters

@@ -85,7 +85,7 @@ def scripted(state: State) -> AIMessage:
             "id": f"call_{uuid.uuid4().hex[:12]}",
             "type": "tool_call",
         }
-        return AIMessage(content="", tool_calls=[call])  # type: ignore[list-item]
+        return AIMessage(content="", tool_calls=[call])
     return AIMessage(content="done: " + " | ".join(returned))
 
 
@@ -127,7 +127,7 @@ async def _tools_ran(tools: ToolNode, state: State) -> State:
     (docs/agents.md), so the node hands it the model's message rebuilt from them. (The
     nodes are functions of the module, not closures: temporalio-langgraph names a node's
     task by its module and qualified name.)"""
-    asked = AIMessage(content="", tool_calls=state.get("tool_calls") or [])  # type: ignore[arg-type]
+    asked = AIMessage(content="", tool_calls=state.get("tool_calls") or [])
     messages = await tools.ainvoke([asked])
     results = list(state.get("results") or [])
     results.extend(str(message.content) for message in messages)

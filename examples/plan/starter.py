@@ -17,8 +17,9 @@ import json
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from .worker import TASK_QUEUE
@@ -45,6 +46,8 @@ async def main(args: argparse.Namespace) -> None:
         args.address, namespace=args.namespace, data_converter=pydantic_data_converter
     )
     workflow_id = f"plan-{uuid.uuid4()}"
+    # Either workflow: one answers a PlanReport, the other a count of lines.
+    handle: WorkflowHandle[Any, Any]
     if args.workflow == "plan":
         plan = Plan(
             calls=[
