@@ -60,9 +60,13 @@ Three things the app must know:
   reach it. Put ``LedgerPlugin`` on the client, not on ``Worker(plugins=...)``, or those
   calls run unledgered. The ``-server-session`` activity itself is not ledgered: it holds
   the connection and acts on nothing.
-* ADK's activities set no heartbeat timeout: a worker that dies mid-call is noticed when
-  the call's ``start_to_close_timeout`` (ADK's default: one minute) runs out; the next
-  attempt then finds the ledger's record and parks (a tool) or asks again (a model call).
+* ADK schedules its activities without a heartbeat timeout; the ledgered ones get the
+  ledger's (``LedgerOptions.heartbeat_timeout``, 5 seconds by default) and heartbeat
+  while they run, so a worker that dies mid-call is noticed within it, not when the
+  call's ``start_to_close_timeout`` (ADK's default: one minute) runs out; the next
+  attempt then finds the ledger's record and parks (a tool) or asks again (a model
+  call). A ``heartbeat_timeout`` given in ``activity_as_tool(...)``,
+  ``TemporalMcpToolSet(config=...)`` or ``TemporalModel(activity_config=...)`` is kept.
 
 Plugin order does not matter on a client: ADK installs its pydantic converter only when
 the default is in place, and ``LedgerPlugin`` leaves the choice to a later plugin that

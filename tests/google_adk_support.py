@@ -34,8 +34,9 @@ TOOLSET = "adk-notes"
 NOTES_DIR = Path(os.environ.get("ADK_NOTES_DIR") or tempfile.mkdtemp(prefix="adk-notes-"))
 #: Model calls, by the prompt's first line (each test uses its own).
 MODEL_CALLS: dict[str, int] = {}
-#: How long a tool may run: a lost attempt of an ADK activity (no heartbeat timeout)
-#: is noticed when this runs out.
+#: How long a tool may run: a lost attempt of an unledgered ADK activity (ADK sets no
+#: heartbeat timeout, and only the ledgered ones get the ledger's) is noticed when this
+#: runs out.
 TOOL_TIMEOUT = timedelta(seconds=10)
 
 

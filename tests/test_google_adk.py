@@ -15,6 +15,7 @@ import json
 import shlex
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
 from temporal_ledger.workflows._protocol import PLACEHOLDER
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.google_adk import (
     GoogleAdkPlugin,
@@ -175,6 +177,17 @@ async def test_reset_of_finished_agent_run_replays_model_and_tool(
         assert answer == "done: refunded 500 cents on A-1"
         assert MODEL_CALLS[run] == 2
         assert refunds(tmp_path) == [{"order": "A-1", "cents": 500}]
+        # ADK schedules its activities without a heartbeat timeout: each ledgered one
+        # (model calls, the tool, the MCP toolset's) gets the ledger's, 5 s by default.
+        scheduled = {
+            event.activity_task_scheduled_event_attributes.activity_type.name: (
+                event.activity_task_scheduled_event_attributes.heartbeat_timeout.ToTimedelta()
+            )
+            async for event in handle.fetch_history_events()
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        }
+        assert {"invoke_model", "issue_refund"} <= set(scheduled), scheduled
+        assert set(scheduled.values()) == {timedelta(seconds=5)}, scheduled
 
         new_run = await reset_to_first_task(
             temporal_address,
