@@ -36,7 +36,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from ..workflows._seam import wire_key
+from ..ledger._seam import wire_key
 from ._tracing import traceparent
 
 #: The ``_meta`` field of a ledgered MCP request that holds the key's wire form.

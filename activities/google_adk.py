@@ -90,7 +90,8 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "integration: pip install 'temporal-ledger[google-adk]'"
     ) from exc
 
-from ..workflows._seam import PLACEHOLDER, wire_key
+from ..ledger._seam import wire_key
+from ..workflows._seam import PLACEHOLDER
 from ._generic import LedgeredActivity, _CallableRule
 from ._mcp import KEY_FIELD
 from ._probe import Probe

@@ -42,8 +42,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from ..ledger import NoEffect
-from ..ledger._seam import moved_names
-from ..workflows._seam import wire_key
+from ..ledger._seam import moved_names, wire_key
 from ._probe import Probe, ProbeAnswer
 from ._runtime import tool_context
 

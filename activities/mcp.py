@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote_plus
 
-from ..workflows._seam import is_wire_key
+from ..ledger._seam import is_wire_key
 from ._mcp import KEY_FIELD
 
 __all__ = ["ledger_key"]

@@ -38,6 +38,7 @@ from ._signatures import (
 )
 from ._sqlite import path_from_url
 from ._template_text import refuse_placeholders, refuse_probe_name
+from ._wire import key_from_wire
 
 ENV_URL = "LEDGER_URL"
 # Exit statuses: see the parser's epilog and docs/operating.md's "The operator CLI".
@@ -121,7 +122,9 @@ def _parser() -> argparse.ArgumentParser:
 def _add_reading_commands(commands: Any, common: list[argparse.ArgumentParser]) -> None:
     """show, events, open-effects: what the ledger holds."""
     show = commands.add_parser("show", parents=common, help="a key's state and its events")
-    show.add_argument("key", type=_key)
+    show.add_argument(
+        "key", type=_key, help="the key, or its wire form as a far side holds it (~2F for /)"
+    )
 
     events = commands.add_parser("events", parents=common, help="the log, in order")
     events.add_argument("--key", type=_key, help="only this key's events")
@@ -627,9 +630,24 @@ def _signed_for(ledger: Ledger, args: argparse.Namespace) -> dict[str, str]:
 
 
 def _show_key(ledger: Ledger, args: argparse.Namespace) -> int:
-    """A key's state and its events; refused when it has no records."""
-    state = ledger.state(args.key)
-    events = ledger.events(args.key)
+    """A key's state and its events; refused when it has no records.
+
+    A key copied from a far side is in its wire form (``order~2Fr1~2Fcharge``); one that
+    has no records as given is looked up as the key that wire form spells, and the
+    operator is told which key is shown.
+    """
+    key: str = args.key
+    events = ledger.events(key)
+    spelled = key_from_wire(key) if not events else None
+    if spelled is not None and spelled != key:
+        print(
+            f"temporal-ledger: {key!r} is the wire form (as a far side holds it) of the key "
+            f"{spelled!r}",
+            file=sys.stderr,
+        )
+        key = spelled
+        events = ledger.events(key)
+    state = ledger.state(key)
     if args.json:
         _print_json(
             {
@@ -638,7 +656,7 @@ def _show_key(ledger: Ledger, args: argparse.Namespace) -> int:
             }
         )
     elif not events:
-        print(f"key {args.key!r}: no records")
+        print(f"key {key!r}: no records")
     else:
         requested = [e for e in events if e.type == EventType.REQUESTED]
         run = requested[-1].payload.get("context") or {} if requested else {}

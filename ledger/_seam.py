@@ -23,6 +23,7 @@ from ._schema import output_misfit, output_template
 from ._signatures import DecisionSignature, Signers, read_policy_file
 from ._sqlite import path_from_url
 from ._template_text import refuse_placeholders, refuse_probe_name
+from ._wire import is_wire_key, wire_key
 
 __all__ = [
     "ApprovalState",
@@ -35,6 +36,7 @@ __all__ = [
     "Signers",
     "canonical_dump",
     "check_json",
+    "is_wire_key",
     "may_act_again",
     "model_json",
     "moved",
@@ -47,4 +49,5 @@ __all__ = [
     "refuse_placeholders",
     "refuse_probe_name",
     "shown_url",
+    "wire_key",
 ]

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import (
     ActionRequest,
     ActionStatus,
@@ -31,6 +32,7 @@ from temporal_ledger.ledger import (
 from temporal_ledger.ledger._cli import _parser
 from temporal_ledger.ledger._schema import output_problems
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
+from temporal_ledger.ledger._wire import key_from_wire
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENT_FIELDS = {
@@ -202,6 +204,59 @@ def test_show_an_unknown_key_fails(populated: Populated) -> None:
     done = cli(populated.url, "show", "never-seen")
     assert done.returncode == 1
     assert "no records" in done.stdout
+
+
+#: A step's key as the Temporal side makes it, and the spelling a far side holds it in.
+SLASHED = "order-ann smith/0195-run/charge"
+SLASHED_ON_THE_WIRE = "order-ann~20smith~2F0195-run~2Fcharge"
+
+
+async def test_show_takes_a_key_in_the_wire_form_a_far_side_holds(tmp_path: Path) -> None:
+    assert wire_key(SLASHED) == SLASHED_ON_THE_WIRE  # what a far side is sent
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    async with Ledger.open(url) as ledger:
+        far = FarSide({"charge_id": "C-1"})
+        await ledger.execute(request(SLASHED), authority=AUTHORITY, adapter=far)
+        # A key that is spelled as a wire form itself is shown as it is, not decoded.
+        twin = "twin~2Fkey"
+        await ledger.execute(request(twin), authority=AUTHORITY, adapter=far)
+        await ledger.execute(request("twin/key"), authority=AUTHORITY, adapter=far)
+
+    done = cli(url, "show", SLASHED_ON_THE_WIRE)
+    assert done.returncode == 0, done.stderr
+    assert f"key: {SLASHED}\n" in done.stdout and "status: succeeded" in done.stdout
+    assert repr(SLASHED_ON_THE_WIRE) in done.stderr and repr(SLASHED) in done.stderr
+    shown = cli_json(url, "show", SLASHED_ON_THE_WIRE)
+    assert shown["state"]["key"] == SLASHED
+    assert {e["key"] for e in shown["events"]} == {SLASHED}
+    assert shown["state"]["output"] == {"charge_id": "C-1"}
+
+    literal = cli(url, "show", twin)
+    assert literal.returncode == 0 and f"key: {twin}\n" in literal.stdout
+    assert literal.stderr == ""
+
+    # The wire form of a key without records: refused, naming the key it spells.
+    missing = cli(url, "show", "never~2Fseen")
+    assert missing.returncode == 1
+    assert "key 'never/seen': no records" in missing.stdout
+    assert "'never~2Fseen'" in missing.stderr
+    # Not a wire form (an escape of a kept letter, invalid UTF-8, percent-encoding): as given.
+    for text in ("order~41", "order~FF", "order%2Fr1"):
+        refused = cli(url, "show", text)
+        assert refused.returncode == 1 and f"key {text!r}: no records" in refused.stdout
+        assert refused.stderr == "", refused.stderr
+
+
+@pytest.mark.parametrize("key", [SLASHED, "plain-key_1.0", "tilde~7E/x", "caf\u00e9 \u2603/r/1"])
+def test_a_keys_wire_form_spells_that_key_back(key: str) -> None:
+    assert key_from_wire(wire_key(key)) == key
+
+
+@pytest.mark.parametrize(
+    "text", ["", "a~41", "a~2f", "a~FF", "a~C3", "a/b", "a%2Fb", "a~0A", "~" + "41" * 200]
+)
+def test_text_that_no_key_is_spelled_as_names_no_key(text: str) -> None:
+    assert key_from_wire(text) is None
 
 
 # events -------------------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import re
 
 
 def step_key(
@@ -35,49 +34,3 @@ def step_key(
     digest = hashlib.sha256(key.encode()).hexdigest()
     prefix = "".join(c if c.isprintable() else "?" for c in workflow_id)[:120]
     return f"{prefix}/sha256:{digest}"
-
-
-#: The characters a key keeps on the wire: RFC 3986's unreserved set without ``~``,
-#: which every router, proxy, client and header parser passes through unchanged.
-_WIRE_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._")
-#: A key's wire form: the safe characters and ``~XX`` escapes (upper-case hex).
-_WIRE_FORM = re.compile(r"(?:[A-Za-z0-9._-]|~[0-9A-F]{2})+")
-
-
-def wire_key(key: str) -> str:
-    """The one spelling of ``key`` that a far side sees, in a header, a body and a lookup.
-
-    Letters, digits, ``-``, ``.`` and ``_`` stay; every other character becomes ``~`` and
-    two upper-case hex digits per UTF-8 byte (``order-ann smith/r1/step`` is
-    ``order-ann~20smith~2Fr1~2Fstep``). Percent-encoding would not do: a router, a proxy or
-    a framework decodes ``%`` in a query or a path (Starlette, FastAPI and most others do)
-    but never in a header, so a far side would file an operation under one spelling and
-    look it up under another. The form is made only of characters nothing decodes, and is
-    one-to-one, so the far side never has to decode anything to match a key.
-
-    Args:
-        key: The ledger's idempotency key.
-
-    Returns:
-        The key's wire form.
-    """
-    if all(c in _WIRE_SAFE for c in key):
-        return key
-    return "".join(
-        c if c in _WIRE_SAFE else "".join(f"~{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
-        for c in key
-    )
-
-
-def is_wire_key(text: str) -> bool:
-    """Whether ``text`` is spelled as :func:`wire_key` spells a key (what a far side may
-    check before it files an effect under it).
-
-    Args:
-        text: What a request carries as a key.
-
-    Returns:
-        ``True`` for a non-empty run of letters, digits, ``-``, ``.``, ``_`` and ``~XX``
-        escapes.
-    """
-    return _WIRE_FORM.fullmatch(text) is not None

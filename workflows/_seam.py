@@ -8,7 +8,7 @@ private modules (``docs/repository.md``, Imports). Not public API.
 """
 
 from ._interceptor import LedgerWorkflowInterceptor
-from ._keys import is_wire_key, step_key, wire_key
+from ._keys import step_key
 from ._options import ActivityOptions, LedgerOptions
 from ._protocol import (
     ANCHOR_HEADER,
@@ -72,7 +72,5 @@ __all__ = [
     "ToolOutcome",
     "ToolSpec",
     "UnknownEffect",
-    "is_wire_key",
     "step_key",
-    "wire_key",
 ]
