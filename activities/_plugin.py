@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import shlex
 import warnings
@@ -132,7 +133,9 @@ class LedgerPlugin(SimplePlugin):
             it starts to run, before it polls.
         policy: Which performers may use which capabilities, who may reconcile and who
             may approve: a :class:`Policy`, the path of its TOML file, or ``None`` for
-            the logged allow-all of local development.
+            the logged allow-all of local development. A worker whose tools declare a
+            probe that its ``[reconcile] probes`` does not name warns at start, once,
+            naming them and the line to put in the policy.
         lease: Deprecated in 0.3 (gone in 0.4): pass ``options=LedgerOptions(lease=...)``.
         ledger_activities: Activities you did not write with ``@tool`` to put through
             the ledger too: glob patterns of activity types (such as pydantic-ai's
@@ -198,6 +201,8 @@ class LedgerPlugin(SimplePlugin):
         self._awaiting_approval_attribute = False
         #: Every @tool on this plugin's workers, by name: the probe activity finds them here.
         self._tools: dict[str, Any] = {}
+        #: The tools whose probe the policy does not name, warned of at a worker's start.
+        self._warned_probes: set[str] = set()
         super().__init__(
             "temporal_ledger.LedgerPlugin",
             data_converter=_pydantic_converter,
@@ -299,10 +304,11 @@ class LedgerPlugin(SimplePlugin):
         async with self._worker_running():
             if self._ledger_source is not None and not worker.config().get("no_remote_activities"):
                 try:
-                    await self._open_runtime()
+                    runtime = await self._open_runtime()
                 except Exception:
                     await _stop_unstarted(worker, next)
                     raise
+                self._warn_of_probes_the_policy_does_not_name(runtime.policy)
             await next(worker)
 
     @asynccontextmanager
@@ -342,6 +348,45 @@ class LedgerPlugin(SimplePlugin):
                     trace_content=self._trace_content,
                 )
         return self._runtime
+
+    def _warn_of_probes_the_policy_does_not_name(self, policy: Policy) -> None:
+        """Warn, once for each tool, of a declared probe the policy does not let decide.
+
+        Only the tools that ``[reconcile] probes`` names may have their probe settle an
+        unknown effect; any other's probe is refused when it would run, and its unknown
+        effects park for a person, as if it had none. Declaring ``probe=`` says the
+        opposite is wanted, so a worker that starts this way says so, with the fix.
+        """
+        declared = [
+            name
+            for name, fn in self._tools.items()
+            if getattr(fn, "__ledger_probe__", None) is not None
+        ]
+        declared += [rule.pattern for rule in self.ledger_activities if rule.probe is not None]
+        unnamed = [
+            name
+            for name in dict.fromkeys(declared)
+            if name not in self._warned_probes and not policy.may_probe(name)
+        ]
+        if not unnamed:
+            return
+        self._warned_probes.update(unnamed)
+        probes = json.dumps([*policy.probes, *unnamed])  # a TOML array as well
+        source = self._policy_source
+        if isinstance(source, (str, Path)):
+            fix = (
+                f"put this line under [reconcile] in {source} (in place of its probes line, "
+                f"if any): probes = {probes}"
+            )
+        else:
+            fix = f"give the policy probes={probes} ([reconcile] probes = [...] in its file)"
+        logger.warning(
+            "ledger policy: the probes of tools %s may not settle an unknown effect: [reconcile] "
+            "probes does not name them, so each unknown effect of theirs parks for a person, "
+            "unprobed; to let them decide, %s",
+            ", ".join(repr(name) for name in unnamed),
+            fix,
+        )
 
     def _load_policy(self) -> Policy:
         source = self._policy_source

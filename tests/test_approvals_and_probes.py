@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import re
 import sqlite3
 import sys
@@ -21,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from temporal_ledger.activities import LedgeredActivity, LedgerPlugin, Policy
 from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import ActionRequest, Ledger
 from temporal_ledger.ledger._models import ApprovalState, EventType
@@ -426,3 +428,79 @@ async def test_lookup_probe_reads_the_far_sides_answer(payments: Payments) -> No
     assert broken.finding is Finding.INCONCLUSIVE and "404" in broken.basis
     refused = await by_key(key, Payment(base_url="http://127.0.0.1:9", amount=4))
     assert refused.finding is Finding.INCONCLUSIVE and "ConnectError" in refused.basis
+
+
+#: A policy whose probes name none of the payment tools.
+OTHER_PROBES = """
+[performers]
+"agent" = ["payments.*"]
+
+[reconcile]
+actors = ["ops-*"]
+probes = ["place_order"]
+"""
+
+
+async def _start_and_stop(setup: Setup, plugin: LedgerPlugin, *, times: int = 1) -> None:
+    """Start a worker of the payment tools on ``plugin`` and stop it, ``times`` times."""
+    client = await Client.connect(setup.address, plugins=[plugin])
+    for _ in range(times):
+        async with Worker(
+            client,
+            task_queue=setup.task_queue,
+            workflows=[PaymentWorkflow],
+            activities=list(PAYMENT_TOOLS.values()),
+        ):
+            pass
+
+
+def _probe_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "[reconcile]" in r.getMessage()]
+
+
+async def test_a_worker_warns_once_of_probes_the_policy_does_not_name(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tools that declare ``probe=`` (a ``@tool``'s, a ledgered activity's rule's) that the
+    policy's ``[reconcile] probes`` does not name would park every unknown effect unprobed:
+    the worker says so at start, once, with the line that lets them decide."""
+    from tests.approval_tools import broken_probe
+
+    caplog.set_level(logging.WARNING)
+    setup.policy.write_text(OTHER_PROBES)
+    rule = LedgeredActivity("ship_parcel", probe=broken_probe)
+    plugin = LedgerPlugin(setup.ledger_url, policy=setup.policy, ledger_activities=[rule])
+    await _start_and_stop(setup, plugin, times=2)  # a second worker: no second warning
+    [warning] = _probe_warnings(caplog)
+    unnamed = ["charge", "charge_conclusive", "charge_broken_probe", "ship_parcel"]
+    for name in unnamed:
+        assert repr(name) in warning, warning
+    assert "'refund'" not in warning  # it declares no probe
+    assert str(setup.policy) in warning
+    line = warning.rsplit(": ", 1)[1]
+    assert line == f"probes = {json.dumps(['place_order', *unnamed])}", warning
+
+    # The line put in the policy file, in place of its probes line: no warning.
+    caplog.clear()
+    setup.policy.write_text(OTHER_PROBES.replace('probes = ["place_order"]', line))
+    fixed = LedgerPlugin(setup.ledger_url, policy=setup.policy, ledger_activities=[rule])
+    await _start_and_stop(setup, fixed)
+    assert _probe_warnings(caplog) == []
+    assert all(Policy.load(setup.policy).may_probe(name) for name in unnamed)
+
+
+async def test_a_policy_that_names_a_tools_probe_by_pattern_draws_no_warning_for_it(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
+    named = Policy(performers={"agent": ["payments.*"]}, probes=["charge"])
+    await _start_and_stop(setup, LedgerPlugin(setup.ledger_url, policy=named))
+    [warning] = _probe_warnings(caplog)
+    assert "'charge_conclusive', 'charge_broken_probe'" in warning
+    assert "'charge'," not in warning and "'charge' " not in warning
+    assert 'probes=["charge", "charge_conclusive", "charge_broken_probe"]' in warning
+
+    caplog.clear()
+    everything = Policy(performers={"agent": ["payments.*"]}, probes=["charge*"])
+    await _start_and_stop(setup, LedgerPlugin(setup.ledger_url, policy=everything))
+    assert _probe_warnings(caplog) == []
