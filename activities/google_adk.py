@@ -16,6 +16,9 @@ add one plugin and change no agent::
         ],
     )
 
+(``factory(argument)`` returns the toolset's ``McpToolset``: the provider calls it with
+``TemporalMcpToolSet``'s ``factory_argument``, ``None`` by default, so it takes one.)
+
 Then every call of those activities goes through the ledger, keyed by workflow, first
 execution run and the call's number in the run (see ``activities._generic``):
 

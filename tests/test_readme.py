@@ -3,6 +3,10 @@ app (``tests/test_user_app.py`` runs that) run as they are shown."""
 
 from __future__ import annotations
 
+import ast
+import builtins
+import importlib
+import inspect
 import json
 import os
 import re
@@ -11,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporal_ledger.activities import LedgerPlugin, Policy
@@ -24,6 +29,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 GETTING_STARTED = "docs/getting-started.md"
 BACKENDS = "docs/backends.md"
 APPROVALS_AND_PROBES = "docs/approvals-and-probes.md"
+AGENTS = "docs/agents.md"
 
 
 def blocks(language: str, page: str = "README.md") -> list[str]:
@@ -54,6 +60,80 @@ def test_the_policy_snippet_is_a_valid_policy(tmp_path: Path) -> None:
     assert not policy.authority_for("agent-7").allows("payments.charge")
     assert policy.requires_approval("payments.refund") and not policy.requires_approval("mail.x")
     assert policy.may_approve("lead-ann") and not policy.may_approve("ops-alice")
+
+
+def _agent_snippet(named: str) -> str:
+    """The one Python snippet of ``docs/agents.md`` that defines ``named``."""
+    (snippet,) = [b for b in blocks("python", AGENTS) if f"def {named}(" in b or f"{named} =" in b]
+    return snippet
+
+
+def _names_left_undefined(snippet: str) -> set[str]:
+    """The names a snippet reads at its top level, or in its functions, and never binds."""
+    tree = ast.parse(snippet)  # top-level await parses; only compiling refuses it
+    bound = set(dir(builtins))
+    read: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arguments):
+            bound |= {a.arg for a in [*node.posonlyargs, *node.args, *node.kwonlyargs]}
+        elif isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+    return read - bound
+
+
+def _imports_that_exist_here(snippet: str) -> list[str]:
+    """Import each name the snippet imports from a module installed here; the modules
+    found (Strands' run in an environment of their own, scripts/test-strands)."""
+    found = []
+    for node in ast.walk(ast.parse(snippet)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            try:
+                module = importlib.import_module(node.module)
+            except ModuleNotFoundError:
+                continue
+            for alias in node.names:
+                assert hasattr(module, alias.name), f"{node.module} has no {alias.name}"
+            found.append(node.module)
+    return found
+
+
+def test_the_adk_snippet_defines_a_toolset_factory_of_the_providers_shape() -> None:
+    snippet = _agent_snippet("notes_toolset")
+    # Only the app's own tool is left to the reader.
+    assert _names_left_undefined(snippet) == {"issue_refund"}
+    modules = [n.module for n in ast.walk(ast.parse(snippet)) if isinstance(n, ast.ImportFrom)]
+    assert _imports_that_exist_here(snippet) == modules  # every one, with the google-adk extra
+    from google.adk.tools.mcp_tool import McpToolset
+    from temporalio.google_adk import TemporalMcpToolSet
+
+    defined: dict[str, Any] = {}
+    exec(snippet.split("client = await", 1)[0], defined)
+    # temporalio-google-adk calls toolset_factory(factory_argument) for every MCP
+    # activity; TemporalMcpToolSet's factory_argument is None unless given.
+    factory_argument = inspect.signature(TemporalMcpToolSet).parameters["factory_argument"]
+    toolset = defined["notes_toolset"](factory_argument.default)
+    assert isinstance(toolset, McpToolset)
+    assert isinstance(defined["notes_toolset"]("some argument"), McpToolset)
+
+
+def test_the_strands_snippet_defines_its_mcp_client_and_server_parameters() -> None:
+    snippet = _agent_snippet("notes_server_params")
+    # The app's own tool and model factory are left to the reader; MCPClient,
+    # stdio_client and the server's parameters are not.
+    assert _names_left_undefined(snippet) == {"issue_refund", "make_model"}
+    assert "mcp" in _imports_that_exist_here(snippet)  # the rest where Strands is installed
+    params = re.search(r"^notes_server_params = (.*)$", snippet, flags=re.M)
+    assert params is not None
+    from mcp import StdioServerParameters
+
+    assert isinstance(
+        eval(params.group(1), {"StdioServerParameters": StdioServerParameters}),
+        StdioServerParameters,
+    )
 
 
 def test_the_readme_links_nothing_outside_the_repository() -> None:
