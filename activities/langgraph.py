@@ -182,7 +182,8 @@ def _normalize(activity_type: str, args: list[Any]) -> dict[str, Any]:
     The plugin sends ``{"args", "kwargs", "langgraph_config"}``. The config's run id,
     checkpoint ids, task id and scratchpad are LangGraph's per-run bookkeeping and
     change on a reset, so they are not identity; the runnable config a node asked for
-    (``kwargs["config"]``) carries the same. Arguments of another shape (another
+    (``kwargs["config"]``) carries the same. So is the ``id`` of each message in the
+    node's input (:func:`_without_message_ids`). Arguments of another shape (another
     version) are fingerprinted whole: a spurious conflict refuses loudly, a too-lenient
     fingerprint would replay silently.
     """
@@ -191,11 +192,39 @@ def _normalize(activity_type: str, args: list[Any]) -> dict[str, Any]:
         kwargs = call["kwargs"] if isinstance(call["kwargs"], dict) else {}
         config = call.get("langgraph_config")
         return {
-            "input": call["args"],
-            "kwargs": {k: v for k, v in kwargs.items() if k not in ("config", "runtime")},
+            "input": _without_message_ids(call["args"]),
+            "kwargs": _without_message_ids(
+                {k: v for k, v in kwargs.items() if k not in ("config", "runtime")}
+            ),
             "context": config.get("context") if isinstance(config, dict) else None,
         }
     return {"args": args}
+
+
+#: The fields every langchain message has when the plugin's pydantic converter sends it.
+_MESSAGE_FIELDS = frozenset({"content", "additional_kwargs", "response_metadata", "type", "id"})
+
+
+def _without_message_ids(value: Any) -> Any:
+    """``value`` with the ``id`` of every langchain message in it left out, wherever it sits.
+
+    LangGraph's ``add_messages`` gives each message that has no id a ``uuid4()``, drawn in
+    the workflow: a reset run draws others, and so would a fingerprint that kept them.
+    No model or tool reads a message's id: a model reads content, role, name and tool
+    calls, a tool its call's arguments, and the links between messages are the tool
+    calls' ids (``tool_calls[].id``, ``tool_call_id``), which stay. A ``RemoveMessage``
+    (``type == "remove"``) keeps its id: the id is what it removes.
+    """
+    if isinstance(value, list):
+        return [_without_message_ids(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    message = _MESSAGE_FIELDS <= value.keys() and value.get("type") != "remove"
+    return {
+        name: _without_message_ids(item)
+        for name, item in value.items()
+        if not (message and name == "id")
+    }
 
 
 # -- one key per tool call ---------------------------------------------------------------

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage, convert_to_messages
 from langchain_core.tools import tool
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
@@ -237,3 +237,126 @@ class ToolCallsGraphWorkflow:
         app = graph(CALLS_GRAPH).compile()
         final = await app.ainvoke({"prompt": prompt, "path": path, "results": []})
         return str(final["answer"])
+
+
+# -- a messages graph: LangGraph's own MessagesState, as its docs teach ---------------------
+
+#: The graph whose tool node is the ledger's unit, and the one whose ToolNode gives each
+#: call a key of its own (``ledger_tool_calls``, ``per_tool_call=True``).
+MESSAGES_GRAPH = "ledger_test_messages"
+MESSAGES_CALLS_GRAPH = "ledger_test_messages_calls"
+
+#: Lines whose append has lost its reply once (the tool acted, then failed).
+_LOST_ONCE: set[str] = set()
+
+
+@tool
+def append_note(path: str, line: str) -> str:
+    """Append a line to the file at ``path``; a line with "lose" loses its reply once."""
+    target = Path(path)
+    with target.open("a") as handle:
+        handle.write(line + "\n")
+    if "lose" in line and line not in _LOST_ONCE:
+        _LOST_ONCE.add(line)
+        raise RuntimeError("connection reset after the write")
+    return f"appended {line!r} (line {len(target.read_text().splitlines())})"
+
+
+def _asked(messages: list[Any]) -> tuple[str, str]:
+    """The prompt and the file the conversation's first (human) message names."""
+    text = str(messages[0].content)
+    prompt, _, path = text.removeprefix("note ").partition(" in ")
+    return prompt, path
+
+
+def _scripted(messages: list[Any]) -> AIMessage:
+    """One tool call with a fresh id, as a real model makes; after its answer, the end."""
+    prompt, path = _asked(messages)
+    answered = [m for m in messages if isinstance(m, ToolMessage)]
+    if answered:
+        return AIMessage(content=f"done: {answered[-1].content}")
+    call = {
+        "name": "append_note",
+        "args": {"path": path, "line": f"line for {prompt}"},
+        "id": f"call_{uuid.uuid4().hex[:12]}",
+        "type": "tool_call",
+    }
+    return AIMessage(content="", tool_calls=[call])  # type: ignore[list-item]
+
+
+async def agent(state: MessagesState) -> dict[str, Any]:
+    """The model node: the scripted chat model reads the conversation and answers."""
+    # Messages cross the activity boundary as dicts: LangGraph's conversion reads them.
+    messages = convert_to_messages(state["messages"])
+    prompt, _ = _asked(messages)
+    MODEL_CALLS[prompt] = MODEL_CALLS.get(prompt, 0) + 1
+    chat = GenericFakeChatModel(messages=iter([_scripted(messages)]))
+    return {"messages": [await chat.ainvoke(messages)]}
+
+
+async def note_tools(state: MessagesState) -> dict[str, Any]:
+    """The tool node as the ledger's unit: a ToolNode runs the model's calls."""
+    messages = convert_to_messages(state["messages"])
+    prompt, _ = _asked(messages)
+    NODE_RUNS[prompt] = NODE_RUNS.get(prompt, 0) + 1
+    result: dict[str, Any] = await ToolNode([append_note]).ainvoke({"messages": messages})
+    return result
+
+
+_LEDGERED_NOTES = ToolNode(
+    [append_note], awrap_tool_call=ledger_tool_calls, wrap_tool_call=ledger_tool_calls_sync
+)
+
+
+async def ledgered_note_tools(state: MessagesState) -> dict[str, Any]:
+    """The tool node whose ToolNode gives each call a key of its own."""
+    messages = convert_to_messages(state["messages"])
+    prompt, _ = _asked(messages)
+    NODE_RUNS[prompt] = NODE_RUNS.get(prompt, 0) + 1
+    result: dict[str, Any] = await _LEDGERED_NOTES.ainvoke({"messages": messages})
+    return result
+
+
+async def route_messages(state: MessagesState) -> str:
+    last = state["messages"][-1]
+    return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
+
+
+def messages_builder(*, per_tool_call: bool = False) -> StateGraph[Any, Any, Any, Any]:
+    """A model node ``agent``, a tool node ``tools``, conditional edges."""
+    graph: StateGraph[Any, Any, Any, Any] = StateGraph(MessagesState)
+    graph.add_node("agent", agent, metadata=dict(_OPTIONS))
+    graph.add_node(
+        "tools", ledgered_note_tools if per_tool_call else note_tools, metadata=dict(_OPTIONS)
+    )
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", route_messages, ["tools", END])
+    graph.add_edge("tools", "agent")
+    return graph
+
+
+@workflow.defn
+class MessagesGraphWorkflow:
+    """Asks the graph ``graph`` to note ``prompt`` in the file ``path``."""
+
+    @workflow.run
+    async def run(self, graph: str, prompt: str, path: str) -> str:
+        from temporalio.langgraph import graph as registered
+
+        app = registered(graph).compile()
+        final = await app.ainvoke({"messages": [HumanMessage(f"note {prompt} in {path}")]})
+        return str(final["messages"][-1].content)
+
+
+@workflow.defn(name="MessagesGraphWorkflow")
+class RevisedMessagesGraphWorkflow:
+    """The same workflow after a change of its code: its first message says more."""
+
+    @workflow.run
+    async def run(self, graph: str, prompt: str, path: str) -> str:
+        from temporalio.langgraph import graph as registered
+
+        app = registered(graph).compile()
+        asked = HumanMessage(f"note {prompt} in {path} (revised)")
+        final = await app.ainvoke({"messages": [asked]})
+        return str(final["messages"][-1].content)

@@ -26,7 +26,8 @@ from temporal_ledger.activities.langgraph import activity_rules
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
 from temporal_ledger.workflows._protocol import PLACEHOLDER
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 from temporalio.langgraph import LangGraphPlugin
 from temporalio.worker import Worker
 
@@ -34,13 +35,18 @@ from tests.langgraph_graph import (
     CALLS_GRAPH,
     GRAPH_NAME,
     HOLD,
+    MESSAGES_CALLS_GRAPH,
+    MESSAGES_GRAPH,
     MODEL_CALLS,
     NODE_RUNS,
     TOOL_CALL_IDS,
     LedgeredGraphWorkflow,
+    MessagesGraphWorkflow,
+    RevisedMessagesGraphWorkflow,
     ToolCallsGraphWorkflow,
     builder,
     calls_builder,
+    messages_builder,
 )
 from tests.temporal_support import (
     lines,
@@ -438,4 +444,131 @@ async def test_a_worker_killed_between_the_two_calls_does_not_repeat_the_first(
         replays = [e for e in completions(events) if e.key == first and e.payload.get("replayed")]
         assert replays, "the first call was not replayed by the new worker"
         assert ledger.open_effects() == []
+        assert ledger.verify().ok
+
+
+# -- a graph over LangGraph's own MessagesState, both wirings --------------------------------
+
+MESSAGES_POLICY = Policy(
+    performers={
+        "MessagesGraphWorkflow": [
+            f"activity.{MESSAGES_GRAPH}.*",
+            f"activity.{MESSAGES_CALLS_GRAPH}.*",
+        ]
+    },
+    reconcilers=["ops-*"],
+)
+
+#: The graph of each wiring: the tool node as the ledger's unit, or one key per call.
+WIRINGS = {"node": MESSAGES_GRAPH, "per_call": MESSAGES_CALLS_GRAPH}
+
+
+@contextlib.asynccontextmanager
+async def running_messages(
+    address: str, ledger_url: str, task_queue: str, workflow: type = MessagesGraphWorkflow
+) -> AsyncIterator[Client]:
+    """A worker for both messages graphs, as the docs wire them."""
+    rules = [
+        *activity_rules(MESSAGES_GRAPH, model_nodes=["agent"], tool_nodes=["tools"]),
+        *activity_rules(
+            MESSAGES_CALLS_GRAPH, model_nodes=["agent"], tool_nodes=["tools"], per_tool_call=True
+        ),
+    ]
+    graphs = {
+        MESSAGES_GRAPH: messages_builder(),
+        MESSAGES_CALLS_GRAPH: messages_builder(per_tool_call=True),
+    }
+    plugins: list[object] = [
+        LangGraphPlugin(graphs=graphs),  # type: ignore[arg-type]
+        LedgerPlugin(
+            ledger_url,
+            policy=MESSAGES_POLICY,
+            options=LedgerOptions(lease=2.0),
+            ledger_activities=rules,
+        ),
+    ]
+    client = await Client.connect(address, plugins=plugins)  # type: ignore[arg-type]
+    async with Worker(client, task_queue=task_queue, workflows=[workflow]):
+        yield client
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+async def test_a_reset_of_a_finished_messages_graph_replays_every_node(
+    temporal_address: str, tmp_path: Path, sqlite_url: str, wiring: str
+) -> None:
+    """LangGraph gives each message without an id a uuid4 drawn in the workflow: a reset
+    run's messages have other ids. The fingerprint leaves them out, so the reset asks
+    the model nothing and appends nothing."""
+    target = tmp_path / "effects.txt"
+    prompt = f"reset-{wiring}-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"lgm-{prompt}"
+    task_queue = f"tq-lgm-{uuid.uuid4().hex[:8]}"
+    async with running_messages(temporal_address, sqlite_url, task_queue) as client:
+        handle = await client.start_workflow(
+            MessagesGraphWorkflow.run,
+            args=[WIRINGS[wiring], prompt, str(target)],
+            id=workflow_id,
+            task_queue=task_queue,
+        )
+        answer = await handle.result()
+        new_run = await reset_to_first_task(
+            temporal_address,
+            client,
+            workflow_id,
+            handle.result_run_id,
+            reason="test: run the graph again from the start",
+            within=30,
+        )
+        again = await client.get_workflow_handle(workflow_id, run_id=new_run).result()
+    assert answer == f"done: appended 'line for {prompt}' (line 1)" and again == answer
+    assert MODEL_CALLS[prompt] == 2, "the reset asked the model again"
+    assert NODE_RUNS[prompt] == 1, "the reset ran the tool node again"
+    assert lines(target) == [f"line for {prompt}"]
+    with Ledger.open(sqlite_url) as ledger:
+        events = ledger.events()
+        assert not [e for e in events if e.type == "action.replay_refused"]
+        assert ledger.verify().ok
+
+
+async def test_a_changed_message_after_a_reset_conflicts(
+    temporal_address: str, tmp_path: Path, sqlite_url: str
+) -> None:
+    """The workflow's code changed between the run and its reset: its first message says
+    more. That is another request: the model node's key refuses it as a conflict, and
+    nothing is asked or appended again."""
+    target = tmp_path / "effects.txt"
+    prompt = f"changed-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"lgm-{prompt}"
+    task_queue = f"tq-lgm-{uuid.uuid4().hex[:8]}"
+    async with running_messages(temporal_address, sqlite_url, task_queue) as client:
+        handle = await client.start_workflow(
+            MessagesGraphWorkflow.run,
+            args=[MESSAGES_GRAPH, prompt, str(target)],
+            id=workflow_id,
+            task_queue=task_queue,
+        )
+        await handle.result()
+    revised = RevisedMessagesGraphWorkflow
+    async with running_messages(temporal_address, sqlite_url, task_queue, revised) as client:
+        new_run = await reset_to_first_task(
+            temporal_address,
+            client,
+            workflow_id,
+            handle.result_run_id,
+            reason="test: the code changed",
+            until="FAILED",
+            within=30,
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await client.get_workflow_handle(workflow_id, run_id=new_run).result()
+    cause = failed.value.cause
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__
+    assert isinstance(cause, ApplicationError) and cause.type == "ToolConflict", failed.value
+    assert cause.details[0]["dimensions"] == ["payload"]
+    assert MODEL_CALLS[prompt] == 2 and NODE_RUNS[prompt] == 1
+    assert lines(target) == [f"line for {prompt}"]
+    with Ledger.open(sqlite_url) as ledger:
+        [refused] = [e for e in ledger.events() if e.type == "action.replay_refused"]
+        assert refused.key == f"{workflow_id}/{handle.first_execution_run_id}/1"
         assert ledger.verify().ok
