@@ -78,6 +78,7 @@ from ..ledger import ActionRequest, ActionStatus, NoEffect
 from ..ledger._seam import ExecutionContext
 from ..workflows._seam import (
     PLACEHOLDER,
+    Answer,
     ErrorType,
     InnerCall,
     ToolSpec,
@@ -166,14 +167,190 @@ class _ToolNodeRule(LedgeredActivity):
 
 @dataclasses.dataclass(frozen=True)
 class NodeReturn:
-    """The plugin's activity returns ``{"result": ..., "langgraph_command": ...,
-    "langgraph_interrupts": ...}``; an operator answers with the node's return value."""
+    """An operator answers a parked node with the node's return value, its state update;
+    the plugin's activity returns ``{"result": ..., "langgraph_command": ...,
+    "langgraph_interrupts": ...}``.
+
+    For a node whose input holds messages with tool calls not answered yet (a tool node
+    of a messages graph), the answer's template is a ``ToolMessage`` per pending call,
+    its ``tool_call_id`` filled in, and an answer is checked as the workflow will use it:
+    through LangGraph's ``add_messages`` (langchain's message conversion) onto the
+    node's messages, each pending call answered, no other. Read in the workflow (the
+    update's validator), deterministic, and with the langchain modules that
+    ``LangGraphPlugin`` passes through the sandbox.
+    """
 
     def template(self, result_type: Any) -> Any:
         return PLACEHOLDER
 
     def result(self, output: Any) -> Any:
+        if output is not None and not isinstance(output, dict):  # None: no update
+            raise ValueError(_not_an_update(output))
         return {"result": output, "langgraph_command": None, "langgraph_interrupts": None}
+
+    def answer_for(self, args: list[Any]) -> Answer | None:
+        state = _node_state(args)
+        found = _pending_tool_calls(state) if state is not None else None
+        if state is None or found is None:
+            return None
+        key, pending = found
+        template = {
+            key: [
+                {
+                    "type": "tool",
+                    "tool_call_id": call["id"],
+                    "name": call["name"],
+                    "content": PLACEHOLDER,
+                }
+                for call in pending
+            ]
+        }
+        asked = [
+            {"name": call["name"], "arguments": call.get("args"), "tool_call_id": call["id"]}
+            for call in pending
+        ]
+
+        def misfit(output: Any) -> str | None:
+            return _answer_problem(state, key, pending, output)
+
+        def unusable(result: Any) -> str | None:
+            if not isinstance(result, dict) or result.get("langgraph_command") is not None:
+                return None
+            update = result.get("result")
+            if not isinstance(update, dict) or key not in update:
+                return None
+            return _messages_problem(state, key, update[key])
+
+        return Answer(
+            template=template if pending else PLACEHOLDER,
+            tool_calls=asked,
+            misfit=misfit,
+            unusable=unusable,
+        )
+
+
+def _not_an_update(output: Any) -> str:
+    return (
+        "the node's answer is its state update, a JSON object such as "
+        f'{{"messages": [...]}}, not {_json_kind(output)}'
+    )
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else f"a {type(value).__name__}"
+
+
+def _node_state(args: list[Any]) -> dict[str, Any] | None:
+    """The node's input state, from the plugin's ``{"args": [state], ...}``."""
+    if len(args) == 1 and isinstance(args[0], dict):
+        inputs = args[0].get("args")
+        if isinstance(inputs, list) and inputs and isinstance(inputs[0], dict):
+            return inputs[0]
+    return None
+
+
+def _is_message(value: Any) -> bool:
+    return isinstance(value, dict) and _MESSAGE_FIELDS <= value.keys()
+
+
+def _pending_tool_calls(state: dict[str, Any]) -> tuple[str, list[dict[str, Any]]] | None:
+    """The state's messages key and the tool calls of its last AI message that no tool
+    message answers yet; ``None`` where the state holds no messages."""
+    for key, value in state.items():
+        if not (isinstance(value, list) and value and all(_is_message(m) for m in value)):
+            continue
+        answered = {m.get("tool_call_id") for m in value if m["type"] == "tool"}
+        asking = next((m for m in reversed(value) if m["type"] in _AI_TYPES), None)
+        calls = asking.get("tool_calls") if asking is not None else None
+        pending = [
+            call
+            for call in (calls if isinstance(calls, list) else [])
+            if isinstance(call, dict)
+            and isinstance(call.get("id"), str)
+            and isinstance(call.get("name"), str)
+            and call["id"] not in answered
+        ]
+        return key, pending
+    return None
+
+
+_AI_TYPES = ("ai", "AIMessageChunk")
+
+
+def _answer_problem(
+    state: dict[str, Any], key: str, pending: list[dict[str, Any]], output: Any
+) -> str | None:
+    """Why ``output`` cannot answer the node's pending tool calls, in one line."""
+    if output is None and not pending:
+        return None
+    if not isinstance(output, dict):
+        return _not_an_update(output)
+    if key not in output:
+        return f"{key}: missing (a tool message per pending call answers them)" if pending else None
+    problem = _messages_problem(state, key, output[key])
+    if problem is not None or not pending:
+        return problem
+    from langchain_core.messages import ToolMessage, convert_to_messages
+
+    given = output[key] if isinstance(output[key], list) else [output[key]]
+    ids = {call["id"]: call["name"] for call in pending}
+    answered: set[str] = set()
+    for i, message in enumerate(convert_to_messages(given)):
+        if not isinstance(message, ToolMessage):
+            continue
+        if message.tool_call_id not in ids:
+            return (
+                f"{key}[{i}].tool_call_id: {message.tool_call_id!r} is not a pending call "
+                f"of this node (pending: {', '.join(sorted(ids))})"
+            )
+        answered.add(message.tool_call_id)
+    missing = [f"{call_id} ({name})" for call_id, name in ids.items() if call_id not in answered]
+    if missing:
+        return f"{key}: no tool message answers the call {', '.join(missing)}"
+    return None
+
+
+def _messages_problem(state: dict[str, Any], key: str, value: Any) -> str | None:
+    """Why LangGraph's ``add_messages`` would refuse ``value`` onto the state's messages
+    (what the workflow does with the node's return value), in one line."""
+    from langchain_core.messages import convert_to_messages
+    from langgraph.graph.message import add_messages
+
+    given = value if isinstance(value, list) else [value]
+    for i, message in enumerate(given):
+        try:
+            convert_to_messages([message])
+        except KeyError as exc:
+            return f'{key}[{i}]: missing "{exc.args[0] if exc.args else exc}"'
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"])
+            return f"{key}[{i}].{where}: {error['msg']}"
+        except Exception as exc:  # langchain's coercion errors: their first line says it
+            return f"{key}[{i}]: {_first_line(exc)}"
+    current: Any  # a list of messages: what add_messages takes
+    try:
+        current = convert_to_messages(state[key])
+    except Exception:  # the workflow holds them as messages already; check the answer
+        current = []
+    try:
+        add_messages(current, value)
+    except Exception as exc:
+        return f"{key}: {_first_line(exc)}"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _normalize(activity_type: str, args: list[Any]) -> dict[str, Any]:
@@ -424,7 +601,7 @@ async def _ledgered_call(
                 non_retryable=True,
             ) from None
     except ApplicationError as err:
-        failure = _naming_the_call(err, name, str(call_id))
+        failure = _naming_the_call(err, name, str(call_id), call.get("args"))
         if inside.failure is None:
             inside.failure = failure
         raise failure from None
@@ -437,12 +614,20 @@ async def _ledgered_call(
     )
 
 
-def _naming_the_call(err: ApplicationError, tool: str, call_id: str) -> ApplicationError:
+def _naming_the_call(
+    err: ApplicationError, tool: str, call_id: str, arguments: Any
+) -> ApplicationError:
     """An unknown effect's details, saying the key is a call's inside the node."""
     if err.type != ErrorType.EFFECT_UNKNOWN or not err.details:
         return err
     unknown = UnknownEffect.model_validate(err.details[0])
-    inner = InnerCall(tool=tool, call_id=call_id, template=_TEMPLATE, output_schema=_OUTPUT_SCHEMA)
+    inner = InnerCall(
+        tool=tool,
+        call_id=call_id,
+        template=_TEMPLATE,
+        output_schema=_OUTPUT_SCHEMA,
+        arguments=arguments,
+    )
     return ApplicationError(
         err.message,
         unknown.model_copy(update={"inner": inner}).model_dump(),

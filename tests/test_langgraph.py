@@ -15,18 +15,28 @@ import json
 import os
 import shlex
 import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+)
 from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy
 from temporal_ledger.activities._generic import capability_for
-from temporal_ledger.activities.langgraph import activity_rules
+from temporal_ledger.activities.langgraph import NodeReturn, _normalize, activity_rules
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
 from temporal_ledger.workflows._protocol import PLACEHOLDER
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.langgraph import LangGraphPlugin
 from temporalio.worker import Worker
@@ -56,9 +66,11 @@ from tests.temporal_support import (
     reset_to_first_task,
     send_update,
     template_of,
+    temporal_cli,
     wait_for,
     worker_in_process,
 )
+from worker import temporal_binary
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -572,3 +584,238 @@ async def test_a_changed_message_after_a_reset_conflicts(
         [refused] = [e for e in ledger.events() if e.type == "action.replay_refused"]
         assert refused.key == f"{workflow_id}/{handle.first_execution_run_id}/1"
         assert ledger.verify().ok
+
+
+async def current_details(address: str, workflow_id: str) -> str:
+    """The run's current details, as ``temporal workflow metadata`` prints them."""
+    _, out = await temporal_cli(
+        address, "workflow", "metadata", "--workflow-id", workflow_id, "-o", "json"
+    )
+    return json.dumps(json.loads(out))
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+async def test_a_lost_reply_in_a_messages_graph_parks_refuses_misfits_and_resets_cleanly(
+    temporal_address: str, tmp_path: Path, sqlite_url: str, wiring: str
+) -> None:
+    """The tool appends its line and loses its reply: the run parks and shows the pending
+    tool call (name, arguments, id) and a template that names it. An answer without
+    ``tool_call_id`` and one that is not a JSON object are refused at the update with the
+    reason, nothing recorded; the printed command, with only the output filled in,
+    reconciles it through the real CLI; the run completes with one line, and a reset of
+    the finished run asks the model nothing and appends nothing."""
+    target = tmp_path / "effects.txt"
+    prompt = f"lose-{wiring}-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"lgm-{prompt}"
+    task_queue = f"tq-lgm-{uuid.uuid4().hex[:8]}"
+    line = f"line for {prompt}"
+    async with running_messages(temporal_address, sqlite_url, task_queue) as client:
+        handle = await client.start_workflow(
+            MessagesGraphWorkflow.run,
+            args=[WIRINGS[wiring], prompt, str(target)],
+            id=workflow_id,
+            task_queue=task_queue,
+        )
+        [parked] = await wait_for(
+            lambda: open_effects(temporal_address, workflow_id), what="the tool call to park"
+        )
+        [asked] = parked["tool_calls"]
+        call_id = asked["tool_call_id"]
+        assert asked == {
+            "name": "append_note",
+            "arguments": {"path": str(target), "line": line},
+            "tool_call_id": call_id,
+        }
+        details = await current_details(temporal_address, workflow_id)
+        assert call_id in details and line in details
+        template = template_of(parked["update_command"])
+        if wiring == "node":
+            answer = {"type": "tool", "tool_call_id": call_id, "name": "append_note"}
+            assert template["output"] == {"messages": [{**answer, "content": PLACEHOLDER}]}
+            no_id = {"messages": [{"type": "tool", "content": "appended"}]}
+            misfits = {'"tool_call_id"': no_id, "not a string": "appended (line 1)"}
+        else:
+            assert parked["key"].endswith(f"/{call_id}")
+            assert template["output"] == {"content": PLACEHOLDER}
+            misfits = {"messages": {"messages": []}, "expected object": "appended (line 1)"}
+        for reason, output in misfits.items():
+            refused, said = await send_update(
+                temporal_address,
+                workflow_id,
+                "reconcile",
+                {**template, "actor": "ops-ann", "basis": "line 1", "output": output},
+            )
+            assert refused != 0 and reason in said, said
+        assert len(await open_effects(temporal_address, workflow_id)) == 1
+        with Ledger.open(sqlite_url) as ledger:
+            assert not [e for e in ledger.events() if e.type == "action.reconciled"]
+        # The printed command, run as printed, with the operator's words in its input.
+        command = shlex.split(parked["update_command"])
+        command[-1] = (
+            command[-1]
+            .replace(PLACEHOLDER, "appended by hand-check (line 1)")
+            .replace("YOUR-NAME", "ops-ann")
+            .replace("WHAT-YOU-SAW", "line 1")
+        )
+        assert command[0] == "temporal"
+        cli = await asyncio.create_subprocess_exec(
+            temporal_binary(), *command[1:], stdout=asyncio.subprocess.PIPE
+        )
+        said_by_cli, _ = await asyncio.wait_for(cli.communicate(), 60)
+        assert cli.returncode == 0, said_by_cli
+        answer_text = await handle.result()
+        assert answer_text == "done: appended by hand-check (line 1)"
+        model_calls, node_runs = MODEL_CALLS[prompt], NODE_RUNS[prompt]
+        assert model_calls == 2 and node_runs == (1 if wiring == "node" else 2)
+        new_run = await reset_to_first_task(
+            temporal_address,
+            client,
+            workflow_id,
+            handle.result_run_id,
+            reason="test: run the graph again from the start",
+            within=30,
+        )
+        again = await client.get_workflow_handle(workflow_id, run_id=new_run).result()
+    assert again == answer_text
+    assert (MODEL_CALLS[prompt], NODE_RUNS[prompt]) == (model_calls, node_runs)
+    assert lines(target) == [line], "the tool acted again"
+    with Ledger.open(sqlite_url) as ledger:
+        events = ledger.events()
+        assert ledger.open_effects() == []
+        assert not [e for e in events if e.type == "action.replay_refused"]
+        assert sum(e.type == "action.execution_started" for e in events) == 1
+        assert ledger.verify().ok
+
+
+async def test_an_answer_recorded_elsewhere_that_the_graph_cannot_use_fails_the_step(
+    temporal_address: str, tmp_path: Path, sqlite_url: str
+) -> None:
+    """``temporal-ledger reconcile`` sees no node's input: it records a tool message
+    without ``tool_call_id``. The update that then wakes the run answers (it does not
+    hang), the node's attempt replays the recorded answer, and the run fails with the
+    reason, once, instead of a workflow task that fails on it again and again."""
+    target = tmp_path / "effects.txt"
+    prompt = f"lose-elsewhere-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"lgm-{prompt}"
+    task_queue = f"tq-lgm-{uuid.uuid4().hex[:8]}"
+    async with running_messages(temporal_address, sqlite_url, task_queue) as client:
+        handle = await client.start_workflow(
+            MessagesGraphWorkflow.run,
+            args=[MESSAGES_GRAPH, prompt, str(target)],
+            id=workflow_id,
+            task_queue=task_queue,
+        )
+        [parked] = await wait_for(
+            lambda: open_effects(temporal_address, workflow_id), what="the tool node to park"
+        )
+        cli = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "temporal_ledger.ledger", "--db", sqlite_url,
+            "reconcile", parked["key"], "--verdict", "effect_confirmed", "--actor", "ops-bob",
+            "--basis", "line 1", "--output", '{"messages": [{"type": "tool", "content": "x"}]}',
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        said_by_ledger, _ = await cli.communicate()
+        assert cli.returncode == 0, said_by_ledger
+        template = template_of(parked["update_command"])
+        right = template["output"]["messages"][0] | {"content": "appended (line 1)"}
+        verdict = {
+            **template,
+            "actor": "ops-ann",
+            "basis": "line 1",
+            "output": {"messages": [right]},
+        }
+        status, said = await send_update(temporal_address, workflow_id, "reconcile", verdict)
+        assert status == 0, said
+        with pytest.raises(WorkflowFailureError) as failed:
+            await asyncio.wait_for(handle.result(), 30)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "ToolOutputInvalid", cause
+    assert 'messages[0]: missing "tool_call_id"' in cause.message
+    assert parked["key"] in cause.message
+    assert lines(target) == [f"line for {prompt}"]
+    history = await handle.fetch_history()
+    assert not [e for e in history.events if e.HasField("workflow_task_failed_event_attributes")]
+
+
+def _sent(message: BaseMessage) -> dict[str, Any]:
+    """A message as the plugin's converter sends it across the activity boundary."""
+    [payload] = pydantic_data_converter.payload_converter.to_payloads([message])
+    sent: dict[str, Any] = json.loads(payload.data)
+    return sent
+
+
+def _node_call(messages: list[BaseMessage]) -> list[Any]:
+    """A node activity's arguments (as JSON) with ``messages`` in its input state."""
+    state = {"messages": [_sent(m) for m in messages]}
+    return [{"args": [state], "kwargs": {}, "langgraph_config": {"context": None}}]
+
+
+def test_the_fingerprint_leaves_out_message_ids_and_keeps_what_a_model_reads() -> None:
+    asked = AIMessage("", tool_calls=[{"name": "t", "args": {"a": 1}, "id": "call_1"}])
+
+    def identity(*messages: BaseMessage) -> Any:
+        return _normalize(f"{MESSAGES_GRAPH}.agent", _node_call(list(messages)))
+
+    first = identity(HumanMessage("hi", id="a"), asked, ToolMessage("ok", tool_call_id="call_1"))
+    other_ids = identity(
+        HumanMessage("hi", id="b"),
+        asked.model_copy(update={"id": "x"}),
+        ToolMessage("ok", tool_call_id="call_1", id="y"),
+    )
+    assert first == other_ids
+    assert identity(HumanMessage("hi!", id="a"), asked) != identity(HumanMessage("hi"), asked)
+    other_call = AIMessage("", tool_calls=[{"name": "t", "args": {"a": 1}, "id": "call_2"}])
+    assert identity(asked) != identity(other_call)
+    answered_other = identity(asked, ToolMessage("ok", tool_call_id="call_2"))
+    assert answered_other != identity(asked, ToolMessage("ok", tool_call_id="call_1"))
+    # A RemoveMessage's id is what it removes.
+    assert identity(RemoveMessage(id="a")) != identity(RemoveMessage(id="b"))
+
+
+def test_a_tool_nodes_answer_is_checked_against_its_pending_calls() -> None:
+    asked = AIMessage(
+        "",
+        tool_calls=[
+            {"name": "append_note", "args": {"line": "x"}, "id": "call_1"},
+            {"name": "append_note", "args": {"line": "y"}, "id": "call_2"},
+        ],
+    )
+    call = _node_call([HumanMessage("note"), asked, ToolMessage("done", tool_call_id="call_1")])
+    answer = NodeReturn().answer_for(call)
+    assert answer is not None
+    assert answer.tool_calls == [
+        {"name": "append_note", "arguments": {"line": "y"}, "tool_call_id": "call_2"}
+    ]
+    [template] = answer.template["messages"]
+    assert template == {
+        "type": "tool",
+        "tool_call_id": "call_2",
+        "name": "append_note",
+        "content": PLACEHOLDER,
+    }
+    right = {"messages": [{**template, "content": "appended"}]}
+    assert answer.misfit(right) is None
+    misfits = {
+        "not an array": [right],
+        "not a string": "appended",
+        "messages: missing": {"results": ["appended"]},
+        'messages[0]: missing "tool_call_id"': {"messages": [{"type": "tool", "content": "a"}]},
+        "messages[0]: Message dict must contain 'role' and 'content'": {
+            "messages": [{"content": "a"}]
+        },
+        "messages[0].status:": {"messages": [{**template, "content": "a", "status": "maybe"}]},
+        "'call_1' is not a pending call": {
+            "messages": [{**template, "tool_call_id": "call_1", "content": "a"}]
+        },
+        "no tool message answers the call call_2 (append_note)": {"messages": ["appended"]},
+    }
+    for reason, output in misfits.items():
+        problem = answer.misfit(output)
+        assert problem is not None and reason in problem, (reason, problem)
+        assert "\n" not in problem
+    # What the workflow would fail on, whoever recorded it; a node's own update passes.
+    assert answer.unusable({"result": {"messages": [{"type": "tool", "content": "a"}]}})
+    assert answer.unusable({"result": right}) is None
+    assert answer.unusable({"result": None, "langgraph_command": {"goto": "x"}}) is None
+    with pytest.raises(ValueError, match="not an array"):
+        NodeReturn().result([right])

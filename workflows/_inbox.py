@@ -60,6 +60,8 @@ class Call:
     template: Any
     #: Why an operator's output cannot stand as this call's output, or ``None`` if it can.
     misfit: Callable[[Any], str | None]
+    #: The tool calls an answer is for (``{"name", "arguments", "tool_call_id"}``).
+    tool_calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 InT = TypeVar("InT", ReconcileInput, ApproveInput)
@@ -381,6 +383,7 @@ def _open_effect(call: Call, unknown: UnknownEffect) -> OpenEffect:
         why=unknown.error,
         reconcilers=unknown.reconcilers,
         signature_required=unknown.signature_required,
+        tool_calls=call.tool_calls,
         signal_command=command("signal"),
         update_command=command("update execute"),
         keys=unknown.keys,

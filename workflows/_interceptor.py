@@ -51,7 +51,7 @@ from ._protocol import (
     UnknownEffect,
     holds_placeholder,
 )
-from ._results import ResultShape
+from ._results import Answer, AnswerForCall, ResultShape
 from ._scheduling import give_options, scheduling_own
 
 #: Waits between asking the ledger again about a call whose attempt was lost.
@@ -221,6 +221,8 @@ class _Ledgered:
 
     async def _settle(self) -> Any:
         wait = _FIRST_WAIT
+        #: The key this call last waited on for a person (its result may be an answer).
+        waited_on: str | None = None
         while True:
             assert self._attempt is not None
             try:
@@ -234,19 +236,22 @@ class _Ledgered:
                     # Approved, rejected or decided elsewhere: the next attempt is
                     # answered by the ledger with that decision.
                     await inbox().await_approval(self._call(needed.arguments), needed)
+                    waited_on = needed.key
                 elif kind == ErrorType.EFFECT_UNKNOWN:
                     assert isinstance(cause, ApplicationError)
                     unknown = UnknownEffect.model_validate(cause.details[0])
                     inner = unknown.inner
+                    call = self._call(None) if inner is None else self._inner_call(inner)
                     confirmed = await settle_unknown(
-                        self._call(None) if inner is None else self._inner_call(inner),
+                        call,
                         unknown,
                         activity=self._input.activity,
                         arg={"args": _as_json(self._input.args)},
                         task_queue=self._input.task_queue,
                     )
+                    waited_on = unknown.key
                     if confirmed is not None and inner is None:
-                        return self._decode(self._rule.output.result(confirmed.output))
+                        return self._confirmed(call, unknown.key, confirmed.output)
                     # A call inside the activity: whatever the verdict, the activity runs
                     # again, and that call replays it (its other calls, their outcomes).
                 elif _attempt_lost(err):
@@ -259,15 +264,65 @@ class _Ledgered:
             else:
                 if self._listed is not None and self._rule.server:
                     self._listed(self._rule.server, result)
+                if waited_on is not None:
+                    # The attempt after a wait may replay an answer recorded elsewhere
+                    # (``temporal-ledger reconcile``), which no validator saw.
+                    self._check_usable(result, waited_on)
                 return result
             self._again()
+
+    def _answer(self) -> Answer | None:
+        """What an answer for this call needs, where its arguments say more than its
+        result type (a LangGraph tool node's pending tool calls)."""
+        shape = self._rule.output
+        if not isinstance(shape, AnswerForCall):
+            return None
+        try:
+            return shape.answer_for(_as_json(self._input.args))
+        except Exception as exc:  # never a workflow task failure: the plain template
+            workflow.logger.warning(f"{self._input.activity}: no answer template: {exc}")
+            return None
+
+    def _confirmed(self, call: Call, key: str, output: Any) -> Any:
+        """The activity's result for a confirmed effect's output, or a failure of the step.
+
+        The update's validator checked an operator's answer; a probe's, or one that
+        reached the ledger another way, is checked here, before the framework's code
+        (which runs after this returns, e.g. LangGraph's reducers) could fail the workflow
+        task on it again and again.
+        """
+        problem = call.misfit(output)
+        if problem is None:
+            try:
+                return self._decode(self._rule.output.result(output))
+            except Exception as exc:
+                problem = str(exc)
+        raise _unusable(call.tool, key, problem)
+
+    def _check_usable(self, result: Any, key: str) -> None:
+        """Fail the step if the workflow cannot use ``result`` (see :meth:`_confirmed`)."""
+        answer = self._answer()
+        if answer is None:
+            return
+        [as_json] = _as_json([result])
+        try:
+            problem = answer.unusable(as_json)
+        except Exception as exc:
+            problem = str(exc)
+        if problem is not None:
+            raise _unusable(self._input.activity, key, problem)
 
     def _again(self) -> None:
         # Again under the same key (same anchor header); not numbered (_scheduling).
         self._attempt = self._next.start_activity(dataclasses.replace(self._input))
 
     def _call(self, arguments: Any) -> Call:
-        template = self._rule.output.template(self._input.ret_type)
+        answer = self._answer()
+        template = (
+            answer.template
+            if answer is not None
+            else self._rule.output.template(self._input.ret_type)
+        )
         activity = self._input.activity
         tool = f"{self._tool} ({activity})" if self._tool else activity
 
@@ -278,9 +333,13 @@ class _Ledgered:
                     f"({PLACEHOLDER!r} or the like): put in what {tool} returned"
                 )
             try:
-                self._decode(self._rule.output.result(output))
+                problem = answer.misfit(output) if answer is not None else None
+                if problem is None:
+                    self._decode(self._rule.output.result(output))
             except Exception as exc:  # whatever the framework's type refuses
-                return f"effect_confirmed: the output is not a result of {tool}: {exc}"
+                problem = str(exc)
+            if problem is not None:
+                return f"effect_confirmed: the output is not a result of {tool}: {problem}"
             return None
 
         return Call(
@@ -289,6 +348,7 @@ class _Ledgered:
             arguments=arguments,
             template=template,
             misfit=misfit,
+            tool_calls=answer.tool_calls if answer is not None else [],
         )
 
     def _inner_call(self, inner: InnerCall) -> Call:
@@ -308,9 +368,12 @@ class _Ledgered:
         return Call(
             step=f"call {self._number} / {inner.call_id}",
             tool=tool,
-            arguments=None,
+            arguments=inner.arguments,
             template=inner.template,
             misfit=misfit,
+            tool_calls=[
+                {"name": inner.tool, "arguments": inner.arguments, "tool_call_id": inner.call_id}
+            ],
         )
 
     def _decode(self, result: Any) -> Any:
@@ -321,6 +384,17 @@ class _Ledgered:
         if ret_type is None:
             return converter.from_payload(payload)
         return converter.from_payload(payload, ret_type)
+
+
+def _unusable(tool: str, key: str, problem: str) -> ApplicationError:
+    """The failure of a step whose recorded answer the workflow cannot use: the run ends
+    with it (or the framework handles it as a failed call), never a workflow task that
+    fails on it again and again."""
+    return ApplicationError(
+        f"{tool}: the answer recorded for {key!r} cannot be the call's result: {problem}",
+        type=ErrorType.OUTPUT_INVALID,
+        non_retryable=True,
+    )
 
 
 def _covers(rule: WorkflowRule, input: StartActivityInput) -> bool:

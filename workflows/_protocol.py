@@ -405,6 +405,8 @@ class InnerCall(_Payload):
     template: Any = PLACEHOLDER
     #: The JSON schema an operator's output must fit (the ledger checks it again).
     output_schema: dict[str, Any] | None = None
+    #: The call's arguments (the model's), shown to the operator.
+    arguments: Any = None
 
 
 class UnknownEffect(_AwaitingPerson):

@@ -144,6 +144,7 @@ def details(approvals: Iterable[PendingApproval], parked: Iterable[OpenEffect]) 
             sections += [
                 f"#### Step {_code(effect.step)}: tool {_code(effect.tool)}",
                 f"key {_code(effect.key)}  \nparked since {_when(effect.since)}{why}",
+                *_asked(effect.tool_calls),
                 *_answer(
                     effect.update_command,
                     "Inspect the world, then answer",
@@ -157,6 +158,16 @@ def details(approvals: Iterable[PendingApproval], parked: Iterable[OpenEffect]) 
                 ),
             ]
     return "\n\n".join(sections)
+
+
+def _asked(tool_calls: list[dict[str, Any]]) -> list[str]:
+    """The tool calls a parked step's answer is for, if it names them."""
+    if not tool_calls:
+        return []
+    return [
+        "The answer is for these tool calls (the template names each by its id):",
+        _block(json.dumps(tool_calls, indent=2, sort_keys=True), "json"),
+    ]
 
 
 #: The longest line of a command shown in the details (the UI's pane is narrow).

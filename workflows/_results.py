@@ -12,7 +12,8 @@ Pure functions of JSON values: the workflow side uses them, inside the sandbox.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import TypeAdapter
 
@@ -30,6 +31,39 @@ class ResultShape(Protocol):
     def result(self, output: Any) -> Any:
         """The activity's result (as JSON) for the operator's output; ``ValueError`` if
         the output cannot be one."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """What an operator's answer for one call needs, read from the call's own arguments.
+
+    Attributes:
+        template: The answer's template, with what the call fixes filled in (e.g. the ids
+            of the tool calls it answers).
+        tool_calls: The tool calls the answer is for, each ``{"name", "arguments",
+            "tool_call_id"}``, shown to the operator.
+        misfit: Why an operator's output cannot be this call's answer (one line), or
+            ``None`` if it can.
+        unusable: Why the activity's result (as JSON), whoever produced it, would fail
+            in the workflow, or ``None`` if it would not.
+    """
+
+    template: Any
+    tool_calls: list[dict[str, Any]]
+    misfit: Callable[[Any], str | None]
+    unusable: Callable[[Any], str | None]
+
+
+@runtime_checkable
+class AnswerForCall(Protocol):
+    """A :class:`ResultShape` whose answer depends on what the call was asked: a LangGraph
+    tool node's answer is a ``ToolMessage`` per pending tool call of its input."""
+
+    def answer_for(self, args: list[Any]) -> Answer | None:
+        """What an answer for the call with these arguments (as JSON) needs; ``None``
+        when the arguments say nothing more than :meth:`ResultShape.template`. Never
+        raises: it runs in the workflow."""
         ...
 
 

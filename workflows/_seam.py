@@ -38,7 +38,7 @@ from ._protocol import (
     ToolSpec,
     UnknownEffect,
 )
-from ._results import AsReturned, ResultShape
+from ._results import Answer, AnswerForCall, AsReturned, ResultShape
 
 __all__ = [
     "ANCHOR_HEADER",
@@ -50,6 +50,8 @@ __all__ = [
     "PROBE_ACTIVITY",
     "RECONCILE_ACTIVITY",
     "ActivityOptions",
+    "Answer",
+    "AnswerForCall",
     "ApprovalNeeded",
     "ApproveInput",
     "ApproveResult",

@@ -25,6 +25,9 @@ class OpenEffect(BaseModel):
         signature_required: A verdict counts only when signed with one of the actor's
             keys in the policy.
         last_verdict: ``still_unknown`` once someone said so.
+        tool_calls: The tool calls the answer is for, each ``{"name", "arguments",
+            "tool_call_id"}`` (a LangGraph tool node's pending calls, a call inside it);
+            the command's template names them.
         signal_command: The ``temporal workflow signal`` command that answers.
         update_command: The ``temporal workflow update execute`` command that answers
             (the documented path: it says what the ledger recorded).
@@ -42,6 +45,7 @@ class OpenEffect(BaseModel):
     reconcilers: list[str] = Field(default_factory=list)
     signature_required: bool = False
     last_verdict: Verdict | None = None
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
     signal_command: str
     update_command: str
     #: The policy's public keys by actor (not shown: the policy file has them).
