@@ -160,7 +160,7 @@ class _CallableRule(LedgeredActivity):
 @dataclasses.dataclass
 class Enclosing:
     """The ledgered activity running now, for calls made inside it under keys of their own
-    (``activities.langgraph.ledger_tool_calls``)."""
+    (``activities.langgraph.ledger_tool_calls`` and ``ledger_call``)."""
 
     runtime: Runtime
     info: activity.Info
@@ -174,6 +174,8 @@ class Enclosing:
     calls_inside: bool = False
     #: The first of the ledger's answers to a call inside that ends this attempt.
     failure: BaseException | None = None
+    #: The ids of the calls made inside this attempt so far, each a key of its own.
+    call_ids: set[str] = dataclasses.field(default_factory=set)
 
 
 #: The ledgered activity whose code runs now, if any.

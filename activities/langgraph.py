@@ -38,27 +38,36 @@ workflow reset`` replays the node's recorded return value instead of running it 
 
 The unit is the node, because the node is Temporal's activity: two tool calls in one
 tool node are one ledgered call under one key, and an unknown effect parks the whole
-node. For one key per tool call, the tool node runs its calls with LangGraph's
-``ToolNode`` and the ledger's wrappers, and is listed with ``per_tool_call=True``::
+node. For one key per call, the node makes its calls through the ledger, and is listed
+with ``per_call=True``: a ``ToolNode``'s tool calls with the ledger's wrappers, and any
+other call (a tool or an API called from the node's own code) with :func:`ledger_call`::
 
     tool_node = ToolNode(
         tools, awrap_tool_call=ledger_tool_calls, wrap_tool_call=ledger_tool_calls_sync
     )
 
     async def tools(state):  # the graph's tool node, run as an activity
-        asked = AIMessage(content="", tool_calls=state["tool_calls"])
-        return {"results": await tool_node.ainvoke([asked])}
+        # Messages reach an activity node as dicts: LangChain's converter rebuilds them.
+        return await tool_node.ainvoke({"messages": convert_to_messages(state["messages"])})
 
-    activity_rules("support", model_nodes=["agent"], tool_nodes=["tools"], per_tool_call=True)
+    async def refund(state):  # a node that calls an API itself
+        order = state["order"]
+        done = await ledger_call(
+            "refund", lambda: payments.refund(order), request={"order": order}
+        )
+        return {"refund": done}
 
-Each call is then keyed by the node's key and the call's ``tool_call_id``
+    activity_rules("support", model_nodes=["agent"], tool_nodes=["tools", "refund"],
+                   per_call=True)
+
+Each call is then keyed by the node's key and the call's ``tool_call_id`` or name
 (``{workflow id}/{first run}/{call}/{tool_call_id}``; the id comes from the model node's
-recorded output, so it is the same on a retry and after a reset). The node is
-retry-safe: a retry of it replays the calls already made and runs the others. A call
-whose effect is unknown parks on its own key, the operator answers with that call's
-output (``{"content": ...}``, the ``ToolMessage``'s content), and the node then runs
-again, every call replaying or running under its key. The call's capability is
-``activity.<graph>.<node>.<tool>``.
+recorded output, so it is the same on a retry and after a reset, as a name is). The
+node is retry-safe: a retry of it replays the calls already made and runs the others.
+A call whose effect is unknown parks on its own key, the operator answers with that
+call's output (for a tool call ``{"content": ...}``, the ``ToolMessage``'s content), and
+the node then runs again, every call replaying or running under its key. The call's
+capability is ``activity.<graph>.<node>.<tool or name>``.
 
 The policy's performer is the workflow type and the capability is
 ``activity.<graph>.<node>``, e.g. ``"SupportWorkflow" = ["activity.support.*"]``.
@@ -69,13 +78,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ..ledger import ActionRequest, ActionStatus, NoEffect
-from ..ledger._seam import ExecutionContext
+from ..ledger._seam import ExecutionContext, output_template
 from ..workflows._seam import (
     PLACEHOLDER,
     Answer,
@@ -95,7 +104,13 @@ if TYPE_CHECKING:
     from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.types import Command
 
-__all__ = ["activity_rules", "ledger_tool_calls", "ledger_tool_calls_sync"]
+__all__ = [
+    "activity_rules",
+    "ledger_call",
+    "ledger_call_sync",
+    "ledger_tool_calls",
+    "ledger_tool_calls_sync",
+]
 
 
 def activity_rules(
@@ -104,7 +119,7 @@ def activity_rules(
     model_nodes: Iterable[str] = (),
     tool_nodes: Iterable[str] = (),
     tools_retry_safe: bool = False,
-    per_tool_call: bool = False,
+    per_call: bool = False,
 ) -> list[LedgeredActivity]:
     """The ledgered node activities of the graph registered as ``graph``, for
     ``LedgerPlugin(ledger_activities=...)``.
@@ -121,10 +136,11 @@ def activity_rules(
         tool_nodes: Nodes that act on the world (call tools): an unknown effect parks.
         tools_retry_safe: The tool nodes' far sides deduplicate by the key: an unknown
             effect is tried again instead of parking.
-        per_tool_call: The tool nodes run their tool calls through
-            :func:`ledger_tool_calls` (a ``ToolNode``'s ``awrap_tool_call``), each under a
-            key of its own: the node itself then changes nothing but through them, so it
-            is retry-safe, and an unknown effect parks the one call, not the node.
+        per_call: The tool nodes make their calls through the ledger, each under a key
+            of its own: a ``ToolNode``'s tool calls with :func:`ledger_tool_calls`, other
+            calls with :func:`ledger_call`. The node itself then changes nothing but
+            through them, so it is retry-safe, and an unknown effect parks the one call,
+            not the node.
 
     Returns:
         The rules, for ``LedgerPlugin(ledger_activities=...)``.
@@ -148,10 +164,10 @@ def activity_rules(
         *(
             _ToolNodeRule(
                 f"{graph}.{node}",
-                retry_safe=tools_retry_safe or per_tool_call,
+                retry_safe=tools_retry_safe or per_call,
                 normalize=_normalize,
                 output=NodeReturn(),
-                calls_inside=per_tool_call,
+                calls_inside=per_call,
             )
             for node in tools
         ),
@@ -160,7 +176,7 @@ def activity_rules(
 
 @dataclasses.dataclass(frozen=True)
 class _ToolNodeRule(LedgeredActivity):
-    """A tool node's rule; ``calls_inside``: its tool calls have keys of their own."""
+    """A tool node's rule; ``calls_inside``: its calls have keys of their own."""
 
     calls_inside: bool = False
 
@@ -404,7 +420,7 @@ def _without_message_ids(value: Any) -> Any:
     }
 
 
-# -- one key per tool call ---------------------------------------------------------------
+# -- calls with keys of their own inside a node --------------------------------------------
 
 
 class _ToolCallOutput(BaseModel):
@@ -418,8 +434,36 @@ class _ToolCallOutput(BaseModel):
     status: Literal["success", "error"] = "success"
 
 
-_OUTPUT_SCHEMA = _ToolCallOutput.model_json_schema()
-_TEMPLATE = {"content": PLACEHOLDER}
+_TOOL_CALL_SCHEMA = _ToolCallOutput.model_json_schema()
+_TOOL_CALL_TEMPLATE = {"content": PLACEHOLDER}
+
+_T = TypeVar("_T")
+_M = TypeVar("_M", bound=BaseModel)
+
+
+@dataclasses.dataclass(frozen=True)
+class _InnerCall(Generic[_T]):
+    """One call inside a ledgered node, as the ledger sees it.
+
+    ``act`` runs the effect and gives what the caller gets back with its JSON, which the
+    ledger records; ``read`` turns a recorded JSON (a replay, or an operator's answer)
+    into what the caller gets back, raising ``ValueError`` (pydantic's
+    ``ValidationError`` is one) when it does not fit.
+    """
+
+    #: The tool's name, or the call's (the policy's ``[tools]``, the capability's tail).
+    tool: str
+    #: Appended to the node's key; unique within one node call.
+    call_id: str
+    #: The fingerprinted request.
+    payload: dict[str, Any]
+    act: Callable[[], Awaitable[tuple[_T, Any]]]
+    read: Callable[[Any], _T]
+    #: What an operator's output must fit, and the template of it.
+    output_schema: dict[str, Any] | None
+    template: Any
+    #: Recorded with the request, never fingerprinted.
+    context: dict[str, Any]
 
 
 async def ledger_tool_calls(
@@ -429,7 +473,7 @@ async def ledger_tool_calls(
     """Run one tool call of a LangGraph ``ToolNode`` through the ledger, under a key of its
     own; pass it as ``ToolNode(tools, awrap_tool_call=ledger_tool_calls,
     wrap_tool_call=ledger_tool_calls_sync)`` in a tool node listed with
-    ``activity_rules(..., per_tool_call=True)``.
+    ``activity_rules(..., per_call=True)``.
 
     The key is the node activity's key with the call's ``tool_call_id`` appended
     (``{workflow id}/{first run}/{call}/{tool_call_id}``): the id comes from the model
@@ -455,8 +499,8 @@ async def ledger_tool_calls(
         temporalio.exceptions.ApplicationError: The ledger's answer that ends the node's
             attempt (an unknown effect, an approval to wait for, a refusal, a retry).
     """
-    inside = _inside()
-    return await _ledgered_call(inside, request, lambda: execute(request))
+    inside = _inside("ledger_tool_calls")
+    return await _ledgered_call(inside, _tool_call(request, lambda: execute(request)))
 
 
 def ledger_tool_calls_sync(
@@ -479,96 +523,272 @@ def ledger_tool_calls_sync(
         RuntimeError: Not inside a ledgered node activity, or called on the event loop
             (give the ``ToolNode`` ``awrap_tool_call=ledger_tool_calls`` too).
     """
-    inside = _inside()
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        raise RuntimeError(
-            "ledger_tool_calls_sync was called on the event loop: give the ToolNode "
-            "awrap_tool_call=ledger_tool_calls as well"
-        )
-    future = asyncio.run_coroutine_threadsafe(
-        _ledgered_call(inside, request, lambda: asyncio.to_thread(execute, request)),
-        inside.loop,
-    )
-    return future.result()
+    inside = _inside("ledger_tool_calls_sync", instead="awrap_tool_call=ledger_tool_calls")
+    call = _tool_call(request, lambda: asyncio.to_thread(execute, request))
+    return asyncio.run_coroutine_threadsafe(_ledgered_call(inside, call), inside.loop).result()
 
 
-def _inside() -> Enclosing:
+@overload
+async def ledger_call(
+    name: str, fn: Callable[[], Awaitable[_T]], *, request: object, output: None = None
+) -> _T: ...
+
+
+@overload
+async def ledger_call(
+    name: str, fn: Callable[[], Awaitable[object]], *, request: object, output: type[_M]
+) -> _M: ...
+
+
+async def ledger_call(
+    name: str,
+    fn: Callable[[], Awaitable[Any]],
+    *,
+    request: object,
+    output: type[BaseModel] | None = None,
+) -> Any:
+    """Run one call with an effect (a tool, an API) from a node function through the
+    ledger, under a key of its own, so that a node making several calls repeats none of
+    them when a later one fails. The node must be listed with
+    ``activity_rules(..., tool_nodes=[...], per_call=True)``.
+
+    The key is the node activity's key with ``name`` appended (``{workflow id}/{first
+    run}/{call}/{name}``), the same on a retry of the node, after a worker crash and after
+    a ``temporal workflow reset``. The whole rule applies to that key: a call already
+    made replays its recorded outcome and ``fn`` does not run; another ``request`` under
+    the same name is refused as a conflict; a call that fails after it may have acted
+    parks **that key** (the operator answers with what ``fn`` would have returned, and
+    the node then runs again, this call replaying the answer); a gated call waits for an
+    approval of its own key. ``fn`` raising ``NoEffect`` says it did nothing.
+
+    What is recorded, and what every run gets back, fresh or replayed: with ``output``,
+    ``fn``'s return value validated by that pydantic model (an operator's answer is
+    checked against its schema, and read back through it); without, ``fn``'s return
+    value, which must then be exact JSON (a dict, list, str, number, bool or None).
+
+    The capability is ``activity.<graph>.<node>.<name>`` and the performer the workflow's
+    type; the policy's ``[tools]`` table names the call by ``name``.
+
+    Args:
+        name: The call's name within the node: printable, no ``/``, and used once per
+            node call (two calls under one name would share a key).
+        fn: Makes the call; run only if the ledger lets the key act.
+        request: What the call asks for, as exact JSON: its fingerprint binds the key,
+            so put in everything the effect depends on.
+        output: A pydantic model of the call's result.
+
+    Returns:
+        The call's result: an ``output`` instance, or the JSON ``fn`` returned.
+
+    Raises:
+        RuntimeError: Not inside a ledgered node activity.
+        temporalio.exceptions.ApplicationError: The ledger's answer that ends the node's
+            attempt (an unknown effect, an approval to wait for, a refusal, a retry).
+    """
+    inside = _inside("ledger_call")
+    return await _ledgered_call(inside, _named_call(name, fn, request, output))
+
+
+@overload
+def ledger_call_sync(
+    name: str, fn: Callable[[], _T], *, request: object, output: None = None
+) -> _T: ...
+
+
+@overload
+def ledger_call_sync(
+    name: str, fn: Callable[[], object], *, request: object, output: type[_M]
+) -> _M: ...
+
+
+def ledger_call_sync(
+    name: str,
+    fn: Callable[[], Any],
+    *,
+    request: object,
+    output: type[BaseModel] | None = None,
+) -> Any:
+    """:func:`ledger_call` for a node function that is not ``async``:
+    ``temporalio-langgraph`` runs such a node on a thread, where this goes through the
+    ledger on the activity's event loop and runs ``fn`` on a thread of its own.
+
+    Args:
+        name: The call's name within the node (see :func:`ledger_call`).
+        fn: Makes the call; run only if the ledger lets the key act.
+        request: What the call asks for, as exact JSON.
+        output: A pydantic model of the call's result.
+
+    Returns:
+        The call's result: an ``output`` instance, or the JSON ``fn`` returned.
+
+    Raises:
+        RuntimeError: Not inside a ledgered node activity, or called on the event loop
+            (an ``async`` node uses :func:`ledger_call`).
+    """
+    inside = _inside("ledger_call_sync", instead="await ledger_call(...)")
+    call = _named_call(name, lambda: asyncio.to_thread(fn), request, output)
+    return asyncio.run_coroutine_threadsafe(_ledgered_call(inside, call), inside.loop).result()
+
+
+def _inside(what: str, *, instead: str | None = None) -> Enclosing:
+    """The ledgered node activity around the caller; a sync caller must be off its loop."""
     inside = enclosing.get()
     if inside is None:
         raise RuntimeError(
-            "ledger_tool_calls runs tool calls through the ledger of the node activity "
-            "around them, and no ledgered activity is running: list the node in "
-            "activity_rules(..., tool_nodes=[...], per_tool_call=True) for LedgerPlugin"
+            f"{what} runs calls through the ledger of the node activity around them, and "
+            "no ledgered activity is running: list the node in "
+            "activity_rules(..., tool_nodes=[...], per_call=True) for LedgerPlugin"
         )
+    if instead is not None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise RuntimeError(f"{what} was called on the event loop: use {instead} there")
     return inside
 
 
-async def _ledgered_call(
-    inside: Enclosing,
-    request: ToolCallRequest,
-    run: Callable[[], Awaitable[ToolMessage | Command[Any]]],
-) -> ToolMessage:
+def _tool_call(
+    request: ToolCallRequest, run: Callable[[], Awaitable[ToolMessage | Command[Any]]]
+) -> _InnerCall[ToolMessage]:
+    """A ``ToolNode``'s tool call, keyed by its ``tool_call_id``."""
     from langchain_core.messages import ToolMessage
 
-    info, runtime = inside.info, inside.runtime
     call = request.tool_call
     name, call_id = str(call.get("name")), call.get("id")
-    declared: ToolSpec[Any, Any] = ToolSpec(
-        name=f"{info.activity_type}.{name}",
-        capability=capability_for(f"{info.activity_type}.{name}"),
-        retry_safe=False,
-        arg_type=dict,  # only name/capability/retry_safe are read
-        output_type=_ToolCallOutput,
-    )
-    spec = treated(declared, runtime, tool=name)
-    ran: dict[str, Any] = {}
-    if not inside.calls_inside:
-        # Refused before anything acts, as having had no effect: the node's own key does
-        # not park for a mistake in its wiring.
-        inside.failure = inside.failure or NoEffect(
-            f"{info.activity_type}: ledger_tool_calls needs the node listed with "
-            "activity_rules(..., tool_nodes=[...], per_tool_call=True); no tool was run"
-        )
-        raise inside.failure
 
-    async def adapter(req: ActionRequest, ctx: ExecutionContext) -> Any:
-        current_call().set("lease_token", ctx.fencing_token)
+    async def act() -> tuple[ToolMessage, Any]:
         message = await run()
         if not isinstance(message, ToolMessage):
             raise TypeError(
                 f"{name} returned {type(message).__name__}, not a ToolMessage: "
                 "ledger_tool_calls records ToolMessages only"
             )
-        ran["value"] = message
-        return _ToolCallOutput(
+        recorded = _ToolCallOutput(
             content=message.content, artifact=message.artifact, status=message.status
-        ).model_dump(mode="json")
+        )
+        return message, recorded.model_dump(mode="json")
+
+    def read(recorded: Any) -> ToolMessage:
+        output = _ToolCallOutput.model_validate(recorded)
+        return ToolMessage(
+            content=output.content,
+            artifact=output.artifact,
+            status=output.status,
+            tool_call_id=call_id,
+            name=name,
+        )
+
+    return _InnerCall(
+        tool=name,
+        # Refused by _ledgered_call, before anything runs, when the model gave no id.
+        call_id=call_id if isinstance(call_id, str) else "",
+        payload={"tool": name, "args": call.get("args")},
+        act=act,
+        read=read,
+        output_schema=_TOOL_CALL_SCHEMA,
+        template=_TOOL_CALL_TEMPLATE,
+        context={"tool": name, "tool_call_id": call_id},
+    )
+
+
+def _named_call(
+    name: str,
+    fn: Callable[[], Awaitable[Any]],
+    request: object,
+    output: type[BaseModel] | None,
+) -> _InnerCall[Any]:
+    """A call that node code makes with :func:`ledger_call`, keyed by its name."""
+    if not isinstance(name, str) or not name or "/" in name or not name.isprintable():
+        raise ValueError(f"ledger_call needs a printable name without '/', got {name!r}")
+    if output is not None and not (isinstance(output, type) and issubclass(output, BaseModel)):
+        raise TypeError(f"ledger_call's output must be a pydantic model class, got {output!r}")
+
+    def read(recorded: Any) -> Any:
+        if output is None:
+            return recorded
+        return output.model_validate(recorded)
+
+    async def act() -> tuple[Any, Any]:
+        value = await fn()
+        if output is None:
+            # Not exact JSON: the ledger records the effect as observed and its output as
+            # unrecordable, and the call fails without acting again.
+            return value, value
+        recorded = output.model_validate(value).model_dump(mode="json")
+        # What a replay will get back, so that the first run gets the same.
+        return read(recorded), recorded
+
+    schema = None if output is None else output.model_json_schema()
+    return _InnerCall(
+        tool=name,
+        call_id=name,
+        payload={"call": name, "request": request},
+        act=act,
+        read=read,
+        output_schema=schema,
+        template=PLACEHOLDER if schema is None else output_template(schema),
+        context={"call": name},
+    )
+
+
+async def _ledgered_call(inside: Enclosing, call: _InnerCall[_T]) -> _T:
+    """One call inside the node ``inside``, under the node's key and the call's id: run,
+    replayed, or ended with the ledger's answer (which also ends the node's attempt)."""
+    info, runtime = inside.info, inside.runtime
+    declared: ToolSpec[Any, Any] = ToolSpec(
+        name=f"{info.activity_type}.{call.tool}",
+        capability=capability_for(f"{info.activity_type}.{call.tool}"),
+        retry_safe=False,
+        arg_type=dict,  # only name/capability/retry_safe are read
+        output_type=None,
+    )
+    spec = treated(declared, runtime, tool=call.tool)
+    if not inside.calls_inside:
+        # Refused before anything acts, as having had no effect: the node's own key does
+        # not park for a mistake in its wiring.
+        inside.failure = inside.failure or NoEffect(
+            f"{info.activity_type}: a call with a key of its own needs the node listed with "
+            "activity_rules(..., tool_nodes=[...], per_call=True); nothing was run"
+        )
+        raise inside.failure
+    ran: dict[str, Any] = {}
+
+    async def adapter(req: ActionRequest, ctx: ExecutionContext) -> Any:
+        current_call().set("lease_token", ctx.fencing_token)
+        ran["value"], recorded = await call.act()
+        return recorded
 
     try:
-        if not isinstance(call_id, str) or not call_id:
+        if not call.call_id:
             raise ApplicationError(
-                f"{spec.name}: the tool call has no id, so it has no key of its own",
+                f"{spec.name}: the call has no id, so it has no key of its own",
                 type=ErrorType.INVALID_REQUEST,
                 non_retryable=True,
             )
+        if call.call_id in inside.call_ids:
+            raise ApplicationError(
+                f"{spec.name}: a second call named {call.call_id!r} in one node call would "
+                "share the first one's key: give each call a name of its own",
+                type=ErrorType.INVALID_REQUEST,
+                non_retryable=True,
+            )
+        inside.call_ids.add(call.call_id)
         assert info.workflow_id is not None
         key = step_key(
             info.workflow_id,
             inside.anchor.first,
-            f"{inside.step}/{call_id}",
+            f"{inside.step}/{call.call_id}",
             continued_from=inside.anchor.continued,
         )
         ledger_request: dict[str, Any] = {
             "key": key,
             "capability": spec.capability,
-            "instruction": name,
-            "payload": {"tool": name, "args": call.get("args")},
+            "instruction": call.tool,
+            "payload": call.payload,
             "performer": inside.performer,
-            "output_schema": _OUTPUT_SCHEMA,
+            "output_schema": call.output_schema,
             "context": {
                 "workflow_id": info.workflow_id,
                 "namespace": info.workflow_namespace,
@@ -578,55 +798,45 @@ async def _ledgered_call(
                 "activity_id": info.activity_id,
                 "activity_type": info.activity_type,
                 "attempt": info.attempt,
-                "tool": name,
-                "tool_call_id": call_id,
+                **call.context,
             },
         }
-        with call_span(name, key, content=runtime.trace_content) as span:
+        with call_span(call.tool, key, content=runtime.trace_content) as span:
             describe_request(span, ledger_request)
             result = await execute_ledgered(
                 runtime, ledger_request, spec=spec, performer=inside.performer, adapter=adapter
             )
             if "value" in ran and result.status is ActionStatus.SUCCEEDED and not result.replayed:
                 record_outcome(spec, result)
-                message: ToolMessage = ran["value"]
-                return message
+                fresh: _T = ran["value"]
+                return fresh
             outcome = outcome_or_raise(spec, result, runtime, request=ledger_request)
         try:
-            recorded = _ToolCallOutput.model_validate(outcome.output)
-        except ValidationError as exc:
+            return call.read(outcome.output)
+        except ValueError as exc:
             raise ApplicationError(
-                f"{spec.name}: the recorded output of {key!r} is not a tool message: {exc}",
+                f"{spec.name}: the recorded output of {key!r} does not fit the call: {exc}",
                 type=ErrorType.FAILED,
                 non_retryable=True,
             ) from None
     except ApplicationError as err:
-        failure = _naming_the_call(err, name, str(call_id), call.get("args"))
+        failure = _naming_the_call(err, call)
         if inside.failure is None:
             inside.failure = failure
         raise failure from None
-    return ToolMessage(
-        content=recorded.content,
-        artifact=recorded.artifact,
-        status=recorded.status,
-        tool_call_id=call_id,
-        name=name,
-    )
 
 
-def _naming_the_call(
-    err: ApplicationError, tool: str, call_id: str, arguments: Any
-) -> ApplicationError:
+def _naming_the_call(err: ApplicationError, call: _InnerCall[Any]) -> ApplicationError:
     """An unknown effect's details, saying the key is a call's inside the node."""
     if err.type != ErrorType.EFFECT_UNKNOWN or not err.details:
         return err
     unknown = UnknownEffect.model_validate(err.details[0])
     inner = InnerCall(
-        tool=tool,
-        call_id=call_id,
-        template=_TEMPLATE,
-        output_schema=_OUTPUT_SCHEMA,
-        arguments=arguments,
+        tool=call.tool,
+        call_id=call.call_id,
+        template=call.template,
+        output_schema=call.output_schema,
+        arguments=call.payload.get("args", call.payload.get("request")),
     )
     return ApplicationError(
         err.message,

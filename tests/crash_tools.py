@@ -308,7 +308,7 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
                 policy=POLICY,
                 options=LedgerOptions(lease=LEASE),
                 ledger_activities=ledger_langgraph.activity_rules(
-                    CRASH_GRAPH, model_nodes=["model"], tool_nodes=["tools"], per_tool_call=True
+                    CRASH_GRAPH, model_nodes=["model"], tool_nodes=["tools"], per_call=True
                 ),
             ),
         ],

@@ -23,9 +23,7 @@ POLICY = Policy(
 
 
 async def main(address: str, ledger_url: str, task_queue: str) -> None:
-    rules = activity_rules(
-        CALLS_GRAPH, model_nodes=["model"], tool_nodes=["tools"], per_tool_call=True
-    )
+    rules = activity_rules(CALLS_GRAPH, model_nodes=["model"], tool_nodes=["tools"], per_call=True)
     client = await Client.connect(
         address,
         plugins=[

@@ -211,7 +211,7 @@ def test_rules_and_capabilities() -> None:
     assert [(r.pattern, r.retry_safe) for r in rules] == [("g.agent", True), ("g.tools", False)]
     [tools] = activity_rules("g", tool_nodes=["tools"], tools_retry_safe=True)
     assert tools.retry_safe
-    [per_call] = activity_rules("g", tool_nodes=["tools"], per_tool_call=True)
+    [per_call] = activity_rules("g", tool_nodes=["tools"], per_call=True)
     assert per_call.retry_safe and getattr(per_call, "calls_inside", False)
     assert capability_for("g.tools.send_mail") == "activity.g.tools.send_mail"
     assert capability_for("g.tools") == "activity.g.tools"
@@ -231,9 +231,7 @@ async def running_calls(
     address: str, ledger_url: str, policy: Policy = POLICY
 ) -> AsyncIterator[tuple[Client, str]]:
     """A worker for the two-call graph, its tool node ledgered per tool call."""
-    rules = activity_rules(
-        CALLS_GRAPH, model_nodes=["model"], tool_nodes=["tools"], per_tool_call=True
-    )
+    rules = activity_rules(CALLS_GRAPH, model_nodes=["model"], tool_nodes=["tools"], per_call=True)
     plugins: list[object] = [
         LangGraphPlugin(graphs={CALLS_GRAPH: calls_builder()}),
         LedgerPlugin(

@@ -100,7 +100,7 @@ async def agent(state: State) -> State:
 
 
 #: Runs each tool call through the ledger under a key of its own (the tool nodes are
-#: listed with ``activity_rules(..., per_tool_call=True)``).
+#: listed with ``activity_rules(..., per_call=True)``).
 TOOL_NODE = ToolNode(
     list(TOOLS.values()),
     awrap_tool_call=ledger_tool_calls,

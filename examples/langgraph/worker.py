@@ -60,9 +60,7 @@ def plugins(args: argparse.Namespace) -> list[object]:
         return [langgraph]
     # The model node is retry-safe; each tool node acts at most once (an unknown effect
     # parks the run for an operator).
-    rules = activity_rules(
-        GRAPH, model_nodes=[MODEL_NODE], tool_nodes=list(TOOLS), per_tool_call=True
-    )
+    rules = activity_rules(GRAPH, model_nodes=[MODEL_NODE], tool_nodes=list(TOOLS), per_call=True)
     return [langgraph, LedgerPlugin(args.ledger, policy=args.policy, ledger_activities=rules)]
 
 
