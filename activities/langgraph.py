@@ -464,6 +464,8 @@ class _InnerCall(Generic[_T]):
     template: Any
     #: Recorded with the request, never fingerprinted.
     context: dict[str, Any]
+    #: Why the call is refused before it runs (a mistake in the code that makes it).
+    refused: str | None = None
 
 
 async def ledger_tool_calls(
@@ -700,10 +702,13 @@ def _named_call(
     output: type[BaseModel] | None,
 ) -> _InnerCall[Any]:
     """A call that node code makes with :func:`ledger_call`, keyed by its name."""
+    refused = None
     if not isinstance(name, str) or not name or "/" in name or not name.isprintable():
-        raise ValueError(f"ledger_call needs a printable name without '/', got {name!r}")
-    if output is not None and not (isinstance(output, type) and issubclass(output, BaseModel)):
-        raise TypeError(f"ledger_call's output must be a pydantic model class, got {output!r}")
+        refused = f"a call's name must be printable text without '/', not {name!r}"
+        name = repr(name)
+    elif output is not None and not (isinstance(output, type) and issubclass(output, BaseModel)):
+        refused = f"{name}: output must be a pydantic model class, not {output!r}"
+        output = None
 
     def read(recorded: Any) -> Any:
         if output is None:
@@ -730,6 +735,7 @@ def _named_call(
         output_schema=schema,
         template=PLACEHOLDER if schema is None else output_template(schema),
         context={"call": name},
+        refused=refused,
     )
 
 
@@ -764,6 +770,12 @@ async def _ledgered_call(inside: Enclosing, call: _InnerCall[_T]) -> _T:
         if not call.call_id:
             raise ApplicationError(
                 f"{spec.name}: the call has no id, so it has no key of its own",
+                type=ErrorType.INVALID_REQUEST,
+                non_retryable=True,
+            )
+        if call.refused:
+            raise ApplicationError(
+                f"{info.activity_type}: {call.refused}",
                 type=ErrorType.INVALID_REQUEST,
                 non_retryable=True,
             )
