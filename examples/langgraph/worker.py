@@ -1,5 +1,5 @@
 """The worker of the LangGraph example: ``SupportAgentWorkflow`` and its graph's node
-activities (model node, refund node, note node), with every node ledgered.
+activities (the model node and the tool node), with every node ledgered.
 
     temporal server start-dev                          # a local dev server on localhost:7233
     python -m examples.langgraph.worker                 # this worker, until Ctrl-C
@@ -7,7 +7,7 @@ activities (model node, refund node, note node), with every node ledgered.
 
 Options: ``--address localhost:7233 --namespace default --task-queue ledger-support-lg
 --ledger sqlite:///ledger.db --policy policy.toml``, or ``--no-ledger``: the same worker
-without ``LedgerPlugin`` (and its tool nodes without ``ledger_tool_calls``), to see what
+without ``LedgerPlugin`` (and its tool node without ``ledger_tool_calls``), to see what
 the ledger prevents (a reset acts again). The tools write ``refunds.jsonl`` and
 ``notes.txt`` to ``$SUPPORT_DIR`` (default: ``temporal-ledger-examples`` in the system's
 temporary directory, never the repository).
@@ -26,7 +26,7 @@ from temporalio.client import Client
 from temporalio.langgraph import LangGraphPlugin
 from temporalio.worker import Worker
 
-from .activities import GRAPH, MODEL_NODE, TOOLS, builder
+from .activities import GRAPH, MODEL_NODE, TOOL_NODE, builder
 from .workflows import SupportAgentWorkflow
 
 TASK_QUEUE = "ledger-support-lg"
@@ -54,13 +54,13 @@ def parse_args() -> argparse.Namespace:
 
 def plugins(args: argparse.Namespace) -> list[object]:
     """The integration's plugin with the graph, and the ledger's; with ``--no-ledger``, the
-    integration's alone, with a graph whose tool nodes run their tools unledgered."""
+    integration's alone, with a graph whose tool node runs its tools unledgered."""
     langgraph = LangGraphPlugin(graphs={GRAPH: builder(ledgered=not args.no_ledger)})
     if args.no_ledger:
         return [langgraph]
-    # The model node is retry-safe; each tool node acts at most once (an unknown effect
-    # parks the run for an operator).
-    rules = activity_rules(GRAPH, model_nodes=[MODEL_NODE], tool_nodes=list(TOOLS), per_call=True)
+    # The model node is retry-safe; each tool call in the tool node acts at most once,
+    # under a key of its own (an unknown effect parks the run for an operator).
+    rules = activity_rules(GRAPH, model_nodes=[MODEL_NODE], tool_nodes=[TOOL_NODE], per_call=True)
     return [langgraph, LedgerPlugin(args.ledger, policy=args.policy, ledger_activities=rules)]
 
 

@@ -1,4 +1,4 @@
-"""The support agent's workflow: one run of the graph."""
+"""The support agent's workflow: one run of the graph, on one user message."""
 
 from __future__ import annotations
 
@@ -15,5 +15,5 @@ class SupportAgentWorkflow:
     @workflow.run
     async def run(self, prompt: str) -> str:
         app = graph(GRAPH).compile()
-        final = await app.ainvoke({"prompt": prompt, "results": []})
-        return str(final["answer"])
+        final = await app.ainvoke({"messages": [{"role": "user", "content": prompt}]})
+        return str(final["messages"][-1].content)
