@@ -80,7 +80,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, RootModel
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ..ledger import ActionRequest, ActionStatus, NoEffect
@@ -435,6 +435,12 @@ class _ToolCallOutput(BaseModel):
 
 
 _TOOL_CALL_SCHEMA = _ToolCallOutput.model_json_schema()
+
+
+class _JsonOutput(RootModel[Any]):
+    """The output of a :func:`ledger_call` without an ``output`` model: any JSON."""
+
+
 _TOOL_CALL_TEMPLATE = {"content": PLACEHOLDER}
 
 _T = TypeVar("_T")
@@ -459,7 +465,8 @@ class _InnerCall(Generic[_T]):
     payload: dict[str, Any]
     act: Callable[[], Awaitable[tuple[_T, Any]]]
     read: Callable[[Any], _T]
-    #: What an operator's output must fit, and the template of it.
+    #: The output's model, and what an operator's output must fit, and the template of it.
+    output_type: type[BaseModel]
     output_schema: dict[str, Any] | None
     template: Any
     #: Recorded with the request, never fingerprinted.
@@ -689,6 +696,7 @@ def _tool_call(
         payload={"tool": name, "args": call.get("args")},
         act=act,
         read=read,
+        output_type=_ToolCallOutput,
         output_schema=_TOOL_CALL_SCHEMA,
         template=_TOOL_CALL_TEMPLATE,
         context={"tool": name, "tool_call_id": call_id},
@@ -732,6 +740,7 @@ def _named_call(
         payload={"call": name, "request": request},
         act=act,
         read=read,
+        output_type=output or _JsonOutput,
         output_schema=schema,
         template=PLACEHOLDER if schema is None else output_template(schema),
         context={"call": name},
@@ -748,7 +757,8 @@ async def _ledgered_call(inside: Enclosing, call: _InnerCall[_T]) -> _T:
         capability=capability_for(f"{info.activity_type}.{call.tool}"),
         retry_safe=False,
         arg_type=dict,  # only name/capability/retry_safe are read
-        output_type=None,
+        # Every call has an output: one compacted away is said so, never read as None.
+        output_type=call.output_type,
     )
     spec = treated(declared, runtime, tool=call.tool)
     if not inside.calls_inside:
