@@ -4,7 +4,8 @@ own (the node's key and the call's name), against the real dev server and the re
 Issue 41, item 5: a node that makes three calls repeats none of them when the third
 fails; the third parks on its own key, the operator's answer is checked against the
 call's output model, a ``temporal workflow reset`` (of the parked run and of the finished
-one) repeats no effect, and a changed request under the same name is refused.
+one) repeats no effect, a gated call waits for its own approval, and a changed request
+under the same name is refused.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tests.temporal_support import (
     lines,
     listed_as_parked,
     open_effects,
+    query_json,
     reset_to_first_task,
     send_update,
     template_of,
@@ -42,13 +44,15 @@ POLICY = Policy(
 
 
 @contextlib.asynccontextmanager
-async def running(address: str, ledger_url: str) -> AsyncIterator[tuple[Client, str]]:
+async def running(
+    address: str, ledger_url: str, policy: Policy = POLICY
+) -> AsyncIterator[tuple[Client, str]]:
     """A worker for the graph, its two nodes listed with ``per_call=True``."""
     rules = activity_rules(GRAPH, tool_nodes=["work", "work_sync"], per_call=True)
     plugins: list[object] = [
         LangGraphPlugin(graphs={GRAPH: builder()}),
         LedgerPlugin(
-            ledger_url, policy=POLICY, options=LedgerOptions(lease=2.0), ledger_activities=rules
+            ledger_url, policy=policy, options=LedgerOptions(lease=2.0), ledger_activities=rules
         ),
     ]
     client = await Client.connect(address, plugins=plugins)  # type: ignore[arg-type]
@@ -149,7 +153,7 @@ async def _ran_again(prompt: str) -> bool:
     return NODE_RUNS.get(prompt, 0) >= 2
 
 
-async def test_a_retry_after_two_calls_repeats_neither(
+async def test_a_retry_of_the_node_repeats_no_call_it_made(
     temporal_address: str, tmp_path: Path, ledger_url: str
 ) -> None:
     """The first call acts; the second refuses with no effect (try again): the node fails
@@ -169,6 +173,41 @@ async def test_a_retry_after_two_calls_repeats_neither(
         node_key = f"{workflow_id}/{handle.first_execution_run_id}/1"
         # The second call started twice, its first start refused with no effect.
         assert starts(ledger.events(), node_key) == {"first": 1, "second": 2, "third": 1}
+        assert ledger.verify().ok
+
+
+async def test_a_gated_call_waits_for_the_approval_of_its_own_key(
+    temporal_address: str, tmp_path: Path, ledger_url: str
+) -> None:
+    """A policy that gates the second call by its name: the first acts, the second waits
+    for an approval of its own key (nothing acts meanwhile); approved through the real
+    CLI, the node runs again, the first call replays and the other two act."""
+    target = tmp_path / "effects.txt"
+    prompt = f"gated-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"lgn-{prompt}"
+    policy = POLICY.model_copy(
+        update={"gated": [f"activity.{GRAPH}.work.second"], "approvers": ["lead-*"]}
+    )
+    async with running(temporal_address, ledger_url, policy) as (client, tq):
+        handle = await client.start_workflow(
+            NamedCallsGraphWorkflow.run, args=[prompt, str(target)], id=workflow_id, task_queue=tq
+        )
+        [waiting] = await wait_for(
+            lambda: query_json(temporal_address, workflow_id, "pending_approvals"),
+            what="the second call to wait for an approval",
+        )
+        node_key = f"{workflow_id}/{handle.first_execution_run_id}/1"
+        assert waiting["key"] == f"{node_key}/second", waiting
+        assert lines(target) == [f"A for {prompt}"], "the gated call acted before its approval"
+        decision = template_of(waiting["approve_command"])
+        decision.update(actor="lead-ann", basis="the line is expected")
+        status, said = await send_update(temporal_address, workflow_id, "approve", decision)
+        assert status == 0, said
+        answer = await handle.result()
+    assert answer == f"1 | 2 | 3: C for {prompt}"
+    assert lines(target) == [f"A for {prompt}", f"B for {prompt}", f"C for {prompt}"]
+    with Ledger.open(ledger_url) as ledger:
+        assert starts(ledger.events(), node_key) == {"first": 1, "second": 1, "third": 1}
         assert ledger.verify().ok
 
 
