@@ -242,7 +242,7 @@ class ToolCallsGraphWorkflow:
 # -- a messages graph: LangGraph's own MessagesState, as its docs teach ---------------------
 
 #: The graph whose tool node is the ledger's unit, and the one whose ToolNode gives each
-#: call a key of its own (``ledger_tool_calls``, ``per_tool_call=True``).
+#: call a key of its own (``ledger_tool_calls``, ``per_call=True``).
 MESSAGES_GRAPH = "ledger_test_messages"
 MESSAGES_CALLS_GRAPH = "ledger_test_messages_calls"
 
@@ -322,12 +322,12 @@ async def route_messages(state: MessagesState) -> str:
     return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
 
 
-def messages_builder(*, per_tool_call: bool = False) -> StateGraph[Any, Any, Any, Any]:
+def messages_builder(*, per_call: bool = False) -> StateGraph[Any, Any, Any, Any]:
     """A model node ``agent``, a tool node ``tools``, conditional edges."""
     graph: StateGraph[Any, Any, Any, Any] = StateGraph(MessagesState)
     graph.add_node("agent", agent, metadata=dict(_OPTIONS))
     graph.add_node(
-        "tools", ledgered_note_tools if per_tool_call else note_tools, metadata=dict(_OPTIONS)
+        "tools", ledgered_note_tools if per_call else note_tools, metadata=dict(_OPTIONS)
     )
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", route_messages, ["tools", END])

@@ -481,12 +481,12 @@ async def running_messages(
     rules = [
         *activity_rules(MESSAGES_GRAPH, model_nodes=["agent"], tool_nodes=["tools"]),
         *activity_rules(
-            MESSAGES_CALLS_GRAPH, model_nodes=["agent"], tool_nodes=["tools"], per_tool_call=True
+            MESSAGES_CALLS_GRAPH, model_nodes=["agent"], tool_nodes=["tools"], per_call=True
         ),
     ]
     graphs = {
         MESSAGES_GRAPH: messages_builder(),
-        MESSAGES_CALLS_GRAPH: messages_builder(per_tool_call=True),
+        MESSAGES_CALLS_GRAPH: messages_builder(per_call=True),
     }
     plugins: list[object] = [
         LangGraphPlugin(graphs=graphs),  # type: ignore[arg-type]
