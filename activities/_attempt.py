@@ -23,8 +23,9 @@ from ..ledger import (
     IdempotencyConflictError,
     InvalidRequest,
     LedgerUnavailable,
+    NoEffect,
 )
-from ..ledger._seam import ExecutionContext
+from ..ledger._seam import ExecutionContext, FailureType
 from ..workflows._seam import ConflictDetails, ErrorType, ToolHints, ToolSpec
 from ._metrics import CallOutcome, count_call
 from ._runtime import Runtime
@@ -70,16 +71,26 @@ async def execute_ledgered(
     performer: str,
     adapter: Callable[[ActionRequest, ExecutionContext], Any],
     state: Callable[[ActionRequest], Any] | None = None,
+    only_ask: bool | None = None,
 ) -> ActionResult:
     """One activity attempt through the ledger, heartbeating while it runs.
 
     The ledger's refusals become typed ``ApplicationError`` s: final ones
     non-retryable, an in-progress key or an unreachable ledger retryable.
+
+    An attempt that only asks (``only_ask``; by default, as the workflow scheduled the
+    attempt: :data:`asking_only`) gets the ledger's answer (a replay, an unknown effect,
+    a live claim, an approval to wait for) but never acts: where the ledger would let the
+    call act, ``adapter`` does not run, and the attempt fails with ``ATTEMPTS_SPENT``.
     """
+    refused: list[str] = []
+    asking = asking_only.get() if only_ask is None else only_ask
+    if asking:
+        adapter = _refusing(refused)
     every = activity.info().heartbeat_timeout
     heartbeat = asyncio.create_task(_heartbeat(every))
     try:
-        return await runtime.ledger.execute(
+        result = await runtime.ledger.execute(
             request,
             authority=runtime.policy.authority_for(performer),
             adapter=adapter,
@@ -119,6 +130,42 @@ async def execute_ledgered(
         heartbeat.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await heartbeat
+    if asking and result.error_type == FailureType.APPROVAL_REQUIRED:
+        # Approved, the call would act: nobody is asked to approve what will not run.
+        refused.append(_NOT_TRIED)
+    if refused:
+        raise ApplicationError(
+            f"{spec.name}: {refused[0]}",
+            type=ErrorType.ATTEMPTS_SPENT,
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
+        )
+    return result
+
+
+#: The attempt running now only asks the ledger: its activity came with the
+#: ``ASKING_ONLY_HEADER`` (set by the plugin's activity interceptor).
+asking_only: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "ledger_asking_only", default=False
+)
+
+
+_NOT_TRIED = (
+    "not tried again: the retry policy's attempts or time were spent on an attempt that "
+    "timed out, and the ledger holds no outcome of it to give back"
+)
+
+
+def _refusing(refused: list[str]) -> Callable[[ActionRequest, ExecutionContext], Any]:
+    """The adapter of an attempt that only asks: the ledger reaches it only where it would
+    let the call act, and it does not act. Recorded as what it is, a failure with no
+    effect that leaves the key free to act again (a reset run may)."""
+
+    async def refuse(request: ActionRequest, ctx: ExecutionContext) -> Any:
+        refused.append(_NOT_TRIED)
+        raise NoEffect(_NOT_TRIED, retryable=True)
+
+    return refuse
 
 
 def _lease(ledger_lease: float, heartbeat_timeout: timedelta | None) -> float:

@@ -483,7 +483,14 @@ async def _settle(
     info = activity.info()
     key = request["key"]
     result = await execute_ledgered(
-        runtime, request, spec=spec, performer=request["performer"], adapter=adapter
+        runtime,
+        request,
+        spec=spec,
+        performer=request["performer"],
+        adapter=adapter,
+        # A node whose calls have keys of their own changes nothing but through them: when
+        # the attempt only asks, the node runs and each of its calls only asks.
+        only_ask=False if getattr(rule, "calls_inside", False) else None,
     )
     if "value" in ran and result.status is ActionStatus.SUCCEEDED and not result.replayed:
         record_outcome(spec, result)

@@ -24,7 +24,7 @@ from typing import Any, Protocol, cast
 
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import (
     ExecuteWorkflowInput,
     Interceptor,
@@ -36,11 +36,13 @@ from temporalio.worker import (
 )
 
 from ..ledger._seam import output_misfit
+from ._attempts import Attempts
 from ._inbox import Call, inbox, install_at_start
 from ._options import LedgerOptions
 from ._probe import settle_unknown
 from ._protocol import (
     ANCHOR_HEADER,
+    ASKING_ONLY_HEADER,
     HINTS_HEADER,
     PLACEHOLDER,
     ApprovalNeeded,
@@ -52,11 +54,10 @@ from ._protocol import (
     holds_placeholder,
 )
 from ._results import Answer, AnswerForCall, ResultShape
-from ._scheduling import give_options, scheduling_own
+from ._scheduling import asking, give_options, scheduling_an_ask, scheduling_own
 
-#: Waits between asking the ledger again about a call whose attempt was lost.
-_FIRST_WAIT = timedelta(seconds=1)
-_LONGEST_WAIT = timedelta(seconds=60)
+#: The value of the asking-only header (its presence is what counts).
+_ASKING = Payload(metadata={"encoding": b"json/plain"}, data=b"true")
 
 
 class WorkflowRule(Protocol):
@@ -126,6 +127,8 @@ class _Outbound(WorkflowOutboundInterceptor):
     def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
         if scheduling_own():
             input.headers = {**input.headers, ANCHOR_HEADER: _anchor(None)}
+            if scheduling_an_ask():
+                input.headers[ASKING_ONLY_HEADER] = _ASKING
             return self.next.start_activity(input)
         call = self._number()
         input.headers = {**input.headers, ANCHOR_HEADER: _anchor(call)}
@@ -203,6 +206,7 @@ class _Ledgered:
         self._tool = tool if isinstance(tool, str) else None
         self._listed = listed
         self._attempt: workflow.ActivityHandle[Any] | None = None
+        self._attempts = Attempts(runs_inside=bool(getattr(rule, "calls_inside", False)))
 
     def start(self) -> workflow.ActivityHandle[Any]:
         # The first attempt is scheduled now, where the workflow asked for it, so its
@@ -220,7 +224,7 @@ class _Ledgered:
             self._attempt.cancel()
 
     async def _settle(self) -> Any:
-        wait = _FIRST_WAIT
+        attempts = self._attempts
         #: The key this call last waited on for a person (its result may be an answer).
         waited_on: str | None = None
         while True:
@@ -237,6 +241,7 @@ class _Ledgered:
                     # answered by the ledger with that decision.
                     await inbox().await_approval(self._call(needed.arguments), needed)
                     waited_on = needed.key
+                    attempts.answered()
                 elif kind == ErrorType.EFFECT_UNKNOWN:
                     assert isinstance(cause, ApplicationError)
                     unknown = UnknownEffect.model_validate(cause.details[0])
@@ -254,13 +259,14 @@ class _Ledgered:
                         return self._confirmed(call, unknown.key, confirmed.output)
                     # A call inside the activity: whatever the verdict, the activity runs
                     # again, and that call replays it (its other calls, their outcomes).
-                elif _attempt_lost(err):
-                    # Temporal gave up on an attempt that started: whether it acted is
-                    # the ledger's to say (a replay, a wait, or an unknown effect).
-                    await workflow.sleep(_retry_delay(cause) or wait)
-                    wait = min(wait * 2, _LONGEST_WAIT)
+                    attempts.answered()
                 else:
-                    raise
+                    # Within the user's retry bounds, or asking what a timed-out attempt did.
+                    failed = await attempts.after(err)
+                    if failed is not None:
+                        # As it is: an ActivityError's cause is its __cause__, which
+                        # "raise ... from" would replace.
+                        raise failed  # noqa: B904
             else:
                 if self._listed is not None and self._rule.server:
                     self._listed(self._rule.server, result)
@@ -314,7 +320,15 @@ class _Ledgered:
 
     def _again(self) -> None:
         # Again under the same key (same anchor header); not numbered (_scheduling).
-        self._attempt = self._next.start_activity(dataclasses.replace(self._input))
+        again = dataclasses.replace(self._input)
+        if self._attempts.asking_only:
+            given = {f.name: getattr(again, f.name) for f in dataclasses.fields(again)}
+            again = dataclasses.replace(
+                again,
+                headers={**again.headers, ASKING_ONLY_HEADER: _ASKING},
+                **asking(given, runs_inside=self._attempts.runs_inside),
+            )
+        self._attempt = self._next.start_activity(again)
 
     def _call(self, arguments: Any) -> Call:
         answer = self._answer()
@@ -428,17 +442,3 @@ def _read(reader: Callable[[list[Any]], Any] | None, args: list[Any]) -> Any:
         return reader(args)
     except (LookupError, TypeError, ValueError):
         return None
-
-
-def _attempt_lost(err: ActivityError) -> bool:
-    cause = err.cause
-    if isinstance(cause, TimeoutError):
-        return cause.type in (TimeoutType.START_TO_CLOSE, TimeoutType.HEARTBEAT)
-    return isinstance(cause, ApplicationError) and cause.type in (
-        ErrorType.IN_PROGRESS,
-        ErrorType.LEDGER_UNAVAILABLE,
-    )
-
-
-def _retry_delay(cause: BaseException | None) -> timedelta | None:
-    return cause.next_retry_delay if isinstance(cause, ApplicationError) else None

@@ -46,6 +46,7 @@ __all__ = [
     "ANCHOR_HEADER",
     "APPROVE_ACTIVITY",
     "APPROVE_UPDATE",
+    "ASKING_ONLY_HEADER",
     "AWAITING_APPROVAL_ATTRIBUTE",
     "FINAL_ERROR_TYPES",
     "HINTS_HEADER",
@@ -252,6 +253,10 @@ class ErrorType(StrEnum):
     APPROVE_REJECTED = "ApproveRejected"
     #: No probe is registered for the tool on the worker that ran the probe activity.
     PROBE_UNAVAILABLE = "ProbeUnavailable"
+    #: An attempt that only asked the ledger (the user's retry policy was spent on an
+    #: attempt that timed out) found the call free to act, and did not act: the step
+    #: fails with that last attempt's error, as it would without the ledger.
+    ATTEMPTS_SPENT = "ToolAttemptsSpent"
 
 
 #: Outcomes after which the ledger allows no other attempt of a tool step.
@@ -286,6 +291,12 @@ class RunAnchor(BaseModel):
 
 #: Header of a call whose tool's hints the workflow saw listed (MCP tool annotations).
 HINTS_HEADER = "temporal-ledger-tool-hints"
+
+#: Header of an attempt that only asks the ledger, scheduled once the user's retry policy
+#: is spent on an attempt that may have acted: the ledger replays a recorded outcome,
+#: parks an unknown effect or defers to a live claim, and where it would let the call
+#: act, the attempt refuses (``ATTEMPTS_SPENT``) instead.
+ASKING_ONLY_HEADER = "temporal-ledger-asking-only"
 
 
 class ToolHints(BaseModel):

@@ -17,6 +17,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from ..ledger import InvalidRequest
 from ..ledger._seam import Decision, output_misfit, output_template
+from ._attempts import Attempts
 from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError, ToolRejectedError
 from ._inbox import Call, inbox
 from ._keys import step_key
@@ -33,9 +34,12 @@ from ._protocol import (
     UnknownEffect,
     argument_json,
 )
-from ._scheduling import options_for, start_own_activity
+from ._scheduling import asking, options_for, start_own_activity
 
 OutT = TypeVar("OutT")
+
+#: The ledger's answers that wait for a person (the step goes on once answered).
+_HANDED_OVER = (ErrorType.AWAITING_APPROVAL, ErrorType.EFFECT_UNKNOWN)
 
 
 class ScheduleKeywords(TypedDict, total=False):
@@ -125,19 +129,29 @@ async def run_tool(
             keywords["heartbeat_timeout"] = timedelta(0)  # None said: no heartbeat timeout
     scheduling = options_for("tool", {**activity_config(options), **keywords})
     waiting = inbox()
+    attempts = Attempts()
     # The first attempt is scheduled in every run of this workflow; later ones only in a
     # run that waited, so they are the ledger's own (see _scheduling).
     start: Callable[..., workflow.ActivityHandle[Any]] = workflow.start_activity
     while True:
+        ask = {"only_ask": True, **asking(scheduling)} if attempts.asking_only else {}
         try:
             outcome: ToolOutcome = await start(
-                spec.name, call, result_type=ToolOutcome, **scheduling
+                spec.name, call, result_type=ToolOutcome, **{**scheduling, **ask}
             )
         except ActivityError as err:
             cause = err.cause
-            if not isinstance(cause, ApplicationError):
-                raise
             start = start_own_activity
+            if not isinstance(cause, ApplicationError) or cause.type not in _HANDED_OVER:
+                # Within the user's retry bounds, or asking what a timed-out attempt did.
+                failed = await attempts.after(err)
+                if failed is None:
+                    continue
+                if isinstance(failed.cause, ApplicationError):
+                    raise _final_error(failed.cause, key=call.key, step=step) from failed
+                # As it is: an ActivityError's cause is its __cause__ ("from" replaces it).
+                raise failed  # noqa: B904
+            attempts.answered()
             if cause.type == ErrorType.AWAITING_APPROVAL:
                 needed = ApprovalNeeded.model_validate(cause.details[0])
                 decision = await waiting.await_approval(_call(spec, call), needed)
@@ -162,7 +176,6 @@ async def run_tool(
                 if confirmed is not None:
                     return _typed_output(spec, confirmed.output, key=call.key, step=step)
                 continue
-            raise _final_error(cause, key=call.key, step=step) from err
         return _typed_output(spec, outcome.output, key=call.key, step=step)
 
 

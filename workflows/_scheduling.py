@@ -84,14 +84,52 @@ def scheduling(
     return chosen
 
 
-#: Set only for the synchronous span of scheduling one of the ledger's own activities.
-_OWN: contextvars.ContextVar[bool] = contextvars.ContextVar("temporal_ledger_own", default=False)
+def asking(given: dict[str, Any], *, runs_inside: bool = False) -> dict[str, Any]:
+    """The options of an attempt that only asks the ledger, for a call scheduled with
+    ``given`` (``start_activity``'s keyword arguments, or a ``StartActivityInput``'s fields).
+
+    The user's bounds are spent, so none of them applies: no schedule-to-close or
+    schedule-to-start timeout, and the timeouts and retries of the activity that records a
+    verdict (``LedgerOptions.reconcile``: short, retried without limit, since the attempt
+    does not act and waits only for the ledger). A call whose code runs to ask its calls
+    inside (a LangGraph node listed with ``per_tool_call``) keeps its own start-to-close and
+    heartbeat timeouts and runs once: it may hang again as it did.
+    """
+    run: LedgerOptions = getattr(workflow.instance(), _OPTIONS, _DEFAULTS)
+    recording = merged(run.reconcile, _DEFAULTS.reconcile)
+    chosen: dict[str, Any] = {
+        "schedule_to_close_timeout": None,
+        "schedule_to_start_timeout": None,
+        "start_to_close_timeout": recording["start_to_close_timeout"],
+        "heartbeat_timeout": recording.get("heartbeat_timeout"),
+        "retry_policy": recording.get("retry_policy") or RetryPolicy(),
+    }
+    if runs_inside:
+        chosen.update(
+            start_to_close_timeout=given.get("start_to_close_timeout")
+            or given.get("schedule_to_close_timeout"),
+            heartbeat_timeout=given.get("heartbeat_timeout"),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )
+    if chosen["heartbeat_timeout"] == timedelta(0):
+        chosen["heartbeat_timeout"] = None
+    return chosen
 
 
-def start_own_activity(activity: str, arg: Any, **options: Any) -> workflow.ActivityHandle[Any]:
+#: Set only for the synchronous span of scheduling one of the ledger's own activities:
+#: ``"act"``, or ``"ask"`` for an attempt that only asks the ledger.
+_OWN: contextvars.ContextVar[Literal["act", "ask"] | None] = contextvars.ContextVar(
+    "temporal_ledger_own", default=None
+)
+
+
+def start_own_activity(
+    activity: str, arg: Any, *, only_ask: bool = False, **options: Any
+) -> workflow.ActivityHandle[Any]:
     """``workflow.start_activity``, marked as the ledger's own: the interceptor does not
-    number it, nor ledger it as another library's activity."""
-    token = _OWN.set(True)
+    number it, nor ledger it as another library's activity; ``only_ask``: it marks the
+    attempt as one that only asks the ledger (``ASKING_ONLY_HEADER``)."""
+    token = _OWN.set("ask" if only_ask else "act")
     try:
         return workflow.start_activity(activity, arg, **options)
     finally:
@@ -100,4 +138,9 @@ def start_own_activity(activity: str, arg: Any, **options: Any) -> workflow.Acti
 
 def scheduling_own() -> bool:
     """Whether the activity being scheduled now is one of the ledger's own."""
-    return _OWN.get()
+    return _OWN.get() is not None
+
+
+def scheduling_an_ask() -> bool:
+    """Whether the activity being scheduled now is an attempt that only asks the ledger."""
+    return _OWN.get() == "ask"

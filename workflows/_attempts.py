@@ -1,0 +1,109 @@
+"""Whether a ledgered call is tried again after a failed attempt: within the retry policy
+and timeouts the user gave it, and past them only to ask the ledger what the call did.
+
+Temporal retries a call's attempts within its retry policy and timeouts; a failure
+reaches the workflow once they are spent, or when it is not retryable. It then ends the
+step as it would without the ledger, except in two cases that are the ledger's to settle:
+
+* The ledger kept the attempt from acting (another attempt holds the key's claim, or the
+  ledger could not be reached): the call was not tried, so it is asked again after a wait
+  (the delay the ledger named, else 1 second doubling to a minute).
+* An attempt timed out (start-to-close, heartbeat or schedule-to-close): it may have
+  acted, and only the ledger knows. One more attempt is scheduled that only asks
+  (``ASKING_ONLY_HEADER``, with options of its own: see ``_scheduling.asking``). The
+  ledger answers it with a recorded outcome (the step gets it), an unknown effect (the
+  step parks) or a live claim (asked again); where it would let the call act (nothing
+  was recorded, or a retry-safe call's outcome is unknown) the attempt does not act and
+  fails with ``ATTEMPTS_SPENT``, and the step fails with the timed-out attempt's error.
+
+Shared by ``run_tool`` and the interceptor's ledgered activities of other libraries.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
+
+from ._protocol import ErrorType
+
+#: Waits between asking the ledger again about a call it kept from acting.
+_FIRST_WAIT = timedelta(seconds=1)
+_LONGEST_WAIT = timedelta(seconds=60)
+
+#: Timeouts after which an attempt may have acted. A schedule-to-start timeout is not
+#: one: the attempt never reached a worker (nor would an attempt that asks).
+_LOST = (TimeoutType.START_TO_CLOSE, TimeoutType.HEARTBEAT, TimeoutType.SCHEDULE_TO_CLOSE)
+
+#: The ledger kept the attempt from acting.
+_LEDGER_WAITS = (ErrorType.IN_PROGRESS, ErrorType.LEDGER_UNAVAILABLE)
+
+
+class Attempts:
+    """The attempts of one ledgered call after its first, as the user's retry bounds and
+    the ledger allow them.
+
+    Args:
+        runs_inside: The call's code runs to ask about its calls inside (a LangGraph
+            node listed with ``per_tool_call``): an attempt that asks and times out, as
+            the lost one did, ends the step instead of being asked again.
+    """
+
+    def __init__(self, *, runs_inside: bool = False) -> None:
+        self._runs_inside = runs_inside
+        self._wait = _FIRST_WAIT
+        #: The attempt that timed out once the user's bounds were spent, while its
+        #: outcome is asked of the ledger.
+        self._lost: ActivityError | None = None
+
+    @property
+    def runs_inside(self) -> bool:
+        """Whether the call's code runs when an attempt asks (see the class)."""
+        return self._runs_inside
+
+    @property
+    def asking_only(self) -> bool:
+        """Whether the next attempt only asks the ledger (and never acts)."""
+        return self._lost is not None
+
+    def answered(self) -> None:
+        """A person answered for the call (an approval, a verdict): the next attempt is
+        the call's own again, under the options it was scheduled with."""
+        self._lost = None
+        self._wait = _FIRST_WAIT
+
+    async def after(self, err: ActivityError) -> ActivityError | None:
+        """What follows an attempt's failure that no person is to answer.
+
+        Args:
+            err: The attempt's failure, as the workflow received it.
+
+        Returns:
+            ``None`` once the call is to be tried (or asked) again, after any wait the
+            ledger asked for; otherwise the error that ends the step: ``err``, or the
+            timed-out attempt's own error where the ledger had no outcome of it.
+        """
+        cause = err.cause
+        kind = cause.type if isinstance(cause, ApplicationError) else None
+        lost = self._lost
+        if lost is not None and kind == ErrorType.ATTEMPTS_SPENT:
+            return lost
+        if kind in _LEDGER_WAITS:
+            await self._pause(cause)
+            return None
+        if not (isinstance(cause, TimeoutError) and cause.type in _LOST):
+            return err
+        if lost is None:
+            self._lost = err  # ask now: the ledger's answer does not need a wait
+            return None
+        if self._runs_inside:
+            return lost
+        # The attempt that asks timed out (its worker died, or the ledger was slow).
+        await self._pause(cause)
+        return None
+
+    async def _pause(self, cause: BaseException | None) -> None:
+        named = cause.next_retry_delay if isinstance(cause, ApplicationError) else None
+        await workflow.sleep(named or self._wait)
+        self._wait = min(self._wait * 2, _LONGEST_WAIT)
