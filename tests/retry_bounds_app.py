@@ -1,0 +1,128 @@
+"""A LangGraph graph and ``@tool`` steps whose calls hang or fail, for the tests of the
+user's retry bounds (tests/test_retry_bounds.py).
+
+Its own module so the workflow sandbox imports little. The nodes and tools run as
+activities on the host, where the counters below are the truth about how often each
+was tried. What a node or tool does is chosen by words in the prompt (each test uses a
+prompt of its own): ``hang`` (wait until cancelled), ``bad`` (fail with ``ValueError``),
+``stall`` (append a line, then wait until cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from pydantic import BaseModel
+from temporal_ledger.activities import tool
+from temporal_ledger.workflows import run_tool
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+GRAPH = "bounded_graph"
+
+#: Tries of each node or tool, by prompt.
+TRIES: dict[str, int] = {}
+
+
+async def _behave(prompt: str, path: str) -> None:
+    TRIES[prompt] = TRIES.get(prompt, 0) + 1
+    if "stall" in prompt:
+        with Path(path).open("a") as handle:
+            handle.write(f"line for {prompt}\n")
+    if "hang" in prompt or "stall" in prompt:
+        await asyncio.Event().wait()  # until Temporal's cancel reaches it
+    if "bad" in prompt:
+        raise ValueError(f"the model refused {prompt}")
+
+
+class State(TypedDict, total=False):
+    prompt: str
+    path: str
+    answer: str
+
+
+async def model(state: State) -> State:
+    """A model node (retry-safe): asks a scripted model."""
+    if "tool" not in state["prompt"]:
+        await _behave(state["prompt"], state["path"])
+    return {"answer": f"model answered {state['prompt']}"}
+
+
+async def tools(state: State) -> State:
+    """A tool node (not retry-safe): appends a line."""
+    await _behave(state["prompt"], state["path"])
+    return {"answer": f"tool appended for {state['prompt']}"}
+
+
+async def _route(state: State) -> str:
+    return "tools" if "tool" in state["prompt"] else END
+
+
+def builder(options: dict[str, Any]) -> StateGraph[Any, Any, Any, Any]:
+    """The graph, both nodes run as activities with ``options`` in their metadata."""
+    graph: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    graph.add_node("model", model, metadata={"execute_in": "activity", **options})
+    graph.add_node("tools", tools, metadata={"execute_in": "activity", **options})
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", _route, ["tools", END])
+    graph.add_edge("tools", END)
+    return graph
+
+
+@workflow.defn
+class BoundedGraphWorkflow:
+    @workflow.run
+    async def run(self, prompt: str, path: str) -> str:
+        from temporalio.langgraph import graph
+
+        final = await graph(GRAPH).compile().ainvoke({"prompt": prompt, "path": path})
+        return str(final["answer"])
+
+
+# -- run_tool steps ------------------------------------------------------------------------
+
+
+class Work(BaseModel):
+    prompt: str
+    path: str
+
+
+class Done(BaseModel):
+    text: str
+
+
+@tool(capability="bounded.lookup", retry_safe=True)
+async def bounded_lookup(arg: Work) -> Done:
+    """A retry-safe tool (the far side dedupes by the key)."""
+    await _behave(arg.prompt, arg.path)
+    return Done(text=f"looked up {arg.prompt}")
+
+
+@tool(capability="bounded.append")
+async def bounded_append(arg: Work) -> Done:
+    """A tool that may not repeat."""
+    await _behave(arg.prompt, arg.path)
+    return Done(text=f"appended for {arg.prompt}")
+
+
+@workflow.defn
+class BoundedStepWorkflow:
+    @workflow.run
+    async def run(self, prompt: str, path: str) -> str:
+        step = bounded_append if "stall" in prompt else bounded_lookup
+        done = await run_tool(
+            step,
+            Work(prompt=prompt, path=path),
+            step="work",
+            performer="BoundedStepWorkflow",
+            options=workflow.ActivityConfig(
+                start_to_close_timeout=timedelta(milliseconds=500),
+                heartbeat_timeout=timedelta(seconds=1),
+                retry_policy=RetryPolicy(maximum_attempts=1),
+            ),
+        )
+        return done.text

@@ -1,0 +1,275 @@
+"""The user's retry bounds stand (issue 41, item 7), against the real dev server.
+
+A ledgered call that times out or fails is tried again only within the ``RetryPolicy``
+and timeouts the user gave it (``maximum_attempts``, ``non_retryable_error_types``, a
+node's own options over the plugin's defaults); then the step fails as it would without
+the ledger, with the same error, and promptly. A call that is not retry-safe and timed out
+after it acted still parks for an operator instead: the attempt that only asks the ledger
+finds its unknown effect. In the shape of temporalio's own LangGraph tests
+(``test_timeout``, ``test_per_task_activity_options_override``), written here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy
+from temporal_ledger.activities.langgraph import activity_rules
+from temporal_ledger.ledger import Ledger
+from temporal_ledger.workflows._protocol import PLACEHOLDER
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    TimeoutError,
+    TimeoutType,
+)
+from temporalio.langgraph import LangGraphPlugin
+from temporalio.worker import Worker
+
+from tests.retry_bounds_app import (
+    GRAPH,
+    TRIES,
+    BoundedGraphWorkflow,
+    BoundedStepWorkflow,
+    bounded_append,
+    bounded_lookup,
+    builder,
+)
+from tests.temporal_support import lines, open_effects, send_update, template_of, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+POLICY = Policy(
+    performers={
+        "BoundedGraphWorkflow": [f"activity.{GRAPH}.*"],
+        "BoundedStepWorkflow": ["bounded.*"],
+    },
+    reconcilers=["ops-*"],
+)
+
+#: A bound no test reaches unless the ledger overrides the user's: the tests fail well
+#: before it, and promptly.
+EXECUTION_TIMEOUT = timedelta(seconds=45)
+PROMPTLY = 15.0
+
+
+def hung_node(**retry: Any) -> dict[str, Any]:
+    """A node's options: 100 ms to close, the given retry policy, quick retries."""
+    return {
+        "start_to_close_timeout": timedelta(milliseconds=100),
+        "retry_policy": RetryPolicy(
+            initial_interval=timedelta(milliseconds=100), backoff_coefficient=1.0, **retry
+        ),
+    }
+
+
+@contextlib.asynccontextmanager
+async def running(
+    address: str,
+    ledger_url: str,
+    node_options: dict[str, Any],
+    default_options: dict[str, Any] | None = None,
+) -> AsyncIterator[tuple[Client, str]]:
+    """A worker for the graph (model node retry-safe, tool node not) and the steps."""
+    rules = activity_rules(GRAPH, model_nodes=["model"], tool_nodes=["tools"])
+    plugins: list[object] = [
+        LangGraphPlugin(
+            graphs={GRAPH: builder(node_options)}, default_activity_options=default_options
+        ),
+        LedgerPlugin(
+            ledger_url, policy=POLICY, options=LedgerOptions(lease=2.0), ledger_activities=rules
+        ),
+    ]
+    client = await Client.connect(address, plugins=plugins)  # type: ignore[arg-type]
+    task_queue = f"tq-bounds-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[BoundedGraphWorkflow, BoundedStepWorkflow],
+        activities=[bounded_lookup, bounded_append],
+    ):
+        yield client, task_queue
+
+
+async def failure_of(client: Client, workflow: Any, prompt: str, path: Path, tq: str) -> Any:
+    """Run the workflow to its failure; the failure and the seconds it took."""
+    started = time.monotonic()
+    handle = await client.start_workflow(
+        workflow,
+        args=[prompt, str(path)],
+        id=f"bounds-{prompt}",
+        task_queue=tq,
+        execution_timeout=EXECUTION_TIMEOUT,
+    )
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    return failed.value.cause, time.monotonic() - started
+
+
+def timed_out(failure: BaseException | None) -> TimeoutType | None:
+    """The type of the activity timeout that failed the run (its cause chain's)."""
+    while failure is not None:
+        if isinstance(failure, ActivityError) and isinstance(failure.cause, TimeoutError):
+            return failure.cause.type
+        failure = failure.__cause__
+    return None
+
+
+def refusals(ledger_url: str) -> list[str]:
+    """The keys whose attempt that only asked found nothing to give back, and did not act."""
+    with Ledger.open(ledger_url) as ledger:
+        return [
+            e.key
+            for e in ledger.events()
+            if e.type == "action.completed" and "not tried again" in str(e.payload.get("error"))
+        ]
+
+
+@pytest.mark.parametrize("attempts", [1, 3])
+async def test_a_hanging_model_node_is_tried_as_often_as_its_policy_says_then_fails(
+    temporal_address: str, tmp_path: Path, attempts: int
+) -> None:
+    """``start_to_close_timeout=100ms`` and ``maximum_attempts`` of 1 or 3: the node is
+    tried that often and the workflow fails with the timeout, as it would without the
+    ledger (before, the ledger scheduled the node again forever)."""
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = f"hang-{attempts}-{uuid.uuid4().hex[:6]}"
+    options = hung_node(maximum_attempts=attempts)
+    async with running(temporal_address, ledger_url, options) as (client, tq):
+        failure, took = await failure_of(client, BoundedGraphWorkflow.run, prompt, tmp_path, tq)
+    assert timed_out(failure) is TimeoutType.START_TO_CLOSE, failure
+    assert took < PROMPTLY, f"the run failed after {took:.1f} s"
+    assert TRIES[prompt] == attempts
+    # The last word was the ledger's: asked what the timed-out node did, it had nothing.
+    assert len(refusals(ledger_url)) == 1
+
+
+async def test_a_node_option_over_the_plugins_defaults_is_honoured(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """The plugin's defaults allow 30 s and 5 attempts; the node's own options say 100 ms
+    and one attempt: the run fails on the node's timeout within seconds, not on its
+    execution timeout."""
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = f"hang-override-{uuid.uuid4().hex[:6]}"
+    defaults = {
+        "start_to_close_timeout": timedelta(seconds=30),
+        "retry_policy": RetryPolicy(maximum_attempts=5),
+    }
+    options = hung_node(maximum_attempts=1)
+    async with running(temporal_address, ledger_url, options, defaults) as (client, tq):
+        failure, took = await failure_of(client, BoundedGraphWorkflow.run, prompt, tmp_path, tq)
+    assert timed_out(failure) is TimeoutType.START_TO_CLOSE, failure
+    assert took < PROMPTLY, f"the run failed after {took:.1f} s"
+    assert TRIES[prompt] == 1
+
+
+async def test_non_retryable_error_types_end_a_model_node_at_its_first_failure(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """Five attempts allowed, but ``ValueError`` is non-retryable: one try, and the
+    workflow gets the node's own error."""
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = f"bad-{uuid.uuid4().hex[:6]}"
+    options = {
+        "start_to_close_timeout": timedelta(seconds=10),
+        "retry_policy": RetryPolicy(
+            initial_interval=timedelta(milliseconds=100),
+            maximum_attempts=5,
+            non_retryable_error_types=["ValueError"],
+        ),
+    }
+    async with running(temporal_address, ledger_url, options) as (client, tq):
+        failure, took = await failure_of(client, BoundedGraphWorkflow.run, prompt, tmp_path, tq)
+    assert isinstance(failure, ActivityError), failure
+    assert isinstance(failure.cause, ApplicationError) and failure.cause.type == "ValueError"
+    assert f"the model refused {prompt}" in failure.cause.message
+    assert TRIES[prompt] == 1
+    assert took < PROMPTLY
+
+
+async def test_a_tool_node_that_acted_and_timed_out_parks_instead_of_failing(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """The tool node (not retry-safe) appends its line and hangs past its 100 ms under
+    ``maximum_attempts=1``: the policy is spent, but its effect is unknown, so the run
+    parks; the operator's answer completes it, and the tool never ran twice."""
+    target = tmp_path / "effects.txt"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = f"tool-stall-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"bounds-{prompt}"
+    options = hung_node(maximum_attempts=1)
+    async with running(temporal_address, ledger_url, options) as (client, tq):
+        handle = await client.start_workflow(
+            BoundedGraphWorkflow.run,
+            args=[prompt, str(target)],
+            id=workflow_id,
+            task_queue=tq,
+            execution_timeout=EXECUTION_TIMEOUT,
+        )
+        [parked] = await wait_for(
+            lambda: open_effects(temporal_address, workflow_id),
+            within=30,
+            what="the tool node to park",
+        )
+        template = template_of(parked["update_command"])
+        assert template["output"] == PLACEHOLDER
+        answer = {
+            **template,
+            "actor": "ops-ann",
+            "basis": "the line is in the file",
+            "output": {"answer": "appended, seen by ops"},
+        }
+        done, said = await send_update(temporal_address, workflow_id, "reconcile", answer)
+        assert done == 0, said
+        assert await handle.result() == "appended, seen by ops"
+    assert TRIES[prompt] == 1, "the tool node ran again"
+    assert lines(target) == [f"line for {prompt}"]
+    assert refusals(ledger_url) == []
+
+
+async def test_run_tool_keeps_the_bounds_too(temporal_address: str, tmp_path: Path) -> None:
+    """``run_tool`` under ``maximum_attempts=1`` and 500 ms: a retry-safe tool that hangs
+    fails the step with its timeout after one try; a tool that may not repeat, which
+    acted and hung, parks (before, the step failed with its effect unknown)."""
+    target = tmp_path / "effects.txt"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    hang, stall = (f"{word}-{uuid.uuid4().hex[:6]}" for word in ("hang", "stall"))
+    async with running(temporal_address, ledger_url, hung_node()) as (client, tq):
+        failure, took = await failure_of(client, BoundedStepWorkflow.run, hang, target, tq)
+        assert timed_out(failure) is TimeoutType.START_TO_CLOSE, failure
+        assert took < PROMPTLY
+        assert TRIES[hang] == 1
+
+        workflow_id = f"bounds-{stall}"
+        handle = await client.start_workflow(
+            BoundedStepWorkflow.run,
+            args=[stall, str(target)],
+            id=workflow_id,
+            task_queue=tq,
+            execution_timeout=EXECUTION_TIMEOUT,
+        )
+        [parked] = await wait_for(
+            lambda: open_effects(temporal_address, workflow_id), within=30, what="the step to park"
+        )
+        answer = {
+            **template_of(parked["update_command"]),
+            "actor": "ops-ann",
+            "basis": "the line is in the file",
+            "output": {"text": "appended, seen by ops"},
+        }
+        done, said = await send_update(temporal_address, workflow_id, "reconcile", answer)
+        assert done == 0, said
+        assert await handle.result() == "appended, seen by ops"
+    assert TRIES[stall] == 1
+    assert lines(target) == [f"line for {stall}"]
+    assert len(refusals(ledger_url)) == 1  # the retry-safe tool's ask
