@@ -7,8 +7,10 @@ ledger's error. This interceptor catches that failure around the workflow's acti
 call, before the calling framework sees it, and waits in the run's inbox exactly as a
 ``run_tool`` step does. Then ``effect_confirmed`` returns the operator's output as the
 activity's result, and ``no_effect_confirmed``, an approval or a rejection schedule the
-call again under the same key, for the ledger to answer. The framework sees an ordinary
-activity result or error. Activities that match no ledgered pattern pass through as
+call again under the same key, for the ledger to answer. A failure that ends Temporal's
+retries is tried again only as ``_attempts`` says: within the retry policy and timeouts
+the framework (or the user) gave the call, and past them only to ask the ledger what a
+timed-out attempt did. The framework sees an ordinary activity result or error. Activities that match no ledgered pattern pass through as
 they are: a workflow that does not use the ledger is untouched.
 """
 

@@ -137,7 +137,9 @@ class LedgerOptions:
         reconcile: The activity that records an operator's verdict: 10 seconds to close
             and a 3 second heartbeat timeout (a worker that dies during it is noticed
             within seconds, and the verdict is retried on another, never dropped),
-            retries from half a second up to 5 seconds, without limit.
+            retries from half a second up to 5 seconds, without limit. Its timeouts and
+            retries are also those of the attempt that only asks the ledger what a call
+            did, once the call's own retry policy was spent on an attempt that timed out.
         approve: The activity that records an approver's decision; as ``reconcile``.
         probe: A tool's probe of an unknown effect: 30 seconds to close, 3 attempts from
             1 second, then the step parks for a person; on the tool's task queue unless

@@ -97,7 +97,11 @@ async def run_tool(
             tool's ``state`` before it acts; part of the request's identity.
         key: The idempotency key; default: :func:`default_key` of ``step``.
         options: How the tool's activity is scheduled (temporalio's ``ActivityConfig``);
-            fields it leaves out come from the plugin's ``LedgerOptions.tool``.
+            fields it leaves out come from the plugin's ``LedgerOptions.tool``. Its retry
+            policy and timeouts bound the attempts: once they are spent on an attempt
+            that timed out, one more attempt only asks the ledger, which gives the
+            recorded outcome, parks an unknown effect, or lets the step fail with the
+            timeout.
         **keywords: Deprecated in 0.3 (gone in 0.4): ``start_to_close_timeout``,
             ``heartbeat_timeout`` and ``task_queue``; put them in ``options``.
 
@@ -112,6 +116,9 @@ async def run_tool(
         ToolFailedError: The tool failed for good (with no effect, or with one the
             ledger recorded), the argument does not fit, or the recorded output no
             longer fits the tool's output model.
+        temporalio.exceptions.ActivityError: The retry policy and timeouts in
+            ``options`` were spent on attempts that timed out, and the ledger holds no
+            outcome of them (the error of the last one, as without the ledger).
     """
     spec: ToolSpec[Any, OutT] = ToolSpec.of(tool)
     call = _tool_call(spec, arg, step=step, performer=performer, precondition=precondition, key=key)
