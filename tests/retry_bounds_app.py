@@ -15,9 +15,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypedDict
 
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool as lc_tool
 from langgraph.graph import END, START, StateGraph
+from langgraph.prebuilt import ToolNode
 from pydantic import BaseModel
 from temporal_ledger.activities import tool
+from temporal_ledger.activities.langgraph import ledger_tool_calls, ledger_tool_calls_sync
 from temporal_ledger.workflows import run_tool
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -80,6 +84,54 @@ class BoundedGraphWorkflow:
         from temporalio.langgraph import graph
 
         final = await graph(GRAPH).compile().ainvoke({"prompt": prompt, "path": path})
+        return str(final["answer"])
+
+
+# -- a tool node whose tool calls have keys of their own (per_tool_call) -------------------
+
+CALLS_GRAPH = "bounded_calls_graph"
+
+
+@lc_tool
+async def stalling_append(prompt: str, path: str) -> str:
+    """Append a line for ``prompt`` to ``path`` (then stall, as _behave says)."""
+    await _behave(prompt, path)
+    return f"appended for {prompt}"
+
+
+_TOOL_NODE = ToolNode(
+    [stalling_append], awrap_tool_call=ledger_tool_calls, wrap_tool_call=ledger_tool_calls_sync
+)
+
+
+async def call_tools(state: State) -> State:
+    """The node runs the one tool call through a ``ToolNode`` with the ledger's wrappers."""
+    call = {
+        "name": "stalling_append",
+        "args": {"prompt": state["prompt"], "path": state["path"]},
+        "id": "call_append",
+        "type": "tool_call",
+    }
+    [message] = await _TOOL_NODE.ainvoke([AIMessage(content="", tool_calls=[call])])  # type: ignore[list-item]
+    return {"answer": str(message.content)}
+
+
+def calls_builder(options: dict[str, Any]) -> StateGraph[Any, Any, Any, Any]:
+    """One tool node, run as an activity with ``options``."""
+    graph: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    graph.add_node("tools", call_tools, metadata={"execute_in": "activity", **options})
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    return graph
+
+
+@workflow.defn
+class BoundedCallsWorkflow:
+    @workflow.run
+    async def run(self, prompt: str, path: str) -> str:
+        from temporalio.langgraph import graph
+
+        final = await graph(CALLS_GRAPH).compile().ainvoke({"prompt": prompt, "path": path})
         return str(final["answer"])
 
 

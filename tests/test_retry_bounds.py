@@ -36,13 +36,16 @@ from temporalio.langgraph import LangGraphPlugin
 from temporalio.worker import Worker
 
 from tests.retry_bounds_app import (
+    CALLS_GRAPH,
     GRAPH,
     TRIES,
+    BoundedCallsWorkflow,
     BoundedGraphWorkflow,
     BoundedStepWorkflow,
     bounded_append,
     bounded_lookup,
     builder,
+    calls_builder,
 )
 from tests.temporal_support import lines, open_effects, send_update, template_of, wait_for
 
@@ -52,6 +55,7 @@ POLICY = Policy(
     performers={
         "BoundedGraphWorkflow": [f"activity.{GRAPH}.*"],
         "BoundedStepWorkflow": ["bounded.*"],
+        "BoundedCallsWorkflow": [f"activity.{CALLS_GRAPH}.*"],
     },
     reconcilers=["ops-*"],
 )
@@ -79,12 +83,15 @@ async def running(
     node_options: dict[str, Any],
     default_options: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[Client, str]]:
-    """A worker for the graph (model node retry-safe, tool node not) and the steps."""
-    rules = activity_rules(GRAPH, model_nodes=["model"], tool_nodes=["tools"])
+    """A worker for the graphs (model node retry-safe, tool node not; a tool node whose
+    calls have keys of their own) and the steps."""
+    rules = [
+        *activity_rules(GRAPH, model_nodes=["model"], tool_nodes=["tools"]),
+        *activity_rules(CALLS_GRAPH, tool_nodes=["tools"], per_tool_call=True),
+    ]
+    graphs = {GRAPH: builder(node_options), CALLS_GRAPH: calls_builder(node_options)}
     plugins: list[object] = [
-        LangGraphPlugin(
-            graphs={GRAPH: builder(node_options)}, default_activity_options=default_options
-        ),
+        LangGraphPlugin(graphs=graphs, default_activity_options=default_options),
         LedgerPlugin(
             ledger_url, policy=POLICY, options=LedgerOptions(lease=2.0), ledger_activities=rules
         ),
@@ -94,7 +101,7 @@ async def running(
     async with Worker(
         client,
         task_queue=task_queue,
-        workflows=[BoundedGraphWorkflow, BoundedStepWorkflow],
+        workflows=[BoundedGraphWorkflow, BoundedStepWorkflow, BoundedCallsWorkflow],
         activities=[bounded_lookup, bounded_append],
     ):
         yield client, task_queue
@@ -273,3 +280,42 @@ async def test_run_tool_keeps_the_bounds_too(temporal_address: str, tmp_path: Pa
     assert TRIES[stall] == 1
     assert lines(target) == [f"line for {stall}"]
     assert len(refusals(ledger_url)) == 1  # the retry-safe tool's ask
+
+
+async def test_a_call_inside_a_node_that_acted_and_timed_out_parks_on_its_own_key(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """A ``per_tool_call`` node's tool call appends its line and stalls past the node's
+    100 ms under ``maximum_attempts=1``: the node runs once more on the attempt that only
+    asks, its call asks the ledger, and the run parks on the call's key; answered, it
+    completes with the operator's output, and the tool never ran twice."""
+    target = tmp_path / "effects.txt"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = f"stall-calls-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"bounds-{prompt}"
+    async with running(temporal_address, ledger_url, hung_node(maximum_attempts=1)) as (
+        client,
+        tq,
+    ):
+        handle = await client.start_workflow(
+            BoundedCallsWorkflow.run,
+            args=[prompt, str(target)],
+            id=workflow_id,
+            task_queue=tq,
+            execution_timeout=EXECUTION_TIMEOUT,
+        )
+        [parked] = await wait_for(
+            lambda: open_effects(temporal_address, workflow_id), within=30, what="the call to park"
+        )
+        assert parked["key"].endswith("/call_append"), parked
+        answer = {
+            **template_of(parked["update_command"]),
+            "actor": "ops-ann",
+            "basis": "the line is in the file",
+            "output": {"content": "appended, seen by ops"},
+        }
+        done, said = await send_update(temporal_address, workflow_id, "reconcile", answer)
+        assert done == 0, said
+        assert await handle.result() == "appended, seen by ops"
+    assert TRIES[prompt] == 1, "the tool ran again"
+    assert lines(target) == [f"line for {prompt}"]
