@@ -160,6 +160,23 @@ async def test_a_hanging_model_node_is_tried_as_often_as_its_policy_says_then_fa
     assert len(refusals(ledger_url)) == 1
 
 
+async def test_a_hanging_model_node_stops_at_its_schedule_to_close_timeout(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """Attempts without limit, but 1.5 s from schedule to close: the node is tried within
+    it, and then the run fails with the timeout (the ledger asks, and never acts again)."""
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = f"hang-deadline-{uuid.uuid4().hex[:6]}"
+    options = {**hung_node(), "schedule_to_close_timeout": timedelta(seconds=1.5)}
+    async with running(temporal_address, ledger_url, options) as (client, tq):
+        failure, took = await failure_of(client, BoundedGraphWorkflow.run, prompt, tmp_path, tq)
+    assert timed_out(failure) in (TimeoutType.SCHEDULE_TO_CLOSE, TimeoutType.START_TO_CLOSE)
+    assert took < PROMPTLY, f"the run failed after {took:.1f} s"
+    # However often Temporal tried it in that time, the ledger asked once, and had nothing.
+    assert TRIES[prompt] >= 1
+    assert len(refusals(ledger_url)) == 1
+
+
 async def test_a_node_option_over_the_plugins_defaults_is_honoured(
     temporal_address: str, tmp_path: Path
 ) -> None:
