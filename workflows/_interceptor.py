@@ -10,8 +10,9 @@ activity's result, and ``no_effect_confirmed``, an approval or a rejection sched
 call again under the same key, for the ledger to answer. A failure that ends Temporal's
 retries is tried again only as ``_attempts`` says: within the retry policy and timeouts
 the framework (or the user) gave the call, and past them only to ask the ledger what a
-timed-out attempt did. The framework sees an ordinary activity result or error. Activities that match no ledgered pattern pass through as
-they are: a workflow that does not use the ledger is untouched.
+timed-out attempt did. The framework sees an ordinary activity result or error.
+Activities that match no ledgered pattern pass through as they are: a workflow that does
+not use the ledger is untouched.
 """
 
 from __future__ import annotations
