@@ -87,7 +87,7 @@ class BoundedGraphWorkflow:
         return str(final["answer"])
 
 
-# -- a tool node whose tool calls have keys of their own (per_tool_call) -------------------
+# -- a tool node whose tool calls have keys of their own (per_call) -------------------
 
 CALLS_GRAPH = "bounded_calls_graph"
 

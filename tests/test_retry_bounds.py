@@ -87,7 +87,7 @@ async def running(
     calls have keys of their own) and the steps."""
     rules = [
         *activity_rules(GRAPH, model_nodes=["model"], tool_nodes=["tools"]),
-        *activity_rules(CALLS_GRAPH, tool_nodes=["tools"], per_tool_call=True),
+        *activity_rules(CALLS_GRAPH, tool_nodes=["tools"], per_call=True),
     ]
     graphs = {GRAPH: builder(node_options), CALLS_GRAPH: calls_builder(node_options)}
     plugins: list[object] = [
@@ -302,7 +302,7 @@ async def test_run_tool_keeps_the_bounds_too(temporal_address: str, tmp_path: Pa
 async def test_a_call_inside_a_node_that_acted_and_timed_out_parks_on_its_own_key(
     temporal_address: str, tmp_path: Path
 ) -> None:
-    """A ``per_tool_call`` node's tool call appends its line and stalls past the node's
+    """A ``per_call`` node's tool call appends its line and stalls past the node's
     100 ms under ``maximum_attempts=1``: the node runs once more on the attempt that only
     asks, its call asks the ledger, and the run parks on the call's key; answered, it
     completes with the operator's output, and the tool never ran twice."""

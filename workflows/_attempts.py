@@ -46,7 +46,7 @@ class Attempts:
 
     Args:
         runs_inside: The call's code runs to ask about its calls inside (a LangGraph
-            node listed with ``per_tool_call``): an attempt that asks and times out, as
+            node listed with ``per_call``): an attempt that asks and times out, as
             the lost one did, ends the step instead of being asked again.
     """
 

@@ -92,7 +92,7 @@ def asking(given: dict[str, Any], *, runs_inside: bool = False) -> dict[str, Any
     schedule-to-start timeout, and the timeouts and retries of the activity that records a
     verdict (``LedgerOptions.reconcile``: short, retried without limit, since the attempt
     does not act and waits only for the ledger). A call whose code runs to ask its calls
-    inside (a LangGraph node listed with ``per_tool_call``) keeps its own start-to-close and
+    inside (a LangGraph node listed with ``per_call``) keeps its own start-to-close and
     heartbeat timeouts and runs once: it may hang again as it did.
     """
     run: LedgerOptions = getattr(workflow.instance(), _OPTIONS, _DEFAULTS)
