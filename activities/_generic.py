@@ -284,6 +284,16 @@ def _return_type(fn: Callable[..., Any]) -> Any:
         return None
 
 
+def _output_schema(rule: LedgeredActivity, fn: Callable[..., Any], args: list[Any]) -> Any:
+    """The JSON schema an operator's output for this call must fit, or ``None``."""
+    try:
+        return rule.output.output_schema(_return_type(fn), args)
+    except Exception:
+        # A shape that cannot say (arguments of another version): the workflow still
+        # decodes the answer before it is recorded, as it did without a schema.
+        return None
+
+
 def _refuse(message: str) -> ApplicationError:
     return ApplicationError(message, type=ErrorType.INVALID_REQUEST, non_retryable=True)
 
@@ -394,6 +404,12 @@ async def execute_through_ledger(
         return recorded
 
     request = _request(info, anchor, key, spec, payload, performer, tool=tool, hints=hints)
+    if not spec.retry_safe:
+        # A call that may park: what an operator's output must fit, by the activity's real
+        # result type (only this side knows it); the ledger records it and checks verdicts.
+        output_schema = _output_schema(rule, input.fn, args)
+        if output_schema is not None:
+            request["output_schema"] = output_schema
     with call_span(
         tool if isinstance(tool, str) else info.activity_type, key, content=runtime.trace_content
     ) as span:

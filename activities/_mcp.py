@@ -97,6 +97,30 @@ def without_meta(args: list[Any]) -> list[Any]:
     return args
 
 
+def content_schema() -> dict[str, Any]:
+    """The JSON schema of an MCP tool result's content, as an operator gives it: a
+    non-empty list of MCP content blocks, or a string for one text block."""
+    from mcp.types import ContentBlock
+    from pydantic import TypeAdapter
+
+    blocks = _without_descriptions(TypeAdapter(list[ContentBlock]).json_schema())
+    definitions = blocks.pop("$defs", {})
+    return {"anyOf": [{"type": "string"}, {**blocks, "minItems": 1}], "$defs": definitions}
+
+
+def _without_descriptions(schema: Any) -> Any:
+    """``schema`` without its prose (recorded with every call: kept short)."""
+    if isinstance(schema, list):
+        return [_without_descriptions(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        name: _without_descriptions(value)
+        for name, value in schema.items()
+        if not (name == "description" and isinstance(value, str))
+    }
+
+
 def enter(key: str) -> contextvars.Token[dict[str, str] | None]:
     """Make ``key``'s fields the current call's, for a hook that runs inside the activity."""
     return _current.set(request_meta(key))

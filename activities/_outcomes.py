@@ -59,7 +59,7 @@ def outcome_or_raise(
     ):
         raise _another_attempt(result)
     if result.effect is EffectState.UNKNOWN:
-        raise _unknown(spec, result, runtime)
+        raise _unknown(spec, result, runtime, output_schema=request.get("output_schema"))
     raise ApplicationError(
         f"{spec.name}: {result.error or 'failed'}", type=ErrorType.FAILED, non_retryable=True
     )
@@ -109,7 +109,13 @@ def _another_attempt(result: ActionResult) -> ApplicationError:
     )
 
 
-def _unknown(spec: ToolSpec[Any, Any], result: ActionResult, runtime: Runtime) -> ApplicationError:
+def _unknown(
+    spec: ToolSpec[Any, Any],
+    result: ActionResult,
+    runtime: Runtime,
+    *,
+    output_schema: dict[str, Any] | None = None,
+) -> ApplicationError:
     policy = runtime.policy
     details = UnknownEffect(
         key=result.key,
@@ -122,6 +128,7 @@ def _unknown(spec: ToolSpec[Any, Any], result: ActionResult, runtime: Runtime) -
         address=runtime.address,
         open_effects_attribute=runtime.open_effects_attribute,
         probe=spec.has_probe,
+        output_schema=output_schema,
     )
     message = f"{spec.name}: the effect of {result.key!r} is unknown: {result.error}"
     return _hand_over(message, details, ErrorType.EFFECT_UNKNOWN)

@@ -96,7 +96,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 from ..ledger._seam import wire_key
 from ..workflows._seam import PLACEHOLDER
 from ._generic import LedgeredActivity, _CallableRule
-from ._mcp import KEY_FIELD
+from ._mcp import KEY_FIELD, content_schema
 from ._probe import Probe
 
 __all__ = ["activity_rules"]
@@ -375,3 +375,18 @@ class _McpToolResult:
                 "event_actions": {},
             },
         }
+
+    def output_schema(self, result_type: Any, args: list[Any]) -> dict[str, Any] | None:
+        """What an operator's output must fit: an MCP tool's result, or one string.
+
+        Args:
+            result_type: The activity's result type (not needed: always an MCP result).
+            args: The call's arguments (not needed).
+
+        Returns:
+            The JSON schema of ``{"content": [...]}`` (MCP content blocks) or a string.
+        """
+        content = content_schema()
+        [text, blocks] = content["anyOf"]
+        result = {"type": "object", "properties": {"content": blocks}, "required": ["content"]}
+        return {"anyOf": [text, result], "$defs": content["$defs"]}

@@ -204,6 +204,9 @@ class NodeReturn:
             raise ValueError(_not_an_update(output))
         return {"result": output, "langgraph_command": None, "langgraph_interrupts": None}
 
+    def output_schema(self, result_type: Any, args: list[Any]) -> dict[str, Any] | None:
+        return None  # a node's state update: checked by answer_for and LangGraph itself
+
     def answer_for(self, args: list[Any]) -> Answer | None:
         state = _node_state(args)
         found = _pending_tool_calls(state) if state is not None else None

@@ -58,6 +58,7 @@ from ..ledger import Ledger
 from ..ledger._seam import moved_names
 from ..workflows._seam import PLACEHOLDER, LedgerOptions
 from ._generic import LedgeredActivity, _CallableRule
+from ._mcp import content_schema
 from ._plugin import LedgerPlugin
 from ._policy import Policy
 from ._probe import Probe
@@ -111,6 +112,18 @@ class _McpContent:
         except ValidationError as exc:
             raise ValueError(f"not an MCP tool result's content: {exc}") from None
         return result
+
+    def output_schema(self, result_type: Any, args: list[Any]) -> dict[str, Any] | None:
+        """What an operator's output must fit: MCP content blocks, or one string.
+
+        Args:
+            result_type: The activity's result type (not needed: always MCP content).
+            args: The call's arguments (not needed).
+
+        Returns:
+            The JSON schema of a non-empty list of MCP content blocks, or a string.
+        """
+        return content_schema()
 
 
 def activity_rules(

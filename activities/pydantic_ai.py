@@ -155,6 +155,16 @@ class ToolReturn:
             return {"kind": "tool_content_result", "result": output}
         return {"kind": "tool_return", "result": output}
 
+    def output_schema(self, result_type: Any, args: list[Any]) -> dict[str, Any] | None:
+        # A function tool's ``ToolDefinition.return_schema`` is its return annotation's
+        # schema ({} without one). An MCP tool's is the server's ``outputSchema``, while
+        # pydantic-ai returns the call's mapped content: no schema of its value.
+        tool_def = args[0]["tool_def"]
+        if tool_def.get("metadata") and "annotations" in tool_def["metadata"]:
+            return None
+        schema = tool_def.get("return_schema")
+        return schema if isinstance(schema, dict) and schema else None
+
 
 @deprecated(
     "ledgered_plugin is deprecated and goes in 0.4: pass "

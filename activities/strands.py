@@ -262,3 +262,39 @@ class _McpToolResult:
                 'as [{"text": "..."}], or a string for one text block'
             )
         return {"status": "success", "toolUseId": tool_use_id, "content": content}
+
+    def output_schema(self, result_type: Any, args: list[Any]) -> dict[str, Any] | None:
+        """What an operator's output must fit: Strands content blocks (each with one of
+        the fields of ``ToolResultContent``: ``text``, ``json``, ...), one string, or
+        ``{"toolUseId": ..., "content": [...]}``.
+
+        Args:
+            result_type: The activity's result type (not needed: always a ``ToolResult``).
+            args: The call's arguments (not needed).
+
+        Returns:
+            The JSON schema of those three forms.
+        """
+        import importlib
+
+        from pydantic import TypeAdapter
+
+        # Imported by name: strands installs only beside mcp<2, outside the type check.
+        tools = importlib.import_module("strands.types.tools")
+        described = TypeAdapter(tools.ToolResultContent).json_schema()
+        definitions = described.pop("$defs", {})
+        # Every field of a block is optional to Strands (a TypedDict with total=False), but
+        # a block with none of them reaches the agent as an empty result.
+        block = {
+            "anyOf": [
+                {"type": "object", "properties": {name: field}, "required": [name]}
+                for name, field in sorted(described.get("properties", {}).items())
+            ]
+        }
+        blocks = {"type": "array", "items": block, "minItems": 1}
+        whole = {
+            "type": "object",
+            "properties": {"toolUseId": {"type": "string"}, "content": blocks},
+            "required": ["content"],
+        }
+        return {"anyOf": [{"type": "string"}, blocks, whole], "$defs": definitions}

@@ -54,6 +54,8 @@ def describe_schema(schema: dict[str, Any], root: dict[str, Any] | None = None) 
         return f"list of {describe_schema(schema['items'], root)}"
     if kind == "object" and "title" in schema:
         return f"object {schema['title']}"
+    if kind == "object" and schema.get("required"):
+        return "object with " + ", ".join(str(name) for name in schema["required"])
     if isinstance(kind, list):
         return " or ".join(kind)
     return str(kind) if kind else "any value"
@@ -114,8 +116,13 @@ def _problems(schema: dict[str, Any], value: Any, *, path: str, root: dict[str, 
     where = path or "output"
     for combinator in ("anyOf", "oneOf"):
         if combinator in schema:
-            if any(not _problems(o, value, path=path, root=root) for o in schema[combinator]):
+            options = schema[combinator]
+            if any(not _problems(o, value, path=path, root=root) for o in options):
                 return []
+            meant = _meant(options, value, root)
+            if meant is not None:
+                # One option is plainly the one meant (its type, its tag): name the field.
+                return _problems(meant, value, path=path, root=root)
             return [f"{where}: expected {describe_schema(schema, root)}, got {_shown(value)}"]
     problems = [
         p for sub in schema.get("allOf", []) for p in _problems(sub, value, path=path, root=root)
@@ -151,10 +158,55 @@ def _problems(schema: dict[str, Any], value: Any, *, path: str, root: dict[str, 
                 problems.append(
                     f"{_join(path, name)}: not a field of {describe_schema(schema, root)}"
                 )
+    least = schema.get("minItems")
+    if isinstance(value, list) and isinstance(least, int) and len(value) < least:
+        problems.append(f"{where}: needs at least {least} item(s), got {len(value)}")
     if isinstance(value, list) and isinstance(schema.get("items"), dict):
         for index, item in enumerate(value):
             problems += _problems(schema["items"], item, path=f"{where}[{index}]", root=root)
     return problems
+
+
+def _meant(options: list[Any], value: Any, root: dict[str, Any]) -> dict[str, Any] | None:
+    """The one option of a union that ``value`` plainly means to be, or ``None``: the only
+    one of its JSON type; among objects, the only one whose tags (``const`` and ``enum``
+    fields) the value's fields match, else the only one whose required fields it has."""
+    resolved = [_resolve(option, root) for option in options]
+    candidates = [option for option in resolved if _of_type(option, value)]
+    if isinstance(value, dict) and len(candidates) > 1:
+        tagged = [option for option in candidates if _tags_match(option, value, root)]
+        candidates = tagged or candidates
+        if len(candidates) > 1:
+            complete = [
+                option
+                for option in candidates
+                if set(option.get("required", [])) <= value.keys() and option.get("required")
+            ]
+            candidates = complete or candidates
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def _of_type(schema: dict[str, Any], value: Any) -> bool:
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind] if isinstance(kind, str) else []
+    if not kinds and "properties" in schema:
+        kinds = ["object"]
+    return not kinds or any(_matches(k, value) for k in kinds)
+
+
+def _tags_match(schema: dict[str, Any], value: dict[str, Any], root: dict[str, Any]) -> bool:
+    """Whether every field of ``value`` that the schema fixes (``const``, ``enum``) has a
+    value it allows; a schema that fixes none of them matches no tag."""
+    tagged = False
+    for name, field in schema.get("properties", {}).items():
+        field = _resolve(field, root) if isinstance(field, dict) else {}
+        if name not in value or not ("const" in field or "enum" in field):
+            continue
+        tagged = True
+        allowed = [field["const"]] if "const" in field else field["enum"]
+        if value[name] not in allowed:
+            return False
+    return tagged
 
 
 def _join(path: str, name: str) -> str:

@@ -28,6 +28,7 @@ from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.worker import Worker
 
 from examples.openai_agents.model import ScriptedProvider
+from tests.answer_checks import answer_refused_everywhere
 from tests.openai_support import PROBES, TOOLS, LedgeredSupportWorkflow
 from tests.temporal_support import (
     ROOT,
@@ -233,8 +234,8 @@ async def test_a_function_tool_that_acted_and_lost_its_reply_parks_instead_of_fa
             lambda: open_effects(desk.address, handle.id), what="the refund to park"
         )
         template = template_of(parked["update_command"])
-        # activity_as_tool schedules by name, without a result type: any JSON value fits.
-        assert template["output"] == "<what the tool returned>"
+        # activity_as_tool schedules by name; the tool's worker tells its result type.
+        assert template["output"] == "<string>"
         verdict = {
             **template,
             "actor": "ops-ann",
@@ -246,6 +247,46 @@ async def test_a_function_tool_that_acted_and_lost_its_reply_parks_instead_of_fa
         result = await handle.result()
     assert result == "done: refunded 700 cents on B-2 (confirmed by ops)"
     assert len(desk.refunds()) == 1
+
+
+@pytest.mark.parametrize(
+    ("tool", "misfit", "reason", "right", "said"),
+    [
+        (
+            call("refund_and_lose_reply", order="B-3", cents=900),
+            {"unexpected": ["refund"]},
+            "output: expected string, got {'unexpected': ['refund']}",
+            "refunded 900 cents on B-3 (confirmed by ops)",
+            "refunded 900 cents on B-3 (confirmed by ops)",
+        ),
+        (
+            call("add_note_and_crash", ticket="T-4", text="called back"),
+            [{"type": "text"}],
+            "output[0].text: missing (string)",
+            [{"type": "text", "text": "note 1 on T-4"}],
+            "note 1 on T-4",
+        ),
+    ],
+    ids=["activity_as_tool", "mcp"],
+)
+async def test_an_answer_that_does_not_fit_the_call_is_refused_and_a_right_one_completes(
+    desk: Desk, tool: str, misfit: Any, reason: str, right: Any, said: str
+) -> None:
+    async with desk.running() as client:
+        handle = await desk.start(client, tool)
+        parked = await answer_refused_everywhere(
+            desk.address, handle.id, desk.ledger_url, misfit, reason
+        )
+        verdict = {
+            **template_of(parked["update_command"]),
+            "actor": "ops-ann",
+            "basis": "seen on the far side",
+            "output": right,
+        }
+        status, answer = await reconcile(desk.address, handle.id, verdict)
+        assert status == 0, answer
+        result = await handle.result()
+    assert result == f"done: {said}"
 
 
 async def test_a_read_only_mcp_tool_of_a_trusted_server_that_dies_runs_again_unparked(

@@ -38,7 +38,7 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from ..ledger._seam import output_misfit
+from ..ledger._seam import output_misfit, output_template
 from ._attempts import Attempts
 from ._inbox import Call, inbox, install_at_start
 from ._options import LedgerOptions
@@ -249,7 +249,11 @@ class _Ledgered:
                     assert isinstance(cause, ApplicationError)
                     unknown = UnknownEffect.model_validate(cause.details[0])
                     inner = unknown.inner
-                    call = self._call(None) if inner is None else self._inner_call(inner)
+                    call = (
+                        self._call(None, unknown.output_schema)
+                        if inner is None
+                        else self._inner_call(inner)
+                    )
                     confirmed = await settle_unknown(
                         call,
                         unknown,
@@ -333,13 +337,17 @@ class _Ledgered:
             )
         self._attempt = self._next.start_activity(again)
 
-    def _call(self, arguments: Any) -> Call:
+    def _call(self, arguments: Any, output_schema: dict[str, Any] | None = None) -> Call:
         answer = self._answer()
         template = (
             answer.template
             if answer is not None
             else self._rule.output.template(self._input.ret_type)
         )
+        if template == PLACEHOLDER and output_schema is not None:
+            # Frameworks schedule by name: the activity side's schema gives the shape.
+            template = output_template(output_schema)
+            template = PLACEHOLDER if template is None else template
         activity = self._input.activity
         tool = f"{self._tool} ({activity})" if self._tool else activity
 
@@ -349,6 +357,10 @@ class _Ledgered:
                     f"effect_confirmed: the output still holds the template's placeholder "
                     f"({PLACEHOLDER!r} or the like): put in what {tool} returned"
                 )
+            if output_schema is not None:
+                problem = output_misfit(output_schema, output, producer=tool)
+                if problem is not None:
+                    return problem
             try:
                 problem = answer.misfit(output) if answer is not None else None
                 if problem is None:

@@ -363,7 +363,7 @@ class _SigningPayload(_Payload):
 
 #: Fields added after the first release (signing; a call inside an activity), left out
 #: while unset so that earlier workers can read the payload.
-_LATER_FIELDS = frozenset({"keys", "signature_required", "signature", "inner"})
+_LATER_FIELDS = frozenset({"keys", "signature_required", "signature", "inner", "output_schema"})
 
 
 class ToolCall(_Payload):
@@ -436,6 +436,9 @@ class UnknownEffect(_AwaitingPerson):
     probe: bool = False
     #: The key is a call's inside the activity, not the activity's own (see InnerCall).
     inner: InnerCall | None = None
+    #: The JSON schema an operator's output must fit: the activity's real result type,
+    #: which only its worker knows (frameworks schedule activities by name, untyped).
+    output_schema: dict[str, Any] | None = None
 
 
 class ConflictDetails(_Payload):

@@ -33,6 +33,14 @@ class ResultShape(Protocol):
         the output cannot be one."""
         ...
 
+    def output_schema(self, result_type: Any, args: list[Any]) -> dict[str, Any] | None:
+        """The JSON schema an operator's output must fit, or ``None`` where any JSON value
+        can be one. The activity side asks it, where the activity's function is known:
+        ``result_type`` is its return annotation (``None`` if it has none), ``args`` its
+        arguments as JSON. The workflow checks an answer against it before recording,
+        and the ledger again (so ``temporal-ledger reconcile`` cannot record a misfit)."""
+        ...
+
 
 @dataclasses.dataclass(frozen=True)
 class Answer:
@@ -73,14 +81,24 @@ class AsReturned:
     function): the operator answers with what the function returns."""
 
     def template(self, result_type: Any) -> Any:
-        if result_type is None or result_type is Any:
-            return PLACEHOLDER
-        try:
-            schema = TypeAdapter(result_type).json_schema()
-        except Exception:  # a type pydantic cannot describe: the operator writes JSON
-            return PLACEHOLDER
-        template = output_template(schema)
+        schema = result_schema(result_type)
+        template = None if schema is None else output_template(schema)
         return PLACEHOLDER if template is None else template
 
     def result(self, output: Any) -> Any:
         return output
+
+    def output_schema(self, result_type: Any, args: list[Any]) -> dict[str, Any] | None:
+        return result_schema(result_type)
+
+
+def result_schema(result_type: Any) -> dict[str, Any] | None:
+    """The JSON schema of values of ``result_type`` as they cross to the workflow, or
+    ``None`` for no type, ``Any``, or a type pydantic cannot describe."""
+    if result_type is None or result_type is Any:
+        return None
+    try:
+        schema: dict[str, Any] = TypeAdapter(result_type).json_schema()
+    except Exception:  # a type pydantic cannot describe: any JSON value
+        return None
+    return schema or None

@@ -39,7 +39,7 @@ from ._protocol import (
     ToolSpec,
     UnknownEffect,
 )
-from ._results import Answer, AnswerForCall, AsReturned, ResultShape
+from ._results import Answer, AnswerForCall, AsReturned, ResultShape, result_schema
 
 __all__ = [
     "ANCHOR_HEADER",
@@ -76,5 +76,6 @@ __all__ = [
     "ToolOutcome",
     "ToolSpec",
     "UnknownEffect",
+    "result_schema",
     "step_key",
 ]

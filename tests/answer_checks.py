@@ -1,0 +1,87 @@
+"""An operator's answer that does not fit a parked call, sent every way an operator can
+send one: refused with its reason by the update, the signal and ``temporal-ledger
+reconcile``, with nothing recorded and the run still parked."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+from temporal_ledger.ledger import Ledger
+
+from tests.temporal_support import open_effects, query_json, send_update, temporal_cli, wait_for
+
+
+async def answer_refused_everywhere(
+    address: str, workflow_id: str, ledger_url: str, output: Any, reason: str
+) -> dict[str, Any]:
+    """Answer the run's one parked call with ``output`` by update, signal and CLI; each
+    must refuse it, saying ``reason``, and leave the call parked with nothing recorded.
+
+    Returns:
+        The parked call's ``open_effects`` entry, whose update template is still to send.
+    """
+    [parked] = await wait_for(lambda: open_effects(address, workflow_id), what="the call to park")
+    template = json.loads(_input_of(parked["update_command"]))
+    verdict = {**template, "actor": "ops-ann", "basis": "seen on the far side", "output": output}
+
+    status, answer = await send_update(address, workflow_id, "reconcile", verdict)
+    assert status != 0 and reason in answer, answer
+    # One line: the reason, not a traceback.
+    assert "Traceback" not in answer
+
+    await temporal_cli(
+        address,
+        "workflow",
+        "signal",
+        "--workflow-id",
+        workflow_id,
+        "--name",
+        "reconcile",
+        "--input",
+        json.dumps(verdict),
+    )
+    rejections = await wait_for(
+        lambda: query_json(address, workflow_id, "reconcile_rejections"),
+        what="the signal's rejection",
+    )
+    rejections = rejections if isinstance(rejections, list) else [rejections]
+    assert any(reason in r["reason"] and r["via"] == "signal" for r in rejections), rejections
+
+    cli = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "temporal_ledger.ledger",
+        "--db",
+        ledger_url,
+        "reconcile",
+        parked["key"],
+        "--verdict",
+        "effect_confirmed",
+        "--actor",
+        "ops-ann",
+        "--basis",
+        "seen on the far side",
+        "--output",
+        json.dumps(output),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    said, _ = await asyncio.wait_for(cli.communicate(), 60)
+    assert cli.returncode != 0 and reason in said.decode(), said.decode()
+
+    with Ledger.open(ledger_url) as ledger:
+        assert [e.key for e in ledger.open_effects()] == [parked["key"]]
+        assert ledger.state(parked["key"]).reconciliations == []
+    [still] = await open_effects(address, workflow_id)
+    assert still["key"] == parked["key"]
+    return parked
+
+
+def _input_of(command: str) -> str:
+    import shlex
+
+    words = shlex.split(command)
+    return words[words.index("--input") + 1]
