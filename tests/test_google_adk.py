@@ -36,6 +36,7 @@ from temporalio.google_adk import (
 )
 from temporalio.worker import Worker
 
+from tests.answer_checks import answer_refused_everywhere
 from tests.google_adk_support import (
     MODEL,
     MODEL_CALLS,
@@ -340,6 +341,63 @@ async def test_an_mcp_call_that_lost_its_reply_parks_until_reconciled(
     with Ledger.open(ledger_url) as ledger:
         assert ledger.open_effects() == []
         assert ledger.verify().ok
+
+
+@pytest.mark.parametrize(
+    ("tool", "misfit", "reason", "right", "said"),
+    [
+        (
+            ("refund_and_lose_reply", {"order": "E-5", "cents": 300}),
+            {"unexpected": ["refund"]},
+            "output: expected string, got {'unexpected': ['refund']}",
+            "refunded 300 cents on E-5 (seen in the books)",
+            "refunded 300 cents on E-5 (seen in the books)",
+        ),
+        (
+            ("add_note_and_crash", {"text": "refund issued"}),
+            {"content": [{"type": "text"}]},
+            "content[0].text: missing (string)",
+            {"content": [{"type": "text", "text": "note 1 (checked by hand)"}]},
+            "note 1 (checked by hand)",
+        ),
+    ],
+    ids=["activity_as_tool", "mcp"],
+)
+async def test_an_answer_that_does_not_fit_the_call_is_refused_and_a_right_one_completes(
+    temporal_address: str,
+    tmp_path: Path,
+    tool: tuple[str, dict[str, Any]],
+    misfit: Any,
+    reason: str,
+    right: Any,
+    said: str,
+) -> None:
+    run = f"misfit-{uuid.uuid4().hex[:6]}"
+    name, arguments = tool
+    if name == "add_note_and_crash":
+        arguments = {"ticket": f"T-{run}", **arguments}
+    workflow_id = f"adk-{run}"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    async with running(temporal_address, ledger_url) as (client, task_queue):
+        handle = await client.start_workflow(
+            AdkAgentWorkflow.run,
+            args=[script(run, name, **arguments), str(tmp_path)],
+            id=workflow_id,
+            task_queue=task_queue,
+        )
+        parked = await answer_refused_everywhere(
+            temporal_address, workflow_id, ledger_url, misfit, reason
+        )
+        verdict = {
+            **template_of(parked["update_command"]),
+            "actor": "ops-ann",
+            "basis": "checked the far side",
+            "output": right,
+        }
+        done, answer = await send_update(temporal_address, workflow_id, "reconcile", verdict)
+        assert done == 0, answer
+        answer = await handle.result()
+    assert answer == f"done: {said}"
 
 
 def seen_keys(workflow_id: str) -> list[str | None]:

@@ -20,7 +20,7 @@ from temporal_ledger.activities._runtime import Runtime
 from temporal_ledger.activities.pydantic_ai import activity_rules
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
-from temporal_ledger.workflows._protocol import ANCHOR_HEADER, PLACEHOLDER
+from temporal_ledger.workflows._protocol import ANCHOR_HEADER
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
@@ -32,6 +32,7 @@ from temporalio.worker import (
     Worker,
 )
 
+from tests.answer_checks import answer_refused_everywhere
 from tests.pydantic_ai_agent import AGENT_NAME, MODEL_CALLS, LedgeredAgentWorkflow, temporal_agent
 from tests.temporal_support import (
     listed_as_parked,
@@ -199,9 +200,10 @@ async def test_a_tool_that_acted_and_lost_its_reply_parks_the_agent_until_reconc
             lambda: open_effects(temporal_address, workflow_id), what="the tool call to park"
         )
         assert await listed_as_parked(temporal_address, workflow_id)
-        # The template asks for the tool's own return value, not pydantic-ai's record of it.
+        # The template asks for the tool's own return value (append_line returns a str),
+        # not pydantic-ai's record of it.
         template = template_of(parked["update_command"])
-        assert template["output"] == PLACEHOLDER
+        assert template["output"] == "<string>"
         verdict = {**template, "actor": "ops-ann", "basis": "line 1 of the file"}
         refused, answer = await send_update(temporal_address, workflow_id, "reconcile", verdict)
         assert refused != 0 and "placeholder" in answer, answer
@@ -215,6 +217,39 @@ async def test_a_tool_that_acted_and_lost_its_reply_parks_the_agent_until_reconc
     with Ledger.open(ledger_url) as ledger:
         assert ledger.open_effects() == []
         assert ledger.verify().ok
+
+
+async def test_an_answer_that_does_not_fit_the_tool_is_refused_and_a_right_one_completes(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """``append_line`` is annotated ``-> str``: an object is no answer for it, by update,
+    signal or CLI, whatever pydantic-ai's untyped record of a tool's return would take."""
+    target = tmp_path / "effects.txt"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = f"explode-{uuid.uuid4().hex[:6]}"
+    workflow_id = f"ai-{prompt}"
+    async with running(temporal_address, ledger_url) as (client, tq):
+        handle = await client.start_workflow(
+            LedgeredAgentWorkflow.run, args=[prompt, str(target)], id=workflow_id, task_queue=tq
+        )
+        parked = await answer_refused_everywhere(
+            temporal_address,
+            workflow_id,
+            ledger_url,
+            {"unexpected": ["line"]},
+            "output: expected string, got {'unexpected': ['line']}",
+        )
+        verdict = {
+            **template_of(parked["update_command"]),
+            "actor": "ops-ann",
+            "basis": "line 1 of the file",
+            "output": "appended by hand-check (line 1)",
+        }
+        done, answer = await send_update(temporal_address, workflow_id, "reconcile", verdict)
+        assert done == 0, answer
+        answer = await handle.result()
+    assert answer == "done: appended by hand-check (line 1)"
+    assert target.read_text().splitlines() == [f"line for {prompt}"], "the tool acted again"
 
 
 async def test_activity_without_run_anchor_is_refused_before_acting(tmp_path: Path) -> None:
