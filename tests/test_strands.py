@@ -34,6 +34,7 @@ from temporalio.client import Client
 from temporalio.strands_agents import StrandsPlugin
 from temporalio.worker import Worker
 
+from tests.answer_checks import answer_refused_everywhere
 from tests.strands_app import (
     MCP_SERVER,
     MODEL_CALLS,
@@ -281,6 +282,62 @@ async def test_a_tool_that_acted_and_lost_its_reply_parks_until_reconciled(
     with Ledger.open(ledger_url) as ledger:
         assert ledger.open_effects() == []
         assert ledger.verify().ok
+
+
+@pytest.mark.parametrize(
+    ("kind", "misfit", "reason", "right", "said"),
+    [
+        (
+            "explode",
+            {"unexpected": ["line"]},
+            "output: expected string, got {'unexpected': ['line']}",
+            "appended by hand-check (line 1)",
+            "appended by hand-check (line 1)",
+        ),
+        (
+            "mcp",
+            [{"type": "text"}],
+            "output[0]: expected object with document or object with image or object with "
+            "json or object with text, got {'type': 'text'}",
+            [{"text": "noted by hand-check (line 1)"}],
+            "noted by hand-check (line 1)",
+        ),
+    ],
+    ids=["activity_as_tool", "mcp"],
+)
+async def test_an_answer_that_does_not_fit_the_call_is_refused_and_a_right_one_completes(
+    temporal_address: str,
+    tmp_path: Path,
+    kind: str,
+    misfit: Any,
+    reason: str,
+    right: Any,
+    said: str,
+) -> None:
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = new_prompt(kind, tmp_path)
+    workflow = StrandsMcpWorkflow.run if kind == "mcp" else StrandsAgentWorkflow.run
+    if kind == "mcp":
+        Path(TARGETS[prompt] + ".lose-reply").touch()  # the server appends and dies
+    workflow_id = f"strands-{prompt}"
+    async with running(temporal_address, ledger_url) as (client, task_queue):
+        handle = await client.start_workflow(
+            workflow, prompt, id=workflow_id, task_queue=task_queue
+        )
+        parked = await answer_refused_everywhere(
+            temporal_address, workflow_id, ledger_url, misfit, reason
+        )
+        verdict = {
+            **template_of(parked["update_command"]),
+            "actor": "ops-ann",
+            "basis": "line 1 of the file",
+            "output": right,
+        }
+        done, answer = await send_update(temporal_address, workflow_id, "reconcile", verdict)
+        assert done == 0, answer
+        answer = await handle.result()
+    assert answer == f"done: {said}"
+    assert lines(prompt) == [f"line for {prompt}"], "the tool acted again"
 
 
 async def test_a_gated_tool_waits_for_an_approval_of_its_exact_call(
