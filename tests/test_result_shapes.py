@@ -74,3 +74,39 @@ def test_the_openai_rules_name_the_integrations_activities() -> None:
     assert patterns["n-stateless-call-tool-v2"].tool_name([{"tool_name": "x"}]) == "x"
     with pytest.raises(TypeError):
         activity_rules(tools=[42])  # type: ignore[list-item]  # neither a function nor a name
+
+
+def test_each_shape_says_what_an_answer_must_fit_for_the_call() -> None:
+    """The activity side's schema of an answer, by the activity's real result type or the
+    call's arguments, and the reasons the ledger gives for an answer that does not fit."""
+    from temporal_ledger.activities.google_adk import _McpToolResult as AdkMcpResult
+    from temporal_ledger.ledger._schema import output_problems
+
+    assert AsReturned().output_schema(str, []) == {"type": "string"}
+    assert AsReturned().output_schema(None, []) is None
+    assert output_problems(AsReturned().output_schema(Refund, []) or {}, {"cents": 5}) == [
+        "refund_id: missing (string)"
+    ]
+
+    def tool_call(return_schema: object, metadata: object = None) -> list[object]:
+        tool_def = {"name": "t", "return_schema": return_schema, "metadata": metadata}
+        return [{"name": "t", "tool_args": {}, "tool_def": tool_def}, None]
+
+    # pydantic-ai: a function tool's return annotation; an MCP tool's value is its content.
+    assert ToolReturn().output_schema(None, tool_call({"type": "string"})) == {"type": "string"}
+    assert ToolReturn().output_schema(None, tool_call({})) is None
+    mcp_tool = tool_call({"type": "object"}, {"annotations": None, "meta": None})
+    assert ToolReturn().output_schema(None, mcp_tool) is None
+
+    content = McpContent().output_schema(None, [])
+    assert content is not None
+    assert output_problems(content, "note 1") == []
+    assert output_problems(content, [{"type": "text"}]) == ["output[0].text: missing (string)"]
+    assert output_problems(content, []) == ["output: needs at least 1 item(s), got 0"]
+    adk = AdkMcpResult().output_schema(None, [])
+    assert adk is not None
+    assert output_problems(adk, {"content": [{"type": "text", "text": "a"}]}) == []
+    assert output_problems(adk, {"content": [{"type": "image"}]}) == [
+        "content[0].data: missing (string)",
+        "content[0].mimeType: missing (string)",
+    ]

@@ -44,11 +44,15 @@ def test_each_problem_names_the_field_and_the_expected_type() -> None:
         "lines[0].text: expected string, got 1",
         "note: expected string or null, got 5",
     ]
-    assert output_problems(SCHEMA, None) == output_problems(SCHEMA, {}) == [
-        "entry: missing (integer)",
-        "channel: missing (one of 'mail', 'sms')",
-        "lines: missing (list of object Line)",
-    ]
+    assert (
+        output_problems(SCHEMA, None)
+        == output_problems(SCHEMA, {})
+        == [
+            "entry: missing (integer)",
+            "channel: missing (one of 'mail', 'sms')",
+            "lines: missing (list of object Line)",
+        ]
+    )
 
 
 def test_the_template_has_every_field_and_fits_once_filled() -> None:
@@ -74,3 +78,36 @@ def test_a_template_sent_back_unchanged_is_refused_field_by_field() -> None:
     named = {problem.split(":", 1)[0] for problem in problems}
     assert {"entry", "channel", "lines[0].number", "lines[0].text", "note"} <= named
     assert any("still the template's placeholder '<string>'" in p for p in problems)
+
+
+def test_a_union_misfit_names_the_field_of_the_option_plainly_meant() -> None:
+    text = {
+        "type": "object",
+        "title": "Text",
+        "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+        "required": ["type", "text"],
+    }
+    image = {
+        "type": "object",
+        "title": "Image",
+        "properties": {"type": {"const": "image"}, "data": {"type": "string"}},
+        "required": ["type", "data"],
+    }
+    blocks = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"anyOf": [text, image]}}]}
+    # By its type (a list, not a string), then by its tag ("text").
+    assert output_problems(blocks, [{"type": "text"}]) == ["output[0].text: missing (string)"]
+    # Among untagged objects, by the required fields it has.
+    either = {
+        "anyOf": [
+            {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            {"type": "object", "properties": {"json": {}}, "required": ["json"]},
+        ]
+    }
+    assert output_problems(either, {"text": 5}) == ["text: expected string, got 5"]
+    # Nothing tells which was meant: every option is named, with the fields it needs.
+    assert output_problems(either, {"kind": "text"}) == [
+        "output: expected object with text or object with json, got {'kind': 'text'}"
+    ]
+    assert output_problems(blocks, 5) == [
+        "output: expected string or list of object Text or object Image, got 5"
+    ]
