@@ -60,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
     for effect in parked:
         print(f"# parked: step {effect['step']} (tool {effect['tool']}), key {effect['key']}")
         print(f"# since {effect['since']}: {effect.get('why')}")
-        print("# inspect the world, fill in actor, basis and output, then run:")
+        print("# inspect the world, fill in actor, basis and output, then run it")
+        print('# (nothing happened: "verdict": "no_effect_confirmed", and delete "output"):')
         print(effect["update_command"])
         print()
     for waiting in approvals:

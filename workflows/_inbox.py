@@ -160,7 +160,10 @@ class Inbox:
             if misfit:
                 return None, misfit
         elif verdict.output is not None:
-            return None, "output is only taken with effect_confirmed"
+            return None, (
+                f"output is only taken with effect_confirmed: a {verdict.verdict.value} "
+                'verdict leaves "output" out (delete it from the template)'
+            )
         if verdict.signature is not None and verdict.action_id is None:
             return None, f"a signed verdict names the action it is about: {effect.action_id}"
         signers = Signers(keys=effect.keys, verdicts_signed=effect.signature_required)
