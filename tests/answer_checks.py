@@ -31,6 +31,10 @@ async def answer_refused_everywhere(
     assert status != 0 and reason in answer, answer
     # One line: the reason, not a traceback.
     assert "Traceback" not in answer
+    # The template's other answer, with its output left in, says what to change.
+    nothing = {**verdict, "verdict": "no_effect_confirmed"}
+    status, answer = await send_update(address, workflow_id, "reconcile", nothing)
+    assert status != 0 and "delete it from the template" in answer, answer
 
     await temporal_cli(
         address,
