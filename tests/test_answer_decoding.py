@@ -66,7 +66,8 @@ async def test_a_recorded_output_that_does_not_convert_fails_the_call_once(
     assert isinstance(error, ActivityError) or isinstance(error, ApplicationError), error
     cause = error.cause if isinstance(error, ActivityError) else error
     assert isinstance(cause, ApplicationError) and cause.type == "ToolOutputInvalid", cause
-    assert "cannot be the call's result" in cause.message and "amount" in cause.message
+    assert "cannot be the call's result" in cause.message
+    assert "amount: Input should be greater than 0" in cause.message and "\n" not in cause.message
     history = await handle.fetch_history()
     assert not [
         e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED

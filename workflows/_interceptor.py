@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, Protocol, cast
 
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -309,7 +310,7 @@ class _Ledgered:
             try:
                 return self._decode(self._rule.output.result(output))
             except Exception as exc:
-                problem = str(exc)
+                problem = _one_line(exc)
         raise _unusable(call.tool, key, problem)
 
     def _check_usable(self, result: Any, key: str) -> None:
@@ -366,7 +367,7 @@ class _Ledgered:
                 if problem is None:
                     self._decode(self._rule.output.result(output))
             except Exception as exc:  # whatever the framework's type refuses
-                problem = str(exc)
+                problem = _one_line(exc)
             if problem is not None:
                 return f"effect_confirmed: the output is not a result of {tool}: {problem}"
             return None
@@ -424,6 +425,16 @@ def _unusable(tool: str, key: str, problem: str) -> ApplicationError:
         type=ErrorType.OUTPUT_INVALID,
         non_retryable=True,
     )
+
+
+def _one_line(exc: Exception) -> str:
+    """Why a value did not convert, on one line: a validation error's fields and messages."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'output'}: {error['msg']}"
+            for error in exc.errors()
+        )
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _covers(rule: WorkflowRule, input: StartActivityInput) -> bool:
