@@ -100,8 +100,9 @@ class LedgeredActivity:
             id), so a reset replays instead of being refused as a conflict. Default:
             ``{"args": args}``.
         output: Maps an operator's ``effect_confirmed`` output (the tool's own output)
-            to the activity's result, and gives the operator's template; default: the
-            activity returns the tool's output itself.
+            to the activity's result, gives the operator's template, and the JSON schema
+            an answer must fit (from the activity function's return annotation or the
+            call's arguments); default: the activity returns the tool's output itself.
         tool_name: For activities that call tools of a server (MCP): reads the called
             tool's name from the arguments (for the policy's ``[tools]`` and the
             operator's view).
@@ -289,8 +290,8 @@ def _output_schema(rule: LedgeredActivity, fn: Callable[..., Any], args: list[An
     try:
         return rule.output.output_schema(_return_type(fn), args)
     except Exception:
-        # A shape that cannot say (arguments of another version): the workflow still
-        # decodes the answer before it is recorded, as it did without a schema.
+        # A shape that cannot say (arguments of another version, a shape of the user's
+        # without the method): the workflow still converts the answer before recording.
         return None
 
 
