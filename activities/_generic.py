@@ -49,6 +49,7 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio import activity
 from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
 from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
@@ -73,6 +74,7 @@ from ..workflows._seam import (
 )
 from . import _mcp
 from ._attempt import execute_ledgered, treated
+from ._delivered import delivered_arguments
 from ._outcomes import outcome_or_raise, record_outcome
 from ._probe import Probe
 from ._runtime import Runtime
@@ -299,6 +301,28 @@ def _refuse(message: str) -> ApplicationError:
     return ApplicationError(message, type=ErrorType.INVALID_REQUEST, non_retryable=True)
 
 
+def _delivered_json(activity_type: str, values: Sequence[Any]) -> list[Any]:
+    """The activity's arguments as JSON, read from the payloads Temporal delivered: never
+    by encoding ``values`` again, which would consume a value that can be read once (see
+    ``_delivered``) and hand the activity what is left of it."""
+    payloads = delivered_arguments(values)
+    if payloads is None:
+        raise _refuse(
+            f"{activity_type}: cannot be ledgered: the payloads Temporal delivered its "
+            "arguments in were not seen, so the call cannot be fingerprinted as it was sent. "
+            "Put the ledger plugin on the client (its workers inherit it), after any plugin "
+            "that replaces the whole data converter."
+        )
+    try:
+        # Sets in canonical order; the ledger refuses what JSON cannot hold exactly (a NaN).
+        return [
+            canonical_dump(value, _to_json(payload))
+            for value, payload in zip(values, payloads, strict=True)
+        ]
+    except Exception as exc:
+        raise _refuse(f"{activity_type}: arguments are not JSON: {exc}") from None
+
+
 async def execute_through_ledger(
     runtime: Runtime,
     input: ExecuteActivityInput,
@@ -325,16 +349,7 @@ async def execute_through_ledger(
             "workflow too (put it on the client: its workers inherit it)."
         )
     converter: PayloadConverter = activity.payload_converter()
-    try:
-        # Sets in canonical order, a NaN kept to be refused by name (JSON writes it null).
-        args = [
-            canonical_dump(arg, _to_json(payload))
-            for arg, payload in zip(
-                input.args, converter.to_payloads(list(input.args)), strict=True
-            )
-        ]
-    except Exception as exc:
-        raise _refuse(f"{info.activity_type}: arguments are not JSON: {exc}") from None
+    args = _delivered_json(info.activity_type, input.args)
     mcp_call = is_mcp_call(info.activity_type)
     if rule.normalize:
         payload = rule.normalize(info.activity_type, args)
@@ -395,13 +410,16 @@ async def execute_through_ledger(
         # Recorded through the same converter Temporal would use to send it to the
         # workflow, so decoding it on replay gives the workflow the same object (a set's
         # items in canonical order; a NaN makes the output one the ledger cannot record).
-        recorded = canonical_dump(value, _to_json(converter.to_payload(value)))
+        sent = converter.to_payload(value)
+        recorded = canonical_dump(value, _to_json(sent))
         lost = rule.lost_reply if isinstance(rule, _CallableRule) else None
         reason = lost(recorded) if lost is not None else None
         if reason:
             ran["error"] = _LostReply(f"{info.activity_type}: {reason}")
             raise ran["error"]
-        ran["value"] = value
+        # Temporal sends the payload just recorded, not the value encoded a second time: a
+        # value that can be read once (an iterator in the result) was read by the encoding.
+        ran["value"] = RawValue(sent)
         return recorded
 
     request = _request(info, anchor, key, spec, payload, performer, tool=tool, hints=hints)

@@ -49,6 +49,7 @@ from ..workflows._seam import (
     LedgerWorkflowInterceptor,
 )
 from ._attempt import HeartbeatDetails, asking_only, heartbeat_details
+from ._delivered import keeps_delivered_payloads, with_delivered_payloads
 from ._generic import LedgeredActivity, execute_through_ledger, rule_matches
 from ._policy import Policy
 from ._reconcile import approve_call, probe_effect, reconcile_effect
@@ -75,12 +76,21 @@ PASSTHROUGH_MODULES = (
 
 def _pydantic_converter(existing: DataConverter | None) -> DataConverter:
     if existing is None or existing is DataConverter.default:
-        return pydantic_data_converter
+        return with_delivered_payloads(pydantic_data_converter)
     if _uses_pydantic(existing):
-        return existing  # e.g. pydantic-ai's or the OpenAI Agents SDK's: keep what it adds
-    return dataclasses.replace(
-        existing, payload_converter_class=pydantic_data_converter.payload_converter_class
+        # e.g. pydantic-ai's or the OpenAI Agents SDK's: keep what it adds
+        return with_delivered_payloads(existing)
+    return with_delivered_payloads(
+        dataclasses.replace(
+            existing, payload_converter_class=pydantic_data_converter.payload_converter_class
+        )
     )
+
+
+def _converter_for_later_plugin(existing: DataConverter | None) -> DataConverter:
+    """The default converter with the ledger's codec: a plugin after this one that installs
+    a converter class of its own replaces the class and keeps the codec."""
+    return with_delivered_payloads(existing or DataConverter.default)
 
 
 def _uses_pydantic(converter: DataConverter) -> bool:
@@ -235,9 +245,10 @@ class LedgerPlugin(SimplePlugin):
             _brings_own_converter(plugin) for plugin in later
         ):
             # A plugin after this one installs a converter of its own (the OpenAI Agents
-            # integration's, which refuses any other): leave the choice to it. A worker
+            # integration's, which refuses any other): leave the class to it, with the
+            # codec that shows the ledger what Temporal delivered (_delivered). A worker
             # still checks that the result speaks pydantic (configure_worker).
-            self.data_converter = None
+            self.data_converter = _converter_for_later_plugin
             try:
                 return super().configure_client(config)
             finally:
@@ -258,7 +269,9 @@ class LedgerPlugin(SimplePlugin):
                 ``sqlite://`` without its third slash, a folder that does not exist); the
                 message names the URL and the fix.
             ImportError: A ``postgresql://`` ledger without the ``[postgres]`` extra.
-            ValueError: The worker's client does not use the pydantic data converter.
+            ValueError: The worker's client does not use the pydantic data converter, or
+                (with ``ledger_activities``) not the plugin's: those are fingerprinted from
+                the payloads Temporal delivered, which the plugin's converter shows it.
         """
         if isinstance(self._ledger_source, str):
             # Everything about the URL that needs no connection, before the worker exists.
@@ -278,6 +291,19 @@ class LedgerPlugin(SimplePlugin):
                 "(Client.connect(..., plugins=[LedgerPlugin(...)]); its workers inherit it), "
                 "or connect with "
                 "data_converter=temporalio.contrib.pydantic.pydantic_data_converter."
+            )
+        if (
+            client is not None
+            and self.ledger_activities
+            and not keeps_delivered_payloads(client.data_converter)
+        ):
+            # ledger_activities are fingerprinted from the payloads Temporal delivered,
+            # which only the client's converter, as the plugin configures it, shows.
+            raise ValueError(
+                "LedgerPlugin(ledger_activities=...) on a worker whose client lacks it: put "
+                "the plugin on the client (Client.connect(..., plugins=[LedgerPlugin(...)]); "
+                "its workers inherit it), after any plugin that replaces the whole data "
+                "converter."
             )
         return config
 

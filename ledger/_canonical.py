@@ -287,9 +287,15 @@ def canonical_dump(instance: Any, dumped: Any) -> Any:
       the float again, for :func:`check_json` to refuse with its field's path.
 
     The two are walked side by side: a set's array is paired with the set item by item,
-    which holds because the dump iterated that very set object (so call this on a fresh
-    dump of ``instance``, never on JSON that came from elsewhere). Where the two differ in
-    shape (a custom serializer), ``dumped`` is kept as it is. A value without sets and
+    which is exact for a fresh dump of ``instance`` (the dump iterated that very set
+    object). ``dumped`` may also be the JSON that ``instance`` was decoded from (the
+    payloads Temporal delivered to an activity, whose values must not be encoded again):
+    then a set's array is in the sender's order, not the set's, which changes nothing for
+    a set of strings, numbers or booleans (sorted all the same); only items that hold sets
+    or non-finite numbers themselves may be paired with the wrong item and keep their
+    sender's form, so that such a request may be refused as a conflict in another
+    process. Where the two differ in shape (a custom serializer), ``dumped`` is kept as it
+    is. A value without sets and
     non-finite numbers comes back unchanged (the same object), so no record made before
     this canonical form existed changes its fingerprint.
     """

@@ -28,6 +28,8 @@ from typing import Any, Protocol, cast
 from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
+from temporalio.common import RawValue
+from temporalio.converter import ActivitySerializationContext, WithSerializationContext
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import (
     ExecuteWorkflowInput,
@@ -148,6 +150,10 @@ class _Outbound(WorkflowOutboundInterceptor):
             # options, so runs recorded without it replay unchanged.
             input.heartbeat_timeout = self._heartbeat_timeout
         inbox()  # the run answers open_effects and pending_approvals from its first call on
+        # Encoded once, as Temporal would: the ledger's reading of them below and every
+        # later attempt of the call send these payloads, never what is left of a value
+        # that can be read once (an iterator) after a first encoding read it.
+        input.args = _encoded_once(input)
         tool = _read(rule.tool_name, _as_json(input.args)) if rule.tool_name else None
         hints = self._listed.get((rule.server or "", tool)) if isinstance(tool, str) else None
         if hints is not None:
@@ -450,6 +456,27 @@ def _covers(rule: WorkflowRule, input: StartActivityInput) -> bool:
         return bool(accepts(input.args))
     except Exception:
         return False
+
+
+def _encoded_once(input: StartActivityInput) -> list[Any]:
+    """The activity's arguments as the payloads Temporal sends (``RawValue`` s, which its
+    converter passes through as they are), encoded with the converter bound to the
+    activity's serialization context, as Temporal binds it."""
+    info = workflow.info()
+    converter = workflow.payload_converter()
+    if isinstance(converter, WithSerializationContext):
+        converter = converter.with_context(
+            ActivitySerializationContext(
+                namespace=info.namespace,
+                workflow_id=info.workflow_id,
+                workflow_type=info.workflow_type,
+                activity_type=input.activity,
+                activity_id=input.activity_id,
+                activity_task_queue=input.task_queue or info.task_queue,
+                is_local=False,
+            )
+        )
+    return [RawValue(payload) for payload in converter.to_payloads(list(input.args))]
 
 
 def _as_json(values: Sequence[Any]) -> list[Any]:
