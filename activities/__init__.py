@@ -12,6 +12,7 @@ from ..ledger._seam import moved_names
 from ..workflows import _seam as _workflows
 from ..workflows._seam import LedgerOptions, Tool, ToolSpec, step_key
 from . import _probe
+from ._failures import NonRetryableApplicationError
 from ._generic import LedgeredActivity
 from ._plugin import LedgerPlugin
 from ._policy import Policy
@@ -23,6 +24,7 @@ __all__ = [
     "LedgerOptions",
     "LedgerPlugin",
     "LedgeredActivity",
+    "NonRetryableApplicationError",
     "Policy",
     "ProbeAnswer",
     "Tool",

@@ -75,6 +75,7 @@ from ..workflows._seam import (
 from . import _mcp
 from ._attempt import execute_ledgered, treated
 from ._delivered import delivered_arguments
+from ._failures import declared_no_effect, failed_before_acting, no_effect_errors_of
 from ._outcomes import outcome_or_raise, record_outcome
 from ._probe import Probe
 from ._runtime import Runtime
@@ -118,6 +119,12 @@ class LedgeredActivity:
             ``@tool``'s probe does; it runs before an unknown effect parks, and its
             ``ProbeAnswer.present(output)`` is the tool's own output.
         probe_absence_conclusive: The probe's ``absent`` frees the key to act again.
+        no_effect_errors: Exception types the activity raises only before it acts (e.g.
+            :class:`NonRetryableApplicationError`, for the ``ApplicationError`` s raised
+            with ``non_retryable=True``). Such an exception is recorded as
+            ``NoEffect(retryable=True)`` (the key may act again) and reaches Temporal as it
+            was raised; any other exception, after the activity may have acted, parks the
+            call as an unknown effect.
     """
 
     pattern: str
@@ -130,6 +137,10 @@ class LedgeredActivity:
     lists_tools: bool = False
     probe: Probe | None = None
     probe_absence_conclusive: bool = False
+    no_effect_errors: Sequence[type[BaseException]] = dataclasses.field(default=(), kw_only=True)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "no_effect_errors", no_effect_errors_of(self.no_effect_errors))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -403,6 +414,9 @@ async def execute_through_ledger(
             raise
         except BaseException as exc:
             ran["error"] = exc
+            if exc is not inside.failure and failed_before_acting(exc, rule.no_effect_errors):
+                # Declared by the rule: recorded as no effect; Temporal gets ``exc`` (_settle).
+                raise declared_no_effect(exc) from exc
             raise
         finally:
             enclosing.reset(entered)

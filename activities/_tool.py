@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -16,7 +16,8 @@ from ..ledger import ActionRequest
 from ..ledger._seam import ExecutionContext
 from ..workflows._seam import ErrorType, Tool, ToolCall, ToolOutcome, ToolSpec
 from ._attempt import execute_ledgered, treated
-from ._outcomes import outcome_or_raise
+from ._failures import declared_no_effect, failed_before_acting, no_effect_errors_of
+from ._outcomes import outcome_or_raise, record_outcome
 from ._probe import Probe
 from ._runtime import _execution, current_runtime
 from ._tracing import call_span, current_call, describe_request
@@ -34,6 +35,7 @@ def tool(
     requires_approval: bool = False,
     probe: Probe | None = None,
     probe_absence_conclusive: bool = False,
+    no_effect_errors: Iterable[type[BaseException]] = (),
 ) -> Callable[[Callable[[ArgT], Awaitable[OutT]]], Tool[ArgT, OutT]]:
     """Make a ledgered activity of ``async def fn(arg: Model) -> Output | None``.
 
@@ -57,14 +59,21 @@ def tool(
             it runs before an unknown effect parks.
         probe_absence_conclusive: The probe's ``absent`` frees the key to act again (the
             far side would show any operation under it).
+        no_effect_errors: Exception types the function raises only before it acts (e.g.
+            a ``ConnectionRefusedError`` of its client, or
+            :class:`NonRetryableApplicationError` for its ``ApplicationError`` s raised
+            with ``non_retryable=True``). Such an exception is recorded as
+            ``NoEffect(retryable=True)`` (the key may act again) and reaches Temporal as
+            it was raised; any other exception parks the step as an unknown effect.
 
     Returns:
         A decorator that turns the function into a :class:`Tool`.
 
     Raises:
         TypeError: The capability is not a dotted name, the probe is not an async
-            function, or (when decorating) the function is not async, does not take one
-            pydantic model or does not return a pydantic model or ``None``.
+            function, ``no_effect_errors`` holds something that is not an exception class,
+            or (when decorating) the function is not async, does not take one pydantic
+            model or does not return a pydantic model or ``None``.
     """
     if not isinstance(capability, str) or not capability:
         raise TypeError("tool(capability=...) needs a dotted capability name")
@@ -72,6 +81,7 @@ def tool(
         raise TypeError("tool(probe=...) needs an async function probe(key, arg)")
     if probe_absence_conclusive and probe is None:
         raise TypeError("tool(probe_absence_conclusive=True) needs a probe=")
+    declared = no_effect_errors_of(no_effect_errors)
 
     def decorate(fn: Callable[[ArgT], Awaitable[OutT]]) -> Tool[ArgT, OutT]:
         if not inspect.iscoroutinefunction(fn):
@@ -93,7 +103,7 @@ def tool(
         # The argument is taken as plain JSON so that a call that did not come from
         # run_tool is answered with what to do instead of a conversion error retried forever.
         async def run(call: Any) -> ToolOutcome:
-            return await _run_ledgered(spec, fn, state, _tool_call(spec, call))
+            return await _run_ledgered(spec, fn, state, _tool_call(spec, call), declared)
 
         run.__name__ = run.__qualname__ = spec.name
         run.__doc__ = fn.__doc__
@@ -152,17 +162,25 @@ async def _run_ledgered(
     fn: Callable[[Any], Awaitable[Any]],
     state: Callable[[Any], Any] | None,
     call: ToolCall,
+    no_effect_errors: tuple[type[BaseException], ...] = (),
 ) -> ToolOutcome:
     """One attempt of a ``@tool``: its request to the ledger, the function as the adapter
     the ledger runs at most once per key, and the ledger's answer as the outcome."""
     runtime = current_runtime()
     arg = argument_of(spec, call.arg, refused=ErrorType.INVALID_REQUEST)
+    #: The declared exception this attempt's function raised, if it did.
+    declared: list[BaseException] = []
 
     async def adapter(request: ActionRequest, ctx: ExecutionContext) -> Any:
         current_call().set("lease_token", ctx.fencing_token)
         token = _execution.set(ctx)
         try:
             output = await fn(arg)
+        except Exception as exc:
+            if not failed_before_acting(exc, no_effect_errors):
+                raise
+            declared.append(exc)
+            raise declared_no_effect(exc) from exc
         finally:
             _execution.reset(token)
         if spec.output_type is not None and not isinstance(output, spec.output_type):
@@ -186,6 +204,10 @@ async def _run_ledgered(
             adapter=adapter,
             state=read_state if state is not None else None,
         )
+        if declared and not result.replayed and result.retryable:
+            # Recorded as no effect: the tool's own exception goes to Temporal as raised.
+            record_outcome(spec, result)
+            raise declared[0]
         return outcome_or_raise(spec, result, runtime, request=request)
 
 

@@ -95,6 +95,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from ..ledger._seam import wire_key
 from ..workflows._seam import PLACEHOLDER
+from ._failures import no_effect_errors_of
 from ._generic import LedgeredActivity, _CallableRule
 from ._mcp import KEY_FIELD, content_schema
 from ._probe import Probe
@@ -118,6 +119,7 @@ def activity_rules(
     mcp_toolsets: Iterable[str] = (),
     models: bool = True,
     probes: Mapping[str, Probe] | None = None,
+    no_effect_errors: Iterable[type[BaseException]] = (),
 ) -> list[LedgeredActivity]:
     """The ledgered activities of a Google ADK app, by the integration's names.
 
@@ -139,15 +141,22 @@ def activity_rules(
             looks the call's key up on the far side before an unknown effect parks
             (``args``: the activity's arguments as JSON); ``present(output)`` gives the
             tool's return value. Its ``absent`` is taken as conclusive.
+        no_effect_errors: Exception types that the ``tools`` raise only before they act
+            (e.g. ``(NonRetryableApplicationError,)`` for ``raise ApplicationError(...,
+            non_retryable=True)``): recorded as no effect and failing the call as the
+            integration reports a tool's failure, instead of parking it as an unknown
+            effect (what every other exception does).
 
     Returns:
         One rule per activity type pattern, for ``LedgerPlugin(ledger_activities=...)``.
 
     Raises:
-        TypeError: A tool that is not a named activity, a toolset without a name, or a
-            probe for a tool not listed.
+        TypeError: A tool that is not a named activity, a toolset without a name, a
+            probe for a tool not listed, or ``no_effect_errors`` that are not exception
+            classes.
     """
     probes = dict(probes or {})
+    declared = no_effect_errors_of(no_effect_errors)
     rules: list[LedgeredActivity] = []
     if models:
         rules += [
@@ -166,6 +175,7 @@ def activity_rules(
                 probe=probe,
                 probe_absence_conclusive=probe is not None,
                 fn=None if isinstance(fn, str) else fn,
+                no_effect_errors=declared,
             )
         )
     if probes:

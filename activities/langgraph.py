@@ -95,6 +95,7 @@ from ..workflows._seam import (
     step_key,
 )
 from ._attempt import execute_ledgered, treated
+from ._failures import no_effect_errors_of
 from ._generic import Enclosing, LedgeredActivity, capability_for, enclosing
 from ._outcomes import outcome_or_raise, record_outcome
 from ._tracing import call_span, current_call, describe_request
@@ -120,6 +121,7 @@ def activity_rules(
     tool_nodes: Iterable[str] = (),
     tools_retry_safe: bool = False,
     per_call: bool = False,
+    no_effect_errors: Iterable[type[BaseException]] = (),
 ) -> list[LedgeredActivity]:
     """The ledgered node activities of the graph registered as ``graph``, for
     ``LedgerPlugin(ledger_activities=...)``.
@@ -141,13 +143,21 @@ def activity_rules(
             calls with :func:`ledger_call`. The node itself then changes nothing but
             through them, so it is retry-safe, and an unknown effect parks the one call,
             not the node.
+        no_effect_errors: Exception types that the tool nodes raise only before they act
+            (e.g. ``(NonRetryableApplicationError,)`` for ``raise ApplicationError(...,
+            non_retryable=True)``): recorded as no effect and failing the node as
+            LangGraph reports it, instead of parking it as an unknown effect (what every
+            other exception does). The calls of :func:`ledger_tool_calls` and
+            :func:`ledger_call` are not covered: their exceptions still park the one call.
 
     Returns:
         The rules, for ``LedgerPlugin(ledger_activities=...)``.
 
     Raises:
         ValueError: No graph name, no node, or a node listed as both kinds.
+        TypeError: ``no_effect_errors`` that are not exception classes.
     """
+    declared = no_effect_errors_of(no_effect_errors)
     if not isinstance(graph, str) or not graph:
         raise ValueError("activity_rules needs the graph's registered name")
     models, tools = list(model_nodes), list(tool_nodes)
@@ -168,6 +178,7 @@ def activity_rules(
                 normalize=_normalize,
                 output=NodeReturn(),
                 calls_inside=per_call,
+                no_effect_errors=declared,
             )
             for node in tools
         ),

@@ -57,6 +57,7 @@ from typing_extensions import deprecated
 from ..ledger import Ledger
 from ..ledger._seam import moved_names
 from ..workflows._seam import PLACEHOLDER, LedgerOptions
+from ._failures import no_effect_errors_of
 from ._generic import LedgeredActivity, _CallableRule
 from ._mcp import content_schema
 from ._plugin import LedgerPlugin
@@ -132,6 +133,7 @@ def activity_rules(
     mcp_servers: Iterable[str] = (),
     models: bool = True,
     probes: Mapping[str, Probe] | None = None,
+    no_effect_errors: Iterable[type[BaseException]] = (),
 ) -> list[LedgeredActivity]:
     """The ledgered activities of an OpenAI Agents app, by the integration's names.
 
@@ -149,26 +151,46 @@ def activity_rules(
             looks the call's key up on the far side before an unknown effect parks
             (``args``: the activity's arguments as JSON); ``present(output)`` gives the
             tool's return value. Its ``absent`` is taken as conclusive.
+        no_effect_errors: Exception types that the ``tools`` raise only before they act,
+            e.g. ``(NonRetryableApplicationError,)`` for a tool's ``raise
+            ApplicationError("No weather", non_retryable=True)``: recorded as no effect,
+            and failing the call as the integration reports a tool's failure, instead of
+            parking it as an unknown effect (what every other exception does).
 
     Returns:
         One rule per activity type pattern, for ``LedgerPlugin(ledger_activities=...)``.
 
     Raises:
-        TypeError: A tool that is not a named activity, or a probe for a tool not listed.
+        TypeError: A tool that is not a named activity, a probe for a tool not listed, or
+            ``no_effect_errors`` that are not exception classes.
     """
     probes = dict(probes or {})
+    declared = no_effect_errors_of(no_effect_errors)
     rules = [LedgeredActivity(name, retry_safe=True) for name in _MODEL_ACTIVITIES if models]
     for fn in tools:
         name = _activity_name(fn)
         probe = probes.pop(name, None)
         conclusive = probe is not None
         if isinstance(fn, str):
-            rules.append(LedgeredActivity(name, probe=probe, probe_absence_conclusive=conclusive))
+            rules.append(
+                LedgeredActivity(
+                    name,
+                    probe=probe,
+                    probe_absence_conclusive=conclusive,
+                    no_effect_errors=declared,
+                )
+            )
         else:
             # Matched by the function itself where the activity runs, so a name given
             # with @activity.defn(name=...) needs no reading of temporalio's internals.
             rules.append(
-                _CallableRule(name, probe=probe, probe_absence_conclusive=conclusive, fn=fn)
+                _CallableRule(
+                    name,
+                    probe=probe,
+                    probe_absence_conclusive=conclusive,
+                    fn=fn,
+                    no_effect_errors=declared,
+                )
             )
     if probes:
         raise TypeError(f"probes for tools that are not listed in tools=: {sorted(probes)}")

@@ -52,6 +52,7 @@ from typing_extensions import deprecated
 
 from ..ledger import Ledger
 from ..workflows._seam import PLACEHOLDER, LedgerOptions
+from ._failures import no_effect_errors_of
 from ._generic import LedgeredActivity
 from ._mcp import install_hooks
 from ._plugin import LedgerPlugin
@@ -73,7 +74,11 @@ def _agent_name(agent: Any) -> str:
     return name
 
 
-def activity_rules(*agents: Any, tools_retry_safe: bool = False) -> list[LedgeredActivity]:
+def activity_rules(
+    *agents: Any,
+    tools_retry_safe: bool = False,
+    no_effect_errors: Iterable[type[BaseException]] = (),
+) -> list[LedgeredActivity]:
     """The ledgered activities of ``agents``, by pydantic-ai's activity type names: their
     model requests (retry-safe) and tool calls, for ``LedgerPlugin(ledger_activities=...)``.
 
@@ -95,14 +100,21 @@ def activity_rules(*agents: Any, tools_retry_safe: bool = False) -> list[Ledgere
         *agents: ``TemporalAgent`` s, durable ``Agent`` s, or their names.
         tools_retry_safe: The agents' tools deduplicate by the key: an unknown effect
             is tried again instead of parking.
+        no_effect_errors: Exception types that the agents' tools raise only before they act
+            (e.g. ``(NonRetryableApplicationError,)`` for ``raise ApplicationError(...,
+            non_retryable=True)``): recorded as no effect and failing the call as the
+            integration reports a tool's failure, instead of parking it as an unknown
+            effect (what every other exception does).
 
     Returns:
         The rules, for ``LedgerPlugin(ledger_activities=...)``.
 
     Raises:
-        TypeError: An agent without a name.
+        TypeError: An agent without a name, or ``no_effect_errors`` that are not
+            exception classes.
         ValueError: No agent was given.
     """
+    declared = no_effect_errors_of(no_effect_errors)
     if not agents:
         raise ValueError("activity_rules needs at least one agent")
     for agent in agents:
@@ -110,11 +122,18 @@ def activity_rules(*agents: Any, tools_retry_safe: bool = False) -> list[Ledgere
     return [
         rule
         for agent in agents
-        for rule in _agent_rules(_agent_name(agent), tools_retry_safe=tools_retry_safe)
+        for rule in _agent_rules(
+            _agent_name(agent), tools_retry_safe=tools_retry_safe, no_effect_errors=declared
+        )
     ]
 
 
-def _agent_rules(agent_name: str, *, tools_retry_safe: bool) -> list[LedgeredActivity]:
+def _agent_rules(
+    agent_name: str,
+    *,
+    tools_retry_safe: bool,
+    no_effect_errors: tuple[type[BaseException], ...] = (),
+) -> list[LedgeredActivity]:
     prefix = f"agent__{agent_name}"
     return [
         LedgeredActivity(f"{prefix}__model_request", retry_safe=True, normalize=_normalize),
@@ -126,6 +145,7 @@ def _agent_rules(agent_name: str, *, tools_retry_safe: bool) -> list[LedgeredAct
             output=ToolReturn(),
             tool_name=_tool_name,
             hints=_tool_annotations,
+            no_effect_errors=no_effect_errors,
         ),
     ]
 

@@ -58,6 +58,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from ..workflows._seam import PLACEHOLDER
+from ._failures import no_effect_errors_of
 from ._generic import LedgeredActivity, _CallableRule
 from ._probe import Probe
 
@@ -86,6 +87,7 @@ def activity_rules(
     mcp_servers: Iterable[str] = (),
     models: bool = True,
     probes: Mapping[str, Probe] | None = None,
+    no_effect_errors: Iterable[type[BaseException]] = (),
 ) -> list[LedgeredActivity]:
     """The ledgered activities of a Strands app on Temporal, by the integration's names.
 
@@ -101,15 +103,22 @@ def activity_rules(
             looks the call's key up on the far side before an unknown effect parks;
             ``present(output)`` gives the tool's return value. Its ``absent`` is taken as
             conclusive.
+        no_effect_errors: Exception types that the ``tools`` raise only before they act
+            (e.g. ``(NonRetryableApplicationError,)`` for ``raise ApplicationError(...,
+            non_retryable=True)``): recorded as no effect and failing the call as the
+            integration reports a tool's failure, instead of parking it as an unknown
+            effect (what every other exception does).
 
     Returns:
         One rule per activity type pattern, for ``LedgerPlugin(ledger_activities=...)``.
 
     Raises:
         TypeError: A tool that is not a named activity, an MCP server without a name,
-            or a probe for a tool not listed.
+            a probe for a tool not listed, or ``no_effect_errors`` that are not
+            exception classes.
     """
     probes = dict(probes or {})
+    declared = no_effect_errors_of(no_effect_errors)
     rules = [
         LedgeredActivity(name, retry_safe=True, normalize=_normalize_model)
         for name in _MODEL_ACTIVITIES
@@ -120,10 +129,23 @@ def activity_rules(
         probe = probes.pop(name, None)
         conclusive = probe is not None
         if isinstance(fn, str):
-            rules.append(LedgeredActivity(name, probe=probe, probe_absence_conclusive=conclusive))
+            rules.append(
+                LedgeredActivity(
+                    name,
+                    probe=probe,
+                    probe_absence_conclusive=conclusive,
+                    no_effect_errors=declared,
+                )
+            )
         else:
             rules.append(
-                _CallableRule(name, probe=probe, probe_absence_conclusive=conclusive, fn=fn)
+                _CallableRule(
+                    name,
+                    probe=probe,
+                    probe_absence_conclusive=conclusive,
+                    fn=fn,
+                    no_effect_errors=declared,
+                )
             )
     if probes:
         raise TypeError(f"probes for tools that are not listed in tools=: {sorted(probes)}")
