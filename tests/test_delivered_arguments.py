@@ -135,6 +135,10 @@ async def test_an_argument_the_ledger_cannot_fingerprint_is_refused_before_the_a
     assert cause.type == "ToolInvalidRequest" and cause.non_retryable
     assert "NaN" in str(cause)
     assert lines(tmp_path / "readings.txt") == ["boiler 71.5"]  # the NaN call never ran
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+        # Ordinary arguments are fingerprinted as before: the JSON they were sent as.
+        [requested] = [e.payload for e in ledger.events() if e.type == "action.requested"]
+        assert requested["payload"] == {"args": ["boiler", 71.5]}
 
 
 async def test_ledger_activities_on_a_worker_whose_client_lacks_the_plugin_refuse_at_start(
