@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
 
+from pydantic import BaseModel
 from temporalio import activity, workflow
 
 
@@ -24,3 +26,28 @@ class ReadingWorkflow:
         return await workflow.execute_activity(
             log_reading, args=[sensor, reading], start_to_close_timeout=timedelta(seconds=20)
         )
+
+
+class Readings(BaseModel):
+    """Readings as pydantic validates an ``Iterable`` field: lazily, readable once."""
+
+    sensor: str
+    values: Iterable[float]
+
+
+@activity.defn
+async def read_sensor(sensor: str) -> Readings:
+    """Reads the sensor's log, streaming its values out as a generator."""
+    log = Path(os.environ["SUPPORT_DIR"]) / "readings.txt"
+    rows = (line.split() for line in log.read_text().splitlines())
+    return Readings(sensor=sensor, values=(float(v) for name, v in rows if name == sensor))
+
+
+@workflow.defn
+class SensorWorkflow:
+    @workflow.run
+    async def run(self, sensor: str) -> list[float]:
+        readings = await workflow.execute_activity(
+            read_sensor, sensor, start_to_close_timeout=timedelta(seconds=20)
+        )
+        return list(readings.values)

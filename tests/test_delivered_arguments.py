@@ -26,7 +26,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.worker import Worker
 
-from tests.delivered_app import ReadingWorkflow, log_reading
+from tests.delivered_app import ReadingWorkflow, SensorWorkflow, log_reading, read_sensor
 from tests.openai_custom_tool import PREAMBLE, CustomToolProvider, CustomToolWorkflow, forecast
 from tests.temporal_support import lines, reset_to_first_task
 
@@ -154,3 +154,38 @@ async def test_ledger_activities_on_a_worker_whose_client_lacks_the_plugin_refus
             activities=[log_reading],
             plugins=[reading_plugin(tmp_path)],
         )
+
+
+async def test_a_result_that_can_be_read_once_reaches_the_workflow_whole_and_replays(
+    temporal_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SUPPORT_DIR", str(tmp_path))
+    (tmp_path / "readings.txt").write_text("boiler 70.5\npump 3.0\nboiler 71.5\n")
+    plugin = LedgerPlugin(
+        f"sqlite:///{tmp_path / 'ledger.db'}",
+        policy=Policy(performers={"SensorWorkflow": ["activity.*"]}),
+        ledger_activities=["read_sensor"],
+    )
+    client = await Client.connect(temporal_address, plugins=[plugin])
+    task_queue = f"tq-sensor-{uuid.uuid4().hex[:8]}"
+    workflow_id = f"sensor-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client, task_queue=task_queue, workflows=[SensorWorkflow], activities=[read_sensor]
+    ):
+        handle = await client.start_workflow(
+            SensorWorkflow.run, "boiler", id=workflow_id, task_queue=task_queue
+        )
+        # The ledger's record read the generator: the workflow gets what was recorded.
+        assert await handle.result() == [70.5, 71.5]
+        (tmp_path / "readings.txt").write_text("")  # a replay must not read the log again
+        run_id = await reset_to_first_task(
+            temporal_address, client, workflow_id, handle.result_run_id, reason="test: replay"
+        )
+        assert await client.get_workflow_handle(workflow_id, run_id=run_id).result() == [
+            70.5,
+            71.5,
+        ]
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+        completed = [e.payload for e in ledger.events() if e.type == "action.completed"]
+        assert [bool(c.get("replayed")) for c in completed] == [False, True]
+        assert completed[0]["output"] == {"sensor": "boiler", "values": [70.5, 71.5]}
