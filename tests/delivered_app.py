@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 from datetime import timedelta
@@ -51,3 +52,29 @@ class SensorWorkflow:
             read_sensor, sensor, start_to_close_timeout=timedelta(seconds=20)
         )
         return list(readings.values)
+
+
+@activity.defn
+async def store_readings(readings: Readings) -> int:
+    """Stores the readings; the first time, the reply is lost after they were stored."""
+    folder = Path(os.environ["SUPPORT_DIR"])
+    values = list(readings.values)
+    with (folder / "stored.txt").open("a") as handle:
+        handle.write(json.dumps(values) + "\n")
+    lost = folder / "stored.lost"
+    if not lost.exists():
+        lost.write_text("the reply was lost once\n")
+        raise ConnectionResetError("the store hung up after storing")
+    return len(values)
+
+
+@workflow.defn
+class StoreWorkflow:
+    @workflow.run
+    async def run(self, values: list[float]) -> int:
+        # Built in the workflow from a generator: pydantic keeps it as a lazy iterator,
+        # which the first encoding of the argument reads.
+        readings = Readings(sensor="boiler", values=(value for value in values))
+        return await workflow.execute_activity(
+            store_readings, readings, start_to_close_timeout=timedelta(seconds=20)
+        )

@@ -26,9 +26,16 @@ from temporalio.exceptions import ApplicationError
 from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.worker import Worker
 
-from tests.delivered_app import ReadingWorkflow, SensorWorkflow, log_reading, read_sensor
+from tests.delivered_app import (
+    ReadingWorkflow,
+    SensorWorkflow,
+    StoreWorkflow,
+    log_reading,
+    read_sensor,
+    store_readings,
+)
 from tests.openai_custom_tool import PREAMBLE, CustomToolProvider, CustomToolWorkflow, forecast
-from tests.temporal_support import lines, reset_to_first_task
+from tests.temporal_support import confirm_no_effect, lines, reset_to_first_task
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -189,3 +196,38 @@ async def test_a_result_that_can_be_read_once_reaches_the_workflow_whole_and_rep
         completed = [e.payload for e in ledger.events() if e.type == "action.completed"]
         assert [bool(c.get("replayed")) for c in completed] == [False, True]
         assert completed[0]["output"] == {"sensor": "boiler", "values": [70.5, 71.5]}
+
+
+async def test_a_workflow_argument_that_can_be_read_once_is_sent_whole_on_every_attempt(
+    temporal_address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SUPPORT_DIR", str(tmp_path))
+    plugin = LedgerPlugin(
+        f"sqlite:///{tmp_path / 'ledger.db'}",
+        policy=Policy(performers={"StoreWorkflow": ["activity.*"]}, reconcilers=["ops-*"]),
+        options=LedgerOptions(lease=2.0),
+        ledger_activities=["store_readings"],
+    )
+    client = await Client.connect(temporal_address, plugins=[plugin])
+    task_queue = f"tq-store-{uuid.uuid4().hex[:8]}"
+    async with Worker(
+        client, task_queue=task_queue, workflows=[StoreWorkflow], activities=[store_readings]
+    ):
+        handle = await client.start_workflow(
+            StoreWorkflow.run,
+            [70.5, 71.5],
+            id=f"store-{uuid.uuid4().hex[:8]}",
+            task_queue=task_queue,
+        )
+        # The lost reply parks the call; the operator's no_effect_confirmed schedules it
+        # again in the run, with the payloads of the first schedule, not an empty rest.
+        await confirm_no_effect(temporal_address, handle.id)
+        assert await handle.result() == 2
+    assert lines(tmp_path / "stored.txt") == ["[70.5, 71.5]", "[70.5, 71.5]"]
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+        events = ledger.events()
+        assert not [e for e in events if e.type == "action.replay_refused"]
+        requested = [e.payload for e in events if e.type == "action.requested"]
+        assert [r["payload"] for r in requested] == [
+            {"args": [{"sensor": "boiler", "values": [70.5, 71.5]}]}
+        ] * 2
