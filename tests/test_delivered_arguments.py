@@ -4,7 +4,9 @@ The fingerprint is taken from the payloads Temporal delivered, never by encoding
 the activity gets again: a value that can be read once (pydantic's ``ValidatorIterator``,
 which an OpenAI Agents model call's input holds after a custom tool call) reaches the
 activity, and the model, whole; an argument that cannot be fingerprinted is refused before
-the activity runs. Against the real dev server, with the OpenAI Agents SDK's Temporal
+the activity runs. The same holds both ways: a result readable once reaches the workflow
+as the ledger recorded it, and a workflow's argument readable once is sent whole on every
+attempt of the call. Against the real dev server, with the OpenAI Agents SDK's Temporal
 integration and a scripted model.
 """
 
