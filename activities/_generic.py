@@ -3,8 +3,9 @@
 ``LedgerPlugin(ledger_activities=[...])`` routes every activity whose type matches one
 of its glob patterns to :func:`execute_through_ledger`. The activity's arguments (as the
 JSON of the payloads Temporal delivered, see ``_delivered``) become the request, its
-return value (as JSON, through the worker's payload converter) the recorded outcome, and a later attempt under the same key gets the recorded value back,
-decoded to the activity's return type, instead of running the activity again.
+return value (as JSON, through the worker's payload converter) the recorded outcome, and
+a later attempt under the same key gets the recorded value back, decoded to the
+activity's return type, instead of running the activity again.
 
 The key is ``{workflow_id}/{first_execution_run_id}/{call}`` (with the previous run of
 a continue-as-new or cron chain inserted when there is one). ``activity.info()`` does
