@@ -11,12 +11,12 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporal_ledger.activities import LedgerOptions, LedgerPlugin
+from temporal_ledger.activities import LedgeredActivity, LedgerOptions, LedgerPlugin, Policy
 from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import Ledger
 from temporalio.client import Client
@@ -277,6 +277,57 @@ async def reset_to_first_task(
         return described.run_id if described.run_id != old_run_id and status == until else None
 
     return await wait_for(new_run, within=within, what=f"the reset run to be {until}")
+
+
+async def result_after_reset(
+    address: str,
+    client: Client,
+    workflow_id: str,
+    old_run_id: str | None,
+    *,
+    reason: str = "test: run the graph again from the start",
+    within: float = 30,
+) -> Any:
+    """Reset a finished run to its first workflow task with the real CLI (as
+    :func:`reset_to_first_task` does) and return what the new run returns."""
+    new_run = await reset_to_first_task(
+        address, client, workflow_id, old_run_id, reason=reason, within=within
+    )
+    return await client.get_workflow_handle(workflow_id, run_id=new_run).result()
+
+
+@contextlib.asynccontextmanager
+async def ledgered_graph_worker(
+    address: str,
+    ledger_url: str,
+    *,
+    graphs: Mapping[str, Any],
+    rules: Sequence[LedgeredActivity],
+    policy: Policy,
+    workflows: Sequence[type],
+    task_queue: str | None = None,
+    activities: Sequence[Callable[..., Any]] = (),
+    default_activity_options: dict[str, Any] | None = None,
+) -> AsyncIterator[tuple[Client, str]]:
+    """An in-process worker for LangGraph ``graphs`` (``LangGraphPlugin``) with the ledger's
+    plugin over the nodes ``rules`` lists (a 2 s lease); yields its client and task queue,
+    ``task_queue`` or a fresh one."""
+    # Imported here: the Strands venv runs tests that use this module without LangGraph.
+    from temporalio.langgraph import LangGraphPlugin
+
+    plugins: list[object] = [
+        LangGraphPlugin(graphs=dict(graphs), default_activity_options=default_activity_options),
+        LedgerPlugin(
+            ledger_url,
+            policy=policy,
+            options=LedgerOptions(lease=2.0),
+            ledger_activities=rules,
+        ),
+    ]
+    client = await Client.connect(address, plugins=plugins)  # type: ignore[arg-type]
+    queue = task_queue or f"tq-graph-{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=queue, workflows=workflows, activities=activities):
+        yield client, queue
 
 
 #: Set to record the histories the agent frameworks' tests replay (tests/histories/agents/).

@@ -29,7 +29,7 @@ from langchain_core.messages import (
     RemoveMessage,
     ToolMessage,
 )
-from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy
+from temporal_ledger.activities import Policy
 from temporal_ledger.activities._generic import capability_for
 from temporal_ledger.activities.langgraph import NodeReturn, _normalize, activity_rules
 from temporal_ledger.ledger import Ledger
@@ -59,11 +59,13 @@ from tests.langgraph_graph import (
     messages_builder,
 )
 from tests.temporal_support import (
+    ledgered_graph_worker,
     lines,
     listed_as_parked,
     open_effects,
     query_json,
     reset_to_first_task,
+    result_after_reset,
     send_update,
     template_of,
     temporal_cli,
@@ -86,21 +88,22 @@ POLICY = Policy(
 @contextlib.asynccontextmanager
 async def running(address: str, ledger_url: str | None) -> AsyncIterator[tuple[Client, str]]:
     """A worker for the graph workflow; with the ledger plugin unless ``ledger_url`` is None."""
-    plugins: list[object] = [LangGraphPlugin(graphs={GRAPH_NAME: builder()})]
-    if ledger_url is not None:
-        rules = activity_rules(GRAPH_NAME, model_nodes=["model"], tool_nodes=["tools"])
-        plugins.append(
-            LedgerPlugin(
-                ledger_url,
-                policy=POLICY,
-                options=LedgerOptions(lease=2.0),
-                ledger_activities=rules,
-            )
-        )
-    client = await Client.connect(address, plugins=plugins)  # type: ignore[arg-type]
-    task_queue = f"tq-lg-{uuid.uuid4().hex[:8]}"
-    async with Worker(client, task_queue=task_queue, workflows=[LedgeredGraphWorkflow]):
-        yield client, task_queue
+    if ledger_url is None:
+        bare = LangGraphPlugin(graphs={GRAPH_NAME: builder()})
+        client = await Client.connect(address, plugins=[bare])
+        task_queue = f"tq-lg-{uuid.uuid4().hex[:8]}"
+        async with Worker(client, task_queue=task_queue, workflows=[LedgeredGraphWorkflow]):
+            yield client, task_queue
+        return
+    async with ledgered_graph_worker(
+        address,
+        ledger_url,
+        graphs={GRAPH_NAME: builder()},
+        rules=activity_rules(GRAPH_NAME, model_nodes=["model"], tool_nodes=["tools"]),
+        policy=POLICY,
+        workflows=[LedgeredGraphWorkflow],
+    ) as worker:
+        yield worker
 
 
 def completions(events: list[LedgerEvent]) -> list[LedgerEvent]:
@@ -121,15 +124,7 @@ async def run_then_reset(
             task_queue=task_queue,
         )
         answer = await handle.result()
-        new_run = await reset_to_first_task(
-            address,
-            client,
-            workflow_id,
-            handle.result_run_id,
-            reason="test: run the graph again from the start",
-            within=30,
-        )
-        again = await client.get_workflow_handle(workflow_id, run_id=new_run).result()
+        again = await result_after_reset(address, client, workflow_id, handle.result_run_id)
     assert handle.first_execution_run_id is not None
     return answer, again, workflow_id, handle.first_execution_run_id
 
@@ -232,16 +227,15 @@ async def running_calls(
 ) -> AsyncIterator[tuple[Client, str]]:
     """A worker for the two-call graph, its tool node ledgered per tool call."""
     rules = activity_rules(CALLS_GRAPH, model_nodes=["model"], tool_nodes=["tools"], per_call=True)
-    plugins: list[object] = [
-        LangGraphPlugin(graphs={CALLS_GRAPH: calls_builder()}),
-        LedgerPlugin(
-            ledger_url, policy=policy, options=LedgerOptions(lease=2.0), ledger_activities=rules
-        ),
-    ]
-    client = await Client.connect(address, plugins=plugins)  # type: ignore[arg-type]
-    task_queue = f"tq-lgc-{uuid.uuid4().hex[:8]}"
-    async with Worker(client, task_queue=task_queue, workflows=[ToolCallsGraphWorkflow]):
-        yield client, task_queue
+    async with ledgered_graph_worker(
+        address,
+        ledger_url,
+        graphs={CALLS_GRAPH: calls_builder()},
+        rules=rules,
+        policy=policy,
+        workflows=[ToolCallsGraphWorkflow],
+    ) as worker:
+        yield worker
 
 
 def call_keys(events: list[LedgerEvent], node_key: str) -> dict[str, int]:
@@ -266,15 +260,9 @@ async def test_two_tool_calls_in_one_node_get_a_key_each_and_a_reset_replays_bot
             ToolCallsGraphWorkflow.run, args=[prompt, str(target)], id=workflow_id, task_queue=tq
         )
         answer = await handle.result()
-        new_run = await reset_to_first_task(
-            temporal_address,
-            client,
-            workflow_id,
-            handle.result_run_id,
-            reason="test: run the graph again from the start",
-            within=30,
+        again = await result_after_reset(
+            temporal_address, client, workflow_id, handle.result_run_id
         )
-        again = await client.get_workflow_handle(workflow_id, run_id=new_run).result()
     assert answer.startswith("done: appended 'A for") and again == answer
     # The ToolNode runs the two calls concurrently: in either order.
     assert sorted(lines(target)) == [f"A for {prompt}", f"B for {prompt}"]
@@ -488,17 +476,15 @@ async def running_messages(
         MESSAGES_GRAPH: messages_builder(),
         MESSAGES_CALLS_GRAPH: messages_builder(per_call=True),
     }
-    plugins: list[object] = [
-        LangGraphPlugin(graphs=graphs),  # type: ignore[arg-type]
-        LedgerPlugin(
-            ledger_url,
-            policy=MESSAGES_POLICY,
-            options=LedgerOptions(lease=2.0),
-            ledger_activities=rules,
-        ),
-    ]
-    client = await Client.connect(address, plugins=plugins)  # type: ignore[arg-type]
-    async with Worker(client, task_queue=task_queue, workflows=[workflow]):
+    async with ledgered_graph_worker(
+        address,
+        ledger_url,
+        graphs=graphs,
+        rules=rules,
+        policy=MESSAGES_POLICY,
+        workflows=[workflow],
+        task_queue=task_queue,
+    ) as (client, _):
         yield client
 
 
@@ -521,15 +507,9 @@ async def test_a_reset_of_a_finished_messages_graph_replays_every_node(
             task_queue=task_queue,
         )
         answer = await handle.result()
-        new_run = await reset_to_first_task(
-            temporal_address,
-            client,
-            workflow_id,
-            handle.result_run_id,
-            reason="test: run the graph again from the start",
-            within=30,
+        again = await result_after_reset(
+            temporal_address, client, workflow_id, handle.result_run_id
         )
-        again = await client.get_workflow_handle(workflow_id, run_id=new_run).result()
     assert answer == f"done: appended 'line for {prompt}' (line 1)" and again == answer
     assert MODEL_CALLS[prompt] == 2, "the reset asked the model again"
     assert NODE_RUNS[prompt] == 1, "the reset ran the tool node again"
@@ -665,15 +645,9 @@ async def test_a_lost_reply_in_a_messages_graph_parks_refuses_misfits_and_resets
         assert answer_text == "done: appended by hand-check (line 1)"
         model_calls, node_runs = MODEL_CALLS[prompt], NODE_RUNS[prompt]
         assert model_calls == 2 and node_runs == (1 if wiring == "node" else 2)
-        new_run = await reset_to_first_task(
-            temporal_address,
-            client,
-            workflow_id,
-            handle.result_run_id,
-            reason="test: run the graph again from the start",
-            within=30,
+        again = await result_after_reset(
+            temporal_address, client, workflow_id, handle.result_run_id
         )
-        again = await client.get_workflow_handle(workflow_id, run_id=new_run).result()
     assert again == answer_text
     assert (MODEL_CALLS[prompt], NODE_RUNS[prompt]) == (model_calls, node_runs)
     assert lines(target) == [line], "the tool acted again"

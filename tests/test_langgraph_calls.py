@@ -17,21 +17,21 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy
+from temporal_ledger.activities import Policy
 from temporal_ledger.activities.langgraph import activity_rules, ledger_call, ledger_call_sync
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
 from temporalio.client import Client, WorkflowFailureError
-from temporalio.langgraph import LangGraphPlugin
-from temporalio.worker import Worker
 
 from tests.langgraph_calls_graph import GRAPH, NODE_RUNS, NamedCallsGraphWorkflow, builder
 from tests.temporal_support import (
+    ledgered_graph_worker,
     lines,
     listed_as_parked,
     open_effects,
     query_json,
     reset_to_first_task,
+    result_after_reset,
     send_update,
     template_of,
     wait_for,
@@ -49,17 +49,15 @@ async def running(
     address: str, ledger_url: str, policy: Policy = POLICY
 ) -> AsyncIterator[tuple[Client, str]]:
     """A worker for the graph, its two nodes listed with ``per_call=True``."""
-    rules = activity_rules(GRAPH, tool_nodes=["work", "work_sync"], per_call=True)
-    plugins: list[object] = [
-        LangGraphPlugin(graphs={GRAPH: builder()}),
-        LedgerPlugin(
-            ledger_url, policy=policy, options=LedgerOptions(lease=2.0), ledger_activities=rules
-        ),
-    ]
-    client = await Client.connect(address, plugins=plugins)  # type: ignore[arg-type]
-    task_queue = f"tq-lgn-{uuid.uuid4().hex[:8]}"
-    async with Worker(client, task_queue=task_queue, workflows=[NamedCallsGraphWorkflow]):
-        yield client, task_queue
+    async with ledgered_graph_worker(
+        address,
+        ledger_url,
+        graphs={GRAPH: builder()},
+        rules=activity_rules(GRAPH, tool_nodes=["work", "work_sync"], per_call=True),
+        policy=policy,
+        workflows=[NamedCallsGraphWorkflow],
+    ) as worker:
+        yield worker
 
 
 def starts(events: list[LedgerEvent], node_key: str) -> dict[str, int]:
@@ -136,10 +134,14 @@ async def test_the_third_call_parks_on_its_own_key_and_no_call_repeats(
         assert runs == 3, "the node ran other than: parked, parked again, answered"
 
         finished = (await latest.describe()).run_id
-        again_run = await reset_to_first_task(
-            temporal_address, client, workflow_id, finished, reason="test: replay all of it"
+        again = await result_after_reset(
+            temporal_address,
+            client,
+            workflow_id,
+            finished,
+            reason="test: replay all of it",
+            within=60,
         )
-        again = await client.get_workflow_handle(workflow_id, run_id=again_run).result()
     # The run reset while it waited left LangGraph's suspended stream to the garbage
     # collector, whose finalizer complains. Collected here, not inside a later compile,
     # which CPython 3.11 (3.11.7 here) can then fail with "AST constructor recursion depth

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy
+from temporal_ledger.activities import Policy
 from temporal_ledger.activities.langgraph import activity_rules
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.workflows._protocol import PLACEHOLDER
@@ -32,8 +32,6 @@ from temporalio.exceptions import (
     TimeoutError,
     TimeoutType,
 )
-from temporalio.langgraph import LangGraphPlugin
-from temporalio.worker import Worker
 
 from tests.retry_bounds_app import (
     CALLS_GRAPH,
@@ -47,7 +45,14 @@ from tests.retry_bounds_app import (
     builder,
     calls_builder,
 )
-from tests.temporal_support import lines, open_effects, send_update, template_of, wait_for
+from tests.temporal_support import (
+    ledgered_graph_worker,
+    lines,
+    open_effects,
+    send_update,
+    template_of,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -89,22 +94,17 @@ async def running(
         *activity_rules(GRAPH, model_nodes=["model"], tool_nodes=["tools"]),
         *activity_rules(CALLS_GRAPH, tool_nodes=["tools"], per_call=True),
     ]
-    graphs = {GRAPH: builder(node_options), CALLS_GRAPH: calls_builder(node_options)}
-    plugins: list[object] = [
-        LangGraphPlugin(graphs=graphs, default_activity_options=default_options),
-        LedgerPlugin(
-            ledger_url, policy=POLICY, options=LedgerOptions(lease=2.0), ledger_activities=rules
-        ),
-    ]
-    client = await Client.connect(address, plugins=plugins)  # type: ignore[arg-type]
-    task_queue = f"tq-bounds-{uuid.uuid4().hex[:8]}"
-    async with Worker(
-        client,
-        task_queue=task_queue,
+    async with ledgered_graph_worker(
+        address,
+        ledger_url,
+        graphs={GRAPH: builder(node_options), CALLS_GRAPH: calls_builder(node_options)},
+        rules=rules,
+        policy=POLICY,
         workflows=[BoundedGraphWorkflow, BoundedStepWorkflow, BoundedCallsWorkflow],
         activities=[bounded_lookup, bounded_append],
-    ):
-        yield client, task_queue
+        default_activity_options=default_options,
+    ) as worker:
+        yield worker
 
 
 async def failure_of(client: Client, workflow: Any, prompt: str, path: Path, tq: str) -> Any:
