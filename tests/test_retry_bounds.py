@@ -24,7 +24,7 @@ from temporal_ledger.activities import Policy
 from temporal_ledger.activities.langgraph import activity_rules
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.workflows._protocol import PLACEHOLDER
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
@@ -107,19 +107,52 @@ async def running(
         yield worker
 
 
-async def failure_of(client: Client, workflow: Any, prompt: str, path: Path, tq: str) -> Any:
-    """Run the workflow to its failure; the failure and the seconds it took."""
-    started = time.monotonic()
-    handle = await client.start_workflow(
+async def start(
+    client: Client, workflow: Any, prompt: str, path: Path, tq: str
+) -> WorkflowHandle[Any, Any]:
+    """Start the workflow ``bounds-PROMPT`` on ``path``, under the execution timeout."""
+    return await client.start_workflow(
         workflow,
         args=[prompt, str(path)],
         id=f"bounds-{prompt}",
         task_queue=tq,
         execution_timeout=EXECUTION_TIMEOUT,
     )
+
+
+async def failure_of(client: Client, workflow: Any, prompt: str, path: Path, tq: str) -> Any:
+    """Run the workflow to its failure; the failure and the seconds it took."""
+    started = time.monotonic()
+    handle = await start(client, workflow, prompt, path, tq)
     with pytest.raises(WorkflowFailureError) as failed:
         await handle.result()
     return failed.value.cause, time.monotonic() - started
+
+
+#: What the operator who saw the line answers for a parked call; the run returns it.
+SEEN = "appended, seen by ops"
+
+
+async def answered_when_parked(
+    address: str, client: Client, workflow: Any, prompt: str, path: Path, tq: str, field: str
+) -> dict[str, Any]:
+    """Start the workflow; once its one call parks, answer it through the real CLI with
+    the printed template, ``{field: SEEN}`` as the output; the run must then return
+    ``SEEN``. Returns the parked call (its ``open_effects`` entry)."""
+    handle = await start(client, workflow, prompt, path, tq)
+    [parked] = await wait_for(
+        lambda: open_effects(address, handle.id), within=30, what=f"{prompt} to park"
+    )
+    answer = {
+        **template_of(parked["update_command"]),
+        "actor": "ops-ann",
+        "basis": "the line is in the file",
+        "output": {field: SEEN},
+    }
+    done, said = await send_update(address, handle.id, "reconcile", answer)
+    assert done == 0, said
+    assert await handle.result() == SEEN
+    return parked
 
 
 def timed_out(failure: BaseException | None) -> TimeoutType | None:
@@ -230,32 +263,12 @@ async def test_a_tool_node_that_acted_and_timed_out_parks_instead_of_failing(
     target = tmp_path / "effects.txt"
     ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
     prompt = f"tool-stall-{uuid.uuid4().hex[:6]}"
-    workflow_id = f"bounds-{prompt}"
     options = hung_node(maximum_attempts=1)
     async with running(temporal_address, ledger_url, options) as (client, tq):
-        handle = await client.start_workflow(
-            BoundedGraphWorkflow.run,
-            args=[prompt, str(target)],
-            id=workflow_id,
-            task_queue=tq,
-            execution_timeout=EXECUTION_TIMEOUT,
+        parked = await answered_when_parked(
+            temporal_address, client, BoundedGraphWorkflow.run, prompt, target, tq, "answer"
         )
-        [parked] = await wait_for(
-            lambda: open_effects(temporal_address, workflow_id),
-            within=30,
-            what="the tool node to park",
-        )
-        template = template_of(parked["update_command"])
-        assert template["output"] == PLACEHOLDER
-        answer = {
-            **template,
-            "actor": "ops-ann",
-            "basis": "the line is in the file",
-            "output": {"answer": "appended, seen by ops"},
-        }
-        done, said = await send_update(temporal_address, workflow_id, "reconcile", answer)
-        assert done == 0, said
-        assert await handle.result() == "appended, seen by ops"
+    assert template_of(parked["update_command"])["output"] == PLACEHOLDER
     assert TRIES[prompt] == 1, "the tool node ran again"
     assert lines(target) == [f"line for {prompt}"]
     assert refusals(ledger_url) == []
@@ -274,26 +287,9 @@ async def test_run_tool_keeps_the_bounds_too(temporal_address: str, tmp_path: Pa
         assert took < PROMPTLY
         assert TRIES[hang] == 1
 
-        workflow_id = f"bounds-{stall}"
-        handle = await client.start_workflow(
-            BoundedStepWorkflow.run,
-            args=[stall, str(target)],
-            id=workflow_id,
-            task_queue=tq,
-            execution_timeout=EXECUTION_TIMEOUT,
+        await answered_when_parked(
+            temporal_address, client, BoundedStepWorkflow.run, stall, target, tq, "text"
         )
-        [parked] = await wait_for(
-            lambda: open_effects(temporal_address, workflow_id), within=30, what="the step to park"
-        )
-        answer = {
-            **template_of(parked["update_command"]),
-            "actor": "ops-ann",
-            "basis": "the line is in the file",
-            "output": {"text": "appended, seen by ops"},
-        }
-        done, said = await send_update(temporal_address, workflow_id, "reconcile", answer)
-        assert done == 0, said
-        assert await handle.result() == "appended, seen by ops"
     assert TRIES[stall] == 1
     assert lines(target) == [f"line for {stall}"]
     assert len(refusals(ledger_url)) == 1  # the retry-safe tool's ask
@@ -309,30 +305,11 @@ async def test_a_call_inside_a_node_that_acted_and_timed_out_parks_on_its_own_ke
     target = tmp_path / "effects.txt"
     ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
     prompt = f"stall-calls-{uuid.uuid4().hex[:6]}"
-    workflow_id = f"bounds-{prompt}"
-    async with running(temporal_address, ledger_url, hung_node(maximum_attempts=1)) as (
-        client,
-        tq,
-    ):
-        handle = await client.start_workflow(
-            BoundedCallsWorkflow.run,
-            args=[prompt, str(target)],
-            id=workflow_id,
-            task_queue=tq,
-            execution_timeout=EXECUTION_TIMEOUT,
+    options = hung_node(maximum_attempts=1)
+    async with running(temporal_address, ledger_url, options) as (client, tq):
+        parked = await answered_when_parked(
+            temporal_address, client, BoundedCallsWorkflow.run, prompt, target, tq, "content"
         )
-        [parked] = await wait_for(
-            lambda: open_effects(temporal_address, workflow_id), within=30, what="the call to park"
-        )
-        assert parked["key"].endswith("/call_append"), parked
-        answer = {
-            **template_of(parked["update_command"]),
-            "actor": "ops-ann",
-            "basis": "the line is in the file",
-            "output": {"content": "appended, seen by ops"},
-        }
-        done, said = await send_update(temporal_address, workflow_id, "reconcile", answer)
-        assert done == 0, said
-        assert await handle.result() == "appended, seen by ops"
+    assert parked["key"].endswith("/call_append"), parked
     assert TRIES[prompt] == 1, "the tool ran again"
     assert lines(target) == [f"line for {prompt}"]
