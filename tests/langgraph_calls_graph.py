@@ -1,9 +1,10 @@
 """A LangGraph graph whose one activity node makes three calls from its own code with
 ``ledger_call``, for tests (``tests/test_langgraph_calls.py``).
 
-Its own module so the workflow sandbox imports little. The node runs as an activity on
-the host, where the counters below are the truth about what happened. The prompt says
-what the node does: ``boom`` makes the third call append its line and then fail (a lost
+Its own module so the workflow sandbox imports little (the file effect and the node
+options are ``tests/langgraph_graph.py``'s). The node runs as an activity on the host,
+where the counters below are the truth about what happened. The prompt says what the
+node does: ``boom`` makes the third call append its line and then fail (a lost
 reply), ``sync`` runs the node as a plain function (``ledger_call_sync``), ``flaky``
 makes the second call refuse once with no effect (the node is retried), ``drift`` puts
 the node's run count in the first call's request (a retry asks for something else under
@@ -12,8 +13,6 @@ the same name), ``twice`` makes the node use one name for two calls.
 
 from __future__ import annotations
 
-from datetime import timedelta
-from pathlib import Path
 from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
@@ -21,7 +20,8 @@ from pydantic import BaseModel
 from temporal_ledger.activities.langgraph import ledger_call, ledger_call_sync
 from temporal_ledger.ledger import NoEffect
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+
+from tests.langgraph_graph import NODE_OPTIONS, append
 
 GRAPH = "ledger_test_named_calls"
 
@@ -42,17 +42,6 @@ class Appended(BaseModel):
 
     line: int
     text: str
-
-
-def append(path: str, text: str) -> int:
-    """Append ``text`` to the file at ``path`` (the effect the ledger protects)."""
-    target = Path(path)
-    with target.open("a") as handle:
-        handle.write(text + "\n")
-    if "explode" in text:
-        # Acted, then failed: the effect happened but the call reports an error.
-        raise RuntimeError("connection reset after the write")
-    return len(target.read_text().splitlines())
 
 
 def _first_request(state: State, text: str) -> dict[str, Any]:
@@ -127,20 +116,11 @@ async def pick(state: State) -> str:
     return "work_sync" if "sync" in state["prompt"] else "work"
 
 
-_OPTIONS: dict[str, Any] = {
-    "execute_in": "activity",
-    "start_to_close_timeout": timedelta(seconds=20),
-    "retry_policy": RetryPolicy(
-        initial_interval=timedelta(milliseconds=100), maximum_interval=timedelta(seconds=1)
-    ),
-}
-
-
 def builder() -> StateGraph[Any, Any, Any, Any]:
     """The graph, new each time: the plugin wraps the nodes of the builder it is given."""
     graph: StateGraph[Any, Any, Any, Any] = StateGraph(State)
-    graph.add_node("work", three_calls, metadata=dict(_OPTIONS))
-    graph.add_node("work_sync", three_calls_sync, metadata=dict(_OPTIONS))
+    graph.add_node("work", three_calls, metadata=dict(NODE_OPTIONS))
+    graph.add_node("work_sync", three_calls_sync, metadata=dict(NODE_OPTIONS))
     graph.add_conditional_edges(START, pick, ["work", "work_sync"])
     graph.add_edge("work", END)
     graph.add_edge("work_sync", END)

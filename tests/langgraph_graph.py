@@ -44,16 +44,22 @@ class State(TypedDict, total=False):
     answer: str
 
 
+def append(path: str, text: str) -> int:
+    """Append ``text`` to the file at ``path`` (the effect the ledger protects); the line
+    number it got."""
+    target = Path(path)
+    with target.open("a") as handle:
+        handle.write(text + "\n")
+    if "explode" in text:
+        # Acted, then failed: the effect happened but the attempt reports an error.
+        raise RuntimeError("connection reset after the write")
+    return len(target.read_text().splitlines())
+
+
 @tool
 def append_line(path: str, line: str) -> str:
     """Append a line to the file at ``path`` (the effect the ledger protects)."""
-    target = Path(path)
-    with target.open("a") as handle:
-        handle.write(line + "\n")
-    if "explode" in line:
-        # Acted, then failed: the effect happened but the attempt reports an error.
-        raise RuntimeError("connection reset after the write")
-    return f"appended {line!r} (line {len(target.read_text().splitlines())})"
+    return f"appended {line!r} (line {append(path, line)})"
 
 
 def _reply(state: State) -> AIMessage:
@@ -71,9 +77,15 @@ def _reply(state: State) -> AIMessage:
 
 async def model(state: State) -> State:
     """Ask the scripted chat model; its tool calls (with their ids) go into the state."""
+    return await _ask(state, _reply(state))
+
+
+async def _ask(state: State, scripted: AIMessage) -> State:
+    """Count the call and have a chat model answer ``scripted``: its tool calls, or the
+    end of the run."""
     prompt = state["prompt"]
     MODEL_CALLS[prompt] = MODEL_CALLS.get(prompt, 0) + 1
-    chat = GenericFakeChatModel(messages=iter([_reply(state)]))
+    chat = GenericFakeChatModel(messages=iter([scripted]))
     reply = await chat.ainvoke(prompt)
     assert isinstance(reply, AIMessage)
     if reply.tool_calls:
@@ -95,7 +107,8 @@ async def route(state: State) -> str:
     return "tools" if state.get("tool_calls") else END
 
 
-_OPTIONS: dict[str, Any] = {
+#: A node's metadata: run as an activity, quickly retried.
+NODE_OPTIONS: dict[str, Any] = {
     "execute_in": "activity",
     "start_to_close_timeout": timedelta(seconds=20),
     "retry_policy": RetryPolicy(
@@ -106,24 +119,35 @@ _OPTIONS: dict[str, Any] = {
 
 def builder() -> StateGraph[Any, Any, Any, Any]:
     """The graph, new each time: the plugin wraps the nodes of the builder it is given."""
+    return _model_and_tools(model, tools)
+
+
+def _model_and_tools(model_node: Any, tool_node: Any) -> StateGraph[Any, Any, Any, Any]:
+    """A model node and a tool node, as activities, that take turns until the model
+    answers."""
     graph: StateGraph[Any, Any, Any, Any] = StateGraph(State)
-    graph.add_node("model", model, metadata=dict(_OPTIONS))
-    graph.add_node("tools", tools, metadata=dict(_OPTIONS))
+    graph.add_node("model", model_node, metadata=dict(NODE_OPTIONS))
+    graph.add_node("tools", tool_node, metadata=dict(NODE_OPTIONS))
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", route, ["tools", END])
     graph.add_edge("tools", "model")
     return graph
 
 
+async def _answer(graph_name: str, prompt: str, path: str) -> str:
+    """Run the registered graph ``graph_name`` (in the workflow) to its answer."""
+    from temporalio.langgraph import graph
+
+    app = graph(graph_name).compile()
+    final = await app.ainvoke({"prompt": prompt, "path": path, "results": []})
+    return str(final["answer"])
+
+
 @workflow.defn
 class LedgeredGraphWorkflow:
     @workflow.run
     async def run(self, prompt: str, path: str) -> str:
-        from temporalio.langgraph import graph
-
-        app = graph(GRAPH_NAME).compile()
-        final = await app.ainvoke({"prompt": prompt, "path": path, "results": []})
-        return str(final["answer"])
+        return await _answer(GRAPH_NAME, prompt, path)
 
 
 # -- one key per tool call: a ToolNode with the ledger's wrappers --------------------------
@@ -194,14 +218,7 @@ def _two_calls(state: State) -> AIMessage:
 
 async def two_call_model(state: State) -> State:
     """The scripted model: two tool calls in one reply, then an answer."""
-    prompt = state["prompt"]
-    MODEL_CALLS[prompt] = MODEL_CALLS.get(prompt, 0) + 1
-    chat = GenericFakeChatModel(messages=iter([_two_calls(state)]))
-    reply = await chat.ainvoke(prompt)
-    assert isinstance(reply, AIMessage)
-    if reply.tool_calls:
-        return {"tool_calls": [dict(call) for call in reply.tool_calls]}
-    return {"tool_calls": [], "answer": str(reply.content)}
+    return await _ask(state, _two_calls(state))
 
 
 async def call_tools(state: State) -> State:
@@ -219,24 +236,14 @@ async def call_tools(state: State) -> State:
 
 
 def calls_builder() -> StateGraph[Any, Any, Any, Any]:
-    graph: StateGraph[Any, Any, Any, Any] = StateGraph(State)
-    graph.add_node("model", two_call_model, metadata=dict(_OPTIONS))
-    graph.add_node("tools", call_tools, metadata=dict(_OPTIONS))
-    graph.add_edge(START, "model")
-    graph.add_conditional_edges("model", route, ["tools", END])
-    graph.add_edge("tools", "model")
-    return graph
+    return _model_and_tools(two_call_model, call_tools)
 
 
 @workflow.defn
 class ToolCallsGraphWorkflow:
     @workflow.run
     async def run(self, prompt: str, path: str) -> str:
-        from temporalio.langgraph import graph
-
-        app = graph(CALLS_GRAPH).compile()
-        final = await app.ainvoke({"prompt": prompt, "path": path, "results": []})
-        return str(final["answer"])
+        return await _answer(CALLS_GRAPH, prompt, path)
 
 
 # -- a messages graph: LangGraph's own MessagesState, as its docs teach ---------------------
@@ -325,9 +332,9 @@ async def route_messages(state: MessagesState) -> str:
 def messages_builder(*, per_call: bool = False) -> StateGraph[Any, Any, Any, Any]:
     """A model node ``agent``, a tool node ``tools``, conditional edges."""
     graph: StateGraph[Any, Any, Any, Any] = StateGraph(MessagesState)
-    graph.add_node("agent", agent, metadata=dict(_OPTIONS))
+    graph.add_node("agent", agent, metadata=dict(NODE_OPTIONS))
     graph.add_node(
-        "tools", ledgered_note_tools if per_call else note_tools, metadata=dict(_OPTIONS)
+        "tools", ledgered_note_tools if per_call else note_tools, metadata=dict(NODE_OPTIONS)
     )
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", route_messages, ["tools", END])
@@ -341,11 +348,16 @@ class MessagesGraphWorkflow:
 
     @workflow.run
     async def run(self, graph: str, prompt: str, path: str) -> str:
-        from temporalio.langgraph import graph as registered
+        return await _last_message(graph, HumanMessage(f"note {prompt} in {path}"))
 
-        app = registered(graph).compile()
-        final = await app.ainvoke({"messages": [HumanMessage(f"note {prompt} in {path}")]})
-        return str(final["messages"][-1].content)
+
+async def _last_message(graph: str, asked: HumanMessage) -> str:
+    """Run the registered messages graph ``graph`` (in the workflow) from ``asked``; the
+    text of its last message."""
+    from temporalio.langgraph import graph as registered
+
+    final = await registered(graph).compile().ainvoke({"messages": [asked]})
+    return str(final["messages"][-1].content)
 
 
 @workflow.defn(name="MessagesGraphWorkflow")
@@ -354,9 +366,4 @@ class RevisedMessagesGraphWorkflow:
 
     @workflow.run
     async def run(self, graph: str, prompt: str, path: str) -> str:
-        from temporalio.langgraph import graph as registered
-
-        app = registered(graph).compile()
-        asked = HumanMessage(f"note {prompt} in {path} (revised)")
-        final = await app.ainvoke({"messages": [asked]})
-        return str(final["messages"][-1].content)
+        return await _last_message(graph, HumanMessage(f"note {prompt} in {path} (revised)"))
