@@ -4,14 +4,20 @@ reconcile``, with nothing recorded and the run still parked."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
 from typing import Any
 
 from temporal_ledger.ledger import Ledger
 
-from tests.temporal_support import open_effects, query_json, send_update, temporal_cli, wait_for
+from tests.temporal_support import (
+    ledger_cli,
+    open_effects,
+    query_json,
+    send_signal,
+    send_update,
+    template_of,
+    wait_for,
+)
 
 
 async def answer_refused_everywhere(
@@ -24,7 +30,7 @@ async def answer_refused_everywhere(
         The parked call's ``open_effects`` entry, whose update template is still to send.
     """
     [parked] = await wait_for(lambda: open_effects(address, workflow_id), what="the call to park")
-    template = json.loads(_input_of(parked["update_command"]))
+    template = template_of(parked["update_command"])
     verdict = {**template, "actor": "ops-ann", "basis": "seen on the far side", "output": output}
 
     status, answer = await send_update(address, workflow_id, "reconcile", verdict)
@@ -36,17 +42,7 @@ async def answer_refused_everywhere(
     status, answer = await send_update(address, workflow_id, "reconcile", nothing)
     assert status != 0 and "delete it from the template" in answer, answer
 
-    await temporal_cli(
-        address,
-        "workflow",
-        "signal",
-        "--workflow-id",
-        workflow_id,
-        "--name",
-        "reconcile",
-        "--input",
-        json.dumps(verdict),
-    )
+    await send_signal(address, workflow_id, "reconcile", verdict)
     rejections = await wait_for(
         lambda: query_json(address, workflow_id, "reconcile_rejections"),
         what="the signal's rejection",
@@ -54,27 +50,11 @@ async def answer_refused_everywhere(
     rejections = rejections if isinstance(rejections, list) else [rejections]
     assert any(reason in r["reason"] and r["via"] == "signal" for r in rejections), rejections
 
-    cli = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "temporal_ledger.ledger",
-        "--db",
-        ledger_url,
-        "reconcile",
-        parked["key"],
-        "--verdict",
-        "effect_confirmed",
-        "--actor",
-        "ops-ann",
-        "--basis",
-        "seen on the far side",
-        "--output",
-        json.dumps(output),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    said, _ = await asyncio.wait_for(cli.communicate(), 60)
-    assert cli.returncode != 0 and reason in said.decode(), said.decode()
+    status, said = await ledger_cli(
+        ledger_url, "reconcile", parked["key"], "--verdict", "effect_confirmed",
+        "--actor", "ops-ann", "--basis", "seen on the far side", "--output", json.dumps(output),
+    )  # fmt: skip
+    assert status != 0 and reason in said, said
 
     with Ledger.open(ledger_url) as ledger:
         assert [e.key for e in ledger.open_effects()] == [parked["key"]]
@@ -82,10 +62,3 @@ async def answer_refused_everywhere(
     [still] = await open_effects(address, workflow_id)
     assert still["key"] == parked["key"]
     return parked
-
-
-def _input_of(command: str) -> str:
-    import shlex
-
-    words = shlex.split(command)
-    return words[words.index("--input") + 1]

@@ -395,6 +395,38 @@ async def send_update(address: str, workflow_id: str, name: str, payload: Any) -
     )
 
 
+async def send_signal(address: str, workflow_id: str, name: str, payload: Any) -> None:
+    """``temporal workflow signal``, which only delivers: the run answers nothing."""
+    await temporal_cli(
+        address,
+        "workflow",
+        "signal",
+        "--workflow-id",
+        workflow_id,
+        "--name",
+        name,
+        "--input",
+        json.dumps(payload),
+    )
+
+
+async def ledger_cli(ledger_url: str, *args: str) -> tuple[int, str]:
+    """``python -m temporal_ledger.ledger --db LEDGER_URL ARGS``, the operator's CLI: its
+    exit status and what it printed (stdout and stderr)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "temporal_ledger.ledger",
+        "--db",
+        ledger_url,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), 60)
+    return process.returncode or 0, out.decode()
+
+
 def template_of(command: str) -> dict[str, Any]:
     """The JSON input of the update command the run shows its operator."""
     return json.loads(shlex.split(command)[-1])

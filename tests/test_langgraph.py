@@ -15,7 +15,6 @@ import json
 import os
 import shlex
 import signal
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -59,6 +58,7 @@ from tests.langgraph_graph import (
     messages_builder,
 )
 from tests.temporal_support import (
+    ledger_cli,
     ledgered_graph_worker,
     lines,
     listed_as_parked,
@@ -680,14 +680,12 @@ async def test_an_answer_recorded_elsewhere_that_the_graph_cannot_use_fails_the_
         [parked] = await wait_for(
             lambda: open_effects(temporal_address, workflow_id), what="the tool node to park"
         )
-        cli = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "temporal_ledger.ledger", "--db", sqlite_url,
-            "reconcile", parked["key"], "--verdict", "effect_confirmed", "--actor", "ops-bob",
-            "--basis", "line 1", "--output", '{"messages": [{"type": "tool", "content": "x"}]}',
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        status, said = await ledger_cli(
+            sqlite_url, "reconcile", parked["key"], "--verdict", "effect_confirmed",
+            "--actor", "ops-bob", "--basis", "line 1",
+            "--output", '{"messages": [{"type": "tool", "content": "x"}]}',
         )  # fmt: skip
-        said_by_ledger, _ = await cli.communicate()
-        assert cli.returncode == 0, said_by_ledger
+        assert status == 0, said
         template = template_of(parked["update_command"])
         right = template["output"]["messages"][0] | {"content": "appended (line 1)"}
         verdict = {
