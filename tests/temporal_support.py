@@ -19,6 +19,7 @@ from typing import Any
 from temporal_ledger.activities import LedgeredActivity, LedgerOptions, LedgerPlugin, Policy
 from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import Ledger
+from temporal_ledger.ledger._models import LedgerEvent
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -457,6 +458,16 @@ async def confirm_no_effect(
     }
     done, said = await send_update(address, workflow_id, "reconcile", verdict)
     assert done == 0, said
+
+
+def starts_inside(events: list[LedgerEvent], node_key: str) -> dict[str, int]:
+    """The keys a node's calls get inside its key ``node_key``, each with the times it
+    started to act (``action.execution_started``)."""
+    inner = {e.key for e in events if e.key.startswith(node_key + "/")}
+    return {
+        key: sum(e.type == "action.execution_started" for e in events if e.key == key)
+        for key in sorted(inner)
+    }
 
 
 def key_on_the_wire(ledger: Ledger, wire: str | None) -> str:

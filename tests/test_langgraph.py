@@ -34,7 +34,7 @@ from temporal_ledger.activities.langgraph import NodeReturn, _normalize, activit
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
 from temporal_ledger.workflows._protocol import PLACEHOLDER
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.langgraph import LangGraphPlugin
@@ -67,6 +67,7 @@ from tests.temporal_support import (
     reset_to_first_task,
     result_after_reset,
     send_update,
+    starts_inside,
     template_of,
     temporal_cli,
     wait_for,
@@ -238,15 +239,6 @@ async def running_calls(
         yield worker
 
 
-def call_keys(events: list[LedgerEvent], node_key: str) -> dict[str, int]:
-    """The tool calls' keys inside the node ``node_key``, with their fresh executions."""
-    inner = {e.key for e in events if e.key.startswith(node_key + "/")}
-    return {
-        key: sum(e.type == "action.execution_started" for e in events if e.key == key)
-        for key in sorted(inner)
-    }
-
-
 @pytest.mark.parametrize("mode", ["async", "sync"])
 async def test_two_tool_calls_in_one_node_get_a_key_each_and_a_reset_replays_both(
     temporal_address: str, tmp_path: Path, mode: str
@@ -270,7 +262,7 @@ async def test_two_tool_calls_in_one_node_get_a_key_each_and_a_reset_replays_bot
     first = handle.first_execution_run_id
     with Ledger.open(ledger_url) as ledger:
         events = ledger.events()
-        keys = call_keys(events, f"{workflow_id}/{first}/2")
+        keys = starts_inside(events, f"{workflow_id}/{first}/2")
         assert len(keys) == 2 and set(keys.values()) == {1}, keys
         assert ledger.verify().ok
 
@@ -318,7 +310,7 @@ async def test_a_lost_reply_of_one_call_parks_that_call_until_reconciled(
     assert sorted(lines(target)) == [f"A for {prompt}", f"B for {prompt} explode"]
     with Ledger.open(ledger_url) as ledger:
         assert ledger.open_effects() == []
-        keys = call_keys(ledger.events(), node_key)
+        keys = starts_inside(ledger.events(), node_key)
         assert len(keys) == 2 and set(keys.values()) == {1}, keys
         assert ledger.verify().ok
 
@@ -340,7 +332,7 @@ async def test_a_retry_between_the_two_calls_does_not_repeat_the_first(
     assert NODE_RUNS[prompt] == 2, "the node was not retried"
     assert target.read_text().splitlines() == [f"A for {prompt}", f"B for {prompt}"]
     with Ledger.open(ledger_url) as ledger:
-        keys = call_keys(ledger.events(), f"{workflow_id}/{handle.first_execution_run_id}/2")
+        keys = starts_inside(ledger.events(), f"{workflow_id}/{handle.first_execution_run_id}/2")
         # The first call started once; the second twice, its first start refused with
         # no effect (which frees its key to act again).
         assert sorted(keys.values()) == [1, 2], keys
@@ -388,7 +380,7 @@ async def test_a_gated_tool_call_inside_a_node_waits_for_the_approval_of_its_own
     assert answer.startswith("done: appended 'A for")
     assert sorted(lines(target)) == [f"A for {prompt}", f"B for {prompt}"]
     with Ledger.open(ledger_url) as ledger:
-        keys = call_keys(ledger.events(), node_key)
+        keys = starts_inside(ledger.events(), node_key)
         assert sorted(keys) == sorted(approved) and set(keys.values()) == {1}, keys
         assert ledger.verify().ok
 
@@ -436,7 +428,7 @@ async def test_a_worker_killed_between_the_two_calls_does_not_repeat_the_first(
     node_key = f"{workflow_id}/{handle.first_execution_run_id}/2"
     with Ledger.open(ledger_url) as ledger:
         events = ledger.events()
-        keys = call_keys(events, node_key)
+        keys = starts_inside(events, node_key)
         assert len(keys) == 2 and set(keys.values()) == {1}, keys
         first = next(e.key for e in completions(events) if e.key in keys)
         replays = [e for e in completions(events) if e.key == first and e.payload.get("replayed")]
@@ -488,6 +480,19 @@ async def running_messages(
         yield client
 
 
+async def start_note(
+    client: Client, graph: str, prompt: str, target: Path, task_queue: str
+) -> WorkflowHandle[Any, str]:
+    """Start ``MessagesGraphWorkflow`` (``lgm-PROMPT``): the graph ``graph`` notes
+    ``prompt`` in ``target``."""
+    return await client.start_workflow(
+        MessagesGraphWorkflow.run,
+        args=[graph, prompt, str(target)],
+        id=f"lgm-{prompt}",
+        task_queue=task_queue,
+    )
+
+
 @pytest.mark.parametrize("wiring", WIRINGS)
 async def test_a_reset_of_a_finished_messages_graph_replays_every_node(
     temporal_address: str, tmp_path: Path, sqlite_url: str, wiring: str
@@ -500,12 +505,7 @@ async def test_a_reset_of_a_finished_messages_graph_replays_every_node(
     workflow_id = f"lgm-{prompt}"
     task_queue = f"tq-lgm-{uuid.uuid4().hex[:8]}"
     async with running_messages(temporal_address, sqlite_url, task_queue) as client:
-        handle = await client.start_workflow(
-            MessagesGraphWorkflow.run,
-            args=[WIRINGS[wiring], prompt, str(target)],
-            id=workflow_id,
-            task_queue=task_queue,
-        )
+        handle = await start_note(client, WIRINGS[wiring], prompt, target, task_queue)
         answer = await handle.result()
         again = await result_after_reset(
             temporal_address, client, workflow_id, handle.result_run_id
@@ -531,12 +531,7 @@ async def test_a_changed_message_after_a_reset_conflicts(
     workflow_id = f"lgm-{prompt}"
     task_queue = f"tq-lgm-{uuid.uuid4().hex[:8]}"
     async with running_messages(temporal_address, sqlite_url, task_queue) as client:
-        handle = await client.start_workflow(
-            MessagesGraphWorkflow.run,
-            args=[MESSAGES_GRAPH, prompt, str(target)],
-            id=workflow_id,
-            task_queue=task_queue,
-        )
+        handle = await start_note(client, MESSAGES_GRAPH, prompt, target, task_queue)
         await handle.result()
     revised = RevisedMessagesGraphWorkflow
     async with running_messages(temporal_address, sqlite_url, task_queue, revised) as client:
@@ -588,12 +583,7 @@ async def test_a_lost_reply_in_a_messages_graph_parks_refuses_misfits_and_resets
     task_queue = f"tq-lgm-{uuid.uuid4().hex[:8]}"
     line = f"line for {prompt}"
     async with running_messages(temporal_address, sqlite_url, task_queue) as client:
-        handle = await client.start_workflow(
-            MessagesGraphWorkflow.run,
-            args=[WIRINGS[wiring], prompt, str(target)],
-            id=workflow_id,
-            task_queue=task_queue,
-        )
+        handle = await start_note(client, WIRINGS[wiring], prompt, target, task_queue)
         [parked] = await wait_for(
             lambda: open_effects(temporal_address, workflow_id), what="the tool call to park"
         )
@@ -671,12 +661,7 @@ async def test_an_answer_recorded_elsewhere_that_the_graph_cannot_use_fails_the_
     workflow_id = f"lgm-{prompt}"
     task_queue = f"tq-lgm-{uuid.uuid4().hex[:8]}"
     async with running_messages(temporal_address, sqlite_url, task_queue) as client:
-        handle = await client.start_workflow(
-            MessagesGraphWorkflow.run,
-            args=[MESSAGES_GRAPH, prompt, str(target)],
-            id=workflow_id,
-            task_queue=task_queue,
-        )
+        handle = await start_note(client, MESSAGES_GRAPH, prompt, target, task_queue)
         [parked] = await wait_for(
             lambda: open_effects(temporal_address, workflow_id), what="the tool node to park"
         )

@@ -15,13 +15,14 @@ import gc
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporal_ledger.activities import Policy
 from temporal_ledger.activities.langgraph import activity_rules, ledger_call, ledger_call_sync
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from tests.langgraph_calls_graph import GRAPH, NODE_RUNS, NamedCallsGraphWorkflow, builder
 from tests.temporal_support import (
@@ -33,6 +34,7 @@ from tests.temporal_support import (
     reset_to_first_task,
     result_after_reset,
     send_update,
+    starts_inside,
     template_of,
     wait_for,
 )
@@ -61,14 +63,16 @@ async def running(
 
 
 def starts(events: list[LedgerEvent], node_key: str) -> dict[str, int]:
-    """The calls' keys inside the node ``node_key``, with the times each started to act."""
-    inner = {e.key for e in events if e.key.startswith(node_key + "/")}
-    return {
-        key.removeprefix(node_key + "/"): sum(
-            e.type == "action.execution_started" for e in events if e.key == key
-        )
-        for key in inner
-    }
+    """The calls' names inside the node ``node_key``, with the times each started to act."""
+    inside = starts_inside(events, node_key)
+    return {key.removeprefix(node_key + "/"): count for key, count in inside.items()}
+
+
+async def start(client: Client, tq: str, prompt: str, target: Path) -> WorkflowHandle[Any, str]:
+    """Start the graph's workflow, ``lgn-PROMPT``, appending its lines to ``target``."""
+    return await client.start_workflow(
+        NamedCallsGraphWorkflow.run, args=[prompt, str(target)], id=f"lgn-{prompt}", task_queue=tq
+    )
 
 
 @pytest.mark.parametrize("mode", ["async", "sync"])
@@ -86,9 +90,7 @@ async def test_the_third_call_parks_on_its_own_key_and_no_call_repeats(
     workflow_id = f"lgn-{prompt}"
     written = [f"A for {prompt}", f"B for {prompt}", f"C for {prompt} explode"]
     async with running(temporal_address, ledger_url) as (client, tq):
-        handle = await client.start_workflow(
-            NamedCallsGraphWorkflow.run, args=[prompt, str(target)], id=workflow_id, task_queue=tq
-        )
+        handle = await start(client, tq, prompt, target)
         [parked] = await wait_for(
             lambda: open_effects(temporal_address, workflow_id), what="the third call to park"
         )
@@ -170,9 +172,7 @@ async def test_a_retry_of_the_node_repeats_no_call_it_made(
     prompt = f"flaky-{uuid.uuid4().hex[:6]}"
     workflow_id = f"lgn-{prompt}"
     async with running(temporal_address, ledger_url) as (client, tq):
-        handle = await client.start_workflow(
-            NamedCallsGraphWorkflow.run, args=[prompt, str(target)], id=workflow_id, task_queue=tq
-        )
+        handle = await start(client, tq, prompt, target)
         answer = await handle.result()
     assert answer == f"1 | 2 | 3: C for {prompt}"
     assert NODE_RUNS[prompt] == 2, "the node was not retried"
@@ -197,9 +197,7 @@ async def test_a_gated_call_waits_for_the_approval_of_its_own_key(
         update={"gated": [f"activity.{GRAPH}.work.second"], "approvers": ["lead-*"]}
     )
     async with running(temporal_address, ledger_url, policy) as (client, tq):
-        handle = await client.start_workflow(
-            NamedCallsGraphWorkflow.run, args=[prompt, str(target)], id=workflow_id, task_queue=tq
-        )
+        handle = await start(client, tq, prompt, target)
         [waiting] = await wait_for(
             lambda: query_json(temporal_address, workflow_id, "pending_approvals"),
             what="the second call to wait for an approval",
@@ -228,9 +226,7 @@ async def test_a_changed_request_under_the_same_name_is_refused(
     prompt = f"flaky-drift-{uuid.uuid4().hex[:6]}"
     workflow_id = f"lgn-{prompt}"
     async with running(temporal_address, ledger_url) as (client, tq):
-        handle = await client.start_workflow(
-            NamedCallsGraphWorkflow.run, args=[prompt, str(target)], id=workflow_id, task_queue=tq
-        )
+        handle = await start(client, tq, prompt, target)
         with pytest.raises(WorkflowFailureError) as failed:
             await handle.result()
     node_key = f"{workflow_id}/{handle.first_execution_run_id}/1"
@@ -252,12 +248,7 @@ async def test_one_name_for_two_calls_is_refused_before_the_second_acts(
     target = tmp_path / "effects.txt"
     prompt = f"twice-{uuid.uuid4().hex[:6]}"
     async with running(temporal_address, ledger_url) as (client, tq):
-        handle = await client.start_workflow(
-            NamedCallsGraphWorkflow.run,
-            args=[prompt, str(target)],
-            id=f"lgn-{prompt}",
-            task_queue=tq,
-        )
+        handle = await start(client, tq, prompt, target)
         with pytest.raises(WorkflowFailureError) as failed:
             await handle.result()
     said = _causes(failed.value)
