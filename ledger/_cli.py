@@ -123,7 +123,9 @@ def _add_reading_commands(commands: Any, common: list[argparse.ArgumentParser]) 
     """show, events, open-effects: what the ledger holds."""
     show = commands.add_parser("show", parents=common, help="a key's state and its events")
     show.add_argument(
-        "key", type=_key, help="the key, or its wire form as a far side holds it (~2F for /)"
+        "key",
+        type=_key_or_wire_form,
+        help="the key, or its wire form as a far side holds it (~2F for /)",
     )
 
     events = commands.add_parser("events", parents=common, help="the log, in order")
@@ -236,6 +238,13 @@ def _key(text: str) -> str:
         return validate_key(text)
     except InvalidRequest as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _key_or_wire_form(text: str) -> str:
+    """A key, or a key's wire form, which may be longer than any key (``~XX`` per byte)."""
+    if key_from_wire(text) is not None:
+        return text
+    return _key(text)
 
 
 def _non_empty(text: str) -> str:
@@ -637,9 +646,12 @@ def _show_key(ledger: Ledger, args: argparse.Namespace) -> int:
     operator is told which key is shown.
     """
     key: str = args.key
-    events = ledger.events(key)
-    spelled = key_from_wire(key) if not events else None
-    if spelled is not None and spelled != key:
+    spelled = key_from_wire(key)
+    try:
+        events = ledger.events(key)
+    except InvalidRequest:  # a wire form longer than any key: only the key it spells
+        events = []
+    if not events and spelled is not None and spelled != key:
         print(
             f"temporal-ledger: {key!r} is the wire form (as a far side holds it) of the key "
             f"{spelled!r}",

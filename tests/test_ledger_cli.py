@@ -235,6 +235,15 @@ async def test_show_takes_a_key_in_the_wire_form_a_far_side_holds(tmp_path: Path
     assert literal.returncode == 0 and f"key: {twin}\n" in literal.stdout
     assert literal.stderr == ""
 
+    # A key of non-ASCII characters has a wire form far longer than any key may be.
+    long_key = "caf\u00e9 \u2603/" * 30
+    long_wire = wire_key(long_key)
+    assert len(long_key) <= 255 < len(long_wire)
+    async with Ledger.open(url) as ledger:
+        await ledger.execute(request(long_key), authority=AUTHORITY, adapter=far)
+    shown_long = cli_json(url, "show", long_wire)
+    assert shown_long["state"]["key"] == long_key
+
     # The wire form of a key without records: refused, naming the key it spells.
     missing = cli(url, "show", "never~2Fseen")
     assert missing.returncode == 1
