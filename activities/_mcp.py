@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -97,9 +98,13 @@ def without_meta(args: list[Any]) -> list[Any]:
     return args
 
 
+@functools.cache
 def content_schema() -> dict[str, Any]:
     """The JSON schema of an MCP tool result's content, as an operator gives it: a
-    non-empty list of MCP content blocks, or a string for one text block."""
+    non-empty list of MCP content blocks, or a string for one text block.
+
+    Built once (pydantic builds it in milliseconds, and every MCP call that may park
+    records it); callers read it and never change it."""
     from mcp.types import ContentBlock
     from pydantic import TypeAdapter
 

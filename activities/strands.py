@@ -53,6 +53,7 @@ order still runs on the pydantic converter, without Strands' failure converter.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -297,26 +298,33 @@ class _McpToolResult:
         Returns:
             The JSON schema of those three forms.
         """
-        import importlib
+        return _content_schema()
 
-        from pydantic import TypeAdapter
 
-        # Imported by name: strands installs only beside mcp<2, outside the type check.
-        tools = importlib.import_module("strands.types.tools")
-        described = TypeAdapter(tools.ToolResultContent).json_schema()
-        definitions = described.pop("$defs", {})
-        # Every field of a block is optional to Strands (a TypedDict with total=False), but
-        # a block with none of them reaches the agent as an empty result.
-        block = {
-            "anyOf": [
-                {"type": "object", "properties": {name: field}, "required": [name]}
-                for name, field in sorted(described.get("properties", {}).items())
-            ]
-        }
-        blocks = {"type": "array", "items": block, "minItems": 1}
-        whole = {
-            "type": "object",
-            "properties": {"toolUseId": {"type": "string"}, "content": blocks},
-            "required": ["content"],
-        }
-        return {"anyOf": [{"type": "string"}, blocks, whole], "$defs": definitions}
+@functools.cache
+def _content_schema() -> dict[str, Any]:
+    """Strands' content blocks, one string, or a whole ``ToolResult`` (see the MCP result
+    shape's ``output_schema``): built once, since pydantic takes milliseconds to."""
+    import importlib
+
+    from pydantic import TypeAdapter
+
+    # Imported by name: strands installs only beside mcp<2, outside the type check.
+    tools = importlib.import_module("strands.types.tools")
+    described = TypeAdapter(tools.ToolResultContent).json_schema()
+    definitions = described.pop("$defs", {})
+    # Every field of a block is optional to Strands (a TypedDict with total=False), but
+    # a block with none of them reaches the agent as an empty result.
+    block = {
+        "anyOf": [
+            {"type": "object", "properties": {name: field}, "required": [name]}
+            for name, field in sorted(described.get("properties", {}).items())
+        ]
+    }
+    blocks = {"type": "array", "items": block, "minItems": 1}
+    whole = {
+        "type": "object",
+        "properties": {"toolUseId": {"type": "string"}, "content": blocks},
+        "required": ["content"],
+    }
+    return {"anyOf": [{"type": "string"}, blocks, whole], "$defs": definitions}

@@ -12,6 +12,7 @@ Pure functions of JSON values: the workflow side uses them, inside the sandbox.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -94,9 +95,25 @@ class AsReturned:
 
 def result_schema(result_type: Any) -> dict[str, Any] | None:
     """The JSON schema of values of ``result_type`` as they cross to the workflow, or
-    ``None`` for no type, ``Any``, or a type pydantic cannot describe."""
+    ``None`` for no type, ``Any``, or a type pydantic cannot describe.
+
+    Built once per type: pydantic takes 0.1-0.2 ms to build one, a third of what the
+    ledger spends on a call, and every call that may park asks. Callers never change it.
+    """
     if result_type is None or result_type is Any:
         return None
+    try:
+        return _cached_schema(result_type)
+    except TypeError:  # an annotation that cannot be a cache key
+        return _schema(result_type)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_schema(result_type: Any) -> dict[str, Any] | None:
+    return _schema(result_type)
+
+
+def _schema(result_type: Any) -> dict[str, Any] | None:
     try:
         schema: dict[str, Any] = TypeAdapter(result_type).json_schema()
     except Exception:  # a type pydantic cannot describe: any JSON value
