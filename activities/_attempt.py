@@ -71,21 +71,22 @@ async def execute_ledgered(
     performer: str,
     adapter: Callable[[ActionRequest, ExecutionContext], Any],
     state: Callable[[ActionRequest], Any] | None = None,
-    only_ask: bool | None = None,
+    ask_only: bool | None = None,
 ) -> ActionResult:
     """One activity attempt through the ledger, heartbeating while it runs.
 
     The ledger's refusals become typed ``ApplicationError`` s: final ones
     non-retryable, an in-progress key or an unreachable ledger retryable.
 
-    An attempt that only asks (``only_ask``; by default, as the workflow scheduled the
-    attempt: :data:`asking_only`) gets the ledger's answer (a replay, an unknown effect,
+    An attempt that only asks (``ask_only``; by default, as the workflow scheduled the
+    attempt: :data:`ask_only_attempt`) gets the ledger's answer (a replay, an unknown effect,
     a live claim, an approval to wait for) but never acts: where the ledger would let the
     call act, ``adapter`` does not run, and the attempt fails with ``ATTEMPTS_SPENT``.
     """
     refused: list[str] = []
-    asking = asking_only.get() if only_ask is None else only_ask
-    if asking:
+    if ask_only is None:
+        ask_only = ask_only_attempt.get()
+    if ask_only:
         adapter = _refusing(refused)
     every = activity.info().heartbeat_timeout
     heartbeat = asyncio.create_task(_heartbeat(every))
@@ -130,7 +131,7 @@ async def execute_ledgered(
         heartbeat.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await heartbeat
-    if asking and result.error_type == FailureType.APPROVAL_REQUIRED:
+    if ask_only and result.error_type == FailureType.APPROVAL_REQUIRED:
         # Approved, the call would act: nobody is asked to approve what will not run.
         refused.append(_NOT_TRIED)
     if refused:
@@ -144,9 +145,9 @@ async def execute_ledgered(
 
 
 #: The attempt running now only asks the ledger: its activity came with the
-#: ``ASKING_ONLY_HEADER`` (set by the plugin's activity interceptor).
-asking_only: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "ledger_asking_only", default=False
+#: ``ASK_ONLY_HEADER`` (set by the plugin's activity interceptor).
+ask_only_attempt: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "ledger_ask_only", default=False
 )
 
 

@@ -120,6 +120,12 @@ class LedgeredActivity:
             ``@tool``'s probe does; it runs before an unknown effect parks, and its
             ``ProbeAnswer.present(output)`` is the tool's own output.
         probe_absence_conclusive: The probe's ``absent`` frees the key to act again.
+        calls_inside: The activity's code makes calls of its own through the ledger,
+            each under a key of its own (``activities.langgraph.ledger_call`` and
+            ``ledger_tool_calls``, in a node listed with ``per_call=True``): the
+            activity's own key is retry-safe, and once the retry policy is spent on an
+            attempt that timed out, the code runs once more with each call inside only
+            asking the ledger.
         no_effect_errors: Exception types the activity raises only before it acts (e.g.
             :class:`NonRetryableApplicationError`, for the ``ApplicationError`` s raised
             with ``non_retryable=True``). Such an exception is recorded as
@@ -138,6 +144,7 @@ class LedgeredActivity:
     lists_tools: bool = False
     probe: Probe | None = None
     probe_absence_conclusive: bool = False
+    calls_inside: bool = dataclasses.field(default=False, kw_only=True)
     no_effect_errors: Sequence[type[BaseException]] = dataclasses.field(default=(), kw_only=True)
 
     def __post_init__(self) -> None:
@@ -186,7 +193,7 @@ class Enclosing:
     #: The activity's event loop, for calls made on another thread.
     loop: asyncio.AbstractEventLoop
     #: The rule says the calls inside have keys of their own (the activity is retry-safe).
-    calls_inside: bool = False
+    calls_inside: bool = dataclasses.field(default=False, kw_only=True)
     #: The first of the ledger's answers to a call inside that ends this attempt.
     failure: BaseException | None = None
     #: The ids of the calls made inside this attempt so far, each a key of its own.
@@ -393,7 +400,7 @@ async def execute_through_ledger(
         step=anchor.call or info.activity_id,
         performer=performer,
         loop=asyncio.get_running_loop(),
-        calls_inside=bool(getattr(rule, "calls_inside", False)),
+        calls_inside=rule.calls_inside,
     )
 
     async def adapter(request: ActionRequest, ctx: ExecutionContext) -> Any:
@@ -540,7 +547,7 @@ async def _settle(
         adapter=adapter,
         # A node whose calls have keys of their own changes nothing but through them: when
         # the attempt only asks, the node runs and each of its calls only asks.
-        only_ask=False if getattr(rule, "calls_inside", False) else None,
+        ask_only=False if rule.calls_inside else None,
     )
     if "value" in ran and result.status is ActionStatus.SUCCEEDED and not result.replayed:
         record_outcome(spec, result)

@@ -42,13 +42,13 @@ from ..ledger import Ledger
 from ..ledger._seam import opener as ledger_opener
 from ..ledger._seam import path_from_url, shown_url
 from ..workflows._seam import (
-    ASKING_ONLY_HEADER,
+    ASK_ONLY_HEADER,
     AWAITING_APPROVAL_ATTRIBUTE,
     OPEN_EFFECTS_ATTRIBUTE,
     LedgerOptions,
     LedgerWorkflowInterceptor,
 )
-from ._attempt import HeartbeatDetails, asking_only, heartbeat_details
+from ._attempt import HeartbeatDetails, ask_only_attempt, heartbeat_details
 from ._delivered import keeps_delivered_payloads, with_delivered_payloads
 from ._generic import LedgeredActivity, execute_through_ledger, rule_matches
 from ._policy import Policy
@@ -528,7 +528,7 @@ class _ActivityInbound(ActivityInboundInterceptor):
         heartbeat_details.set(self._details)
         # The workflow's interceptor marks an attempt scheduled after the user's retry
         # policy was spent: it asks the ledger and never acts (_attempt.execute_ledgered).
-        asking_only.set(ASKING_ONLY_HEADER in input.headers)
+        ask_only_attempt.set(ASK_ONLY_HEADER in input.headers)
         if not _is_ledgered(input.fn):
             activity_type = activity.info().activity_type
             rule = next(

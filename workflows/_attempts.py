@@ -10,7 +10,7 @@ step as it would without the ledger, except in two cases that are the ledger's t
   (the delay the ledger named, else 1 second doubling to a minute).
 * An attempt timed out (start-to-close, heartbeat or schedule-to-close): it may have
   acted, and only the ledger knows. One more attempt is scheduled that only asks
-  (``ASKING_ONLY_HEADER``, with options of its own: see ``_scheduling.asking``). The
+  (``ASK_ONLY_HEADER``, with options of its own: see ``_scheduling.ask_only_options``). The
   ledger answers it with a recorded outcome (the step gets it), an unknown effect (the
   step parks) or a live claim (asked again); where it would let the call act (nothing
   was recorded, or a retry-safe call's outcome is unknown) the attempt does not act and
@@ -45,25 +45,26 @@ class Attempts:
     the ledger allow them.
 
     Args:
-        runs_inside: The call's code runs to ask about its calls inside (a LangGraph
-            node listed with ``per_call``): an attempt that asks and times out, as
-            the lost one did, ends the step instead of being asked again.
+        calls_inside: The call's code makes calls of its own through the ledger (a
+            LangGraph node listed with ``per_call``), so it runs on the ask-only attempt,
+            each call inside only asking: that attempt timing out, as the lost one did,
+            ends the step instead of being asked again.
     """
 
-    def __init__(self, *, runs_inside: bool = False) -> None:
-        self._runs_inside = runs_inside
+    def __init__(self, *, calls_inside: bool = False) -> None:
+        self._calls_inside = calls_inside
         self._wait = _FIRST_WAIT
         #: The attempt that timed out once the user's bounds were spent, while its
         #: outcome is asked of the ledger.
         self._lost: ActivityError | None = None
 
     @property
-    def runs_inside(self) -> bool:
-        """Whether the call's code runs when an attempt asks (see the class)."""
-        return self._runs_inside
+    def calls_inside(self) -> bool:
+        """Whether the call's code runs on the ask-only attempt (see the class)."""
+        return self._calls_inside
 
     @property
-    def asking_only(self) -> bool:
+    def ask_only(self) -> bool:
         """Whether the next attempt only asks the ledger (and never acts)."""
         return self._lost is not None
 
@@ -73,35 +74,35 @@ class Attempts:
         self._lost = None
         self._wait = _FIRST_WAIT
 
-    async def after(self, err: ActivityError) -> ActivityError | None:
-        """What follows an attempt's failure that no person is to answer.
+    async def retry_after(self, err: ActivityError) -> None:
+        """Wait, if the ledger asked for a wait, before the call is tried (or asked) again
+        after an attempt's failure that no person is to answer; or end the step.
 
         Args:
             err: The attempt's failure, as the workflow received it.
 
-        Returns:
-            ``None`` once the call is to be tried (or asked) again, after any wait the
-            ledger asked for; otherwise the error that ends the step: ``err``, or the
-            timed-out attempt's own error where the ledger had no outcome of it.
+        Raises:
+            ActivityError: The step ends with it: ``err``, or the timed-out attempt's
+                own error where the ledger had no outcome of it. Raised as it is, its
+                cause the one Temporal gave.
         """
         cause = err.cause
         kind = cause.type if isinstance(cause, ApplicationError) else None
         lost = self._lost
         if lost is not None and kind == ErrorType.ATTEMPTS_SPENT:
-            return lost
+            raise lost
         if kind in _LEDGER_WAITS:
             await self._pause(cause)
-            return None
+            return
         if not (isinstance(cause, TimeoutError) and cause.type in _LOST):
-            return err
+            raise err
         if lost is None:
             self._lost = err  # ask now: the ledger's answer does not need a wait
-            return None
-        if self._runs_inside:
-            return lost
-        # The attempt that asks timed out (its worker died, or the ledger was slow).
+            return
+        if self._calls_inside:
+            raise lost
+        # The ask-only attempt timed out (its worker died, or the ledger was slow).
         await self._pause(cause)
-        return None
 
     async def _pause(self, cause: BaseException | None) -> None:
         named = cause.next_retry_delay if isinstance(cause, ApplicationError) else None

@@ -48,7 +48,7 @@ from ._options import LedgerOptions
 from ._probe import settle_unknown
 from ._protocol import (
     ANCHOR_HEADER,
-    ASKING_ONLY_HEADER,
+    ASK_ONLY_HEADER,
     HINTS_HEADER,
     PLACEHOLDER,
     ApprovalNeeded,
@@ -60,10 +60,10 @@ from ._protocol import (
     holds_placeholder,
 )
 from ._results import Answer, AnswerForCall, ResultShape
-from ._scheduling import asking, give_options, scheduling_an_ask, scheduling_own
+from ._scheduling import ask_only_options, give_options, scheduling_ask_only, scheduling_own
 
-#: The value of the asking-only header (its presence is what counts).
-_ASKING = Payload(metadata={"encoding": b"json/plain"}, data=b"true")
+#: The value of the ask-only header (its presence is what counts).
+_ASK_ONLY = Payload(metadata={"encoding": b"json/plain"}, data=b"true")
 
 
 class WorkflowRule(Protocol):
@@ -80,6 +80,8 @@ class WorkflowRule(Protocol):
     def lists_tools(self) -> bool: ...
     @property
     def output(self) -> ResultShape: ...
+    @property
+    def calls_inside(self) -> bool: ...
 
 
 class LedgerWorkflowInterceptor(Interceptor):
@@ -133,8 +135,8 @@ class _Outbound(WorkflowOutboundInterceptor):
     def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
         if scheduling_own():
             input.headers = {**input.headers, ANCHOR_HEADER: _anchor(None)}
-            if scheduling_an_ask():
-                input.headers[ASKING_ONLY_HEADER] = _ASKING
+            if scheduling_ask_only():
+                input.headers[ASK_ONLY_HEADER] = _ASK_ONLY
             return self.next.start_activity(input)
         call = self._number()
         input.headers = {**input.headers, ANCHOR_HEADER: _anchor(call)}
@@ -216,7 +218,7 @@ class _Ledgered:
         self._tool = tool if isinstance(tool, str) else None
         self._listed = listed
         self._attempt: workflow.ActivityHandle[Any] | None = None
-        self._attempts = Attempts(runs_inside=bool(getattr(rule, "calls_inside", False)))
+        self._attempts = Attempts(calls_inside=rule.calls_inside)
 
     def start(self) -> workflow.ActivityHandle[Any]:
         # The first attempt is scheduled now, where the workflow asked for it, so its
@@ -275,12 +277,9 @@ class _Ledgered:
                     # again, and that call replays it (its other calls, their outcomes).
                     attempts.answered()
                 else:
-                    # Within the user's retry bounds, or asking what a timed-out attempt did.
-                    failed = await attempts.after(err)
-                    if failed is not None:
-                        # As it is: an ActivityError's cause is its __cause__, which
-                        # "raise ... from" would replace.
-                        raise failed  # noqa: B904
+                    # Within the user's retry bounds, or asking what a timed-out attempt
+                    # did; else the step ends with the error it raises.
+                    await attempts.retry_after(err)
             else:
                 if self._listed is not None and self._rule.server:
                     self._listed(self._rule.server, result)
@@ -335,12 +334,12 @@ class _Ledgered:
     def _again(self) -> None:
         # Again under the same key (same anchor header); not numbered (_scheduling).
         again = dataclasses.replace(self._input)
-        if self._attempts.asking_only:
+        if self._attempts.ask_only:
             given = {f.name: getattr(again, f.name) for f in dataclasses.fields(again)}
             again = dataclasses.replace(
                 again,
-                headers={**again.headers, ASKING_ONLY_HEADER: _ASKING},
-                **asking(given, runs_inside=self._attempts.runs_inside),
+                headers={**again.headers, ASK_ONLY_HEADER: _ASK_ONLY},
+                **ask_only_options(given, calls_inside=self._attempts.calls_inside),
             )
         self._attempt = self._next.start_activity(again)
 

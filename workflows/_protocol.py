@@ -46,7 +46,7 @@ __all__ = [
     "ANCHOR_HEADER",
     "APPROVE_ACTIVITY",
     "APPROVE_UPDATE",
-    "ASKING_ONLY_HEADER",
+    "ASK_ONLY_HEADER",
     "AWAITING_APPROVAL_ATTRIBUTE",
     "FINAL_ERROR_TYPES",
     "HINTS_HEADER",
@@ -296,7 +296,7 @@ HINTS_HEADER = "temporal-ledger-tool-hints"
 #: is spent on an attempt that may have acted: the ledger replays a recorded outcome,
 #: parks an unknown effect or defers to a live claim, and where it would let the call
 #: act, the attempt refuses (``ATTEMPTS_SPENT``) instead.
-ASKING_ONLY_HEADER = "temporal-ledger-asking-only"
+ASK_ONLY_HEADER = "temporal-ledger-ask-only"
 
 
 class ToolHints(BaseModel):

@@ -34,7 +34,7 @@ from ._protocol import (
     UnknownEffect,
     argument_json,
 )
-from ._scheduling import asking, options_for, start_own_activity
+from ._scheduling import ask_only_options, options_for, start_own_activity
 
 OutT = TypeVar("OutT")
 
@@ -141,7 +141,7 @@ async def run_tool(
     # run that waited, so they are the ledger's own (see _scheduling).
     start: Callable[..., workflow.ActivityHandle[Any]] = workflow.start_activity
     while True:
-        ask = {"only_ask": True, **asking(scheduling)} if attempts.asking_only else {}
+        ask = {"ask_only": True, **ask_only_options(scheduling)} if attempts.ask_only else {}
         try:
             outcome: ToolOutcome = await start(
                 spec.name, call, result_type=ToolOutcome, **{**scheduling, **ask}
@@ -151,13 +151,13 @@ async def run_tool(
             start = start_own_activity
             if not isinstance(cause, ApplicationError) or cause.type not in _HANDED_OVER:
                 # Within the user's retry bounds, or asking what a timed-out attempt did.
-                failed = await attempts.after(err)
-                if failed is None:
-                    continue
-                if isinstance(failed.cause, ApplicationError):
-                    raise _final_error(failed.cause, key=call.key, step=step) from failed
-                # As it is: an ActivityError's cause is its __cause__ ("from" replaces it).
-                raise failed  # noqa: B904
+                try:
+                    await attempts.retry_after(err)
+                except ActivityError as ended:
+                    if isinstance(ended.cause, ApplicationError):
+                        raise _final_error(ended.cause, key=call.key, step=step) from ended
+                    raise  # as it is: "raise ... from" would replace its cause
+                continue
             attempts.answered()
             if cause.type == ErrorType.AWAITING_APPROVAL:
                 needed = ApprovalNeeded.model_validate(cause.details[0])

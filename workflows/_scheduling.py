@@ -84,7 +84,7 @@ def scheduling(
     return chosen
 
 
-def asking(given: dict[str, Any], *, runs_inside: bool = False) -> dict[str, Any]:
+def ask_only_options(given: dict[str, Any], *, calls_inside: bool = False) -> dict[str, Any]:
     """The options of an attempt that only asks the ledger, for a call scheduled with
     ``given`` (``start_activity``'s keyword arguments, or a ``StartActivityInput``'s fields).
 
@@ -104,7 +104,7 @@ def asking(given: dict[str, Any], *, runs_inside: bool = False) -> dict[str, Any
         "heartbeat_timeout": recording.get("heartbeat_timeout"),
         "retry_policy": recording.get("retry_policy") or RetryPolicy(),
     }
-    if runs_inside:
+    if calls_inside:
         chosen.update(
             start_to_close_timeout=given.get("start_to_close_timeout")
             or given.get("schedule_to_close_timeout"),
@@ -124,12 +124,12 @@ _OWN: contextvars.ContextVar[Literal["act", "ask"] | None] = contextvars.Context
 
 
 def start_own_activity(
-    activity: str, arg: Any, *, only_ask: bool = False, **options: Any
+    activity: str, arg: Any, *, ask_only: bool = False, **options: Any
 ) -> workflow.ActivityHandle[Any]:
     """``workflow.start_activity``, marked as the ledger's own: the interceptor does not
-    number it, nor ledger it as another library's activity; ``only_ask``: it marks the
-    attempt as one that only asks the ledger (``ASKING_ONLY_HEADER``)."""
-    token = _OWN.set("ask" if only_ask else "act")
+    number it, nor ledger it as another library's activity; ``ask_only``: it marks the
+    attempt as one that only asks the ledger (``ASK_ONLY_HEADER``)."""
+    token = _OWN.set("ask" if ask_only else "act")
     try:
         return workflow.start_activity(activity, arg, **options)
     finally:
@@ -141,6 +141,6 @@ def scheduling_own() -> bool:
     return _OWN.get() is not None
 
 
-def scheduling_an_ask() -> bool:
+def scheduling_ask_only() -> bool:
     """Whether the activity being scheduled now is an attempt that only asks the ledger."""
     return _OWN.get() == "ask"

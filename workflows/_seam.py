@@ -13,7 +13,7 @@ from ._options import ActivityOptions, LedgerOptions
 from ._protocol import (
     ANCHOR_HEADER,
     APPROVE_ACTIVITY,
-    ASKING_ONLY_HEADER,
+    ASK_ONLY_HEADER,
     AWAITING_APPROVAL_ATTRIBUTE,
     HINTS_HEADER,
     OPEN_EFFECTS_ATTRIBUTE,
@@ -44,7 +44,7 @@ from ._results import Answer, AnswerForCall, AsReturned, ResultShape, result_sch
 __all__ = [
     "ANCHOR_HEADER",
     "APPROVE_ACTIVITY",
-    "ASKING_ONLY_HEADER",
+    "ASK_ONLY_HEADER",
     "AWAITING_APPROVAL_ATTRIBUTE",
     "HINTS_HEADER",
     "OPEN_EFFECTS_ATTRIBUTE",
