@@ -20,12 +20,14 @@ from ..ledger import (
     ActionInProgressError,
     ActionRequest,
     ActionResult,
+    ActionState,
+    ActionStatus,
     IdempotencyConflictError,
     InvalidRequest,
     LedgerUnavailable,
     NoEffect,
 )
-from ..ledger._seam import ExecutionContext, FailureType
+from ..ledger._seam import ExecutionContext, FailureType, NextOperation
 from ..workflows._seam import ConflictDetails, ErrorType, ToolHints, ToolSpec
 from ._metrics import CallOutcome, count_call
 from ._runtime import Runtime
@@ -79,9 +81,12 @@ async def execute_ledgered(
     non-retryable, an in-progress key or an unreachable ledger retryable.
 
     An attempt that only asks (``ask_only``; by default, as the workflow scheduled the
-    attempt: :data:`ask_only_attempt`) gets the ledger's answer (a replay, an unknown effect,
-    a live claim, an approval to wait for) but never acts: where the ledger would let the
-    call act, ``adapter`` does not run, and the attempt fails with ``ATTEMPTS_SPENT``.
+    attempt: :data:`ask_only_attempt`) never acts, and records nothing where there is
+    nothing to answer: it reads the key first, and where the ledger would let the call
+    act (see :func:`_free_to_act`) it fails with ``ATTEMPTS_SPENT`` at once. Otherwise
+    it goes through the ledger for its answer (a replay, an unknown effect, a live
+    claim), with an adapter that refuses to act, in case another attempt freed the key
+    between the read and the ledger's admission.
     """
     refused: list[str] = []
     if ask_only is None:
@@ -91,6 +96,10 @@ async def execute_ledgered(
     every = activity.info().heartbeat_timeout
     heartbeat = asyncio.create_task(_heartbeat(every))
     try:
+        if ask_only:
+            standing = await asyncio.to_thread(runtime.ledger.state, request["key"])
+            if _free_to_act(standing, retry_safe=spec.retry_safe):
+                raise _attempts_spent(spec)
         result = await runtime.ledger.execute(
             request,
             authority=runtime.policy.authority_for(performer),
@@ -135,13 +144,35 @@ async def execute_ledgered(
         # Approved, the call would act: nobody is asked to approve what will not run.
         refused.append(_NOT_TRIED)
     if refused:
-        raise ApplicationError(
-            f"{spec.name}: {refused[0]}",
-            type=ErrorType.ATTEMPTS_SPENT,
-            non_retryable=True,
-            category=ApplicationErrorCategory.BENIGN,
-        )
+        raise _attempts_spent(spec)
     return result
+
+
+def _free_to_act(standing: ActionState, *, retry_safe: bool) -> bool:
+    """Whether the ledger would let a call act on a key that stands as ``standing``:
+    nothing recorded, a claim abandoned before it started, an outcome after which the key
+    may act again (a retryable no-effect failure, an operator's ``no_effect_confirmed``,
+    a denial), a call that waits for a person's approval to act, or an unknown effect of
+    a retry-safe call (which the ledger tries again). The rule's own test is
+    ``may_act_again``; this reads it off the key's projection, without writing."""
+    if standing.next_operation in (NextOperation.START_ACTION, NextOperation.AWAIT_APPROVAL):
+        return True
+    if standing.status is ActionStatus.DENIED:
+        return True
+    return (
+        retry_safe
+        and standing.retry_safe
+        and standing.next_operation is NextOperation.RECONCILE_EFFECT
+    )
+
+
+def _attempts_spent(spec: ToolSpec[Any, Any]) -> ApplicationError:
+    return ApplicationError(
+        f"{spec.name}: {_NOT_TRIED}",
+        type=ErrorType.ATTEMPTS_SPENT,
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,
+    )
 
 
 #: The attempt running now only asks the ledger: its activity came with the
@@ -158,9 +189,10 @@ _NOT_TRIED = (
 
 
 def _refusing(refused: list[str]) -> Callable[[ActionRequest, ExecutionContext], Any]:
-    """The adapter of an attempt that only asks: the ledger reaches it only where it would
-    let the call act, and it does not act. Recorded as what it is, a failure with no
-    effect that leaves the key free to act again (a reset run may)."""
+    """The adapter of an attempt that only asks, for the race its read of the key cannot
+    see: another attempt freed the key (no effect) between that read and the ledger's
+    admission. It does not act. Recorded as what it is, a failure with no effect that
+    leaves the key free to act again (a reset run may)."""
 
     async def refuse(request: ActionRequest, ctx: ExecutionContext) -> Any:
         refused.append(_NOT_TRIED)

@@ -5,7 +5,8 @@ Its own module so the workflow sandbox imports little. The nodes and tools run a
 activities on the host, where the counters below are the truth about how often each
 was tried. What a node or tool does is chosen by words in the prompt (each test uses a
 prompt of its own): ``hang`` (wait until cancelled), ``bad`` (fail with ``ValueError``),
-``stall`` (append a line, then wait until cancelled).
+``stall`` (append a line, then wait until cancelled); ``checked`` picks the ``run_tool``
+step with a precondition, whose read of the state hangs under ``hang``.
 """
 
 from __future__ import annotations
@@ -161,16 +162,38 @@ async def bounded_append(arg: Work) -> Done:
     return Done(text=f"appended for {arg.prompt}")
 
 
+#: The state a checked step's precondition holds.
+READY = {"ready": True}
+
+
+async def _read_state(arg: Work) -> dict[str, bool]:
+    """What ``bounded_checked`` compares its precondition with: read once the ledger
+    claimed the key, before the tool acts (``hang``: the read hangs, nothing acts)."""
+    if "hang" in arg.prompt:
+        await asyncio.Event().wait()  # until Temporal's cancel reaches it
+    return READY
+
+
+@tool(capability="bounded.checked", state=_read_state)
+async def bounded_checked(arg: Work) -> Done:
+    """A tool that may not repeat, with a precondition read before it acts."""
+    await _behave(arg.prompt, arg.path)
+    return Done(text=f"checked for {arg.prompt}")
+
+
 @workflow.defn
 class BoundedStepWorkflow:
     @workflow.run
     async def run(self, prompt: str, path: str) -> str:
         step = bounded_append if "stall" in prompt else bounded_lookup
+        if "checked" in prompt:
+            step = bounded_checked
         done = await run_tool(
             step,
             Work(prompt=prompt, path=path),
             step="work",
             performer="BoundedStepWorkflow",
+            precondition=READY if step is bounded_checked else None,
             options=workflow.ActivityConfig(
                 start_to_close_timeout=timedelta(milliseconds=500),
                 heartbeat_timeout=timedelta(seconds=1),

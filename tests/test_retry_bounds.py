@@ -41,6 +41,7 @@ from tests.retry_bounds_app import (
     BoundedGraphWorkflow,
     BoundedStepWorkflow,
     bounded_append,
+    bounded_checked,
     bounded_lookup,
     builder,
     calls_builder,
@@ -101,7 +102,7 @@ async def running(
         rules=rules,
         policy=POLICY,
         workflows=[BoundedGraphWorkflow, BoundedStepWorkflow, BoundedCallsWorkflow],
-        activities=[bounded_lookup, bounded_append],
+        activities=[bounded_lookup, bounded_append, bounded_checked],
         default_activity_options=default_options,
     ) as worker:
         yield worker
@@ -164,14 +165,30 @@ def timed_out(failure: BaseException | None) -> TimeoutType | None:
     return None
 
 
-def refusals(ledger_url: str) -> list[str]:
-    """The keys whose attempt that only asked found nothing to give back, and did not act."""
+async def refused_asks(client: Client, prompt: str) -> int:
+    """How often an ask-only attempt of the run ``bounds-PROMPT`` found the call free to
+    act, and did not act (its activity failed with ``ToolAttemptsSpent``)."""
+    history = await client.get_workflow_handle(f"bounds-{prompt}").fetch_history()
+    return sum(
+        1
+        for event in history.events
+        if event.HasField("activity_task_failed_event_attributes")
+        and event.activity_task_failed_event_attributes.failure.application_failure_info.type
+        == "ToolAttemptsSpent"
+    )
+
+
+def recorded(ledger_url: str, prompt: str) -> list[str]:
+    """The types of the ledger's records of the run ``bounds-PROMPT``'s keys."""
     with Ledger.open(ledger_url) as ledger:
-        return [
-            e.key
-            for e in ledger.events()
-            if e.type == "action.completed" and "not tried again" in str(e.payload.get("error"))
-        ]
+        events = ledger.events()
+    keys = {
+        e.key
+        for e in events
+        if e.type == "action.requested"
+        and e.payload.get("context", {}).get("workflow_id") == f"bounds-{prompt}"
+    }
+    return [e.type for e in events if e.key in keys]
 
 
 @pytest.mark.parametrize("attempts", [1, 3])
@@ -186,11 +203,13 @@ async def test_a_hanging_model_node_is_tried_as_often_as_its_policy_says_then_fa
     options = hung_node(maximum_attempts=attempts)
     async with running(temporal_address, ledger_url, options) as (client, tq):
         failure, took = await failure_of(client, BoundedGraphWorkflow.run, prompt, tmp_path, tq)
+        # The last word was the ledger's: asked what the timed-out node did, it had
+        # nothing, and recorded nothing (the node acts first and never got to record).
+        assert await refused_asks(client, prompt) == 1
     assert timed_out(failure) is TimeoutType.START_TO_CLOSE, failure
     assert took < PROMPTLY, f"the run failed after {took:.1f} s"
     assert TRIES[prompt] == attempts
-    # The last word was the ledger's: asked what the timed-out node did, it had nothing.
-    assert len(refusals(ledger_url)) == 1
+    assert recorded(ledger_url, prompt) == []
 
 
 async def test_a_hanging_model_node_stops_at_its_schedule_to_close_timeout(
@@ -203,11 +222,13 @@ async def test_a_hanging_model_node_stops_at_its_schedule_to_close_timeout(
     options = {**hung_node(), "schedule_to_close_timeout": timedelta(seconds=1.5)}
     async with running(temporal_address, ledger_url, options) as (client, tq):
         failure, took = await failure_of(client, BoundedGraphWorkflow.run, prompt, tmp_path, tq)
+        # However often Temporal tried it in that time, the ledger was asked once, and
+        # had nothing.
+        assert await refused_asks(client, prompt) == 1
     assert timed_out(failure) in (TimeoutType.SCHEDULE_TO_CLOSE, TimeoutType.START_TO_CLOSE)
     assert took < PROMPTLY, f"the run failed after {took:.1f} s"
-    # However often Temporal tried it in that time, the ledger asked once, and had nothing.
     assert TRIES[prompt] >= 1
-    assert len(refusals(ledger_url)) == 1
+    assert recorded(ledger_url, prompt) == []
 
 
 async def test_a_node_option_over_the_plugins_defaults_is_honoured(
@@ -268,10 +289,10 @@ async def test_a_tool_node_that_acted_and_timed_out_parks_instead_of_failing(
         parked = await answered_when_parked(
             temporal_address, client, BoundedGraphWorkflow.run, prompt, target, tq, "answer"
         )
+        assert await refused_asks(client, prompt) == 0
     assert template_of(parked["update_command"])["output"] == PLACEHOLDER
     assert TRIES[prompt] == 1, "the tool node ran again"
     assert lines(target) == [f"line for {prompt}"]
-    assert refusals(ledger_url) == []
 
 
 async def test_run_tool_keeps_the_bounds_too(temporal_address: str, tmp_path: Path) -> None:
@@ -290,9 +311,12 @@ async def test_run_tool_keeps_the_bounds_too(temporal_address: str, tmp_path: Pa
         await answered_when_parked(
             temporal_address, client, BoundedStepWorkflow.run, stall, target, tq, "text"
         )
+        assert (await refused_asks(client, hang), await refused_asks(client, stall)) == (1, 0)
     assert TRIES[stall] == 1
     assert lines(target) == [f"line for {stall}"]
-    assert len(refusals(ledger_url)) == 1  # the retry-safe tool's ask
+    # The retry-safe tool acts first and records after: its hung attempt, and the ask
+    # that found nothing, left no record.
+    assert recorded(ledger_url, hang) == []
 
 
 async def test_a_call_inside_a_node_that_acted_and_timed_out_parks_on_its_own_key(
@@ -313,3 +337,29 @@ async def test_a_call_inside_a_node_that_acted_and_timed_out_parks_on_its_own_ke
     assert parked["key"].endswith("/call_append"), parked
     assert TRIES[prompt] == 1, "the tool ran again"
     assert lines(target) == [f"line for {prompt}"]
+
+
+async def test_an_ask_only_attempt_records_nothing_where_the_call_would_act(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """A tool that may not repeat claims its key, then hangs reading the state its
+    precondition is compared with, past its 500 ms under ``maximum_attempts=1``: it never
+    acted. The ask-only attempt waits out the claim if it is still live (``ToolInProgress``),
+    then finds the key free to act and fails the step with the timeout, writing nothing: no
+    ``execution_started`` of an execution that never was, no completion of its own (before,
+    it claimed the key and recorded a start and a no-effect completion)."""
+    target = tmp_path / "effects.txt"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = f"checked-hang-{uuid.uuid4().hex[:6]}"
+    async with running(temporal_address, ledger_url, hung_node()) as (client, tq):
+        failure, took = await failure_of(client, BoundedStepWorkflow.run, prompt, target, tq)
+        assert timed_out(failure) is TimeoutType.START_TO_CLOSE, failure
+        assert took < PROMPTLY, f"the run failed after {took:.1f} s"
+        assert await refused_asks(client, prompt) == 1
+    assert TRIES.get(prompt, 0) == 0, "the tool acted"
+    # The timed-out attempt's request (its claim holds no event of its own), and, if the
+    # ask came while that claim was live, the ask's request and its deferral: nothing
+    # that says an execution started or ended.
+    types = recorded(ledger_url, prompt)
+    assert types[0] == "action.requested", types
+    assert set(types) <= {"action.requested", "action.deferred"}, types

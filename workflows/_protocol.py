@@ -295,7 +295,7 @@ HINTS_HEADER = "temporal-ledger-tool-hints"
 #: Header of an attempt that only asks the ledger, scheduled once the user's retry policy
 #: is spent on an attempt that may have acted: the ledger replays a recorded outcome,
 #: parks an unknown effect or defers to a live claim, and where it would let the call
-#: act, the attempt refuses (``ATTEMPTS_SPENT``) instead.
+#: act, the attempt refuses (``ATTEMPTS_SPENT``) instead, recording nothing.
 ASK_ONLY_HEADER = "temporal-ledger-ask-only"
 
 
