@@ -6,7 +6,8 @@ activities on the host, where the counters below are the truth about how often e
 was tried. What a node or tool does is chosen by words in the prompt (each test uses a
 prompt of its own): ``hang`` (wait until cancelled), ``bad`` (fail with ``ValueError``),
 ``stall`` (append a line, then wait until cancelled); ``checked`` picks the ``run_tool``
-step with a precondition, whose read of the state hangs under ``hang``.
+step with a precondition, whose read of the state hangs under ``hang``; ``unpolled``
+schedules the ``run_tool`` step on a task queue no worker polls.
 """
 
 from __future__ import annotations
@@ -188,16 +189,25 @@ class BoundedStepWorkflow:
         step = bounded_append if "stall" in prompt else bounded_lookup
         if "checked" in prompt:
             step = bounded_checked
+        options = workflow.ActivityConfig(
+            start_to_close_timeout=timedelta(milliseconds=500),
+            heartbeat_timeout=timedelta(seconds=1),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )
+        if "unpolled" in prompt:
+            # A tool that may not repeat, on a task queue no worker polls: no attempt
+            # ever starts, and the step's 1 s from schedule to close runs out.
+            step = bounded_append
+            options = workflow.ActivityConfig(
+                task_queue=f"{workflow.info().task_queue}-unpolled",
+                schedule_to_close_timeout=timedelta(seconds=1),
+            )
         done = await run_tool(
             step,
             Work(prompt=prompt, path=path),
             step="work",
             performer="BoundedStepWorkflow",
             precondition=READY if step is bounded_checked else None,
-            options=workflow.ActivityConfig(
-                start_to_close_timeout=timedelta(milliseconds=500),
-                heartbeat_timeout=timedelta(seconds=1),
-                retry_policy=RetryPolicy(maximum_attempts=1),
-            ),
+            options=options,
         )
         return done.text

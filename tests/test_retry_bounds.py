@@ -363,3 +363,28 @@ async def test_an_ask_only_attempt_records_nothing_where_the_call_would_act(
     types = recorded(ledger_url, prompt)
     assert types[0] == "action.requested", types
     assert set(types) <= {"action.requested", "action.deferred"}, types
+
+
+async def test_a_call_no_worker_ever_started_fails_at_its_schedule_to_close_timeout(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """A tool that may not repeat, scheduled on a task queue no worker polls, with 1 s from
+    schedule to close: no attempt ever started, so nothing can have acted, and the step
+    fails with Temporal's timeout, promptly, with no ask-only attempt (which would have no
+    timeout on that queue: the run would wait for its execution timeout)."""
+    target = tmp_path / "effects.txt"
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    prompt = f"unpolled-{uuid.uuid4().hex[:6]}"
+    async with running(temporal_address, ledger_url, hung_node()) as (client, tq):
+        failure, took = await failure_of(client, BoundedStepWorkflow.run, prompt, target, tq)
+        history = await client.get_workflow_handle(f"bounds-{prompt}").fetch_history()
+    # Temporal says schedule-to-start of an attempt that never reached a worker, even
+    # where only the schedule-to-close timeout is set.
+    assert timed_out(failure) in (TimeoutType.SCHEDULE_TO_START, TimeoutType.SCHEDULE_TO_CLOSE)
+    assert took < PROMPTLY, f"the run failed after {took:.1f} s"
+    scheduled = [
+        e for e in history.events if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert len(scheduled) == 1, "an ask-only attempt was scheduled"
+    assert TRIES.get(prompt, 0) == 0
+    assert recorded(ledger_url, prompt) == []

@@ -8,13 +8,15 @@ step as it would without the ledger, except in two cases that are the ledger's t
 * The ledger kept the attempt from acting (another attempt holds the key's claim, or the
   ledger could not be reached): the call was not tried, so it is asked again after a wait
   (the delay the ledger named, else 1 second doubling to a minute).
-* An attempt timed out (start-to-close, heartbeat or schedule-to-close): it may have
-  acted, and only the ledger knows. One more attempt is scheduled that only asks
-  (``ASK_ONLY_HEADER``, with options of its own: see ``_scheduling.ask_only_options``). The
-  ledger answers it with a recorded outcome (the step gets it), an unknown effect (the
-  step parks) or a live claim (asked again); where it would let the call act (nothing
-  was recorded, or a retry-safe call's outcome is unknown) the attempt does not act and
-  fails with ``ATTEMPTS_SPENT``, and the step fails with the timed-out attempt's error.
+* An attempt timed out: it may have acted, and only the ledger knows (unless no attempt
+  ever started: a schedule-to-start or schedule-to-close timeout with no attempt started
+  nor failed before ends the step as Temporal gave it).
+  One more attempt is scheduled that only asks (``ASK_ONLY_HEADER``, with options of its
+  own: see ``_scheduling.ask_only_options``). The ledger answers it with a recorded
+  outcome (the step gets it), an unknown effect (the step parks) or a live claim (asked
+  again); where it would let the call act (nothing was recorded, or a retry-safe call's
+  outcome is unknown) the attempt neither acts nor records anything, and fails with
+  ``ATTEMPTS_SPENT``; the step fails with the timed-out attempt's error.
 
 Shared by ``run_tool`` and the interceptor's ledgered activities of other libraries.
 """
@@ -32,9 +34,15 @@ from ._protocol import ErrorType
 _FIRST_WAIT = timedelta(seconds=1)
 _LONGEST_WAIT = timedelta(seconds=60)
 
-#: Timeouts after which an attempt may have acted. A schedule-to-start timeout is not
-#: one: the attempt never reached a worker (nor would an attempt that asks).
-_LOST = (TimeoutType.START_TO_CLOSE, TimeoutType.HEARTBEAT, TimeoutType.SCHEDULE_TO_CLOSE)
+#: Timeouts after which an attempt may have acted: every one, unless no attempt ever
+#: started (``_never_started``). The last attempt may not have reached a worker (a
+#: schedule-to-start timeout) after an earlier one that did.
+_LOST = (
+    TimeoutType.START_TO_CLOSE,
+    TimeoutType.HEARTBEAT,
+    TimeoutType.SCHEDULE_TO_CLOSE,
+    TimeoutType.SCHEDULE_TO_START,
+)
 
 #: The ledger kept the attempt from acting.
 _LEDGER_WAITS = (ErrorType.IN_PROGRESS, ErrorType.LEDGER_UNAVAILABLE)
@@ -96,6 +104,8 @@ class Attempts:
             return
         if not (isinstance(cause, TimeoutError) and cause.type in _LOST):
             raise err
+        if lost is None and _never_started(err, cause):
+            raise err  # nothing reached a worker, so nothing acted: nothing to ask
         if lost is None:
             self._lost = err  # ask now: the ledger's answer does not need a wait
             return
@@ -108,3 +118,16 @@ class Attempts:
         named = cause.next_retry_delay if isinstance(cause, ApplicationError) else None
         await workflow.sleep(named or self._wait)
         self._wait = min(self._wait * 2, _LONGEST_WAIT)
+
+
+def _never_started(err: ActivityError, timeout: TimeoutError) -> bool:
+    """Whether no attempt of the call ever started: it timed out waiting for a worker (no
+    worker polled its task queue in time, say) with its last attempt not started (Temporal
+    records the started event of an attempt that ran, even one that then timed out) and
+    no earlier attempt's failure (which the timeout carries as its cause). A doubt
+    counts as started: asking costs a wait, a duplicate cannot be undone."""
+    return (
+        timeout.type in (TimeoutType.SCHEDULE_TO_START, TimeoutType.SCHEDULE_TO_CLOSE)
+        and not err.started_event_id
+        and timeout.__cause__ is None
+    )

@@ -89,7 +89,9 @@ def ask_only_options(given: dict[str, Any], *, calls_inside: bool = False) -> di
     ``given`` (``start_activity``'s keyword arguments, or a ``StartActivityInput``'s fields).
 
     The user's bounds are spent, so none of them applies: no schedule-to-close or
-    schedule-to-start timeout, and the timeouts and retries of the activity that records a
+    schedule-to-start timeout (it is scheduled only after an attempt that may have acted,
+    so it waits for a worker as long as it takes: a wait is better than a duplicate),
+    and the timeouts and retries of the activity that records a
     verdict (``LedgerOptions.reconcile``: short, retried without limit, since the attempt
     does not act and waits only for the ledger). A call whose code runs to ask its calls
     inside (a LangGraph node listed with ``per_call``) keeps its own start-to-close and
