@@ -308,11 +308,18 @@ def _return_type(fn: Callable[..., Any]) -> Any:
 
 def _output_schema(rule: LedgeredActivity, fn: Callable[..., Any], args: list[Any]) -> Any:
     """The JSON schema an operator's output for this call must fit, or ``None``."""
+    describe = getattr(rule.output, "output_schema", None)
+    if describe is None:  # a shape of the user's that does not say
+        return None
     try:
-        return rule.output.output_schema(_return_type(fn), args)
-    except Exception:
-        # A shape that cannot say (arguments of another version, a shape of the user's
-        # without the method): the workflow still converts the answer before recording.
+        return describe(_return_type(fn), args)
+    except Exception as exc:
+        # Arguments of a shape it cannot read (another version of the framework): the
+        # workflow still converts an answer before recording it, but the CLI's path has
+        # no check, which an operator of this worker should hear of.
+        activity.logger.warning(
+            f"{activity.info().activity_type}: no schema for an operator's answer: {exc!r}"
+        )
         return None
 
 
