@@ -76,6 +76,7 @@ The policy's performer is the workflow type and the capability is
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
@@ -176,7 +177,7 @@ def activity_rules(
                 f"{graph}.{node}",
                 retry_safe=tools_retry_safe or per_call,
                 normalize=_normalize,
-                output=NodeReturn(),
+                output=NodeReturn(graph),
                 calls_inside=per_call,
                 no_effect_errors=declared,
             )
@@ -198,14 +199,24 @@ class NodeReturn:
     the plugin's activity returns ``{"result": ..., "langgraph_command": ...,
     "langgraph_interrupts": ...}``.
 
-    For a node whose input holds messages with tool calls not answered yet (a tool node
-    of a messages graph), the answer's template is a ``ToolMessage`` per pending call,
-    its ``tool_call_id`` filled in, and an answer is checked as the workflow will use it:
-    through LangGraph's ``add_messages`` (langchain's message conversion) onto the
-    node's messages, each pending call answered, no other. Read in the workflow (the
-    update's validator), deterministic, and with the langchain modules that
-    ``LangGraphPlugin`` passes through the sandbox.
+    An answer is a JSON object (or ``null``, no update) checked against the node's input
+    state as the workflow will use it: each key is a key of that state or a channel of
+    the graph ``graph`` (read in the workflow through ``temporalio.langgraph.graph``), and
+    a value has the JSON type of the state's current value there (the reducers run on
+    both). For a node whose input holds messages with tool calls not answered yet (a
+    tool node of a messages graph), the template is a ``ToolMessage`` per pending call,
+    its ``tool_call_id`` filled in, and an answer that holds the messages key is checked
+    through LangGraph's ``add_messages`` (langchain's message conversion) onto the node's
+    messages, each pending call answered, no other; an answer without that key (a node
+    that returns other state) is taken as it is. The activity side gives the same rules
+    that it can read from the input alone as a JSON schema (:meth:`output_schema`), which
+    the ledger checks too (``temporal-ledger reconcile``).
+
+    Attributes:
+        graph: The name the graph is registered under in ``LangGraphPlugin``.
     """
+
+    graph: str = ""
 
     def template(self, result_type: Any) -> Any:
         return PLACEHOLDER
@@ -216,14 +227,16 @@ class NodeReturn:
         return {"result": output, "langgraph_command": None, "langgraph_interrupts": None}
 
     def output_schema(self, result_type: Any, args: list[Any]) -> dict[str, Any] | None:
-        return None  # a node's state update: checked by answer_for and LangGraph itself
+        state = _node_state(args)
+        return None if state is None else _update_schema(state)
 
     def answer_for(self, args: list[Any]) -> Answer | None:
         state = _node_state(args)
-        found = _pending_tool_calls(state) if state is not None else None
-        if state is None or found is None:
+        if state is None:
             return None
-        key, pending = found
+        found = _pending_tool_calls(state)
+        key, pending = found if found is not None else (None, [])
+        allowed = frozenset(state) | _graph_channels(self.graph)
         template = {
             key: [
                 {
@@ -241,15 +254,19 @@ class NodeReturn:
         ]
 
         def misfit(output: Any) -> str | None:
-            return _answer_problem(state, key, pending, output)
+            return _answer_problem(state, allowed, key, pending, output)
 
         def unusable(result: Any) -> str | None:
             if not isinstance(result, dict) or result.get("langgraph_command") is not None:
                 return None
             update = result.get("result")
-            if not isinstance(update, dict) or key not in update:
+            if not isinstance(update, dict):
                 return None
-            return _messages_problem(state, key, update[key])
+            # Keys the graph has no channel for are dropped by LangGraph: not a failure.
+            problem = _type_problem(state, update)
+            if problem is None and key is not None and key in update:
+                problem = _messages_problem(state, key, update[key])
+            return problem
 
         return Answer(
             template=template if pending else PLACEHOLDER,
@@ -275,7 +292,101 @@ def _json_kind(value: Any) -> str:
         return "a number"
     if isinstance(value, str):
         return "a string"
+    if isinstance(value, dict):
+        return "an object"
     return "an array" if isinstance(value, list) else f"a {type(value).__name__}"
+
+
+#: JSON schema types of state values, by :func:`_json_kind`.
+_SCHEMA_TYPES = {
+    "a boolean": "boolean",
+    "a number": "number",
+    "a string": "string",
+    "an object": "object",
+    "an array": "array",
+}
+
+#: The ``type`` of every langchain message but a tool message, as a dict gives it.
+_OTHER_MESSAGE_TYPES = [
+    "human", "user", "ai", "assistant", "AIMessageChunk", "system", "developer",
+    "chat", "function", "remove",
+]  # fmt: skip
+
+
+def _update_schema(state: dict[str, Any]) -> dict[str, Any]:
+    """The JSON schema of a state update for a node with input ``state``: an object (or
+    null) whose values have their state values' JSON types; where tool calls are pending,
+    the messages it holds are each a ``type`` and ``content``, a tool message's
+    ``tool_call_id`` one of the pending calls'. Which keys it may hold is not said: a
+    channel never written is absent from the input, and only the workflow, which has
+    the graph, knows it (:meth:`NodeReturn.answer_for`)."""
+    properties: dict[str, Any] = {
+        name: {"type": _SCHEMA_TYPES[_json_kind(value)]}
+        for name, value in state.items()
+        if _json_kind(value) in _SCHEMA_TYPES
+    }
+    found = _pending_tool_calls(state)
+    if found is not None and found[1]:
+        key, pending = found
+        content = {"type": ["string", "array"]}
+        properties[key] = {
+            "type": "array",
+            "items": {
+                "anyOf": [
+                    {
+                        "type": "object",
+                        "properties": {
+                            "type": {"const": "tool"},
+                            "content": content,
+                            # Not an enum: a message's tag is its type alone, so a
+                            # wrong id is named as such.
+                            "tool_call_id": {"anyOf": [{"const": c["id"]} for c in pending]},
+                        },
+                        "required": ["type", "content", "tool_call_id"],
+                    },
+                    {
+                        "type": "object",
+                        "properties": {"type": {"enum": _OTHER_MESSAGE_TYPES}, "content": content},
+                        "required": ["type", "content"],
+                    },
+                ]
+            },
+        }
+    return {"type": ["object", "null"], "properties": properties}
+
+
+def _graph_channels(graph: str) -> frozenset[str]:
+    """The channels of the graph registered as ``graph``, read in the workflow; none
+    outside one (an answer's keys are then those of the node's input state)."""
+    if not graph:
+        return frozenset()
+    try:
+        from temporalio.langgraph import graph as registered
+
+        # graph() also resets the plugin's task cache in the current context: a copy
+        # keeps the running graph's.
+        builder = contextvars.copy_context().run(registered, graph)
+        return frozenset(name for name in builder.channels if isinstance(name, str))
+    except Exception:  # not in a workflow, or no such graph
+        return frozenset()
+
+
+def _type_problem(state: dict[str, Any], update: dict[str, Any]) -> str | None:
+    """Why a value of ``update`` cannot go where the state holds another JSON type: the
+    channel's reducer (``operator.add``, ``add_messages``) would fail on it."""
+    for name, value in update.items():
+        current = state.get(name)
+        if current is not None and _json_kind(value) != _json_kind(current):
+            return (
+                f"{_shown_key(name)}: {_json_kind(value)}, where the state holds "
+                f"{_json_kind(current)}"
+            )
+    return None
+
+
+def _shown_key(name: Any) -> str:
+    text = str(name)
+    return text if len(text) <= 60 and text.isprintable() else repr(text[:57]) + "..."
 
 
 def _node_state(args: list[Any]) -> dict[str, Any] | None:
@@ -316,15 +427,30 @@ _AI_TYPES = ("ai", "AIMessageChunk")
 
 
 def _answer_problem(
-    state: dict[str, Any], key: str, pending: list[dict[str, Any]], output: Any
+    state: dict[str, Any],
+    allowed: frozenset[str],
+    key: str | None,
+    pending: list[dict[str, Any]],
+    output: Any,
 ) -> str | None:
-    """Why ``output`` cannot answer the node's pending tool calls, in one line."""
-    if output is None and not pending:
+    """Why ``output`` cannot be the node's state update, in one line: not an object, a key
+    not in ``allowed`` (the input state's and the graph's channels), a value of another
+    JSON type than the state's, or messages that do not answer the pending tool calls."""
+    if output is None:
         return None
     if not isinstance(output, dict):
         return _not_an_update(output)
-    if key not in output:
-        return f"{key}: missing (a tool message per pending call answers them)" if pending else None
+    for name in output:
+        if name not in allowed:
+            return (
+                f"{_shown_key(name)}: not a key of the graph's state "
+                f"(its keys: {', '.join(sorted(allowed))})"
+            )
+    problem = _type_problem(state, output)
+    if problem is not None or key is None or key not in output:
+        # An update without the messages key is the node's own business (e.g. a node
+        # that returns other state): LangGraph takes it as it is.
+        return problem
     problem = _messages_problem(state, key, output[key])
     if problem is not None or not pending:
         return problem

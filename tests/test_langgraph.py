@@ -33,6 +33,7 @@ from temporal_ledger.activities._generic import capability_for
 from temporal_ledger.activities.langgraph import NodeReturn, _normalize, activity_rules
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
+from temporal_ledger.ledger._seam import output_misfit
 from temporal_ledger.workflows._protocol import PLACEHOLDER
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -601,7 +602,12 @@ async def test_a_lost_reply_in_a_messages_graph_parks_refuses_misfits_and_resets
             answer = {"type": "tool", "tool_call_id": call_id, "name": "append_note"}
             assert template["output"] == {"messages": [{**answer, "content": PLACEHOLDER}]}
             no_id = {"messages": [{"type": "tool", "content": "appended"}]}
-            misfits = {'"tool_call_id"': no_id, "not a string": "appended (line 1)"}
+            typo = {"mesages": [{**answer, "content": "appended"}]}
+            misfits = {
+                "messages[0].tool_call_id: missing": no_id,
+                "expected object or null": "appended (line 1)",
+                "mesages: not a key of the graph's state (its keys: messages)": typo,
+            }
         else:
             assert parked["key"].endswith(f"/{call_id}")
             assert template["output"] == {"content": PLACEHOLDER}
@@ -652,10 +658,12 @@ async def test_a_lost_reply_in_a_messages_graph_parks_refuses_misfits_and_resets
 async def test_an_answer_recorded_elsewhere_that_the_graph_cannot_use_fails_the_step(
     temporal_address: str, tmp_path: Path, sqlite_url: str
 ) -> None:
-    """``temporal-ledger reconcile`` sees no node's input: it records a tool message
-    without ``tool_call_id``. The update that then wakes the run answers (it does not
-    hang), the node's attempt replays the recorded answer, and the run fails with the
-    reason, once, instead of a workflow task that fails on it again and again."""
+    """``temporal-ledger reconcile`` checks the schema the node's activity recorded from
+    its input: a tool message without ``tool_call_id`` is refused there, nothing
+    recorded. One the schema cannot judge (a status langchain does not know) is
+    recorded; the update that then wakes the run answers (it does not hang), the node's
+    attempt replays the recorded answer, and the run fails with the reason, once,
+    instead of a workflow task that fails on it again and again."""
     target = tmp_path / "effects.txt"
     prompt = f"lose-elsewhere-{uuid.uuid4().hex[:6]}"
     workflow_id = f"lgm-{prompt}"
@@ -665,13 +673,18 @@ async def test_an_answer_recorded_elsewhere_that_the_graph_cannot_use_fails_the_
         [parked] = await wait_for(
             lambda: open_effects(temporal_address, workflow_id), what="the tool node to park"
         )
-        status, said = await ledger_cli(
-            sqlite_url, "reconcile", parked["key"], "--verdict", "effect_confirmed",
-            "--actor", "ops-bob", "--basis", "line 1",
-            "--output", '{"messages": [{"type": "tool", "content": "x"}]}',
-        )  # fmt: skip
-        assert status == 0, said
         template = template_of(parked["update_command"])
+        tool_message = template["output"]["messages"][0]
+        for output, refused in (
+            ({"type": "tool", "content": "x"}, "tool_call_id: missing"),
+            ({**tool_message, "content": "x", "status": "maybe"}, None),
+        ):
+            status, said = await ledger_cli(
+                sqlite_url, "reconcile", parked["key"], "--verdict", "effect_confirmed",
+                "--actor", "ops-bob", "--basis", "line 1",
+                "--output", json.dumps({"messages": [output]}),
+            )  # fmt: skip
+            assert (status != 0 and refused in said) if refused else status == 0, said
         right = template["output"]["messages"][0] | {"content": "appended (line 1)"}
         verdict = {
             **template,
@@ -685,7 +698,7 @@ async def test_an_answer_recorded_elsewhere_that_the_graph_cannot_use_fails_the_
             await asyncio.wait_for(handle.result(), 30)
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "ToolOutputInvalid", cause
-    assert 'messages[0]: missing "tool_call_id"' in cause.message
+    assert "messages[0].status: Input should be 'success' or 'error'" in cause.message
     assert parked["key"] in cause.message
     assert lines(target) == [f"line for {prompt}"]
     history = await handle.fetch_history()
@@ -753,7 +766,7 @@ def test_a_tool_nodes_answer_is_checked_against_its_pending_calls() -> None:
     misfits = {
         "not an array": [right],
         "not a string": "appended",
-        "messages: missing": {"results": ["appended"]},
+        "results: not a key of the graph's state (its keys: messages)": {"results": ["a"]},
         'messages[0]: missing "tool_call_id"': {"messages": [{"type": "tool", "content": "a"}]},
         "messages[0]: Message dict must contain 'role' and 'content'": {
             "messages": [{"content": "a"}]
@@ -774,3 +787,87 @@ def test_a_tool_nodes_answer_is_checked_against_its_pending_calls() -> None:
     assert answer.unusable({"result": None, "langgraph_command": {"goto": "x"}}) is None
     with pytest.raises(ValueError, match="not an array"):
         NodeReturn().result([right])
+
+
+def _state_call(state: dict[str, Any]) -> list[Any]:
+    """A node activity's arguments (as JSON) with ``state`` as its input."""
+    return [{"args": [state], "kwargs": {}, "langgraph_config": {"context": None}}]
+
+
+def _pending_state() -> dict[str, Any]:
+    """A messages graph's state with one tool call pending and two other channels."""
+    asked = AIMessage("", tool_calls=[{"name": "refund", "args": {"order": "A-1"}, "id": "c1"}])
+    return {
+        "messages": [_sent(HumanMessage("refund A-1")), _sent(asked)],
+        "refund": {"state": "none"},
+        "count": 2,
+    }
+
+
+def test_a_tool_nodes_update_without_messages_is_its_own_answer() -> None:
+    """A node that returns other state than messages (``{"refund": ...}``) is answered with
+    that, pending tool calls or not; messages, where given, must still answer them."""
+    answer = NodeReturn().answer_for(_state_call(_pending_state()))
+    assert answer is not None and answer.template == {
+        "messages": [
+            {"type": "tool", "tool_call_id": "c1", "name": "refund", "content": PLACEHOLDER}
+        ]
+    }
+    assert answer.misfit({"refund": {"state": "done", "id": "r-9"}}) is None
+    assert answer.misfit({"refund": {"state": "done"}, "count": 3}) is None
+    assert answer.misfit(None) is None
+    problem = answer.misfit({"refund": {}, "messages": [{"type": "ai", "content": "x"}]})
+    assert problem == "messages: no tool message answers the call c1 (refund)"
+
+
+def test_an_answer_that_would_fail_a_reducer_or_names_no_channel_is_refused() -> None:
+    """Each key is one of the state's, and each value has the JSON type of the state's
+    value there: a string into an ``operator.add`` int channel would fail in the workflow."""
+    answer = NodeReturn().answer_for(_state_call(_pending_state()))
+    assert answer is not None
+    right = {"type": "tool", "tool_call_id": "c1", "content": "refunded"}
+    misfits = {
+        "count: a string, where the state holds a number": {"messages": [right], "count": "5"},
+        "refund: an array, where the state holds an object": {"refund": [1]},
+        "messages: an object, where the state holds an array": {"messages": right},
+        "order: not a key of the graph's state (its keys: count, messages, refund)": {
+            "messages": [right],
+            "order": 5,
+        },
+    }
+    for reason, output in misfits.items():
+        assert answer.misfit(output) == reason
+        assert answer.misfit({"messages": [right]}) is None
+    # Recorded elsewhere: a type the reducer fails on fails the step; a key the graph
+    # has no channel for is dropped by LangGraph, nothing fails.
+    assert answer.unusable({"result": {"count": "5"}}) == (
+        "count: a string, where the state holds a number"
+    )
+    assert answer.unusable({"result": {"order": 5}}) is None
+
+
+def test_the_activity_side_schema_refuses_what_the_ledger_must_not_record() -> None:
+    """``temporal-ledger reconcile`` checks the schema recorded with the request: a tool
+    message without ``tool_call_id`` or with another call's id, a value of another type,
+    and a non-object answer are refused there too; the node's real update fits."""
+    schema = NodeReturn().output_schema(None, _state_call(_pending_state()))
+    assert schema is not None and len(json.dumps(schema)) < 1000
+    right = {"type": "tool", "tool_call_id": "c1", "content": "refunded"}
+    for fits in ({"messages": [right]}, {"refund": {"id": 1}}, None, {"count": 3}):
+        assert output_misfit(schema, fits) is None, fits
+    misfits = {
+        "messages[0].tool_call_id: missing": {"messages": [{"type": "tool", "content": "x"}]},
+        "messages[0].tool_call_id: expected 'c1', got 'c2'": {
+            "messages": [{**right, "tool_call_id": "c2"}]
+        },
+        "messages[0]: expected": {"messages": [{"content": "x"}]},
+        "count: expected number": {"count": "5"},
+        "output: expected object or null": "refunded",
+    }
+    for reason, output in misfits.items():
+        problem = output_misfit(schema, output)
+        assert problem is not None and reason in problem, (reason, problem)
+    # Without pending calls only the types are said; not the arguments of another shape.
+    settled = NodeReturn().output_schema(None, _state_call({"results": ["a"]}))
+    assert settled == {"type": ["object", "null"], "properties": {"results": {"type": "array"}}}
+    assert NodeReturn().output_schema(None, [{"other": 1}]) is None

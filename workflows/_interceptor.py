@@ -350,8 +350,9 @@ class _Ledgered:
             if answer is not None
             else self._rule.output.template(self._input.ret_type)
         )
-        if template == PLACEHOLDER and output_schema is not None:
-            # Frameworks schedule by name: the activity side's schema gives the shape.
+        if answer is None and template == PLACEHOLDER and output_schema is not None:
+            # Frameworks schedule by name: the activity side's schema gives the shape
+            # (an answer read from the call's arguments has said what its template is).
             template = output_template(output_schema)
             template = PLACEHOLDER if template is None else template
         activity = self._input.activity
