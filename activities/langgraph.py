@@ -78,6 +78,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import json
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
@@ -85,7 +86,7 @@ from pydantic import BaseModel, ConfigDict, RootModel, ValidationError
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ..ledger import ActionRequest, ActionStatus, NoEffect
-from ..ledger._seam import ExecutionContext, output_template
+from ..ledger._seam import ExecutionContext, check_json, model_json, output_template
 from ..workflows._seam import (
     PLACEHOLDER,
     Answer,
@@ -713,7 +714,9 @@ async def ledger_call(
     What is recorded, and what every run gets back, fresh or replayed: with ``output``,
     ``fn``'s return value validated by that pydantic model (an operator's answer is
     checked against its schema, and read back through it); without, ``fn``'s return
-    value, which must then be exact JSON (a dict, list, str, number, bool or None).
+    value as JSON (a pydantic model as its JSON), which must then be exact JSON (a dict,
+    list, str, number, bool or None; a tuple or a set is refused as unrecordable), and
+    every run, the first included, gets that JSON back as ``json.loads`` reads it.
 
     The capability is ``activity.<graph>.<node>.<name>`` and the performer the workflow's
     type; the policy's ``[tools]`` table names the call by ``name``.
@@ -866,9 +869,16 @@ def _named_call(
     async def act() -> tuple[Any, Any]:
         value = await fn()
         if output is None:
-            # Not exact JSON: the ledger records the effect as observed and its output as
-            # unrecordable, and the call fails without acting again.
-            return value, value
+            recorded = model_json(value) if isinstance(value, BaseModel) else value
+            try:
+                check_json(recorded, where="output")
+            except Exception:
+                # Not exact JSON: the ledger records the effect as observed and its
+                # output as unrecordable, and the call fails without acting again.
+                return value, value
+            # What a replay will get back (a model is its JSON, an enum member its
+            # value), so that the first run gets the same.
+            return json.loads(json.dumps(recorded)), recorded
         recorded = output.model_validate(value).model_dump(mode="json")
         # What a replay will get back, so that the first run gets the same.
         return read(recorded), recorded

@@ -27,6 +27,8 @@ GRAPH = "ledger_test_named_calls"
 
 #: Node activity runs (attempts included), by prompt (each test uses its own prompt).
 NODE_RUNS: dict[str, int] = {}
+#: What the first call returned to the async node, each run, by prompt.
+FIRST_RESULTS: dict[str, list[Any]] = {}
 #: Prompts whose second call has refused once (with no effect).
 _REFUSED_ONCE: set[str] = set()
 
@@ -35,6 +37,12 @@ class State(TypedDict, total=False):
     prompt: str
     path: str
     answer: str
+
+
+class Line(BaseModel):
+    """What the first call returns: the line it wrote."""
+
+    line: int
 
 
 class Appended(BaseModel):
@@ -74,8 +82,8 @@ async def three_calls(state: State) -> State:
     NODE_RUNS[prompt] = NODE_RUNS.get(prompt, 0) + 1
     (one, a), (two, b), (three, c) = _plan(state)
 
-    async def append_a() -> dict[str, int]:
-        return {"line": append(path, a)}
+    async def append_a() -> Line:  # a model, but no output=: recorded as its JSON
+        return Line(line=append(path, a))
 
     async def append_b() -> int:
         return _second(prompt, path, b)
@@ -84,6 +92,7 @@ async def three_calls(state: State) -> State:
         return Appended(line=append(path, c), text=c)
 
     first = await ledger_call(one, append_a, request=_first_request(state, a))
+    FIRST_RESULTS.setdefault(prompt, []).append(first)
     second = await ledger_call(two, append_b, request={"path": path, "text": b})
     third = await ledger_call(three, append_c, request={"path": path, "text": c}, output=Appended)
     return {"answer": f"{first['line']} | {second} | {third.line}: {third.text}"}

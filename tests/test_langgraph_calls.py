@@ -24,7 +24,13 @@ from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
-from tests.langgraph_calls_graph import GRAPH, NODE_RUNS, NamedCallsGraphWorkflow, builder
+from tests.langgraph_calls_graph import (
+    FIRST_RESULTS,
+    GRAPH,
+    NODE_RUNS,
+    NamedCallsGraphWorkflow,
+    builder,
+)
 from tests.temporal_support import (
     ledgered_graph_worker,
     lines,
@@ -167,7 +173,8 @@ async def test_a_retry_of_the_node_repeats_no_call_it_made(
     temporal_address: str, tmp_path: Path, ledger_url: str
 ) -> None:
     """The first call acts; the second refuses with no effect (try again): the node fails
-    and Temporal retries it; the first call replays, the second and third act."""
+    and Temporal retries it; the first call replays, the second and third act. The first
+    call (a model, no ``output``) gives the same fresh and replayed: the JSON recorded."""
     target = tmp_path / "effects.txt"
     prompt = f"flaky-{uuid.uuid4().hex[:6]}"
     workflow_id = f"lgn-{prompt}"
@@ -176,6 +183,8 @@ async def test_a_retry_of_the_node_repeats_no_call_it_made(
         answer = await handle.result()
     assert answer == f"1 | 2 | 3: C for {prompt}"
     assert NODE_RUNS[prompt] == 2, "the node was not retried"
+    fresh, replayed = FIRST_RESULTS[prompt]
+    assert fresh == replayed == {"line": 1}
     assert lines(target) == [f"A for {prompt}", f"B for {prompt}", f"C for {prompt}"]
     with Ledger.open(ledger_url) as ledger:
         node_key = f"{workflow_id}/{handle.first_execution_run_id}/1"
