@@ -12,7 +12,7 @@ those activities through the ledger; users add one plugin and change no node::
     client = await Client.connect(
         "localhost:7233",
         plugins=[
-            LangGraphPlugin(graphs={"support": builder}),
+            LangGraphPlugin(graphs={"support": builder()}),
             LedgerPlugin(
                 "sqlite:///ledger.db",
                 ledger_activities=activity_rules(

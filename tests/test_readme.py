@@ -136,6 +136,41 @@ def test_the_strands_snippet_defines_its_mcp_client_and_server_parameters() -> N
     )
 
 
+def test_the_langgraph_snippet_defines_what_it_uses_and_builds_a_graph() -> None:
+    snippet = _agent_snippet("builder")
+    assert _names_left_undefined(snippet) == set()
+    modules = [n.module for n in ast.walk(ast.parse(snippet)) if isinstance(n, ast.ImportFrom)]
+    # All but the chat model's factory, which comes with the model provider's packages.
+    assert _imports_that_exist_here(snippet) == [m for m in modules if m != "langchain.chat_models"]
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import StateGraph
+    from temporalio.langgraph import LangGraphPlugin
+
+    class ScriptedModel(GenericFakeChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+    def init_chat_model(name: str) -> ScriptedModel:
+        return ScriptedModel(messages=iter([AIMessage("done")]))
+
+    # The snippet up to the client, with a scripted model for the real one.
+    source = snippet.split("client = await", 1)[0]
+    source = source.replace("from langchain.chat_models import init_chat_model", "")
+    defined: dict[str, Any] = {"init_chat_model": init_chat_model}
+    exec(source, defined)
+    assert isinstance(defined["builder"](), StateGraph)
+    # What the snippet hands LangGraphPlugin is what it takes: a graph, not a factory.
+    registration = re.search(r"LangGraphPlugin\(graphs=\{\"support\": (.*?)\}\)", snippet)
+    assert registration is not None and registration.group(1) == "builder()"
+    graphs = inspect.signature(LangGraphPlugin).parameters["graphs"].annotation
+    assert "StateGraph" in str(graphs), graphs
+    # The module's docstring (the API reference) wires it the same way.
+    from temporal_ledger.activities import langgraph
+
+    assert 'LangGraphPlugin(graphs={"support": builder()})' in (langgraph.__doc__ or "")
+
+
 def test_the_readme_links_nothing_outside_the_repository() -> None:
     for target in re.findall(r"\]\(([^)]+)\)", README):
         assert not target.startswith(("http:", "https:", "/", "..")), target
