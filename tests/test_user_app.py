@@ -33,7 +33,7 @@ from tests.temporal_support import (
     wait_for,
 )
 from tests.test_examples import agent_example_refunds_and_notes_once, starter_output, worker_process
-from worker import free_port
+from worker import free_port, temporal_binary
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -281,12 +281,15 @@ async def lost_reply_parks_in_the_wheel_app(
     monkeypatch: pytest.MonkeyPatch,
     *,
     output: Any,
+    misfit: tuple[Any, str] | None = None,
 ) -> None:
     """An agent example as an app of a user's own, whose worker dies right after the
     refund (``lose-next-reply``): the next worker's try finds the claim and no outcome, the
     run parks and is listed by ``LedgerOpenEffects > 0``, the operator answers with the
     real ``temporal workflow update`` (``output``: the refund's result in the framework's
-    form), and the run finishes with one refund."""
+    form), and the run finishes with one refund. With ``misfit`` (an output and the
+    reason it is refused for), that answer is sent first and refused, the run stays
+    parked, and the command the run printed, with ``output`` filled in, completes it."""
     app = user_app(venv, tmp_path, monkeypatch)
     python = venv / "bin" / "python"
     support = tmp_path / "support"
@@ -314,15 +317,32 @@ async def lost_reply_parks_in_the_wheel_app(
             what="the run to be listed as parked",
         )
         [parked] = await query_json(temporal_address, workflow_id, "open_effects")
-        template = json.loads(shlex.split(parked["update_command"])[-1])
+        command = shlex.split(parked["update_command"])
+        template = json.loads(command[-1])
         verdict = {
             **template,
             "actor": "ops-ann",
             "basis": "refunds.jsonl holds the refund of A-1",
             "output": output,
         }
-        done, said = await send_update(temporal_address, workflow_id, "reconcile", verdict)
-        assert done == 0, said
+        if misfit is None:
+            done, said = await send_update(temporal_address, workflow_id, "reconcile", verdict)
+            assert done == 0, said
+        else:
+            wrong, reason = misfit
+            refused, said = await send_update(
+                temporal_address, workflow_id, "reconcile", {**verdict, "output": wrong}
+            )
+            assert refused != 0 and reason in said, said
+            assert await listed_as_parked(temporal_address, workflow_id), "no longer parked"
+            # The printed command as printed, with the operator's words in its input.
+            assert command[0] == "temporal" and template["output"] != output
+            command[-1] = json.dumps(verdict)
+            cli = await asyncio.create_subprocess_exec(
+                temporal_binary(), *command[1:], stdout=asyncio.subprocess.PIPE
+            )
+            said_by_cli, _ = await asyncio.wait_for(cli.communicate(), 60)
+            assert cli.returncode == 0, said_by_cli
         printed = await starter
     assert (
         json.loads(printed.fields["result"]) == "done: refunded 1250 cents on A-1 | note 1 on T-7"
@@ -338,22 +358,35 @@ def agents_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("example", "output"),
+    ("example", "output", "misfit"),
     [
-        ("google_adk", "refunded 1250 cents on A-1"),
-        ("langgraph", {"content": "refunded 1250 cents on A-1"}),
+        ("google_adk", "refunded 1250 cents on A-1", None),
+        # A parked call of ledger_tool_calls is answered {"content": ...}: the bare
+        # content (not an object) is refused at the update with the reason.
+        (
+            "langgraph",
+            {"content": "refunded 1250 cents on A-1"},
+            ("refunded 1250 cents on A-1", "output: expected object ToolCallOutput"),
+        ),
     ],
 )
 async def test_a_lost_reply_in_an_agent_app_from_the_wheel_parks_until_reconciled(
     example: str,
     output: Any,
+    misfit: tuple[Any, str] | None,
     agents_venv: Path,
     temporal_address: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     await lost_reply_parks_in_the_wheel_app(
-        example, agents_venv, temporal_address, tmp_path, monkeypatch, output=output
+        example,
+        agents_venv,
+        temporal_address,
+        tmp_path,
+        monkeypatch,
+        output=output,
+        misfit=misfit,
     )
 
 
