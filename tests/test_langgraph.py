@@ -191,6 +191,12 @@ async def test_a_tool_node_that_acted_and_lost_its_reply_parks_until_reconciled(
             "basis": "line 1 of the file",
             "output": {"tool_calls": [], "results": ["appended by hand-check (line 1)"]},
         }
+        # "results" is not in the node's input yet (never written): a channel of the
+        # graph, read in the workflow, is a key of the answer; a typo is not.
+        typo = {**verdict, "output": {"result": ["appended (line 1)"]}}
+        refused, said = await send_update(temporal_address, workflow_id, "reconcile", typo)
+        assert refused != 0, said
+        assert "result: not a key of the graph's state (its keys: answer, path, prompt, " in said
         done, said = await send_update(temporal_address, workflow_id, "reconcile", verdict)
         assert done == 0, said
         answer = await handle.result()
