@@ -264,7 +264,8 @@ class NodeReturn:
             if not isinstance(update, dict):
                 return None
             # Keys the graph has no channel for are dropped by LangGraph: not a failure.
-            problem = _type_problem(state, update)
+            # A node's own update may give add_messages one message, not a list.
+            problem = _type_problem(state, {k: v for k, v in update.items() if k != key})
             if problem is None and key is not None and key in update:
                 problem = _messages_problem(state, key, update[key])
             return problem

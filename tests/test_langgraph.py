@@ -850,6 +850,8 @@ def test_an_answer_that_would_fail_a_reducer_or_names_no_channel_is_refused() ->
         "count: a string, where the state holds a number"
     )
     assert answer.unusable({"result": {"order": 5}}) is None
+    # A node's own update may hand add_messages one message instead of a list.
+    assert answer.unusable({"result": {"messages": right}}) is None
 
 
 def test_the_activity_side_schema_refuses_what_the_ledger_must_not_record() -> None:
