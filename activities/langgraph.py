@@ -174,7 +174,7 @@ def activity_rules(
             for node in models
         ),
         *(
-            _ToolNodeRule(
+            LedgeredActivity(
                 f"{graph}.{node}",
                 retry_safe=tools_retry_safe or per_call,
                 normalize=_normalize,
@@ -185,13 +185,6 @@ def activity_rules(
             for node in tools
         ),
     ]
-
-
-@dataclasses.dataclass(frozen=True)
-class _ToolNodeRule(LedgeredActivity):
-    """A tool node's rule; ``calls_inside``: its calls have keys of their own."""
-
-    calls_inside: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

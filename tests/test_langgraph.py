@@ -215,7 +215,7 @@ def test_rules_and_capabilities() -> None:
     [tools] = activity_rules("g", tool_nodes=["tools"], tools_retry_safe=True)
     assert tools.retry_safe
     [per_call] = activity_rules("g", tool_nodes=["tools"], per_call=True)
-    assert per_call.retry_safe and getattr(per_call, "calls_inside", False)
+    assert per_call.retry_safe and per_call.calls_inside
     assert capability_for("g.tools.send_mail") == "activity.g.tools.send_mail"
     assert capability_for("g.tools") == "activity.g.tools"
     with pytest.raises(ValueError):
