@@ -347,7 +347,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    asyncio.run(run(parse_args(argv)))
+    try:
+        asyncio.run(run(parse_args(argv)))
+    except SystemExit as stop:
+        # A worker that stops at start has a connected client, whose core runtime keeps
+        # threads of its own; an interpreter finalizing while one of them releases the GIL
+        # aborts the process after the message was printed (temporalio/sdk-python#300,
+        # "PyGILState_Release", seen here under load). Nothing is left to clean up by now:
+        # say why, and leave without finalizing.
+        if stop.code is None or isinstance(stop.code, int):
+            status = stop.code or 0
+        else:
+            print(stop.code, file=sys.stderr)
+            status = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
 
 
 if __name__ == "__main__":
