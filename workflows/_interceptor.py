@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import fnmatch
+import functools
 import json
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -267,7 +268,7 @@ class _Ledgered:
                         call,
                         unknown,
                         activity=self._input.activity,
-                        arg={"args": _as_json(self._input.args)},
+                        arg={"args": self._args_json},
                         task_queue=self._input.task_queue,
                     )
                     waited_on = unknown.key
@@ -290,6 +291,12 @@ class _Ledgered:
                 return result
             self._again()
 
+    @functools.cached_property
+    def _args_json(self) -> list[Any]:
+        """The call's arguments as JSON: read once, as every attempt sends the same."""
+        return _as_json(self._input.args)
+
+    @functools.cached_property
     def _answer(self) -> Answer | None:
         """What an answer for this call needs, where its arguments say more than its
         result type (a LangGraph tool node's pending tool calls)."""
@@ -297,7 +304,7 @@ class _Ledgered:
         if not isinstance(shape, AnswerForCall):
             return None
         try:
-            return shape.answer_for(_as_json(self._input.args))
+            return shape.answer_for(self._args_json)
         except Exception as exc:  # never a workflow task failure: the plain template
             workflow.logger.warning(f"{self._input.activity}: no answer template: {exc}")
             return None
@@ -320,7 +327,7 @@ class _Ledgered:
 
     def _check_usable(self, result: Any, key: str) -> None:
         """Fail the step if the workflow cannot use ``result`` (see :meth:`_confirmed`)."""
-        answer = self._answer()
+        answer = self._answer
         if answer is None:
             return
         [as_json] = _as_json([result])
@@ -344,7 +351,7 @@ class _Ledgered:
         self._attempt = self._next.start_activity(again)
 
     def _call(self, arguments: Any, output_schema: dict[str, Any] | None = None) -> Call:
-        answer = self._answer()
+        answer = self._answer
         template = (
             answer.template
             if answer is not None
