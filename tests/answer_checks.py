@@ -62,3 +62,18 @@ async def answer_refused_everywhere(
     [still] = await open_effects(address, workflow_id)
     assert still["key"] == parked["key"]
     return parked
+
+
+async def answer_with_the_template(
+    address: str, workflow_id: str, parked: dict[str, Any], output: Any, *, basis: str
+) -> None:
+    """Send the parked call's printed update template with ``output`` put in, as an
+    operator does; the update must take it."""
+    verdict = {
+        **template_of(parked["update_command"]),
+        "actor": "ops-ann",
+        "basis": basis,
+        "output": output,
+    }
+    status, answer = await send_update(address, workflow_id, "reconcile", verdict)
+    assert status == 0, answer

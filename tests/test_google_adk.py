@@ -36,7 +36,7 @@ from temporalio.google_adk import (
 )
 from temporalio.worker import Worker
 
-from tests.answer_checks import answer_refused_everywhere
+from tests.answer_checks import answer_refused_everywhere, answer_with_the_template
 from tests.google_adk_support import (
     MODEL,
     MODEL_CALLS,
@@ -388,14 +388,9 @@ async def test_an_answer_that_does_not_fit_the_call_is_refused_and_a_right_one_c
         parked = await answer_refused_everywhere(
             temporal_address, workflow_id, ledger_url, misfit, reason
         )
-        verdict = {
-            **template_of(parked["update_command"]),
-            "actor": "ops-ann",
-            "basis": "checked the far side",
-            "output": right,
-        }
-        done, answer = await send_update(temporal_address, workflow_id, "reconcile", verdict)
-        assert done == 0, answer
+        await answer_with_the_template(
+            temporal_address, workflow_id, parked, right, basis="checked the far side"
+        )
         answer = await handle.result()
     assert answer == f"done: {said}"
 

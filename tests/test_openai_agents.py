@@ -28,7 +28,7 @@ from temporalio.openai_agents import ModelActivityParameters, OpenAIAgentsPlugin
 from temporalio.worker import Worker
 
 from examples.openai_agents.model import ScriptedProvider
-from tests.answer_checks import answer_refused_everywhere
+from tests.answer_checks import answer_refused_everywhere, answer_with_the_template
 from tests.openai_support import PROBES, TOOLS, LedgeredSupportWorkflow
 from tests.temporal_support import (
     ROOT,
@@ -277,14 +277,9 @@ async def test_an_answer_that_does_not_fit_the_call_is_refused_and_a_right_one_c
         parked = await answer_refused_everywhere(
             desk.address, handle.id, desk.ledger_url, misfit, reason
         )
-        verdict = {
-            **template_of(parked["update_command"]),
-            "actor": "ops-ann",
-            "basis": "seen on the far side",
-            "output": right,
-        }
-        status, answer = await reconcile(desk.address, handle.id, verdict)
-        assert status == 0, answer
+        await answer_with_the_template(
+            desk.address, handle.id, parked, right, basis="seen on the far side"
+        )
         result = await handle.result()
     assert result == f"done: {said}"
 

@@ -32,7 +32,7 @@ from temporalio.worker import (
     Worker,
 )
 
-from tests.answer_checks import answer_refused_everywhere
+from tests.answer_checks import answer_refused_everywhere, answer_with_the_template
 from tests.pydantic_ai_agent import AGENT_NAME, MODEL_CALLS, LedgeredAgentWorkflow, temporal_agent
 from tests.temporal_support import (
     listed_as_parked,
@@ -239,14 +239,13 @@ async def test_an_answer_that_does_not_fit_the_tool_is_refused_and_a_right_one_c
             {"unexpected": ["line"]},
             "output: expected string, got {'unexpected': ['line']}",
         )
-        verdict = {
-            **template_of(parked["update_command"]),
-            "actor": "ops-ann",
-            "basis": "line 1 of the file",
-            "output": "appended by hand-check (line 1)",
-        }
-        done, answer = await send_update(temporal_address, workflow_id, "reconcile", verdict)
-        assert done == 0, answer
+        await answer_with_the_template(
+            temporal_address,
+            workflow_id,
+            parked,
+            "appended by hand-check (line 1)",
+            basis="line 1 of the file",
+        )
         answer = await handle.result()
     assert answer == "done: appended by hand-check (line 1)"
     assert target.read_text().splitlines() == [f"line for {prompt}"], "the tool acted again"

@@ -34,7 +34,7 @@ from temporalio.client import Client
 from temporalio.strands_agents import StrandsPlugin
 from temporalio.worker import Worker
 
-from tests.answer_checks import answer_refused_everywhere
+from tests.answer_checks import answer_refused_everywhere, answer_with_the_template
 from tests.strands_app import (
     MCP_SERVER,
     MODEL_CALLS,
@@ -327,14 +327,9 @@ async def test_an_answer_that_does_not_fit_the_call_is_refused_and_a_right_one_c
         parked = await answer_refused_everywhere(
             temporal_address, workflow_id, ledger_url, misfit, reason
         )
-        verdict = {
-            **template_of(parked["update_command"]),
-            "actor": "ops-ann",
-            "basis": "line 1 of the file",
-            "output": right,
-        }
-        done, answer = await send_update(temporal_address, workflow_id, "reconcile", verdict)
-        assert done == 0, answer
+        await answer_with_the_template(
+            temporal_address, workflow_id, parked, right, basis="line 1 of the file"
+        )
         answer = await handle.result()
     assert answer == f"done: {said}"
     assert lines(prompt) == [f"line for {prompt}"], "the tool acted again"
