@@ -9,7 +9,6 @@ A third storage backend implements :mod:`temporal_ledger.ledger.storage` and pas
 shared suite in :mod:`temporal_ledger.ledger.testing`.
 """
 
-from . import _models
 from ._errors import (
     ActionInProgressError,
     ApprovalRefused,
@@ -29,7 +28,6 @@ from ._models import (
     Authority,
     Verdict,
 )
-from ._moved import moved
 from ._version import __version__ as __version__
 
 __all__ = [
@@ -49,15 +47,3 @@ __all__ = [
     "ReconciliationRefused",
     "Verdict",
 ]
-
-#: Names that left the public face in 0.3, with what to use instead; gone in 0.4.
-_DEPRECATED = {
-    "Decision": "pass the decision as a string, 'approve' or 'reject'",
-    "EffectState": "compare an effect with its string: 'none', 'unknown' or 'observed'",
-    "EventType": "compare an event's type with its string, e.g. 'action.completed'",
-    "ExecutionContext": "pass ActionRequest(context=...) a dict",
-    "NextOperation": "compare ActionState.next_operation with its string, e.g. 'reconcile_effect'",
-}
-
-
-__getattr__ = moved(__name__, lambda name: getattr(_models, name), _DEPRECATED.get)

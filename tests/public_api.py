@@ -40,8 +40,6 @@ MODULES = (
     "temporal_ledger.activities.langgraph",
 )
 _CORE_LEAVES = ("ledger", "storage", "testing", "activities", "workflows", "http", "mcp")
-#: Public modules kept one release for old imports: they export nothing.
-DEPRECATED_MODULES = ("temporal_ledger.ledger.sqlite", "temporal_ledger.ledger.postgres")
 #: The framework integrations: each exports exactly one name, ``activity_rules``.
 INTEGRATIONS = tuple(m for m in MODULES if m.rsplit(".", 1)[1] not in _CORE_LEAVES)
 #: The most names the rest of the face may have, across its modules (temporalio's OpenAI

@@ -10,7 +10,6 @@ import re
 import pytest
 
 from tests.public_api import (
-    DEPRECATED_MODULES,
     INTEGRATIONS,
     MODULES,
     MOST_CORE_NAMES,
@@ -103,26 +102,20 @@ HOOKS = {
 }
 
 
-def test_every_public_module_is_in_the_face_or_deprecated() -> None:
-    """A module without a leading underscore is public: its ``__all__`` is recorded, or
-    it is a deprecated module that exports nothing."""
+def test_every_public_module_is_in_the_face() -> None:
+    """A module without a leading underscore is public: its ``__all__`` is recorded."""
     public = {
         f"temporal_ledger.{folder}" + ("" if path.stem == "__init__" else f".{path.stem}")
         for folder in SUBPACKAGES
         for path in (ROOT / folder).glob("*.py")
         if not path.stem.startswith("_") or path.stem == "__init__"
     }
-    assert public == set(MODULES) | set(DEPRECATED_MODULES)
-    for module in DEPRECATED_MODULES:
-        assert importlib.import_module(module).__all__ == []
+    assert public == set(MODULES)
 
 
 @pytest.mark.parametrize(
     ("module", "name", "instead"),
     [
-        ("temporal_ledger.ledger", "EffectState", "string"),
-        ("temporal_ledger.ledger", "Decision", "'approve' or 'reject'"),
-        ("temporal_ledger.ledger.sqlite", "SQLiteRecorder", "Ledger.open(url)"),
         ("temporal_ledger.activities", "ActivityOptions", "ActivityConfig"),
         ("temporal_ledger.activities", "present", "ProbeAnswer.present"),
         ("temporal_ledger.activities.http", "HttpEffectUnknown", "unknown"),
