@@ -6,12 +6,7 @@ workers; a probe tells the ledger whether an unknown effect happened. The workfl
 (``temporal_ledger.workflows``) calls the tools with ``run_tool``.
 """
 
-from typing import Any
-
-from ..ledger._seam import moved_names
-from ..workflows import _seam as _workflows
 from ..workflows._seam import LedgerOptions, Tool, ToolSpec, step_key
-from . import _probe
 from ._failures import NonRetryableApplicationError
 from ._generic import LedgeredActivity
 from ._plugin import LedgerPlugin
@@ -33,17 +28,3 @@ __all__ = [
     "tool",
     "tool_context",
 ]
-
-#: Names that left the public face in 0.3: where they are now, and what to use instead.
-_DEPRECATED: dict[str, tuple[Any, str]] = {
-    "ActivityOptions": (_workflows.ActivityOptions, "pass temporalio.workflow.ActivityConfig(...)"),
-    "ErrorType": (
-        _workflows.ErrorType,
-        "compare an error's type with its string, e.g. 'ToolConflict'",
-    ),
-    "present": (_probe.present, "use ProbeAnswer.present(...)"),
-    "absent": (_probe.absent, "use ProbeAnswer.absent(...)"),
-    "inconclusive": (_probe.inconclusive, "use ProbeAnswer.inconclusive(...)"),
-}
-
-__getattr__ = moved_names(__name__, _DEPRECATED)

@@ -108,10 +108,3 @@ class ProbeAnswer(BaseModel):
 
 #: ``async def probe(key: str, arg: ArgModel) -> ProbeAnswer``; it must not act.
 Probe: TypeAlias = Callable[[str, Any], Awaitable[ProbeAnswer]]
-
-
-# The finders by their old module-level names (``temporal_ledger.activities.present``
-# and the others are deprecated aliases of them until 0.4).
-present = ProbeAnswer.present
-absent = ProbeAnswer.absent
-inconclusive = ProbeAnswer.inconclusive

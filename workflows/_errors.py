@@ -21,7 +21,7 @@ class ToolError(ApplicationError):
     Args:
         message: What happened.
         *details: Details for the failure, as ``ApplicationError`` carries them.
-        type: The :class:`~temporal_ledger.activities.ErrorType` that ended the step.
+        type: The error type that ended the step, e.g. ``'ToolConflict'``.
         key: The step's idempotency key.
         step: The step's name.
 
@@ -100,7 +100,7 @@ class ToolFailedError(ToolError):
         message: The failure.
         key: The step's idempotency key.
         step: The step's name.
-        error_type: The :class:`~temporal_ledger.activities.ErrorType` that ended the step.
+        error_type: The error type that ended the step, e.g. ``'ToolConflict'``.
     """
 
     def __init__(
