@@ -134,7 +134,7 @@ def _unregistered(history: WorkflowHistory, failure: str) -> str | None:
     return (
         f"workflow type {name!r} is not registered (given: {given}); register the class "
         f"that defines it: --workflow MODULE:CLASS (temporal-ledger replay) or "
-        f"workflows=[...] (replay_histories)"
+        f"Replayer(workflows=[...])"
     )
 
 

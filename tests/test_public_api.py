@@ -118,8 +118,6 @@ def test_every_public_module_is_in_the_face() -> None:
     [
         ("temporal_ledger.activities.http", "HttpEffectUnknown", "unknown"),
         ("temporal_ledger.activities.openai_agents", "MODEL_ACTIVITIES", "activity_rules"),
-        ("temporal_ledger.workflows", "OpenEffect", "open_effects"),
-        ("temporal_ledger.workflows", "replay_histories", "Replayer"),
     ],
 )
 def test_an_old_name_still_works_and_says_what_to_use_instead(

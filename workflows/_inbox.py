@@ -552,12 +552,6 @@ def inbox() -> Inbox:
     return found
 
 
-def install_reconciliation() -> None:
-    """Deprecated in 0.3 (gone in 0.4): the plugin registers the handlers as every run
-    starts (see :func:`install_at_start`)."""
-    inbox()
-
-
 def install_at_start() -> None:
     """Register the inbox's queries, signal and updates as the run starts, so that they
     answer before any tool runs; the plugin's workflow interceptor calls it.
