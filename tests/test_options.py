@@ -8,7 +8,6 @@ from datetime import timedelta
 
 import pytest
 from temporal_ledger.activities import LedgerOptions, LedgerPlugin
-from temporal_ledger.workflows._options import ActivityOptions
 from temporal_ledger.workflows._protocol import FINAL_ERROR_TYPES, ErrorType
 from temporal_ledger.workflows._scheduling import scheduling
 from temporalio.api.enums.v1 import EventType
@@ -99,14 +98,7 @@ def test_every_field_of_activity_config_reaches_the_activity_and_a_wrong_one_is_
         LedgerOptions(tool=timedelta(seconds=1))  # type: ignore[arg-type]  # the mistake under test
 
 
-def test_the_old_spellings_still_work_for_a_release_and_say_what_to_use() -> None:
-    with pytest.warns(DeprecationWarning, match="ActivityConfig"):
-        old = ActivityOptions(start_to_close_timeout=timedelta(seconds=42), task_queue="q")
-    assert scheduling("tool", old)["start_to_close_timeout"] == timedelta(seconds=42)
-    assert LedgerOptions(tool=old).tool == {
-        "start_to_close_timeout": timedelta(seconds=42),
-        "task_queue": "q",
-    }
+def test_the_old_lease_spelling_still_works_for_a_release_and_says_what_to_use() -> None:
     with pytest.warns(DeprecationWarning, match=r"options=LedgerOptions\(lease=\.\.\.\)"):
         both = LedgerPlugin("sqlite:///x.db", lease=2.0, options=LedgerOptions(lease=5.0))
     assert both.options.lease == 2.0

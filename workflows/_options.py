@@ -4,62 +4,21 @@ and the plugin's options that carry them to every run of its workers."""
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
 from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityConfig
 
 
-@dataclasses.dataclass(frozen=True)
-class ActivityOptions:
-    """Deprecated in 0.3 (gone in 0.4): pass temporalio's ``ActivityConfig`` instead.
-
-    ``ActivityOptions(start_to_close_timeout=...)`` becomes
-    ``ActivityConfig(start_to_close_timeout=...)``, field for field.
-
-    Attributes:
-        start_to_close_timeout: How long one attempt may run.
-        heartbeat_timeout: The heartbeat timeout; ``timedelta(0)``: none.
-        retry_policy: How Temporal retries the activity.
-        task_queue: The task queue of the workers that run the activity.
-    """
-
-    start_to_close_timeout: timedelta | None = None
-    heartbeat_timeout: timedelta | None = None
-    retry_policy: RetryPolicy | None = None
-    task_queue: str | None = None
-
-    def __post_init__(self) -> None:
-        warnings.warn(
-            "ActivityOptions is deprecated and goes in 0.4: pass temporalio.workflow."
-            "ActivityConfig(...) with the same fields",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-
-    def config(self) -> ActivityConfig:
-        """The same options as temporalio's ``ActivityConfig``.
-
-        Returns:
-            The fields that are set.
-        """
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        # The keys are ActivityConfig's by construction: the fields are named after them.
-        return cast(ActivityConfig, {k: v for k, v in fields.items() if v is not None})
-
-
-def activity_config(given: ActivityConfig | ActivityOptions | None) -> ActivityConfig:
-    """``given`` as an ``ActivityConfig`` (a deprecated ``ActivityOptions`` converted).
+def activity_config(given: ActivityConfig | None) -> ActivityConfig:
+    """``given``, checked to be an ``ActivityConfig`` (an empty one for ``None``).
 
     Raises:
         TypeError: ``given`` is neither.
     """
     if given is None:
         return ActivityConfig()
-    if isinstance(given, ActivityOptions):
-        return given.config()
     if not isinstance(given, dict):
         raise TypeError(f"activity options are a temporalio.workflow.ActivityConfig, not {given!r}")
     unknown = sorted(set(given) - set(ActivityConfig.__annotations__))
@@ -162,7 +121,8 @@ class LedgerOptions:
     heartbeat_timeout: timedelta | None = timedelta(seconds=5)
 
     def __post_init__(self) -> None:
-        # The deprecated ActivityOptions is taken for one release, as its ActivityConfig.
+        # A TypedDict is not checked at run time: refuse what is not an ActivityConfig here,
+        # not when the first call is scheduled.
         for kind in ("tool", "reconcile", "approve", "probe"):
             object.__setattr__(self, kind, activity_config(getattr(self, kind)))
         beat = self.heartbeat_timeout

@@ -6,10 +6,8 @@ approval or whose effect is unknown waits in the run's inbox (``_inbox``).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
-from datetime import timedelta
-from typing import Any, TypedDict, TypeVar, Unpack, cast
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
@@ -42,16 +40,6 @@ OutT = TypeVar("OutT")
 _HANDED_OVER = (ErrorType.AWAITING_APPROVAL, ErrorType.EFFECT_UNKNOWN)
 
 
-class ScheduleKeywords(TypedDict, total=False):
-    """``run_tool``'s keyword arguments from before ``options``, deprecated in 0.3 (gone
-    in 0.4); each overrides the field of the same name."""
-
-    start_to_close_timeout: timedelta
-    #: ``None``: no heartbeat timeout.
-    heartbeat_timeout: timedelta | None
-    task_queue: str | None
-
-
 def default_key(step: str) -> str:
     """The idempotency key of a step of this workflow: workflow id, first run, step.
 
@@ -78,7 +66,6 @@ async def run_tool(
     precondition: Any = None,
     key: str | None = None,
     options: workflow.ActivityConfig | None = None,
-    **keywords: Unpack[ScheduleKeywords],
 ) -> OutT:
     """Run a ledgered tool as one step of this workflow and return its output.
 
@@ -102,8 +89,6 @@ async def run_tool(
             that timed out, one more attempt only asks the ledger, which gives the
             recorded outcome, parks an unknown effect, or lets the step fail with the
             timeout.
-        **keywords: Deprecated in 0.3 (gone in 0.4): ``start_to_close_timeout``,
-            ``heartbeat_timeout`` and ``task_queue``; put them in ``options``.
 
     Returns:
         The tool's output (its output model), replayed from the ledger if the step
@@ -122,19 +107,7 @@ async def run_tool(
     """
     spec: ToolSpec[Any, OutT] = ToolSpec.of(tool)
     call = _tool_call(spec, arg, step=step, performer=performer, precondition=precondition, key=key)
-    unexpected = sorted(set(keywords) - ScheduleKeywords.__optional_keys__)
-    if unexpected:
-        raise TypeError(f"run_tool() got unexpected keyword arguments: {', '.join(unexpected)}")
-    if keywords:
-        warnings.warn(
-            f"run_tool({', '.join(sorted(keywords))}=...) is deprecated and goes in 0.4: "
-            "pass options=ActivityConfig(...)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        if "heartbeat_timeout" in keywords and keywords["heartbeat_timeout"] is None:
-            keywords["heartbeat_timeout"] = timedelta(0)  # None said: no heartbeat timeout
-    scheduling = options_for("tool", {**activity_config(options), **keywords})
+    scheduling = options_for("tool", activity_config(options))
     waiting = inbox()
     attempts = Attempts()
     # The first attempt is scheduled in every run of this workflow; later ones only in a

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from ._options import ActivityOptions, LedgerOptions, activity_config, merged
+from ._options import LedgerOptions, activity_config, merged
 from ._protocol import FINAL_ERROR_TYPES, ErrorType
 
 #: The ledger's activities, as :class:`LedgerOptions` names them.
@@ -49,7 +49,7 @@ def give_options(options: LedgerOptions) -> None:
 
 def options_for(
     kind: Kind,
-    given: workflow.ActivityConfig | ActivityOptions | None = None,
+    given: workflow.ActivityConfig | None = None,
     *,
     task_queue: str | None = None,
 ) -> dict[str, Any]:
@@ -61,7 +61,7 @@ def options_for(
 
 def scheduling(
     kind: Kind,
-    given: workflow.ActivityConfig | ActivityOptions | None = None,
+    given: workflow.ActivityConfig | None = None,
     *,
     run: LedgerOptions = _DEFAULTS,
     task_queue: str | None = None,

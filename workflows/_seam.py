@@ -9,7 +9,7 @@ private modules (``docs/repository.md``, Imports). Not public API.
 
 from ._interceptor import LedgerWorkflowInterceptor
 from ._keys import step_key
-from ._options import ActivityOptions, LedgerOptions
+from ._options import LedgerOptions
 from ._protocol import (
     ANCHOR_HEADER,
     APPROVE_ACTIVITY,
@@ -51,7 +51,6 @@ __all__ = [
     "PLACEHOLDER",
     "PROBE_ACTIVITY",
     "RECONCILE_ACTIVITY",
-    "ActivityOptions",
     "Answer",
     "AnswerForCall",
     "ApprovalNeeded",
