@@ -8,7 +8,6 @@ import dataclasses
 import json
 import logging
 import shlex
-import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -147,7 +146,6 @@ class LedgerPlugin(SimplePlugin):
             the logged allow-all of local development. A worker whose tools declare a
             probe that its ``[reconcile] probes`` does not name warns at start, once,
             naming them and the line to put in the policy.
-        lease: Deprecated in 0.3 (gone in 0.4): pass ``options=LedgerOptions(lease=...)``.
         ledger_activities: Activities you did not write with ``@tool`` to put through
             the ledger too: glob patterns of activity types (such as pydantic-ai's
             ``agent__*``) or :class:`LedgeredActivity` rules. They are keyed by workflow,
@@ -177,7 +175,6 @@ class LedgerPlugin(SimplePlugin):
         ledger: str | Ledger | None = None,
         *,
         policy: Policy | str | Path | None = None,
-        lease: float | None = None,
         ledger_activities: Sequence[str | LedgeredActivity] = (),
         trace_content: bool = False,
         options: LedgerOptions | None = None,
@@ -191,16 +188,7 @@ class LedgerPlugin(SimplePlugin):
             rule if isinstance(rule, LedgeredActivity) else LedgeredActivity(rule)
             for rule in ledger_activities
         )
-        options = options or LedgerOptions()
-        if lease is not None:
-            warnings.warn(
-                "LedgerPlugin(lease=...) is deprecated and goes in 0.4: pass "
-                "options=LedgerOptions(lease=...)",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            options = dataclasses.replace(options, lease=lease)
-        self.options = options
+        self.options = options or LedgerOptions()
         self._trace_content = trace_content
         self._policy_source = policy
         self._runtime: Runtime | None = None

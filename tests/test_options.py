@@ -98,12 +98,6 @@ def test_every_field_of_activity_config_reaches_the_activity_and_a_wrong_one_is_
         LedgerOptions(tool=timedelta(seconds=1))  # type: ignore[arg-type]  # the mistake under test
 
 
-def test_the_old_lease_spelling_still_works_for_a_release_and_says_what_to_use() -> None:
-    with pytest.warns(DeprecationWarning, match=r"options=LedgerOptions\(lease=\.\.\.\)"):
-        both = LedgerPlugin("sqlite:///x.db", lease=2.0, options=LedgerOptions(lease=5.0))
-    assert both.options.lease == 2.0
-
-
 async def test_the_plugins_options_and_a_calls_own_reach_the_scheduled_activities(
     setup: Setup,
 ) -> None:
