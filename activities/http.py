@@ -27,7 +27,6 @@ import functools
 import json as jsonlib
 import math
 import ssl
-import warnings
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -42,7 +41,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from ..ledger import NoEffect
-from ..ledger._seam import moved_names, wire_key
+from ..ledger._seam import wire_key
 from ._probe import Probe, ProbeAnswer
 from ._runtime import tool_context
 
@@ -96,7 +95,8 @@ class HttpEffectUnknown(Exception):
         return (_rebuild_unknown, (self.method, self.url, self.what, self.status))
 
 
-# Raised by request_json; its public name is a deprecated alias (see __getattr__).
+# Raised by request_json but not public (any exception leaves the effect unknown); the
+# class keeps its name, which the ledger records as the error's type.
 _HttpEffectUnknown = HttpEffectUnknown
 del HttpEffectUnknown
 
@@ -290,7 +290,6 @@ def lookup_probe(
     headers: dict[str, str] | None = None,
     timeout: float = 10.0,
     looked_up: Callable[[HttpResult, str], bool] | None = None,
-    require_echo: bool | None = None,
 ) -> Probe:
     """A probe for ``@tool(probe=...)`` that GETs the operation by its idempotency key.
 
@@ -316,19 +315,10 @@ def lookup_probe(
         timeout: httpx's timeout per phase of the GET.
         looked_up: ``looked_up(result, wire_key)``: whether the answer shows that the far
             side looked this key up.
-        require_echo: Deprecated and ignored: an answer is never evidence unless it shows
-            that the far side looked the key up.
 
     Returns:
         The probe.
     """
-    if require_echo is not None:
-        warnings.warn(
-            "lookup_probe(require_echo=...) is deprecated and ignored: a status alone is "
-            "never evidence; pass looked_up= to parse the far side's answer",
-            DeprecationWarning,
-            stacklevel=2,
-        )
     shows_lookup = looked_up or _names_key
 
     async def probe(key: str, arg: BaseModel) -> ProbeAnswer:
@@ -360,16 +350,3 @@ def lookup_probe(
         return ProbeAnswer.inconclusive(f"GET {where} answered {status}", [seen])
 
     return probe
-
-
-__getattr__ = moved_names(
-    __name__,
-    {
-        "HttpEffectUnknown": (
-            _HttpEffectUnknown,
-            "any exception a tool raises after it may have acted leaves the effect unknown",
-        ),
-        "IDEMPOTENCY_HEADER": (_IDEMPOTENCY_HEADER, "the header is 'Idempotency-Key'"),
-        "parse_retry_after": (_parse_retry_after, "parse Retry-After in your own code"),
-    },
-)

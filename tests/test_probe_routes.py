@@ -281,8 +281,3 @@ async def test_an_answer_is_evidence_only_when_its_body_names_the_key(
         "{base_url}/orders?idempotency_key={key}", looked_up=lambda result, wire: True
     )
     assert (await trusting(key, routed_nowhere)).finding is Finding.ABSENT
-
-
-def test_require_echo_is_deprecated_and_never_takes_a_status_alone() -> None:
-    with pytest.warns(DeprecationWarning, match="require_echo"):
-        lookup_probe("http://127.0.0.1:9/orders?k={key}", require_echo=False)

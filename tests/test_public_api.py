@@ -116,7 +116,6 @@ def test_every_public_module_is_in_the_face() -> None:
 @pytest.mark.parametrize(
     ("module", "name", "instead"),
     [
-        ("temporal_ledger.activities.http", "HttpEffectUnknown", "unknown"),
         ("temporal_ledger.activities.openai_agents", "MODEL_ACTIVITIES", "activity_rules"),
     ],
 )
