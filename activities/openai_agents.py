@@ -49,19 +49,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-from typing_extensions import deprecated
-
-from ..ledger import Ledger
-from ..ledger._seam import moved_names
-from ..workflows._seam import PLACEHOLDER, LedgerOptions
+from ..workflows._seam import PLACEHOLDER
 from ._failures import no_effect_errors_of
 from ._generic import LedgeredActivity, _CallableRule
 from ._mcp import content_schema
-from ._plugin import LedgerPlugin
-from ._policy import Policy
 from ._probe import Probe
 
 __all__ = ["activity_rules"]
@@ -199,57 +192,6 @@ def activity_rules(
     return rules
 
 
-@deprecated(
-    "ledgered_plugin is deprecated and goes in 0.4: pass "
-    "LedgerPlugin(ledger, ledger_activities=activity_rules(...))"
-)
-def ledgered_plugin(
-    ledger: str | Ledger,
-    *,
-    tools: Iterable[Callable[..., Any] | str] = (),
-    mcp_servers: Iterable[str] = (),
-    probes: Mapping[str, Probe] | None = None,
-    policy: Policy | str | Path | None = None,
-    lease: float = 30.0,
-) -> LedgerPlugin:
-    """Deprecated in 0.3 (gone in 0.4): ``LedgerPlugin(ledger, policy=...,
-    ledger_activities=activity_rules(...))`` is the one way to build the plugin.
-
-    A :class:`~temporal_ledger.activities.LedgerPlugin` for an OpenAI Agents app.
-
-    Put it on ``Client.connect(plugins=[...])`` beside ``OpenAIAgentsPlugin`` (workers
-    inherit it). A worker that runs only workflows needs it too: its interceptor numbers
-    the calls the keys are built from and lets a parked call wait in the run.
-
-    Args:
-        ledger: A ledger URL (``sqlite:///...``, ``postgresql://...``) or an open ledger.
-        tools: The activities the agents call through ``activity_as_tool``.
-        mcp_servers: The MCP servers whose tool calls to ledger, by name.
-        probes: Per tool name, a probe that settles an unknown effect before it parks
-            (see :func:`activity_rules`).
-        policy: Who may do what (see :class:`~temporal_ledger.activities.Policy`). The
-            performer is the workflow type; capabilities are
-            ``activity.<activity type>``, e.g. ``activity.temporalio.mcp.files.call-tool``.
-        lease: Seconds a worker holds a call's key without renewing it.
-
-    Returns:
-        The plugin.
-
-    Raises:
-        ValueError: Neither tools nor MCP servers were named.
-    """
-    tools, mcp_servers = list(tools), list(mcp_servers)
-    if not tools and not mcp_servers:
-        raise ValueError(
-            "ledgered_plugin needs the tools (activity_as_tool activities) or the MCP "
-            "servers whose calls to ledger"
-        )
-    rules = activity_rules(tools=tools, mcp_servers=mcp_servers, probes=probes)
-    return LedgerPlugin(
-        ledger, policy=policy, options=LedgerOptions(lease=lease), ledger_activities=rules
-    )
-
-
 def _activity_name(fn: Callable[..., Any] | str) -> str:
     if isinstance(fn, str):
         return fn
@@ -284,12 +226,3 @@ def _named(args: list[Any]) -> Any:
 
 def _tool_named(args: list[Any]) -> Any:
     return args[0]["tool_name"]
-
-
-__getattr__ = moved_names(
-    __name__,
-    {
-        "MODEL_ACTIVITIES": (_MODEL_ACTIVITIES, "activity_rules(models=True) covers them"),
-        "McpContent": (_McpContent, "activity_rules(mcp_servers=...) shapes MCP results"),
-    },
-)

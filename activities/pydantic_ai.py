@@ -45,18 +45,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from typing_extensions import deprecated
-
-from ..ledger import Ledger
-from ..workflows._seam import PLACEHOLDER, LedgerOptions
+from ..workflows._seam import PLACEHOLDER
 from ._failures import no_effect_errors_of
 from ._generic import LedgeredActivity
 from ._mcp import install_hooks
-from ._plugin import LedgerPlugin
-from ._policy import Policy
 
 __all__ = ["activity_rules"]
 
@@ -184,41 +178,6 @@ class ToolReturn:
             return None
         schema = tool_def.get("return_schema")
         return schema if isinstance(schema, dict) and schema else None
-
-
-@deprecated(
-    "ledgered_plugin is deprecated and goes in 0.4: pass "
-    "LedgerPlugin(ledger, ledger_activities=activity_rules(*agents))"
-)
-def ledgered_plugin(
-    ledger: str | Ledger,
-    *,
-    agents: Iterable[Any],
-    policy: Policy | str | Path | None = None,
-    lease: float = 30.0,
-    tools_retry_safe: bool = False,
-) -> LedgerPlugin:
-    """Deprecated in 0.3 (gone in 0.4): ``LedgerPlugin(ledger, policy=...,
-    ledger_activities=activity_rules(*agents))`` is the one way to build the plugin.
-
-    Args:
-        ledger: A ledger URL (``sqlite:///...``, ``postgresql://...``) or an open ledger.
-        agents: ``TemporalAgent`` s, durable ``Agent`` s, or their names.
-        policy: Who may do what (see :class:`~temporal_ledger.activities.Policy`).
-        lease: Seconds a worker holds a call's key without renewing it.
-        tools_retry_safe: The agents' tools deduplicate by the key.
-
-    Returns:
-        The plugin.
-
-    Raises:
-        TypeError: An agent without a name.
-        ValueError: No agent was given.
-    """
-    rules = activity_rules(*agents, tools_retry_safe=tools_retry_safe)
-    return LedgerPlugin(
-        ledger, policy=policy, options=LedgerOptions(lease=lease), ledger_activities=rules
-    )
 
 
 #: Fields pydantic-ai fills from the wall clock or a fresh id on every run: they differ

@@ -111,26 +111,3 @@ def test_every_public_module_is_in_the_face() -> None:
         if not path.stem.startswith("_") or path.stem == "__init__"
     }
     assert public == set(MODULES)
-
-
-@pytest.mark.parametrize(
-    ("module", "name", "instead"),
-    [
-        ("temporal_ledger.activities.openai_agents", "MODEL_ACTIVITIES", "activity_rules"),
-    ],
-)
-def test_an_old_name_still_works_and_says_what_to_use_instead(
-    module: str, name: str, instead: str
-) -> None:
-    with pytest.warns(DeprecationWarning, match="goes in 0.4") as caught:
-        found = getattr(importlib.import_module(module), name)
-    assert found is not None
-    assert instead in str(caught[0].message)
-    assert name not in importlib.import_module(module).__all__
-
-
-def test_an_unknown_name_is_still_an_attribute_error() -> None:
-    import temporal_ledger.activities
-
-    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
-        temporal_ledger.activities.nothing_here  # noqa: B018
