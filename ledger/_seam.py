@@ -18,7 +18,6 @@ from ._models import (
     NextOperation,
     may_act_again,
 )
-from ._moved import moved, moved_names
 from ._schema import output_misfit, output_template
 from ._signatures import DecisionSignature, Signers, read_policy_file
 from ._sqlite import path_from_url
@@ -39,8 +38,6 @@ __all__ = [
     "is_wire_key",
     "may_act_again",
     "model_json",
-    "moved",
-    "moved_names",
     "opener",
     "output_misfit",
     "output_template",
