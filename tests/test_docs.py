@@ -20,9 +20,9 @@ from tests.temporal_support import ROOT
 
 pytestmark = pytest.mark.timeout(180)
 
-#: What the site is built from: its configuration, pages, the README it includes, the
-#: hook that links the sources, and the sources the API reference reads.
-SOURCES = ("mkdocs.yml", "docs", "README.md", "scripts/docs_namespace.py")
+#: What the site is built from: its configuration, pages, the README and changelog it
+#: includes, the hook that links the sources, and the sources the API reference reads.
+SOURCES = ("mkdocs.yml", "docs", "README.md", "CHANGELOG.md", "scripts/docs_namespace.py")
 LIBRARY = ("ledger", "activities", "workflows")
 
 
@@ -51,6 +51,7 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
         "design",
         "crash-matrix",
         "repository",
+        "changelog",
         "reference/ledger",
         "reference/activities",
         "reference/workflows",
