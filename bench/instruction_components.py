@@ -35,17 +35,7 @@ request = bench_request
 
 
 def admission(req):
-    d = fingerprint_dimensions(req.identity())
-    return functools.partial(
-        _rule.admit,
-        request=req,
-        authority=authority,
-        dimensions=d,
-        fingerprint=combine(d),
-        retry_safe=False,
-        lease=30.0,
-        requires_approval=False,
-    )
+    return functools.partial(_rule.admit, ask=_rule.Ask.of(req, authority))
 
 
 now = time.time()

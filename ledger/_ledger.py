@@ -17,13 +17,7 @@ from typing import Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel
 
-from ._canonical import (
-    check_json,
-    check_text,
-    combine,
-    fingerprint_dimensions,
-    model_json,
-)
+from ._canonical import check_json, check_text, model_json
 from ._errors import (
     ActionInProgressError,
     ApprovalRefused,
@@ -51,6 +45,7 @@ from ._recorder import Recorder
 from ._rule import (
     Admission,
     Answer,
+    Ask,
     Busy,
     Claimed,
     Conflict,
@@ -432,24 +427,18 @@ class Ledger:
         """
         request = ActionRequest.parse(request)
         _check_arguments(request, authority=authority, adapter=adapter, state=state, wait=wait)
-        lease = self.lease if lease is None else _lease_seconds(lease)
-        dimensions = fingerprint_dimensions(request.identity())
-        fingerprint = combine(dimensions)
-        admission = functools.partial(
-            admit,
-            request=request,
-            authority=authority,
-            dimensions=dimensions,
-            fingerprint=fingerprint,
+        ask = Ask.of(
+            request,
+            authority,
             retry_safe=retry_safe,
-            lease=lease,
             requires_approval=requires_approval,
+            lease=self.lease if lease is None else _lease_seconds(lease),
             sync_replays=self.replay_audit == "durable",
         )
         if self.replay_audit == "batched" or (
             self.replay_audit == "committed" and self._recorder.reads_now
         ):
-            replay = await self._replay_from_the_record(request.key, admission)
+            replay = await self._replay_from_the_record(ask)
             if replay is not None:
                 return replay
         if (
@@ -458,38 +447,25 @@ class Ledger:
             and not requires_approval
             and authority.allows(request.capability)
         ):
-            acted = await self._act_first(
-                request,
-                adapter,
-                authority=authority,
-                dimensions=dimensions,
-                fingerprint=fingerprint,
-            )
+            acted = await self._act_first(ask, adapter)
             if acted is not None:
                 return acted
-        decided = await self._admit(request, admission, fingerprint=fingerprint, wait=wait)
+        decided = await self._admit(ask, wait=wait)
         if isinstance(decided, ActionResult):
             return decided
-        return await self._perform(request, decided, adapter, state, lease=lease)
+        return await self._perform(ask, decided, adapter, state)
 
-    async def _act_first(
-        self,
-        request: ActionRequest,
-        adapter: Adapter,
-        *,
-        authority: Authority,
-        dimensions: dict[str, str],
-        fingerprint: str,
-    ) -> ActionResult | None:
+    async def _act_first(self, ask: Ask, adapter: Adapter) -> ActionResult | None:
         """A retry-safe call: act, then record the request and its outcome in one write
         (:func:`record_acted`). ``None`` when the key is known to hold something the
         usual admission answers from (an outcome to replay, a claim, another request)."""
+        request = ask.request
         key = request.key
         seen = self._recorder.read_now(key) or self._recorder.expect(key)
         if seen is None:
             seen = await self._run(self._read_key, key)
         record = seen[0]
-        if record is not None and not _open_to_act_first(record, fingerprint):
+        if record is not None and not _open_to_act_first(record, ask.fingerprint):
             return None
         ctx = ExecutionContext(key=key, action_id=request.action_id, fencing_token=0)
         try:
@@ -498,14 +474,7 @@ class Ledger:
             fields = failure_fields(exc)
         else:
             fields = success_fields(output)
-        record_it = functools.partial(
-            record_acted,
-            request=request,
-            authority=authority,
-            dimensions=dimensions,
-            fingerprint=fingerprint,
-            sync_replays=self.replay_audit == "durable",
-        )
+        record_it = functools.partial(record_acted, ask=ask)
         try:
             try:
                 decision = await self._record_acted(
@@ -521,7 +490,7 @@ class Ledger:
         except DuplicateActionId:
             # The same submission landed before (its answer lost, or another process's
             # try): what it recorded is the answer.
-            answered = await self._answer_resubmission(request, fingerprint)
+            answered = await self._answer_resubmission(ask)
             if answered is None:
                 raise
             return answered
@@ -549,16 +518,10 @@ class Ledger:
             return done[1]
         return await self._transact_durably(key, fn, what="the outcome of a retry-safe call")
 
-    async def _admit(
-        self,
-        request: ActionRequest,
-        admission: Callable[..., Admission],
-        *,
-        fingerprint: str,
-        wait: float,
-    ) -> ActionResult | Claimed:
+    async def _admit(self, ask: Ask, *, wait: float) -> ActionResult | Claimed:
         """The rule's admission, written: an answer, or the claim to act under. Raises the
         conflict or the deferral it decided; waits up to ``wait`` for a live holder."""
+        request = ask.request
         deadline = time.monotonic() + wait
         first = True
         resubmitted = False
@@ -566,7 +529,7 @@ class Ledger:
         while True:
             give_up = time.monotonic() >= deadline
             decide = functools.partial(
-                admission, first=first, give_up=give_up, resubmitted=resubmitted
+                admit, ask=ask, first=first, give_up=give_up, resubmitted=resubmitted
             )
             try:
                 # The first try may go in one exchange, against the record this process
@@ -580,7 +543,7 @@ class Ledger:
             except DuplicateActionId:
                 if not first:
                     raise
-                answered = await self._answer_resubmission(request, fingerprint)
+                answered = await self._answer_resubmission(ask)
                 if answered is not None:
                     return answered
                 # Recorded before and never answered (it was deferred, or its claim is
@@ -631,18 +594,17 @@ class Ledger:
                 )
             raise
 
-    async def _replay_from_the_record(
-        self, key: str, admission: Callable[..., Admission]
-    ) -> ActionResult | None:
+    async def _replay_from_the_record(self, ask: Ask) -> ActionResult | None:
         """A replay decided from a read, its audit record committed without waiting for
         the disk before it answers (``"committed"``), or queued (``"batched"``); ``None``
         if the rule would do anything but replay (that goes the usual way)."""
+        key = ask.request.key
         read = self._recorder.read_now(key)
         record, now = read if read is not None else await self._run(self._read_key, key)
         if record is None or record.phase != Phase.SETTLED:
             return None
         draft = Draft(key, record, now)
-        decision = admission(draft, first=True, give_up=True)
+        decision = admit(draft, ask, first=True, give_up=True)
         if not (isinstance(decision, Answer) and decision.result.replayed):
             return None
         if self.replay_audit == "committed":
@@ -706,26 +668,19 @@ class Ledger:
     def _read_key(self, key: str) -> tuple[KeyRecord | None, float]:
         return self._recorder.get(key), self._recorder.now()
 
-    async def _answer_resubmission(
-        self, request: ActionRequest, fingerprint: str
-    ) -> ActionResult | None:
+    async def _answer_resubmission(self, ask: Ask) -> ActionResult | None:
         """The same submission (``action_id``) again: its recorded answer, or ``None`` when
         none was recorded (it was deferred, or it holds the key), to admit it again."""
-        events, record = await self._run(self._key_history, request.key)
-        return resubmission_answer(events, record, request=request, fingerprint=fingerprint)
+        events, record = await self._run(self._key_history, ask.request.key)
+        return resubmission_answer(events, record, request=ask.request, fingerprint=ask.fingerprint)
 
     def _key_history(self, key: str) -> tuple[list[LedgerEvent], KeyRecord | None]:
         return self._recorder.events(key), self._recorder.get(key)
 
     async def _perform(
-        self,
-        request: ActionRequest,
-        claim: Claimed,
-        adapter: Adapter,
-        state: StateResolver | None,
-        *,
-        lease: float,
+        self, ask: Ask, claim: Claimed, adapter: Adapter, state: StateResolver | None
     ) -> ActionResult:
+        request, lease = ask.request, ask.lease
         key, action_id, token = request.key, request.action_id, claim.token
         if not claim.started:
             assert state is not None

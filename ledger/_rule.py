@@ -19,7 +19,9 @@ from ._canonical import (
     FINGERPRINT_VERSION,
     canonical_json,
     check_json,
+    combine,
     differing,
+    fingerprint_dimensions,
     model_json,
     recordable_text,
     value_digest,
@@ -458,83 +460,68 @@ def unrecordable_output(output: Any, reason: BaseException | str) -> dict[str, A
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Ask:
+    """What one call asks of its key, decided on once per call and passed to every step of
+    the rule that decides it: the request, who asks, its identity and how it may act.
+
+    ``lease``: seconds a claim holds the key; ``sync_replays``: a transaction that records
+    only a replay waits for the disk.
+    """
+
+    request: ActionRequest
+    authority: Authority
+    dimensions: dict[str, str]
+    fingerprint: str
+    retry_safe: bool = False
+    requires_approval: bool = False
+    lease: float = 30.0
+    sync_replays: bool = True
+
+    @classmethod
+    def of(cls, request: ActionRequest, authority: Authority, **how: Any) -> Ask:
+        """The ask of ``request`` by ``authority``, its identity fingerprinted."""
+        dimensions = fingerprint_dimensions(request.identity())
+        return cls(request, authority, dimensions, combine(dimensions), **how)
+
+
 def admit(
-    tx: Transaction,
-    *,
-    request: ActionRequest,
-    authority: Authority,
-    dimensions: dict[str, str],
-    fingerprint: str,
-    retry_safe: bool,
-    first: bool,
-    give_up: bool,
-    lease: float,
-    requires_approval: bool = False,
-    resubmitted: bool = False,
-    sync_replays: bool = True,
+    tx: Transaction, ask: Ask, *, first: bool, give_up: bool, resubmitted: bool = False
 ) -> Admission:
     """Decide a request's admission under its key: ``first`` records the request;
     ``resubmitted`` admits again a request recorded before and never answered (deferred,
-    or holding a claim), as a new submission would be but without a second request.
+    or holding a claim), as a new submission would be but without a second request;
+    ``give_up`` records a deferral instead of leaving the caller to wait.
 
     The steps, in order: the request is recorded; an authority without the capability is
     refused before any lookup; a key bound to another request refuses it, a live claim
     defers it, an expired one is recovered, a settled outcome replays; a call that needs
-    an approval waits for one; else the request claims the key. A transaction that
-    records only a replay is committed without waiting for the disk unless
-    ``sync_replays``.
+    an approval waits for one; else the request claims the key.
     """
+    request = ask.request
     record = tx.record or KeyRecord(key=request.key)
     if resubmitted:
         own = own_claim(tx, record, request.action_id)
         if own is not None:
             return own
     if first:
-        _record_request(
-            tx,
-            request,
-            authority,
-            dimensions=dimensions,
-            fingerprint=fingerprint,
-            retry_safe=retry_safe,
-            requires_approval=requires_approval,
-        )
-    if (first or resubmitted) and not authority.allows(request.capability):
+        _record_request(tx, ask)
+    if (first or resubmitted) and not ask.authority.allows(request.capability):
         # Refused before any lookup: the answer has the same shape whatever the key holds.
-        return _refuse_authority(tx, record, request, authority)
-    answered = _bind_or_answer(
-        tx,
-        record,
-        request,
-        dimensions=dimensions,
-        fingerprint=fingerprint,
-        retry_safe=retry_safe,
-        first=first,
-        give_up=give_up,
-        sync_replays=sync_replays,
-    )
+        return _refuse_authority(tx, record, ask)
+    answered = _bind_or_answer(tx, record, ask, first=first, give_up=give_up)
     if answered is not None:
         return answered
     approval_id: str | None = None
-    if requires_approval:
-        approval_id = _consume_approval(
-            record, action_id=request.action_id, fingerprint=fingerprint
-        )
+    if ask.requires_approval:
+        approval_id = _consume_approval(record, ask)
         if approval_id is None:
-            return await_approval(tx, record, request, fingerprint)
-    return _claim(tx, record, request, retry_safe=retry_safe, lease=lease, approval_id=approval_id)
+            return await_approval(tx, record, ask)
+    return _claim(tx, record, ask, approval_id=approval_id)
 
 
-def _record_request(
-    tx: Transaction,
-    request: ActionRequest,
-    authority: Authority,
-    *,
-    dimensions: dict[str, str],
-    fingerprint: str,
-    retry_safe: bool,
-    requires_approval: bool,
-) -> None:
+def _record_request(tx: Transaction, ask: Ask) -> None:
+    request = ask.request
     tx.append(
         EventType.REQUESTED,
         request.action_id,
@@ -542,33 +529,32 @@ def _record_request(
             **request.identity(),
             "context": request.context,
             **({"output_schema": request.output_schema} if request.output_schema else {}),
-            **({"requires_approval": True} if requires_approval else {}),
-            "principal": authority.principal,
-            "retry_safe": retry_safe,
-            "fingerprint": fingerprint,
+            **({"requires_approval": True} if ask.requires_approval else {}),
+            "principal": ask.authority.principal,
+            "retry_safe": ask.retry_safe,
+            "fingerprint": ask.fingerprint,
             "fingerprint_version": FINGERPRINT_VERSION,
-            "dimensions": dimensions,
+            "dimensions": ask.dimensions,
         },
     )
 
 
-def _refuse_authority(
-    tx: Transaction, record: KeyRecord, request: ActionRequest, authority: Authority
-) -> Answer:
+def _refuse_authority(tx: Transaction, record: KeyRecord, ask: Ask) -> Answer:
+    authority, capability = ask.authority, ask.request.capability
     tx.append(
         EventType.AUTHORIZATION_REFUSED,
-        request.action_id,
+        ask.request.action_id,
         {
             "principal": authority.principal,
-            "capability": request.capability,
+            "capability": capability,
             "granted": list(authority.capabilities),
         },
     )
     return _deny(
         tx,
         record,
-        request,
-        error=f"{authority.principal!r} may not use capability {request.capability!r}",
+        ask.request,
+        error=f"{authority.principal!r} may not use capability {capability!r}",
         error_type=FailureType.DENIED,
     )
 
@@ -597,65 +583,25 @@ def _deny(
     return Answer(result_of(outcome, key=request.key, action_id=request.action_id, replayed=False))
 
 
-def _bind_identity(
-    record: KeyRecord, request: ActionRequest, *, dimensions: dict[str, str], fingerprint: str
-) -> None:
-    """The key's first admitted request: from now on the key holds this request alone."""
-    record.fingerprint = fingerprint
-    record.fingerprint_version = FINGERPRINT_VERSION
-    record.dimensions = dimensions
-    record.capability = request.capability
-    record.performer = request.performer
-    record.original_action_id = request.action_id
-
-
 def _bind_or_answer(
-    tx: Transaction,
-    record: KeyRecord,
-    request: ActionRequest,
-    *,
-    dimensions: dict[str, str],
-    fingerprint: str,
-    retry_safe: bool,
-    first: bool,
-    give_up: bool,
-    sync_replays: bool,
+    tx: Transaction, record: KeyRecord, ask: Ask, *, first: bool, give_up: bool
 ) -> Admission | None:
-    """Bind a vacant key to the request, or answer from the request the key is bound to
-    (:func:`_answer_from_the_key`); ``None`` when the request may act."""
+    """Bind a vacant key to the request, or answer from the request the key is bound to:
+    a conflict, a deferral or a replay; ``None`` when the request may act (after
+    recovering an expired claim)."""
+    request = ask.request
     if record.phase == Phase.VACANT:
-        _bind_identity(record, request, dimensions=dimensions, fingerprint=fingerprint)
+        # The key's first admitted request: from now on the key holds this request alone.
+        record.fingerprint = ask.fingerprint
+        record.fingerprint_version = FINGERPRINT_VERSION
+        record.dimensions = ask.dimensions
+        record.capability = request.capability
+        record.performer = request.performer
+        record.original_action_id = request.action_id
         return None
-    return _answer_from_the_key(
-        tx,
-        record,
-        request,
-        dimensions=dimensions,
-        fingerprint=fingerprint,
-        retry_safe=retry_safe,
-        first=first,
-        give_up=give_up,
-        sync_replays=sync_replays,
-    )
-
-
-def _answer_from_the_key(
-    tx: Transaction,
-    record: KeyRecord,
-    request: ActionRequest,
-    *,
-    dimensions: dict[str, str],
-    fingerprint: str,
-    retry_safe: bool,
-    first: bool,
-    give_up: bool,
-    sync_replays: bool = True,
-) -> Admission | None:
-    """What a key bound to a request answers: a conflict, a deferral or a replay; ``None``
-    when the request may act (after recovering an expired claim)."""
     recovered = False
-    if record.fingerprint != fingerprint:
-        return _refuse_conflict(tx, record, request, dimensions=dimensions, fingerprint=fingerprint)
+    if record.fingerprint != ask.fingerprint:
+        return _refuse_conflict(tx, record, ask)
     if record.phase in (Phase.CLAIMED, Phase.RUNNING):
         if not is_expired(record, tx.now):
             return _defer(tx, record, request, first=first, give_up=give_up)
@@ -665,22 +611,16 @@ def _answer_from_the_key(
     # a caller cannot declare an unknown effect of an unguarded attempt safe.
     if record.phase == Phase.SETTLED:
         assert record.outcome is not None  # a settled key has its outcome
-        if not may_act_again_after(record.outcome, retry_safe and record.retry_safe):
+        if not may_act_again_after(record.outcome, ask.retry_safe and record.retry_safe):
             # A recovery settles the crash gap: a decision, durable like every other.
-            tx.durable = sync_replays or recovered
+            tx.durable = ask.sync_replays or recovered
             return _replay(tx, record, request)
     return None
 
 
-def _refuse_conflict(
-    tx: Transaction,
-    record: KeyRecord,
-    request: ActionRequest,
-    *,
-    dimensions: dict[str, str],
-    fingerprint: str,
-) -> Conflict:
-    names = differing(record.dimensions, dimensions)
+def _refuse_conflict(tx: Transaction, record: KeyRecord, ask: Ask) -> Conflict:
+    request = ask.request
+    names = differing(record.dimensions, ask.dimensions)
     tx.append(
         EventType.REPLAY_REFUSED,
         request.action_id,
@@ -689,7 +629,7 @@ def _refuse_conflict(
             "original_action_id": record.original_action_id,
             "fingerprint_version": record.fingerprint_version,
             "dimensions": names,
-            "fingerprint": fingerprint,
+            "fingerprint": ask.fingerprint,
             "original_fingerprint": record.fingerprint,
         },
     )
@@ -742,37 +682,30 @@ def _replay(tx: Transaction, record: KeyRecord, request: ActionRequest) -> Answe
     return Answer(result_of(outcome, key=request.key, action_id=request.action_id, replayed=True))
 
 
-def _consume_approval(record: KeyRecord, *, action_id: str, fingerprint: str) -> str | None:
+def _consume_approval(record: KeyRecord, ask: Ask) -> str | None:
     """The id of the approval of this exact request, now consumed by this execution alone
     (another one under the key needs a new approval); ``None`` when there is none."""
     approval = record.approval
     if (
         approval is None
         or approval.state != ApprovalState.APPROVED
-        or approval.fingerprint != fingerprint
+        or approval.fingerprint != ask.fingerprint
     ):
         return None
     record.approval = approval.model_copy(
-        update={"state": ApprovalState.CONSUMED, "consumed_by": action_id}
+        update={"state": ApprovalState.CONSUMED, "consumed_by": ask.request.action_id}
     )
     return approval.approval_id
 
 
-def _claim(
-    tx: Transaction,
-    record: KeyRecord,
-    request: ActionRequest,
-    *,
-    retry_safe: bool,
-    lease: float,
-    approval_id: str | None,
-) -> Claimed:
+def _claim(tx: Transaction, record: KeyRecord, ask: Ask, *, approval_id: str | None) -> Claimed:
     """Take the key under a new fencing token; without a precondition to check first, the
     started marker is written in the same transaction."""
+    request = ask.request
     record.token += 1
     record.holder_action_id = request.action_id
-    record.lease_expires = tx.now + lease
-    record.retry_safe = retry_safe
+    record.lease_expires = tx.now + ask.lease
+    record.retry_safe = ask.retry_safe
     record.output_schema = request.output_schema
     started = request.precondition is None
     record.phase = Phase.RUNNING if started else Phase.CLAIMED
@@ -810,11 +743,10 @@ def own_claim(tx: Transaction, record: KeyRecord, action_id: str) -> Admission |
     return None
 
 
-def await_approval(
-    tx: Transaction, record: KeyRecord, request: ActionRequest, fingerprint: str
-) -> Answer:
+def await_approval(tx: Transaction, record: KeyRecord, ask: Ask) -> Answer:
     """Answer a call that needs an approval it does not hold: DENIED, no effect, and the
     key bound to the request's fingerprint so that the approval names exactly this call."""
+    request, fingerprint = ask.request, ask.fingerprint
     approval = record.approval
     rejected = (
         approval is not None
@@ -995,16 +927,7 @@ def _keep_as_evidence(
     )
 
 
-def record_acted(
-    tx: Transaction,
-    *,
-    request: ActionRequest,
-    authority: Authority,
-    dimensions: dict[str, str],
-    fingerprint: str,
-    fields: dict[str, Any],
-    sync_replays: bool = True,
-) -> Admission:
+def record_acted(tx: Transaction, ask: Ask, *, fields: dict[str, Any]) -> Admission:
     """Record a retry-safe call that acted before anything of it was recorded: its
     request and its outcome, in one transaction (the design's "retry-safe calls" skip
     the claim and the started marker).
@@ -1013,29 +936,13 @@ def record_acted(
     replays that outcome; a key bound to another request refuses this one; a live claim
     defers it. Either way this attempt's report is kept beside them as late evidence,
     never as the outcome. A key that may act again (a vacant one, a retryable failure,
-    an unknown effect of a retry-safe call) takes this attempt's outcome.
+    an unknown effect of a retry-safe call) takes this attempt's outcome. ``ask`` is
+    retry-safe and needs no approval.
     """
+    request = ask.request
     record = tx.record or KeyRecord(key=request.key)
-    _record_request(
-        tx,
-        request,
-        authority,
-        dimensions=dimensions,
-        fingerprint=fingerprint,
-        retry_safe=True,
-        requires_approval=False,
-    )
-    answer = _bind_or_answer(
-        tx,
-        record,
-        request,
-        dimensions=dimensions,
-        fingerprint=fingerprint,
-        retry_safe=True,
-        first=True,
-        give_up=True,
-        sync_replays=sync_replays,
-    )
+    _record_request(tx, ask)
+    answer = _bind_or_answer(tx, record, ask, first=True, give_up=True)
     if answer is not None:
         # Appended after the answer's events; the record is saved again with it.
         _keep_as_evidence(tx, record, action_id=request.action_id, token=None, fields=fields)

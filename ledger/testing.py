@@ -63,9 +63,8 @@ from temporal_ledger.ledger import (
     Verdict,
 )
 
-from ._canonical import combine, fingerprint_dimensions
 from ._models import ApprovalState, EffectState, FailureType, NextOperation
-from ._rule import Answer, admit
+from ._rule import Answer, Ask, admit
 from ._testing_child import AUTHORITY, count_effects, hammer_worker, request
 
 __all__ = ["LedgerContract"]
@@ -1216,18 +1215,8 @@ class LedgerContract:
         )  # a replay
         current = recorder.get("k")
         assert stale is not None and current is not None
-        replayed = request("k")
-        dimensions = fingerprint_dimensions(replayed.identity())
         replay = functools.partial(
-            admit,
-            request=replayed,
-            authority=AUTHORITY,
-            dimensions=dimensions,
-            fingerprint=combine(dimensions),
-            retry_safe=False,
-            first=True,
-            give_up=True,
-            lease=2.0,
+            admit, ask=Ask.of(request("k"), AUTHORITY, lease=2.0), first=True, give_up=True
         )
         before = ledger.events("k")
         for wrong in (None, stale):

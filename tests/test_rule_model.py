@@ -17,10 +17,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from temporal_ledger.ledger import ActionRequest, ActionStatus, Authority, Verdict
-from temporal_ledger.ledger._canonical import combine, fingerprint_dimensions
 from temporal_ledger.ledger._models import Decision, EffectState, FailureType, may_act_again
 from temporal_ledger.ledger._rule import (
     Answer,
+    Ask,
     Busy,
     Claimed,
     Conflict,
@@ -205,20 +205,17 @@ def test_the_rule_agrees_with_the_model_and_never_acts_twice_unfreed(ops: list[t
             assert got == expected, (op, expected, got)
             continue
         _, key, variant, allowed, retry_safe, kind = op
-        req = request(key, variant)
-        dimensions = fingerprint_dimensions(req.identity())
-        fingerprint = combine(dimensions)
+        ask = Ask.of(
+            request(key, variant),
+            Authority("agent", ["files.*"] if allowed else []),
+            retry_safe=retry_safe,
+            lease=LEASE,
+        )
+        fingerprint = ask.fingerprint
         expected = model.submit(key, fingerprint, allowed=allowed, retry_safe=retry_safe, now=now)
-        authority = Authority("agent", ["files.*"] if allowed else [])
         decision = store.transact(
-            key,
-            now,
-            functools.partial(
-                admit, request=req, authority=authority, dimensions=dimensions,
-                fingerprint=fingerprint, retry_safe=retry_safe, first=True, give_up=True,
-                lease=LEASE,
-            ),
-        )  # fmt: skip
+            key, now, functools.partial(admit, ask=ask, first=True, give_up=True)
+        )
         if isinstance(decision, Answer):
             got = "denied" if decision.result.status is ActionStatus.DENIED else "replay"
             if got == "replay":
@@ -259,7 +256,7 @@ def test_the_rule_agrees_with_the_model_and_never_acts_twice_unfreed(ops: list[t
             key,
             now,
             functools.partial(
-                complete, action_id=req.action_id, token=decision.token, fields=fields
+                complete, action_id=ask.request.action_id, token=decision.token, fields=fields
             ),
         )  # fmt: skip
         held = model.keys[key]
@@ -343,9 +340,13 @@ def test_a_gated_key_acts_only_under_a_fresh_approval_of_its_exact_request(
             assert ("refused" if reason else "recorded") == expected, (op, reason)
             continue
         _, key, variant, allowed, kind = op
-        req = request(key, variant)
-        dimensions = fingerprint_dimensions(req.identity())
-        fingerprint = combine(dimensions)
+        ask = Ask.of(
+            request(key, variant),
+            Authority("agent", ["files.*"] if allowed else []),
+            lease=LEASE,
+            requires_approval=True,
+        )
+        fingerprint = ask.fingerprint
         held = model.get(key)
         if not allowed:
             expected = "denied"
@@ -360,16 +361,9 @@ def test_a_gated_key_acts_only_under_a_fresh_approval_of_its_exact_request(
         else:
             expected = "awaiting"
             model.setdefault(key, GatedKey(fingerprint=fingerprint)).approval = "requested"
-        authority = Authority("agent", ["files.*"] if allowed else [])
         decision = store.transact(
-            key,
-            now,
-            functools.partial(
-                admit, request=req, authority=authority, dimensions=dimensions,
-                fingerprint=fingerprint, retry_safe=False, first=True, give_up=True,
-                lease=LEASE, requires_approval=True,
-            ),
-        )  # fmt: skip
+            key, now, functools.partial(admit, ask=ask, first=True, give_up=True)
+        )
         if isinstance(decision, Answer):
             got = {
                 FailureType.APPROVAL_REQUIRED: "awaiting",
@@ -405,7 +399,7 @@ def test_a_gated_key_acts_only_under_a_fresh_approval_of_its_exact_request(
             key,
             now,
             functools.partial(
-                complete, action_id=req.action_id, token=decision.token, fields=fields
+                complete, action_id=ask.request.action_id, token=decision.token, fields=fields
             ),
         )  # fmt: skip
     for key, count in executions.items():
