@@ -85,6 +85,19 @@ class _CountingAdapter:
         return self.output
 
 
+async def _execute(
+    ledger: Ledger, req: ActionRequest | dict[str, Any] | str, adapter: Any = None, **options: Any
+) -> ActionResult:
+    """``ledger.execute`` under :data:`AUTHORITY`: ``req`` a request, or a key to build the
+    suite's request for; ``adapter`` a counting far side unless given."""
+    return await ledger.execute(
+        request(req) if isinstance(req, str) else req,
+        authority=AUTHORITY,
+        adapter=_CountingAdapter() if adapter is None else adapter,
+        **options,
+    )
+
+
 def _types(ledger: Ledger, key: str) -> list[str]:
     return [e.type for e in ledger.events(key)]
 
@@ -147,7 +160,7 @@ class LedgerContract:
             seen["ctx"] = ctx
             return {"line": 1}
 
-        result = await ledger.execute(request("k"), authority=AUTHORITY, adapter=adapter)
+        result = await _execute(ledger, "k", adapter)
         assert result.status is ActionStatus.SUCCEEDED
         assert result.effect is EffectState.OBSERVED
         assert result.output == {"line": 1}
@@ -172,7 +185,7 @@ class LedgerContract:
             await asyncio.sleep(0)
             return "done"
 
-        result = await ledger.execute(request("k"), authority=AUTHORITY, adapter=adapter)
+        result = await _execute(ledger, "k", adapter)
         assert result.output == "done"
 
     # 2 -------------------------------------------------------------------------------
@@ -180,14 +193,14 @@ class LedgerContract:
         self, ledger: Ledger, open_ledger: Callable[..., Ledger]
     ) -> None:
         far_side = _CountingAdapter()
-        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
-        second = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        first = await _execute(ledger, "k", far_side)
+        second = await _execute(ledger, "k", far_side)
         assert len(far_side.calls) == 1
         assert second.replayed and second.reused_from_action_id == first.action_id
         assert second.action_id != first.action_id
         assert (second.status, second.output) == (first.status, first.output)
         async with open_ledger() as reopened:
-            third = await reopened.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+            third = await _execute(reopened, "k", far_side)
         assert len(far_side.calls) == 1
         assert third.replayed and third.reused_from_action_id == first.action_id
         assert third.output == {"written": True}
@@ -196,11 +209,11 @@ class LedgerContract:
         self, ledger: Ledger
     ) -> None:
         req = request("k")
-        await ledger.execute(req, authority=AUTHORITY, adapter=_CountingAdapter())
+        await _execute(ledger, req)
         before = len(ledger.events())
         other = request("k2", action_id=req.action_id)
         with pytest.raises(InvalidRequest, match=r"action_id .* under another key"):
-            await ledger.execute(other, authority=AUTHORITY, adapter=_CountingAdapter())
+            await _execute(ledger, other)
         assert len(ledger.events()) == before
 
     # 3 -------------------------------------------------------------------------------
@@ -222,14 +235,9 @@ class LedgerContract:
         change: dict[str, Any],
     ) -> None:
         far_side = _CountingAdapter()
-        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        first = await _execute(ledger, "k", far_side)
         with pytest.raises(IdempotencyConflictError) as caught:
-            await ledger.execute(
-                request("k", **change),
-                authority=AUTHORITY,
-                adapter=far_side,
-                state=lambda req: {"size": 3},
-            )
+            await _execute(ledger, request("k", **change), far_side, state=lambda req: {"size": 3})
         assert caught.value.dimensions == (dimension,)
         assert caught.value.key == "k"
         assert caught.value.original_action_id == first.action_id
@@ -242,11 +250,8 @@ class LedgerContract:
         assert refusal.payload["original_action_id"] == first.action_id
         async with open_ledger() as reopened:
             with pytest.raises(IdempotencyConflictError) as again:
-                await reopened.execute(
-                    request("k", **change),
-                    authority=AUTHORITY,
-                    adapter=far_side,
-                    state=lambda req: {"size": 3},
+                await _execute(
+                    reopened, request("k", **change), far_side, state=lambda req: {"size": 3}
                 )
         assert again.value.dimensions == (dimension,)
         assert len(far_side.calls) == 1
@@ -257,15 +262,11 @@ class LedgerContract:
         far_side = _CountingAdapter()
         payload = {"a": 1, "b": {"x": [1, 2.5], "y": None}}
         reordered = {"b": {"y": None, "x": [1, 2.5]}, "a": 1}
-        await ledger.execute(
-            request("k", payload=payload, context={"attempt": 1}),
-            authority=AUTHORITY,
-            adapter=far_side,
-        )
-        again = await ledger.execute(
+        await _execute(ledger, request("k", payload=payload, context={"attempt": 1}), far_side)
+        again = await _execute(
+            ledger,
             request("k", payload=reordered, context={"attempt": 2, "run": "other"}),
-            authority=AUTHORITY,
-            adapter=far_side,
+            far_side,
         )
         assert again.replayed and len(far_side.calls) == 1
 
@@ -286,7 +287,8 @@ class LedgerContract:
     )
     async def test_values_json_cannot_represent_are_refused(self, ledger: Ledger, bad: Any) -> None:
         with pytest.raises(InvalidRequest):
-            await ledger.execute(
+            await _execute(
+                ledger,
                 {
                     "key": "k",
                     "capability": "files.append",
@@ -294,8 +296,6 @@ class LedgerContract:
                     "payload": {"value": bad},
                     "performer": "p",
                 },
-                authority=AUTHORITY,
-                adapter=_CountingAdapter(),
             )
         with pytest.raises(InvalidRequest):
             request("k", precondition=[bad])
@@ -307,7 +307,7 @@ class LedgerContract:
         req = request("k", payload={"line": "x"})
         req.payload["line"] = float("nan")  # frozen model, mutable dict inside
         with pytest.raises(InvalidRequest, match=r"payload\.line: NaN"):
-            await ledger.execute(req, authority=AUTHORITY, adapter=_CountingAdapter())
+            await _execute(ledger, req)
         assert ledger.events() == []
 
     async def test_cyclic_payload_is_refused(self, ledger: Ledger) -> None:
@@ -318,7 +318,8 @@ class LedgerContract:
         listed: list[Any] = []
         listed.append(listed)
         with pytest.raises(InvalidRequest, match="cyclic"):
-            await ledger.execute(
+            await _execute(
+                ledger,
                 {
                     "key": "k",
                     "capability": "a.b",
@@ -326,8 +327,6 @@ class LedgerContract:
                     "performer": "p",
                     "payload": {"l": listed},
                 },
-                authority=AUTHORITY,
-                adapter=_CountingAdapter(),
             )
         assert ledger.events() == []
 
@@ -354,7 +353,7 @@ class LedgerContract:
     ) -> None:
         stranger = Authority("stranger", ["mail.*"])
         far_side = _CountingAdapter()
-        await ledger.execute(request("used"), authority=AUTHORITY, adapter=far_side)
+        await _execute(ledger, "used", far_side)
         answers = []
         for key, changes in [("unused", {}), ("used", {}), ("used", {"instruction": "other"})]:
             result = await ledger.execute(
@@ -381,9 +380,9 @@ class LedgerContract:
             "action.authorization_refused",
             "action.completed",
         ]
-        granted = await ledger.execute(request("unused"), authority=AUTHORITY, adapter=far_side)
+        granted = await _execute(ledger, "unused", far_side)
         assert granted.status is ActionStatus.SUCCEEDED and not granted.replayed
-        again = await ledger.execute(request("unused"), authority=AUTHORITY, adapter=far_side)
+        again = await _execute(ledger, "unused", far_side)
         assert again.replayed
         assert len(far_side.calls) == 2
 
@@ -395,13 +394,13 @@ class LedgerContract:
             acted.append(req.key)
             raise ConnectionError("connection lost after sending")
 
-        result = await ledger.execute(request("k"), authority=AUTHORITY, adapter=adapter)
+        result = await _execute(ledger, "k", adapter)
         assert (result.status, result.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
         assert "ConnectionError" in (result.error or "")
         state = ledger.state("k")
         assert state.next_operation is NextOperation.RECONCILE_EFFECT
         assert [s.key for s in ledger.open_effects()] == ["k"]
-        retry = await ledger.execute(request("k"), authority=AUTHORITY, adapter=adapter)
+        retry = await _execute(ledger, "k", adapter)
         assert retry.replayed and retry.status is ActionStatus.FAILED
         assert retry.effect is EffectState.UNKNOWN
         assert retry.reused_from_action_id == result.action_id
@@ -409,21 +408,15 @@ class LedgerContract:
 
     async def test_unknown_effect_of_a_retry_safe_tool_acts_again(self, ledger: Ledger) -> None:
         far_side = _CountingAdapter(raise_after=TimeoutError("no answer"))
-        first = await ledger.execute(
-            request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
-        )
+        first = await _execute(ledger, "k", far_side, retry_safe=True)
         assert first.effect is EffectState.UNKNOWN
         far_side.raise_after = None
-        second = await ledger.execute(
-            request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
-        )
+        second = await _execute(ledger, "k", far_side, retry_safe=True)
         assert second.status is ActionStatus.SUCCEEDED and not second.replayed
         # Retry-safe calls act before they record anything: no claim, no token.
         assert [c.fencing_token for c in far_side.calls] == [0, 0]
         assert all(c.key == "k" for c in far_side.calls)
-        third = await ledger.execute(
-            request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
-        )
+        third = await _execute(ledger, "k", far_side, retry_safe=True)
         assert third.replayed and third.reused_from_action_id == second.action_id
         assert len(far_side.calls) == 2
 
@@ -431,11 +424,9 @@ class LedgerContract:
         self, ledger: Ledger
     ) -> None:
         far_side = _CountingAdapter(raise_after=TimeoutError("no answer"))
-        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        first = await _execute(ledger, "k", far_side)
         assert first.effect is EffectState.UNKNOWN
-        again = await ledger.execute(
-            request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
-        )
+        again = await _execute(ledger, "k", far_side, retry_safe=True)
         assert again.replayed and again.effect is EffectState.UNKNOWN
         assert len(far_side.calls) == 1
 
@@ -443,16 +434,12 @@ class LedgerContract:
         self, ledger: Ledger
     ) -> None:
         far_side = _CountingAdapter({"reply": "hello"})
-        fresh = await ledger.execute(
-            request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
-        )
+        fresh = await _execute(ledger, "k", far_side, retry_safe=True)
         assert fresh.output == {"reply": "hello"} and not fresh.replayed
         # No claim and no started marker: the request and its outcome, written together.
         assert _types(ledger, "k") == ["action.requested", "action.completed"]
         assert len({e.recorded_at for e in ledger.events("k")}) == 1
-        again = await ledger.execute(
-            request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
-        )
+        again = await _execute(ledger, "k", far_side, retry_safe=True)
         assert again.replayed and again.output == {"reply": "hello"}
         assert len(far_side.calls) == 1
         assert ledger.verify().ok
@@ -463,18 +450,12 @@ class LedgerContract:
         # A worker that dies after its commit but before it answered: the same submission
         # (same action_id) comes again to a process that has never seen the key.
         req = request("k")
-        first = await ledger.execute(
-            req, authority=AUTHORITY, adapter=_CountingAdapter({"n": 1}), retry_safe=True
-        )
+        first = await _execute(ledger, req, _CountingAdapter({"n": 1}), retry_safe=True)
         async with open_ledger() as reopened:
             # Busy with other keys, as a worker is: a backend may then expect a key it
             # has not met to be vacant, act, and learn otherwise from its write.
-            await reopened.execute(
-                request("other"), authority=AUTHORITY, adapter=_CountingAdapter(), retry_safe=True
-            )
-            again = await reopened.execute(
-                req, authority=AUTHORITY, adapter=_CountingAdapter({"n": 2}), retry_safe=True
-            )
+            await _execute(reopened, "other", retry_safe=True)
+            again = await _execute(reopened, req, _CountingAdapter({"n": 2}), retry_safe=True)
         assert again.output == {"n": 1} and again.action_id == first.action_id
         assert ledger.state("k").output == {"n": 1}
         assert _types(ledger, "k")[:2] == ["action.requested", "action.completed"]
@@ -497,14 +478,12 @@ class LedgerContract:
 
         async def recorded_first() -> ActionResult:
             try:
-                return await ledger.execute(
-                    request("k"), authority=AUTHORITY, adapter=quick, retry_safe=True
-                )
+                return await _execute(ledger, "k", quick, retry_safe=True)
             finally:
                 first_recorded.set()
 
         slow_result, quick_result = await asyncio.gather(
-            ledger.execute(request("k"), authority=AUTHORITY, adapter=slow, retry_safe=True),
+            _execute(ledger, "k", slow, retry_safe=True),
             recorded_first(),
         )
         assert quick_result.output == {"by": "quick"} and not quick_result.replayed
@@ -526,24 +505,18 @@ class LedgerContract:
             await release.wait()
             return "held"
 
-        holder = asyncio.create_task(
-            ledger.execute(request("k"), authority=AUTHORITY, adapter=held)
-        )
+        holder = asyncio.create_task(_execute(ledger, "k", held))
         while ledger.state("k").next_operation is not NextOperation.WAIT:
             await asyncio.sleep(0.01)
         far_side = _CountingAdapter()
         with pytest.raises(ActionInProgressError):
-            await ledger.execute(
-                request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
-            )
+            await _execute(ledger, "k", far_side, retry_safe=True)
         other = request("k", payload={"line": "another"})
         with pytest.raises(IdempotencyConflictError):
-            await ledger.execute(other, authority=AUTHORITY, adapter=far_side, retry_safe=True)
+            await _execute(ledger, other, far_side, retry_safe=True)
         release.set()
         assert (await holder).output == "held"
-        replayed = await ledger.execute(
-            request("k"), authority=AUTHORITY, adapter=far_side, retry_safe=True
-        )
+        replayed = await _execute(ledger, "k", far_side, retry_safe=True)
         assert replayed.replayed and replayed.output == "held"
         assert far_side.calls == []
         assert ledger.verify().ok
@@ -553,28 +526,28 @@ class LedgerContract:
         far_side = _CountingAdapter(
             raise_after=NoEffect("429 busy", retryable=True, retry_after=1.5)
         )
-        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        first = await _execute(ledger, "k", far_side)
         assert (first.status, first.effect) == (ActionStatus.FAILED, EffectState.NONE)
         assert first.retryable and first.retry_after == 1.5
         assert ledger.state("k").next_operation is NextOperation.START_ACTION
         assert ledger.open_effects() == []
         far_side.raise_after = None
-        second = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        second = await _execute(ledger, "k", far_side)
         assert second.status is ActionStatus.SUCCEEDED and not second.replayed
-        third = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        third = await _execute(ledger, "k", far_side)
         assert third.replayed and third.reused_from_action_id == second.action_id
         assert len(far_side.calls) == 2
 
     async def test_final_no_effect_replays_the_failure(self, ledger: Ledger) -> None:
         far_side = _CountingAdapter(raise_after=NoEffect("400 bad request", retryable=False))
-        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        first = await _execute(ledger, "k", far_side)
         assert (first.status, first.effect, first.retryable) == (
             ActionStatus.FAILED,
             EffectState.NONE,
             False,
         )
         assert ledger.state("k").next_operation is NextOperation.FIX_INPUTS
-        second = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        second = await _execute(ledger, "k", far_side)
         assert second.replayed and second.status is ActionStatus.FAILED
         assert second.error == "400 bad request"
         assert len(far_side.calls) == 1
@@ -591,14 +564,14 @@ class LedgerContract:
             state = ledger.state("k")
             if state.next_operation is NextOperation.WAIT:
                 with pytest.raises(ActionInProgressError) as busy:
-                    await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+                    await _execute(ledger, "k", far_side)
                 assert busy.value.lease_remaining > 0
                 assert ledger.events("k")[-1].type == "action.deferred"
                 await asyncio.sleep(busy.value.lease_remaining + 0.2)
-            result = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+            result = await _execute(ledger, "k", far_side)
             assert (result.status, result.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
             assert result.replayed and result.error_type == "Interrupted"
-            again = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+            again = await _execute(ledger, "k", far_side)
             assert again.replayed and again.effect is EffectState.UNKNOWN
             assert [s.key for s in ledger.open_effects()] == ["k"]
             assert ledger.verify().ok
@@ -614,17 +587,13 @@ class LedgerContract:
             release.wait(10)
             return "slow"
 
-        running = asyncio.create_task(
-            ledger.execute(request("k"), authority=AUTHORITY, adapter=slow)
-        )
+        running = asyncio.create_task(_execute(ledger, "k", slow))
         await asyncio.to_thread(started.wait, 10)
         with pytest.raises(ActionInProgressError) as busy:
-            await ledger.execute(request("k"), authority=AUTHORITY, adapter=_CountingAdapter())
+            await _execute(ledger, "k")
         assert busy.value.holder_action_id == ledger.state("k").holder_action_id
         assert ledger.events("k")[-1].type == "action.deferred"
-        waiting = asyncio.create_task(
-            ledger.execute(request("k"), authority=AUTHORITY, adapter=_CountingAdapter(), wait=10)
-        )
+        waiting = asyncio.create_task(_execute(ledger, "k", wait=10))
         await asyncio.sleep(0.2)
         assert not waiting.done()
         release.set()
@@ -638,12 +607,10 @@ class LedgerContract:
             time.sleep(3.0)
             return "finished"
 
-        running = asyncio.create_task(
-            ledger.execute(request("k"), authority=AUTHORITY, adapter=slow)
-        )
+        running = asyncio.create_task(_execute(ledger, "k", slow))
         await asyncio.sleep(2.5)
         with pytest.raises(ActionInProgressError):
-            await ledger.execute(request("k"), authority=AUTHORITY, adapter=_CountingAdapter())
+            await _execute(ledger, "k")
         result = await running
         assert result.status is ActionStatus.SUCCEEDED and not result.replayed
 
@@ -655,20 +622,16 @@ class LedgerContract:
             await release.wait()
             return "held"
 
-        running = asyncio.create_task(
-            ledger.execute(request("k"), authority=AUTHORITY, adapter=held, lease=0.6)
-        )
+        running = asyncio.create_task(_execute(ledger, "k", held, lease=0.6))
         await asyncio.sleep(1.2)  # twice the call's lease: alive only if renewed
         with pytest.raises(ActionInProgressError) as busy:
-            await ledger.execute(request("k"), authority=AUTHORITY, adapter=_CountingAdapter())
+            await _execute(ledger, "k")
         assert 0 < busy.value.lease_remaining <= 0.6
         release.set()
         assert (await running).output == "held"
         for bad in (0, -1.0, float("nan")):
             with pytest.raises(InvalidRequest, match="lease"):
-                await ledger.execute(
-                    request("other"), authority=AUTHORITY, adapter=_CountingAdapter(), lease=bad
-                )
+                await _execute(ledger, "other", lease=bad)
         assert ledger.verify().ok
 
     async def test_a_late_completion_is_kept_while_a_newer_attempt_holds_the_key(
@@ -692,10 +655,10 @@ class LedgerContract:
             async def run() -> None:
                 async with open_ledger(lease=lease) as a:
                     try:
-                        a_result["value"] = await a.execute(
+                        a_result["value"] = await _execute(
+                            a,
                             request("k", precondition={"size": 3}),
-                            authority=AUTHORITY,
-                            adapter=stalled,
+                            stalled,
                             state=size,
                             retry_safe=True,
                         )
@@ -715,12 +678,8 @@ class LedgerContract:
         async with open_ledger(lease=lease) as b:
             await asyncio.sleep(lease * 1.5)
             running = asyncio.create_task(
-                b.execute(
-                    request("k", precondition={"size": 3}),
-                    authority=AUTHORITY,
-                    adapter=held,
-                    state=size,
-                    retry_safe=True,
+                _execute(
+                    b, request("k", precondition={"size": 3}), held, state=size, retry_safe=True
                 )
             )
             await asyncio.to_thread(thread.join, 10)
@@ -740,14 +699,10 @@ class LedgerContract:
             release.wait(10)
             return "slow"
 
-        running = asyncio.create_task(
-            ledger.execute(request("k"), authority=AUTHORITY, adapter=slow)
-        )
+        running = asyncio.create_task(_execute(ledger, "k", slow))
         await asyncio.sleep(0.2)
         waiter = request("k")
-        waiting = asyncio.create_task(
-            ledger.execute(waiter, authority=AUTHORITY, adapter=_CountingAdapter(), wait=30)
-        )
+        waiting = asyncio.create_task(_execute(ledger, waiter, wait=30))
         await asyncio.sleep(0.3)
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -761,7 +716,7 @@ class LedgerContract:
     # 8 -------------------------------------------------------------------------------
     async def _unknown(self, ledger: Ledger, key: str) -> _CountingAdapter:
         far_side = _CountingAdapter(raise_after=ConnectionResetError("reset"))
-        result = await ledger.execute(request(key), authority=AUTHORITY, adapter=far_side)
+        result = await _execute(ledger, key, far_side)
         assert result.effect is EffectState.UNKNOWN
         return far_side
 
@@ -784,7 +739,7 @@ class LedgerContract:
         assert state.reconciliations[0].actor == "ops@example"
         assert ledger.events("k")[: len(before)] == before
         assert ledger.open_effects() == []
-        later = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        later = await _execute(ledger, "k", far_side)
         assert later.replayed and later.output == {"line": 3}
         assert later.status is ActionStatus.FAILED and later.effect is EffectState.OBSERVED
         assert later.verdict is Verdict.EFFECT_CONFIRMED
@@ -795,9 +750,9 @@ class LedgerContract:
         state = await ledger.reconcile("k", "no_effect_confirmed", "ops", "file unchanged")
         assert state.next_operation is NextOperation.START_ACTION
         far_side.raise_after = None
-        again = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        again = await _execute(ledger, "k", far_side)
         assert again.status is ActionStatus.SUCCEEDED and not again.replayed
-        once_more = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        once_more = await _execute(ledger, "k", far_side)
         assert once_more.replayed
         assert len(far_side.calls) == 2
 
@@ -826,9 +781,7 @@ class LedgerContract:
     async def test_an_approval_in_nobodys_name_is_refused_and_records_nothing(
         self, ledger: Ledger
     ) -> None:
-        gated = await ledger.execute(
-            request("k"), authority=AUTHORITY, adapter=_CountingAdapter(), requires_approval=True
-        )
+        gated = await _execute(ledger, "k", requires_approval=True)
         assert gated.error_type == FailureType.APPROVAL_REQUIRED
         pending = ledger.state("k").approval
         assert pending is not None
@@ -845,7 +798,7 @@ class LedgerContract:
         assert state.effect is EffectState.UNKNOWN
         assert state.next_operation is NextOperation.RECONCILE_EFFECT
         assert [s.key for s in ledger.open_effects()] == ["k"]
-        replay = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        replay = await _execute(ledger, "k", far_side)
         assert replay.replayed and len(far_side.calls) == 1
 
     async def test_effect_confirmed_must_carry_an_output_that_fits_the_recorded_schema(
@@ -858,9 +811,7 @@ class LedgerContract:
             "required": ["entry"],
         }
         far_side = _CountingAdapter(raise_after=ConnectionResetError("lost the reply"))
-        await ledger.execute(
-            request("k", output_schema=schema), authority=AUTHORITY, adapter=far_side
-        )
+        await _execute(ledger, request("k", output_schema=schema), far_side)
         assert ledger.state("k").output_schema == schema
         before = ledger.events("k")
         for output, problem in (
@@ -879,32 +830,22 @@ class LedgerContract:
 
     async def test_the_same_submission_again_gets_its_recorded_answer(self, ledger: Ledger) -> None:
         far_side = _CountingAdapter({"line": 1})
-        first = await ledger.execute(
-            request("k", action_id="act-1"), authority=AUTHORITY, adapter=far_side
-        )
+        first = await _execute(ledger, request("k", action_id="act-1"), far_side)
         events = ledger.events("k")
-        again = await ledger.execute(
-            request("k", action_id="act-1"), authority=AUTHORITY, adapter=far_side
-        )
+        again = await _execute(ledger, request("k", action_id="act-1"), far_side)
         assert again == first and len(far_side.calls) == 1
         assert ledger.events("k") == events  # a resubmission is not a new request
-        replay = await ledger.execute(
-            request("k", action_id="act-2"), authority=AUTHORITY, adapter=far_side
-        )
-        replay_again = await ledger.execute(
-            request("k", action_id="act-2"), authority=AUTHORITY, adapter=far_side
-        )
+        replay = await _execute(ledger, request("k", action_id="act-2"), far_side)
+        replay_again = await _execute(ledger, request("k", action_id="act-2"), far_side)
         assert replay_again == replay and replay.reused_from_action_id == "act-1"
         with pytest.raises(InvalidRequest, match="for a different request"):
-            await ledger.execute(
-                request("k", action_id="act-1", payload={"line": "other"}),
-                authority=AUTHORITY,
-                adapter=far_side,
+            await _execute(
+                ledger, request("k", action_id="act-1", payload={"line": "other"}), far_side
             )
         assert len(far_side.calls) == 1
 
     async def test_reconciling_what_is_not_unknown_is_refused_durably(self, ledger: Ledger) -> None:
-        await ledger.execute(request("done"), authority=AUTHORITY, adapter=_CountingAdapter())
+        await _execute(ledger, "done")
         for key in ("done", "never-seen"):
             with pytest.raises(ReconciliationRefused) as refused:
                 await ledger.reconcile(key, "no_effect_confirmed", "ops", "looked")
@@ -919,11 +860,8 @@ class LedgerContract:
     # 9 -------------------------------------------------------------------------------
     async def test_precondition_drift_is_refused_before_any_effect(self, ledger: Ledger) -> None:
         far_side = _CountingAdapter()
-        result = await ledger.execute(
-            request("k", precondition={"size": 3}),
-            authority=AUTHORITY,
-            adapter=far_side,
-            state=lambda req: {"size": 4},
+        result = await _execute(
+            ledger, request("k", precondition={"size": 3}), far_side, state=lambda req: {"size": 4}
         )
         assert (result.status, result.effect) == (ActionStatus.FAILED, EffectState.NONE)
         assert result.error_type == "PreconditionDrift"
@@ -950,11 +888,8 @@ class LedgerContract:
             raise failure
 
         far_side = _CountingAdapter()
-        result = await ledger.execute(
-            request("k", precondition={"size": 1}),
-            authority=AUTHORITY,
-            adapter=far_side,
-            state=read_state,
+        result = await _execute(
+            ledger, request("k", precondition={"size": 1}), far_side, state=read_state
         )
         assert (result.status, result.effect, result.retryable) == (
             ActionStatus.FAILED,
@@ -966,11 +901,7 @@ class LedgerContract:
 
     async def test_precondition_without_a_resolver_is_refused(self, ledger: Ledger) -> None:
         with pytest.raises(InvalidRequest, match="precondition"):
-            await ledger.execute(
-                request("k", precondition={"size": 3}),
-                authority=AUTHORITY,
-                adapter=_CountingAdapter(),
-            )
+            await _execute(ledger, request("k", precondition={"size": 3}))
         assert ledger.events() == []
 
     async def test_replay_does_not_reevaluate_the_precondition(self, ledger: Ledger) -> None:
@@ -985,18 +916,12 @@ class LedgerContract:
             world["size"] += 1
             return dict(world)
 
-        first = await ledger.execute(
-            request("k", precondition={"size": 3}),
-            authority=AUTHORITY,
-            adapter=grow,
-            state=read_state,
+        first = await _execute(
+            ledger, request("k", precondition={"size": 3}), grow, state=read_state
         )
         assert first.status is ActionStatus.SUCCEEDED and world == {"size": 4}
-        replay = await ledger.execute(
-            request("k", precondition={"size": 3}),
-            authority=AUTHORITY,
-            adapter=grow,
-            state=read_state,
+        replay = await _execute(
+            ledger, request("k", precondition={"size": 3}), grow, state=read_state
         )
         assert replay.replayed and replay.status is ActionStatus.SUCCEEDED
         assert resolver_calls == ["k"] and world == {"size": 4}
@@ -1032,9 +957,7 @@ class LedgerContract:
             child.send_signal(signal.SIGSTOP)  # a stalled worker: it cannot renew its lease
             await asyncio.sleep(lease + 0.5)
             async with open_ledger(lease=lease) as ledger:
-                taken = await ledger.execute(
-                    request("k"), authority=AUTHORITY, adapter=_CountingAdapter()
-                )
+                taken = await _execute(ledger, "k")
                 assert taken.error_type == "Interrupted" and taken.replayed
             child.send_signal(signal.SIGCONT)
             out, _ = child.communicate(timeout=30)
@@ -1054,24 +977,18 @@ class LedgerContract:
     # 13 ------------------------------------------------------------------------------
     async def test_compaction_keeps_a_tombstone(self, ledger: Ledger) -> None:
         far_side = _CountingAdapter(output={"secret": "body"})
-        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
-        await ledger.execute(
-            request("open"),
-            authority=AUTHORITY,
-            adapter=_CountingAdapter(raise_after=TimeoutError()),
-        )
+        first = await _execute(ledger, "k", far_side)
+        await _execute(ledger, "open", _CountingAdapter(raise_after=TimeoutError()))
         assert await ledger.compact(older_than=0) == 1
         assert all(e.compacted for e in ledger.events("k") if e.type != "action.compacted")
         assert "secret" not in str([e.payload for e in ledger.events("k")])
         assert ledger.state("open").effect is EffectState.UNKNOWN  # unknowns are never compacted
-        late = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        late = await _execute(ledger, "k", far_side)
         assert late.replayed and late.compacted
         assert late.status is ActionStatus.SUCCEEDED and late.output is None
         assert late.reused_from_action_id == first.action_id
         with pytest.raises(IdempotencyConflictError) as conflict:
-            await ledger.execute(
-                request("k", payload={"line": "new"}), authority=AUTHORITY, adapter=far_side
-            )
+            await _execute(ledger, request("k", payload={"line": "new"}), far_side)
         assert conflict.value.dimensions == ("payload",)
         assert len(far_side.calls) == 1
         assert ledger.verify().ok
@@ -1082,8 +999,7 @@ class LedgerContract:
         self, ledger: Ledger
     ) -> None:
         far_side = _CountingAdapter()
-        gated: dict[str, Any] = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
-        waiting = await ledger.execute(request("k"), **gated)
+        waiting = await _execute(ledger, "k", far_side, requires_approval=True)
         assert (waiting.status, waiting.effect) == (ActionStatus.DENIED, EffectState.NONE)
         assert waiting.error_type == FailureType.APPROVAL_REQUIRED and far_side.calls == []
         state = ledger.state("k")
@@ -1094,9 +1010,9 @@ class LedgerContract:
             "k", fingerprint=request("k").fingerprint(), actor="alice", basis="looked right"
         )
         assert approval.state is ApprovalState.APPROVED and approval.actor == "alice"
-        first = await ledger.execute(request("k"), **gated)
+        first = await _execute(ledger, "k", far_side, requires_approval=True)
         assert first.ok and not first.replayed and len(far_side.calls) == 1
-        replay = await ledger.execute(request("k"), **gated)
+        replay = await _execute(ledger, "k", far_side, requires_approval=True)
         assert replay.replayed and len(far_side.calls) == 1
         started = [e for e in ledger.events("k") if e.type == "action.execution_started"]
         assert [e.payload["approval_id"] for e in started] == [approval.approval_id]
@@ -1104,15 +1020,14 @@ class LedgerContract:
 
     async def test_an_approval_holds_only_for_the_exact_request(self, ledger: Ledger) -> None:
         far_side = _CountingAdapter()
-        gated: dict[str, Any] = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
-        await ledger.execute(request("k"), **gated)
+        await _execute(ledger, "k", far_side, requires_approval=True)
         approved = request("k").fingerprint()
         changed = request("k", payload={"line": "refund 2000"})
         with pytest.raises(ApprovalRefused, match="fingerprint"):
             await ledger.approve("k", fingerprint=changed.fingerprint(), actor="alice", basis="ok")
         await ledger.approve("k", fingerprint=approved, actor="alice", basis="ok")
         with pytest.raises(IdempotencyConflictError) as conflict:
-            await ledger.execute(changed, **gated)
+            await _execute(ledger, changed, far_side, requires_approval=True)
         assert conflict.value.dimensions == ("payload",)
         assert far_side.calls == []
         assert _approval_state(ledger, "k") is ApprovalState.APPROVED
@@ -1122,13 +1037,12 @@ class LedgerContract:
         self, ledger: Ledger
     ) -> None:
         far_side = _CountingAdapter(raise_after=NoEffect("429 busy", retryable=True))
-        gated: dict[str, Any] = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
-        await ledger.execute(request("k"), **gated)
+        await _execute(ledger, "k", far_side, requires_approval=True)
         fingerprint = request("k").fingerprint()
         await ledger.approve("k", fingerprint=fingerprint, actor="alice", basis="ok")
-        first = await ledger.execute(request("k"), **gated)
+        first = await _execute(ledger, "k", far_side, requires_approval=True)
         assert first.retryable and len(far_side.calls) == 1  # the key may act again...
-        again = await ledger.execute(request("k"), **gated)
+        again = await _execute(ledger, "k", far_side, requires_approval=True)
         assert again.error_type == FailureType.APPROVAL_REQUIRED  # ...under an approval of its own
         assert ledger.state("k").next_operation is NextOperation.AWAIT_APPROVAL
         assert len(far_side.calls) == 1
@@ -1136,14 +1050,11 @@ class LedgerContract:
             await ledger.approve("k", fingerprint=fingerprint, actor="agent-1", basis="mine")
         await ledger.approve("k", fingerprint=fingerprint, actor="bob", basis="once more")
         far_side.raise_after = None
-        assert (await ledger.execute(request("k"), **gated)).ok
+        assert (await _execute(ledger, "k", far_side, requires_approval=True)).ok
         assert len(far_side.calls) == 2
 
     async def test_a_performer_never_approves_its_own_call(self, ledger: Ledger) -> None:
-        gated: dict[str, Any] = dict(
-            authority=AUTHORITY, adapter=_CountingAdapter(), requires_approval=True
-        )
-        await ledger.execute(request("k"), **gated)
+        await _execute(ledger, "k", requires_approval=True)
         with pytest.raises(ApprovalRefused, match="performer"):
             await ledger.approve(
                 "k", fingerprint=request("k").fingerprint(), actor="agent-1", basis="trust me"
@@ -1154,14 +1065,13 @@ class LedgerContract:
 
     async def test_a_rejection_ends_the_call_with_no_effect(self, ledger: Ledger) -> None:
         far_side = _CountingAdapter()
-        gated: dict[str, Any] = dict(authority=AUTHORITY, adapter=far_side, requires_approval=True)
-        await ledger.execute(request("k"), **gated)
+        await _execute(ledger, "k", far_side, requires_approval=True)
         fingerprint = request("k").fingerprint()
         rejection = await ledger.approve(
             "k", fingerprint=fingerprint, actor="alice", basis="too much", decision="reject"
         )
         assert rejection.state is ApprovalState.REJECTED
-        again = await ledger.execute(request("k"), **gated)
+        again = await _execute(ledger, "k", far_side, requires_approval=True)
         assert (
             again.status is ActionStatus.DENIED
             and again.error_type == FailureType.APPROVAL_REJECTED
@@ -1172,9 +1082,7 @@ class LedgerContract:
         assert far_side.calls == []
 
     async def test_bad_approval_input_records_nothing(self, ledger: Ledger) -> None:
-        await ledger.execute(
-            request("k"), authority=AUTHORITY, adapter=_CountingAdapter(), requires_approval=True
-        )
+        await _execute(ledger, "k", requires_approval=True)
         before = ledger.events("k")
         fingerprint = request("k").fingerprint()
         bad_inputs: tuple[dict[str, Any], ...] = (
@@ -1189,12 +1097,7 @@ class LedgerContract:
         assert ledger.events("k") == before
 
     async def test_verify_names_an_execution_that_bypassed_its_gate(self, ledger: Ledger) -> None:
-        await ledger.execute(
-            request("gated"),
-            authority=AUTHORITY,
-            adapter=_CountingAdapter(),
-            requires_approval=False,
-        )
+        await _execute(ledger, "gated", requires_approval=False)
         assert ledger.verify().ok
         report = ledger.verify(gated=["files.*"])
         assert not report.ok
@@ -1208,11 +1111,9 @@ class LedgerContract:
         transaction against a record the key no longer has, or against no record where
         the key has one, writes nothing; against the record the key has, it commits."""
         recorder = ledger._recorder  # the recorder's own contract
-        await ledger.execute(request("k"), authority=AUTHORITY, adapter=_CountingAdapter())
+        await _execute(ledger, "k")
         stale = recorder.get("k")
-        await ledger.execute(
-            request("k"), authority=AUTHORITY, adapter=_CountingAdapter()
-        )  # a replay
+        await _execute(ledger, "k")  # a replay
         current = recorder.get("k")
         assert stale is not None and current is not None
         replay = functools.partial(
@@ -1241,12 +1142,12 @@ class LedgerContract:
         the ledger is reopened (no write of the same output is refused later)."""
         output = {"ok": "a\u0000b", "\u0000key": ["\u0000"]}
         far_side = _CountingAdapter(output)
-        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
-        again = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        first = await _execute(ledger, "k", far_side)
+        again = await _execute(ledger, "k", far_side)
         assert first.ok and first.output == output
         assert again.replayed and again.output == output
         async with open_ledger() as reopened:
-            third = await reopened.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+            third = await _execute(reopened, "k", far_side)
         assert third.replayed and third.output == output
         assert len(far_side.calls) == 1
         assert ledger.state("k").output == output
@@ -1256,11 +1157,7 @@ class LedgerContract:
         for _ in range(5000):
             deep = {"a": deep}
         with pytest.raises(InvalidRequest, match=r"nested deeper than 100 arrays and objects"):
-            await ledger.execute(
-                request("k", payload={"deep": deep}),
-                authority=AUTHORITY,
-                adapter=_CountingAdapter(),
-            )
+            await _execute(ledger, request("k", payload={"deep": deep}))
         with pytest.raises(InvalidRequest, match="payload"):
             request("k", payload={"deep": deep})
         assert ledger.events() == []
@@ -1276,17 +1173,17 @@ class LedgerContract:
             deep = [deep]
         for key, output in (("deep", deep), ("nan", {"x": float("nan")}), ("set", {1, 2})):
             far_side = _CountingAdapter(output)
-            first = await ledger.execute(request(key), authority=AUTHORITY, adapter=far_side)
+            first = await _execute(ledger, key, far_side)
             assert (first.status, first.effect, first.error_type) == (
                 ActionStatus.FAILED,
                 EffectState.OBSERVED,
                 "UnrecordableOutput",
             )
             assert first.error is not None and "sha256 " in first.error
-            again = await ledger.execute(request(key), authority=AUTHORITY, adapter=far_side)
+            again = await _execute(ledger, key, far_side)
             assert again.replayed and again.error == first.error
             async with open_ledger() as reopened:
-                third = await reopened.execute(request(key), authority=AUTHORITY, adapter=far_side)
+                third = await _execute(reopened, key, far_side)
             assert third.replayed and third.error_type == "UnrecordableOutput"
             assert len(far_side.calls) == 1
         assert ledger.open_effects() == []
@@ -1297,11 +1194,11 @@ class LedgerContract:
                 return "lone \ud800 surrogate, NUL \u0000, and " + "x" * 100_000
 
         far_side = _CountingAdapter(raise_after=Hostile())
-        first = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        first = await _execute(ledger, "k", far_side)
         assert (first.status, first.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
         assert first.error is not None and "\\ud800" in first.error and "\u0000" in first.error
         assert len(first.error) < 70_000
-        again = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+        again = await _execute(ledger, "k", far_side)
         assert again.replayed and again.error == first.error
 
     @pytest.mark.parametrize("field", ["instruction", "performer", "action_id"])
@@ -1312,9 +1209,7 @@ class LedgerContract:
             if bad.startswith("nul") and field != "action_id":
                 continue  # inside JSON a NUL is an escape like any other
             with pytest.raises(InvalidRequest, match=field):
-                await ledger.execute(
-                    request("k", **{field: bad}), authority=AUTHORITY, adapter=_CountingAdapter()
-                )
+                await _execute(ledger, request("k", **{field: bad}))
         with pytest.raises(InvalidRequest, match="principal"):
             Authority("lone \ud800", ["files.*"])
         with pytest.raises(InvalidRequest, match="actor"):
@@ -1335,17 +1230,17 @@ class LedgerContract:
         key = "k'\\;--$$ E'\\x41'"
         payload = {text: [text, {"nested": text}] for text in texts}
         far_side = _CountingAdapter({"echo": texts})
-        first = await ledger.execute(
+        first = await _execute(
+            ledger,
             request(key, instruction=texts[0], payload=payload, performer=texts[3]),
-            authority=AUTHORITY,
-            adapter=far_side,
+            far_side,
         )
         assert first.ok and first.output == {"echo": texts}
         async with open_ledger() as reopened:
-            again = await reopened.execute(
+            again = await _execute(
+                reopened,
                 request(key, instruction=texts[0], payload=payload, performer=texts[3]),
-                authority=AUTHORITY,
-                adapter=far_side,
+                far_side,
             )
             requested = reopened.events(key)[0]
         assert again.replayed and again.output == {"echo": texts}
@@ -1371,20 +1266,18 @@ class LedgerContract:
             assert holder is not None
             deferred = request("k")
             with pytest.raises(ActionInProgressError):
-                await ledger.execute(deferred, authority=AUTHORITY, adapter=far_side)
+                await _execute(ledger, deferred, far_side)
             while ledger.state("k").next_operation is NextOperation.WAIT:
                 await asyncio.sleep(0.1)
-            answered = await ledger.execute(deferred, authority=AUTHORITY, adapter=far_side)
+            answered = await _execute(ledger, deferred, far_side)
             assert (answered.status, answered.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
             assert answered.error_type == "Interrupted" and answered.replayed
             assert answered.reused_from_action_id == holder
             assert answered.action_id == deferred.action_id
-            again = await ledger.execute(deferred, authority=AUTHORITY, adapter=far_side)
+            again = await _execute(ledger, deferred, far_side)
             assert again == answered
             # The holder's own submission again: its own interruption, not a replay.
-            own = await ledger.execute(
-                request("k", action_id=holder), authority=AUTHORITY, adapter=far_side
-            )
+            own = await _execute(ledger, request("k", action_id=holder), far_side)
             assert own.action_id == holder and not own.replayed
             assert own.error_type == "Interrupted"
             report = ledger.verify()
@@ -1404,15 +1297,15 @@ class LedgerContract:
             assert holder is not None
             own = request("k", action_id=holder)
             with pytest.raises(ActionInProgressError) as busy:
-                await ledger.execute(own, authority=AUTHORITY, adapter=far_side)
+                await _execute(ledger, own, far_side)
             assert busy.value.holder_action_id == holder
             await asyncio.sleep(busy.value.lease_remaining + 0.2)
-            answered = await ledger.execute(own, authority=AUTHORITY, adapter=far_side)
+            answered = await _execute(ledger, own, far_side)
             assert (answered.status, answered.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
             assert answered.error_type == "Interrupted" and not answered.replayed
             completions = [e for e in ledger.events("k") if e.type == "action.completed"]
             assert [e.action_id for e in completions] == [holder]
-            later = await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
+            later = await _execute(ledger, "k", far_side)
             assert later.replayed and later.reused_from_action_id == holder
             report = ledger.verify()
             assert report.ok, report.problems
