@@ -1,0 +1,355 @@
+"""The contract suite, third part: people's decisions. Verdicts on unknown effects,
+preconditions and approvals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from temporal_ledger.ledger import (
+    ActionRequest,
+    ActionStatus,
+    ApprovalRefused,
+    IdempotencyConflictError,
+    InvalidRequest,
+    Ledger,
+    NoEffect,
+    ReconciliationRefused,
+    Verdict,
+)
+
+from ._models import ApprovalState, EffectState, FailureType, NextOperation
+from ._testing_child import (
+    _approval_state,
+    _CountingAdapter,
+    _execute,
+    _types,
+    request,
+)
+
+
+class DecisionContract:
+    """People's decisions (mixed into ``LedgerContract``, whose fixtures it uses)."""
+
+    # 8 -------------------------------------------------------------------------------
+    async def _unknown(self, ledger: Ledger, key: str) -> _CountingAdapter:
+        far_side = _CountingAdapter(raise_after=ConnectionResetError("reset"))
+        result = await _execute(ledger, key, far_side)
+        assert result.effect is EffectState.UNKNOWN
+        return far_side
+
+    async def test_effect_confirmed_returns_the_operators_output(self, ledger: Ledger) -> None:
+        far_side = await self._unknown(ledger, "k")
+        before = ledger.events("k")
+        state = await ledger.reconcile(
+            "k",
+            Verdict.EFFECT_CONFIRMED,
+            actor="ops@example",
+            basis="line found in file",
+            evidence=["file:/tmp/out.txt#L3"],
+            output={"line": 3},
+        )
+        assert (state.effect, state.status, state.next_operation) == (
+            EffectState.OBSERVED,
+            ActionStatus.FAILED,
+            NextOperation.NONE,
+        )
+        assert state.reconciliations[0].actor == "ops@example"
+        assert ledger.events("k")[: len(before)] == before
+        assert ledger.open_effects() == []
+        later = await _execute(ledger, "k", far_side)
+        assert later.replayed and later.output == {"line": 3}
+        assert later.status is ActionStatus.FAILED and later.effect is EffectState.OBSERVED
+        assert later.verdict is Verdict.EFFECT_CONFIRMED
+        assert len(far_side.calls) == 1
+
+    async def test_no_effect_confirmed_acts_exactly_once_more(self, ledger: Ledger) -> None:
+        far_side = await self._unknown(ledger, "k")
+        state = await ledger.reconcile("k", "no_effect_confirmed", "ops", "file unchanged")
+        assert state.next_operation is NextOperation.START_ACTION
+        far_side.raise_after = None
+        again = await _execute(ledger, "k", far_side)
+        assert again.status is ActionStatus.SUCCEEDED and not again.replayed
+        once_more = await _execute(ledger, "k", far_side)
+        assert once_more.replayed
+        assert len(far_side.calls) == 2
+
+    @pytest.mark.parametrize(
+        ("actor", "basis", "evidence", "named"),
+        [
+            ("YOUR-NAME", "the file has the line", [], "actor"),
+            ("you", "the file has the line", [], "actor"),
+            ("ops-ann", "WHY", [], "basis"),
+            ("ops-ann", "WHAT-YOU-SAW", [], "basis"),
+            ("ops-ann", "saw <what you saw>", [], "basis"),
+            ("ops-ann", "the file has the line", ["<a link to it>"], "evidence"),
+            ("probe:append", "the far side said so", [], "evidence"),
+        ],
+    )
+    async def test_a_verdict_in_nobodys_name_is_refused_and_records_nothing(
+        self, ledger: Ledger, actor: str, basis: str, evidence: list[Any], named: str
+    ) -> None:
+        await self._unknown(ledger, "k")
+        before = ledger.events("k")
+        with pytest.raises(InvalidRequest, match=named):
+            await ledger.reconcile("k", "no_effect_confirmed", actor, basis, evidence=evidence)
+        assert ledger.events("k") == before
+        assert ledger.state("k").next_operation is NextOperation.RECONCILE_EFFECT
+
+    async def test_an_approval_in_nobodys_name_is_refused_and_records_nothing(
+        self, ledger: Ledger
+    ) -> None:
+        gated = await _execute(ledger, "k", requires_approval=True)
+        assert gated.error_type == FailureType.APPROVAL_REQUIRED
+        pending = ledger.state("k").approval
+        assert pending is not None
+        before = ledger.events("k")
+        for actor, basis in (("YOUR-NAME", "the refund is right"), ("lead-ann", "WHY")):
+            with pytest.raises(InvalidRequest, match="placeholder"):
+                await ledger.approve("k", fingerprint=pending.fingerprint, actor=actor, basis=basis)
+        assert ledger.events("k") == before
+        assert ledger.state("k").approval == pending
+
+    async def test_still_unknown_keeps_the_effect_open(self, ledger: Ledger) -> None:
+        far_side = await self._unknown(ledger, "k")
+        state = await ledger.reconcile("k", "still_unknown", "ops", "far side unreachable")
+        assert state.effect is EffectState.UNKNOWN
+        assert state.next_operation is NextOperation.RECONCILE_EFFECT
+        assert [s.key for s in ledger.open_effects()] == ["k"]
+        replay = await _execute(ledger, "k", far_side)
+        assert replay.replayed and len(far_side.calls) == 1
+
+    async def test_effect_confirmed_must_carry_an_output_that_fits_the_recorded_schema(
+        self, ledger: Ledger
+    ) -> None:
+        schema = {
+            "title": "Sent",
+            "type": "object",
+            "properties": {"entry": {"type": "integer"}, "note": {"type": "string"}},
+            "required": ["entry"],
+        }
+        far_side = _CountingAdapter(raise_after=ConnectionResetError("lost the reply"))
+        await _execute(ledger, request("k", output_schema=schema), far_side)
+        assert ledger.state("k").output_schema == schema
+        before = ledger.events("k")
+        for output, problem in (
+            (None, "entry: missing (integer)"),
+            ({"note": "x"}, "entry: missing (integer)"),
+            ({"entry": "two"}, "entry: expected integer, got 'two'"),
+        ):
+            with pytest.raises(InvalidRequest, match="effect_confirmed needs the output") as bad:
+                await ledger.reconcile("k", "effect_confirmed", "ops", "saw it", output=output)
+            assert problem in str(bad.value)
+            assert ledger.events("k") == before  # nothing recorded, nothing changed
+        state = await ledger.reconcile(
+            "k", "effect_confirmed", "ops", "saw it", output={"entry": 2}
+        )
+        assert state.effect is EffectState.OBSERVED and state.output == {"entry": 2}
+
+    async def test_the_same_submission_again_gets_its_recorded_answer(self, ledger: Ledger) -> None:
+        far_side = _CountingAdapter({"line": 1})
+        first = await _execute(ledger, request("k", action_id="act-1"), far_side)
+        events = ledger.events("k")
+        again = await _execute(ledger, request("k", action_id="act-1"), far_side)
+        assert again == first and len(far_side.calls) == 1
+        assert ledger.events("k") == events  # a resubmission is not a new request
+        replay = await _execute(ledger, request("k", action_id="act-2"), far_side)
+        replay_again = await _execute(ledger, request("k", action_id="act-2"), far_side)
+        assert replay_again == replay and replay.reused_from_action_id == "act-1"
+        with pytest.raises(InvalidRequest, match="for a different request"):
+            await _execute(
+                ledger, request("k", action_id="act-1", payload={"line": "other"}), far_side
+            )
+        assert len(far_side.calls) == 1
+
+    async def test_reconciling_what_is_not_unknown_is_refused_durably(self, ledger: Ledger) -> None:
+        await _execute(ledger, "done")
+        for key in ("done", "never-seen"):
+            with pytest.raises(ReconciliationRefused) as refused:
+                await ledger.reconcile(key, "no_effect_confirmed", "ops", "looked")
+            assert refused.value.key == key
+            assert ledger.events(key)[-1].type == "action.reconcile_refused"
+        assert ledger.state("done").effect is EffectState.OBSERVED
+        with pytest.raises(InvalidRequest, match="verdict"):
+            await ledger.reconcile("done", "maybe", "ops", "looked")
+        with pytest.raises(InvalidRequest, match="actor"):
+            await ledger.reconcile("done", "still_unknown", "", "looked")
+
+    # 9 -------------------------------------------------------------------------------
+    async def test_precondition_drift_is_refused_before_any_effect(self, ledger: Ledger) -> None:
+        far_side = _CountingAdapter()
+        result = await _execute(
+            ledger, request("k", precondition={"size": 3}), far_side, state=lambda req: {"size": 4}
+        )
+        assert (result.status, result.effect) == (ActionStatus.FAILED, EffectState.NONE)
+        assert result.error_type == "PreconditionDrift"
+        assert ledger.state("k").next_operation is NextOperation.FIX_INPUTS
+        assert far_side.calls == []
+        assert "action.execution_started" not in _types(ledger, "k")
+
+    @pytest.mark.parametrize(
+        ("failure", "retryable", "next_operation"),
+        [
+            (ConnectionRefusedError("state store down"), True, NextOperation.START_ACTION),
+            (TypeError("bug in the resolver"), False, NextOperation.FIX_INPUTS),
+        ],
+        ids=["io-error", "bug"],
+    )
+    async def test_a_failing_state_resolver_acts_nothing(
+        self,
+        ledger: Ledger,
+        failure: Exception,
+        retryable: bool,
+        next_operation: NextOperation,
+    ) -> None:
+        def read_state(req: ActionRequest) -> Any:
+            raise failure
+
+        far_side = _CountingAdapter()
+        result = await _execute(
+            ledger, request("k", precondition={"size": 1}), far_side, state=read_state
+        )
+        assert (result.status, result.effect, result.retryable) == (
+            ActionStatus.FAILED,
+            EffectState.NONE,
+            retryable,
+        )
+        assert ledger.state("k").next_operation is next_operation
+        assert far_side.calls == []
+
+    async def test_precondition_without_a_resolver_is_refused(self, ledger: Ledger) -> None:
+        with pytest.raises(InvalidRequest, match="precondition"):
+            await _execute(ledger, request("k", precondition={"size": 3}))
+        assert ledger.events() == []
+
+    async def test_replay_does_not_reevaluate_the_precondition(self, ledger: Ledger) -> None:
+        world = {"size": 3}
+        resolver_calls: list[str] = []
+
+        def read_state(req: ActionRequest) -> dict[str, int]:
+            resolver_calls.append(req.key)
+            return dict(world)
+
+        def grow(req: ActionRequest, ctx: Any) -> dict[str, int]:
+            world["size"] += 1
+            return dict(world)
+
+        first = await _execute(
+            ledger, request("k", precondition={"size": 3}), grow, state=read_state
+        )
+        assert first.status is ActionStatus.SUCCEEDED and world == {"size": 4}
+        replay = await _execute(
+            ledger, request("k", precondition={"size": 3}), grow, state=read_state
+        )
+        assert replay.replayed and replay.status is ActionStatus.SUCCEEDED
+        assert resolver_calls == ["k"] and world == {"size": 4}
+
+    # 14 ------------------------------------------------------------------------------
+    async def test_an_approved_call_acts_once_and_replays_without_a_new_approval(
+        self, ledger: Ledger
+    ) -> None:
+        far_side = _CountingAdapter()
+        waiting = await _execute(ledger, "k", far_side, requires_approval=True)
+        assert (waiting.status, waiting.effect) == (ActionStatus.DENIED, EffectState.NONE)
+        assert waiting.error_type == FailureType.APPROVAL_REQUIRED and far_side.calls == []
+        state = ledger.state("k")
+        assert state.next_operation is NextOperation.AWAIT_APPROVAL
+        assert state.approval is not None and state.approval.state is ApprovalState.REQUESTED
+        assert state.approval.fingerprint == request("k").fingerprint()
+        approval = await ledger.approve(
+            "k", fingerprint=request("k").fingerprint(), actor="alice", basis="looked right"
+        )
+        assert approval.state is ApprovalState.APPROVED and approval.actor == "alice"
+        first = await _execute(ledger, "k", far_side, requires_approval=True)
+        assert first.ok and not first.replayed and len(far_side.calls) == 1
+        replay = await _execute(ledger, "k", far_side, requires_approval=True)
+        assert replay.replayed and len(far_side.calls) == 1
+        started = [e for e in ledger.events("k") if e.type == "action.execution_started"]
+        assert [e.payload["approval_id"] for e in started] == [approval.approval_id]
+        assert _approval_state(ledger, "k") is ApprovalState.CONSUMED
+
+    async def test_an_approval_holds_only_for_the_exact_request(self, ledger: Ledger) -> None:
+        far_side = _CountingAdapter()
+        await _execute(ledger, "k", far_side, requires_approval=True)
+        approved = request("k").fingerprint()
+        changed = request("k", payload={"line": "refund 2000"})
+        with pytest.raises(ApprovalRefused, match="fingerprint"):
+            await ledger.approve("k", fingerprint=changed.fingerprint(), actor="alice", basis="ok")
+        await ledger.approve("k", fingerprint=approved, actor="alice", basis="ok")
+        with pytest.raises(IdempotencyConflictError) as conflict:
+            await _execute(ledger, changed, far_side, requires_approval=True)
+        assert conflict.value.dimensions == ("payload",)
+        assert far_side.calls == []
+        assert _approval_state(ledger, "k") is ApprovalState.APPROVED
+        assert "action.approval_refused" in _types(ledger, "k")
+
+    async def test_a_consumed_approval_does_not_start_a_second_execution(
+        self, ledger: Ledger
+    ) -> None:
+        far_side = _CountingAdapter(raise_after=NoEffect("429 busy", retryable=True))
+        await _execute(ledger, "k", far_side, requires_approval=True)
+        fingerprint = request("k").fingerprint()
+        await ledger.approve("k", fingerprint=fingerprint, actor="alice", basis="ok")
+        first = await _execute(ledger, "k", far_side, requires_approval=True)
+        assert first.retryable and len(far_side.calls) == 1  # the key may act again...
+        again = await _execute(ledger, "k", far_side, requires_approval=True)
+        assert again.error_type == FailureType.APPROVAL_REQUIRED  # ...under an approval of its own
+        assert ledger.state("k").next_operation is NextOperation.AWAIT_APPROVAL
+        assert len(far_side.calls) == 1
+        with pytest.raises(ApprovalRefused):
+            await ledger.approve("k", fingerprint=fingerprint, actor="agent-1", basis="mine")
+        await ledger.approve("k", fingerprint=fingerprint, actor="bob", basis="once more")
+        far_side.raise_after = None
+        assert (await _execute(ledger, "k", far_side, requires_approval=True)).ok
+        assert len(far_side.calls) == 2
+
+    async def test_a_performer_never_approves_its_own_call(self, ledger: Ledger) -> None:
+        await _execute(ledger, "k", requires_approval=True)
+        with pytest.raises(ApprovalRefused, match="performer"):
+            await ledger.approve(
+                "k", fingerprint=request("k").fingerprint(), actor="agent-1", basis="trust me"
+            )
+        refused = [e for e in ledger.events("k") if e.type == "action.approval_refused"]
+        assert refused[0].payload["actor"] == "agent-1"
+        assert _approval_state(ledger, "k") is ApprovalState.REQUESTED
+
+    async def test_a_rejection_ends_the_call_with_no_effect(self, ledger: Ledger) -> None:
+        far_side = _CountingAdapter()
+        await _execute(ledger, "k", far_side, requires_approval=True)
+        fingerprint = request("k").fingerprint()
+        rejection = await ledger.approve(
+            "k", fingerprint=fingerprint, actor="alice", basis="too much", decision="reject"
+        )
+        assert rejection.state is ApprovalState.REJECTED
+        again = await _execute(ledger, "k", far_side, requires_approval=True)
+        assert (
+            again.status is ActionStatus.DENIED
+            and again.error_type == FailureType.APPROVAL_REJECTED
+        )
+        assert "too much" in (again.error or "")
+        with pytest.raises(ApprovalRefused, match="already rejected"):
+            await ledger.approve("k", fingerprint=fingerprint, actor="bob", basis="fine by me")
+        assert far_side.calls == []
+
+    async def test_bad_approval_input_records_nothing(self, ledger: Ledger) -> None:
+        await _execute(ledger, "k", requires_approval=True)
+        before = ledger.events("k")
+        fingerprint = request("k").fingerprint()
+        bad_inputs: tuple[dict[str, Any], ...] = (
+            dict(fingerprint=fingerprint, actor="", basis="b"),
+            dict(fingerprint=fingerprint, actor="a", basis=" "),
+            dict(fingerprint="", actor="a", basis="b"),
+            dict(fingerprint=fingerprint, actor="a", basis="b", decision="maybe"),
+        )
+        for bad in bad_inputs:
+            with pytest.raises(InvalidRequest):
+                await ledger.approve("k", **bad)
+        assert ledger.events("k") == before
+
+    async def test_verify_names_an_execution_that_bypassed_its_gate(self, ledger: Ledger) -> None:
+        await _execute(ledger, "gated", requires_approval=False)
+        assert ledger.verify().ok
+        report = ledger.verify(gated=["files.*"])
+        assert not report.ok
+        assert any("without an approval" in p and "'gated'" in p for p in report.problems)
+        assert ledger.verify(gated=["tickets.*"]).ok
