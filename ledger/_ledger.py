@@ -4,29 +4,16 @@ transactions, and runs the adapter between them."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import inspect
 import logging
-import math
-import time
-import urllib.parse
-from collections.abc import Callable, Coroutine, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from typing import Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel
 
+from ._call import Adapter, CallPath, StateResolver, check_arguments, lease_seconds
 from ._canonical import check_json, check_text, model_json
-from ._errors import (
-    ActionInProgressError,
-    ApprovalRefused,
-    DuplicateActionId,
-    InvalidRequest,
-    LedgerError,
-    LedgerUnavailable,
-    ReconciliationRefused,
-)
+from ._errors import ApprovalRefused, InvalidRequest, ReconciliationRefused
 from ._models import (
     ActionRequest,
     ActionResult,
@@ -34,163 +21,29 @@ from ._models import (
     Approval,
     Authority,
     Decision,
-    ExecutionContext,
     LedgerEvent,
     NextOperation,
     Verdict,
     new_action_id,
     validate_key,
 )
+from ._open import opener
 from ._recorder import Recorder
-from ._rule import (
-    Admission,
-    Answer,
-    Ask,
-    Busy,
-    Claimed,
-    Conflict,
-    Stop,
-    admit,
-    compact_key,
-    complete,
-    decide_approval,
-    extend_lease,
-    failure_fields,
-    mark_started,
-    may_act_again_after,
-    precondition_failure,
-    project,
-    reconcile_key,
-    record_acted,
-    release_unused_claim,
-    resubmission_answer,
-    stopped_waiting,
-    success_fields,
-    unreadable_state,
-    unrecordable_output,
-)
+from ._rule import Ask, compact_key, decide_approval, project, reconcile_key
 from ._signatures import PROBE_ACTOR_PREFIX, DecisionSignature, Signers, recorded_problems
 from ._template_text import refuse_placeholders
-from ._transaction import Draft, KeyRecord, Phase, Transaction, iso
+from ._transaction import iso
 from ._verify import VerifyReport, verify_ledger
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 #: How a replay's audit record is written before it answers: on disk, committed without
 #: waiting for the disk, or with the next batch.
 ReplayAudit: TypeAlias = Literal["durable", "committed", "batched"]
 _REPLAY_AUDITS = ("durable", "committed", "batched")
 
-# A write the ledger must not lose to a dropped connection (a completion, the release of
-# a claim whose adapter never ran) is tried again with a short backoff, for a few leases
-# and at least the floor: long enough to ride out a restart or a failover, bounded so a
-# caller still hears of a lasting outage.
-_RETRY_FIRST_DELAY = 0.05
-_RETRY_MAX_DELAY = 1.0
-_RETRY_LEASES = 3.0
-_RETRY_FLOOR = 30.0
 
-#: An adapter performs the effect. It may be sync or async.
-Adapter: TypeAlias = Callable[[ActionRequest, ExecutionContext], Any]
-#: A state resolver reads the current state the precondition is compared with.
-StateResolver: TypeAlias = Callable[[ActionRequest], Any]
-
-
-def shown_url(url: str) -> str:
-    """A ledger URL as messages and logs show it: without its password."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        password = parts.password
-    except ValueError:  # not even a URL: show it as it is, it holds no parsable secret
-        return url
-    if password is None and "password=" not in parts.query:
-        return url  # as written: urlunsplit would spell sqlite:///x as sqlite:/x
-    if password is not None:
-        netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
-        parts = parts._replace(netloc=netloc)
-    if "password=" in parts.query:
-        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-        parts = parts._replace(
-            query=urllib.parse.urlencode(
-                [(k, "***" if k == "password" else v) for k, v in query], safe="*"
-            )
-        )
-    return urllib.parse.urlunsplit(parts)
-
-
-_URL_FORMS = (
-    "use sqlite:///path/to/ledger.db (a file on this machine; sqlite:////abs/path.db for "
-    "an absolute path) or postgresql://user@host:5432/db (a server; the 'postgres' extra)"
-)
-
-
-def opener(url: str) -> Callable[[], Recorder]:
-    """What opens the ledger at ``url``, once everything that can be checked without
-    opening it has been: the scheme, a SQLite file's folder, the PostgreSQL extra and the
-    URL's syntax. ``Ledger.open`` runs it; ``LedgerPlugin`` calls this when a worker is
-    made, so that a wrong URL stops the worker at start instead of failing every call.
-
-    Raises:
-        InvalidRequest: The URL is not one the ledger opens; the message names it (its
-            password hidden) and the fix.
-        ImportError: A PostgreSQL URL without the ``[postgres]`` extra installed.
-    """
-    if not isinstance(url, str):
-        raise InvalidRequest(f"ledger URL must be a string, not {type(url).__name__}")
-    shown = shown_url(url)
-    scheme = url.partition(":")[0].lower() if ":" in url else ""
-    if url.startswith("sqlite:///"):
-        from ._sqlite import SQLiteRecorder, path_from_url
-
-        try:
-            path = path_from_url(url)
-        except InvalidRequest as exc:
-            raise InvalidRequest(f"ledger {shown}: {exc}") from None
-        folder = path.parent.absolute()
-        if not folder.is_dir():
-            problem = (
-                "is not a folder: pass another path"
-                if folder.exists()
-                else "does not exist: create it or pass another path"
-            )
-            hint = ""
-            if not path.is_absolute():
-                hint = (
-                    " (the path after sqlite:/// is relative to the working directory; "
-                    f"for /{path.as_posix()} write sqlite:////{path.as_posix()})"
-                )
-            raise InvalidRequest(f"ledger {shown}: folder {folder} {problem}{hint}")
-        return functools.partial(SQLiteRecorder, path)
-    if scheme == "sqlite":
-        raise InvalidRequest(
-            f"ledger {shown}: a SQLite ledger URL has three slashes before the file's path: "
-            "sqlite:///relative/path.db, or sqlite:////absolute/path.db"
-        )
-    if scheme in ("postgresql", "postgres"):
-        if not url.startswith(f"{scheme}://"):
-            raise InvalidRequest(
-                f"ledger {shown}: a PostgreSQL ledger URL starts with postgresql://: "
-                "postgresql://user@host:5432/database"
-            )
-        try:
-            from ._postgres import PostgresRecorder, check_url
-        except ImportError as exc:  # its message names the extra and how to install it
-            raise ImportError(f"ledger {shown}: {exc}", name=exc.name) from exc
-        try:
-            check_url(url)
-        except InvalidRequest as exc:
-            raise InvalidRequest(
-                f"ledger {shown}: {exc}: use postgresql://user:password@host:5432/database"
-            ) from None
-        return functools.partial(PostgresRecorder.from_url, url)
-    if not scheme:
-        raise InvalidRequest(f"ledger {shown!r} is not a URL: {_URL_FORMS}")
-    raise InvalidRequest(f"ledger {shown}: unsupported scheme {scheme!r}: {_URL_FORMS}")
-
-
-class Ledger:
+class Ledger(CallPath):
     """A durable action ledger: ``execute`` runs an adapter at most once per key and identity.
 
     Open one with :meth:`Ledger.open`; use it as ``async with`` (or ``with``), or close it.
@@ -213,22 +66,15 @@ class Ledger:
         url: str = "",
         replay_audit: ReplayAudit = "committed",
     ) -> None:
-        seconds = _lease_seconds(lease)
+        seconds = lease_seconds(lease)
         if replay_audit not in _REPLAY_AUDITS:
             raise InvalidRequest(
                 f"replay_audit must be 'committed', 'durable' or 'batched', got {replay_audit!r}"
             )
+        super().__init__(recorder)
         self.replay_audit = replay_audit
-        self._audits: set[asyncio.Future[Any]] = set()
-        # Batched replays' audit transactions not yet handed to the recorder.
-        self._audit_batch: list[tuple[str, Callable[[Transaction], None]]] = []
         self.lease = seconds
         self.url = url
-        self._recorder = recorder
-        self._executor = ThreadPoolExecutor(
-            max_workers=recorder.max_concurrency, thread_name_prefix="ledger"
-        )
-        self._closed = False
 
     @classmethod
     def open(
@@ -275,15 +121,7 @@ class Ledger:
         if self._closed:
             return
         self._closed = True
-        # Audit records still waiting for their loop's turn are written before closing.
-        batch, self._audit_batch = self._audit_batch, []
-        for key, audit in batch:
-            try:
-                queued = self._recorder.submit(key, audit)
-                if queued is None:
-                    self._recorder.transact(key, audit)
-            except Exception as exc:
-                logger.error("a batched replay's audit record was not written: %s", exc)
+        self._write_batch_now()
         self._executor.shutdown(wait=True)
         self._recorder.close()
 
@@ -308,69 +146,6 @@ class Ledger:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-    async def _transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
-        """One write transaction, off the event loop: a durable commit waits for the
-        disk or the network. A recorder that groups commits takes it in its queue."""
-        if self._closed:
-            raise LedgerError("the ledger is closed")
-        queued = self._recorder.submit_on_loop(key, fn, asyncio.get_running_loop())
-        if queued is None:
-            return await self._run(self._recorder.transact, key, fn)
-        return await queued
-
-    async def _transact_durably(self, key: str, fn: Callable[[Transaction], T], *, what: str) -> T:
-        """A write that must not be lost to a dropped connection: tried until it commits.
-
-        Each try takes a connection of its own (a pooled backend discards the dead one).
-        ``fn`` must be idempotent (a try whose COMMIT answer was lost may have landed) and
-        must check the fencing token itself, so a write whose attempt lost the key records
-        only late evidence. A backend whose failed write is final (a local file) gets one
-        try, as before.
-        """
-        if not self._recorder.reconnects:
-            return await self._transact(key, fn)
-        started = time.monotonic()
-        deadline = started + max(_RETRY_LEASES * self.lease, _RETRY_FLOOR)
-        delay = _RETRY_FIRST_DELAY
-        tries = 1
-        while True:
-            try:
-                result = await self._transact(key, fn)
-            except LedgerUnavailable as exc:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    logger.error(
-                        "gave up recording %s for %r after %d tries in %.1f s: %s",
-                        what,
-                        key,
-                        tries,
-                        time.monotonic() - started,
-                        exc,
-                    )
-                    raise
-                if tries == 1:
-                    logger.warning("recording %s for %r failed, retrying: %s", what, key, exc)
-                await asyncio.sleep(min(delay, left))
-                delay = min(delay * 2, _RETRY_MAX_DELAY)
-                tries += 1
-                continue
-            if tries > 1:
-                logger.warning(
-                    "recorded %s for %r on try %d, %.1f s after the first",
-                    what,
-                    key,
-                    tries,
-                    time.monotonic() - started,
-                )
-            return result
-
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._closed:
-            raise LedgerError("the ledger is closed")
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, functools.partial(fn, *args)
-        )
 
     # -- the rule ------------------------------------------------------------------
 
@@ -426,402 +201,16 @@ class Ledger:
             LedgerUnavailable: The database could not be reached.
         """
         request = ActionRequest.parse(request)
-        _check_arguments(request, authority=authority, adapter=adapter, state=state, wait=wait)
+        check_arguments(request, authority=authority, adapter=adapter, state=state, wait=wait)
         ask = Ask.of(
             request,
             authority,
             retry_safe=retry_safe,
             requires_approval=requires_approval,
-            lease=self.lease if lease is None else _lease_seconds(lease),
+            lease=self.lease if lease is None else lease_seconds(lease),
             sync_replays=self.replay_audit == "durable",
         )
-        if self.replay_audit == "batched" or (
-            self.replay_audit == "committed" and self._recorder.reads_now
-        ):
-            replay = await self._replay_from_the_record(ask)
-            if replay is not None:
-                return replay
-        if (
-            retry_safe
-            and request.precondition is None
-            and not requires_approval
-            and authority.allows(request.capability)
-        ):
-            acted = await self._act_first(ask, adapter)
-            if acted is not None:
-                return acted
-        decided = await self._admit(ask, wait=wait)
-        if isinstance(decided, ActionResult):
-            return decided
-        return await self._perform(ask, decided, adapter, state)
-
-    async def _act_first(self, ask: Ask, adapter: Adapter) -> ActionResult | None:
-        """A retry-safe call: act, then record the request and its outcome in one write
-        (:func:`record_acted`). ``None`` when the key is known to hold something the
-        usual admission answers from (an outcome to replay, a claim, another request)."""
-        request = ask.request
-        key = request.key
-        seen = self._recorder.read_now(key) or self._recorder.expect(key)
-        if seen is None:
-            seen = await self._run(self._read_key, key)
-        record = seen[0]
-        if record is not None and not _open_to_act_first(record, ask.fingerprint):
-            return None
-        ctx = ExecutionContext(key=key, action_id=request.action_id, fencing_token=0)
-        try:
-            output = await _call(adapter, request, ctx)
-        except Exception as exc:
-            fields = failure_fields(exc)
-        else:
-            fields = success_fields(output)
-        record_it = functools.partial(record_acted, ask=ask)
-        try:
-            try:
-                decision = await self._record_acted(
-                    key, functools.partial(record_it, fields=fields)
-                )
-            except InvalidRequest as exc:
-                unrecordable = _recordable_instead(key, fields, exc)
-                if unrecordable is None:
-                    raise
-                decision = await self._record_acted(
-                    key, functools.partial(record_it, fields=unrecordable)
-                )
-        except DuplicateActionId:
-            # The same submission landed before (its answer lost, or another process's
-            # try): what it recorded is the answer.
-            answered = await self._answer_resubmission(ask)
-            if answered is None:
-                raise
-            return answered
-        if isinstance(decision, Answer):
-            return decision.result
-        if isinstance(decision, Conflict):
-            raise decision.error
-        assert isinstance(decision, Busy)  # a claim is never what acting first decides
-        raise ActionInProgressError(
-            key=key,
-            holder_action_id=decision.holder_action_id,
-            lease_remaining=decision.remaining,
-            action_id=request.action_id,
-        )
-
-    async def _record_acted(self, key: str, fn: Callable[[Transaction], Admission]) -> Admission:
-        """One write of what a retry-safe call did: in one exchange against the record
-        this process expects, or else the durable way (the effect happened: its report
-        must not be lost to a dropped connection)."""
-        try:
-            done = await self._recorder.transact_expected(key, fn)
-        except LedgerUnavailable:
-            done = None  # the durable way finds out whether that try landed
-        if done is not None:
-            return done[1]
-        return await self._transact_durably(key, fn, what="the outcome of a retry-safe call")
-
-    async def _admit(self, ask: Ask, *, wait: float) -> ActionResult | Claimed:
-        """The rule's admission, written: an answer, or the claim to act under. Raises the
-        conflict or the deferral it decided; waits up to ``wait`` for a live holder."""
-        request = ask.request
-        deadline = time.monotonic() + wait
-        first = True
-        resubmitted = False
-        delay = 0.02
-        while True:
-            give_up = time.monotonic() >= deadline
-            decide = functools.partial(
-                admit, ask=ask, first=first, give_up=give_up, resubmitted=resubmitted
-            )
-            try:
-                # The first try may go in one exchange, against the record this process
-                # expects the key to have; the usual transaction decides otherwise.
-                done = (
-                    await self._recorder.transact_expected(request.key, decide) if first else None
-                )
-                decision = (
-                    done[1] if done is not None else await self._transact(request.key, decide)
-                )
-            except DuplicateActionId:
-                if not first:
-                    raise
-                answered = await self._answer_resubmission(ask)
-                if answered is not None:
-                    return answered
-                # Recorded before and never answered (it was deferred, or its claim is
-                # still the key's): admitted as a new submission whose request is recorded.
-                first, resubmitted = False, True
-                continue
-            except LedgerUnavailable as exc:
-                if exc.maybe_committed:
-                    await self._release_unused_claim(request.key, request.action_id)
-                raise
-            except asyncio.CancelledError:
-                # The caller stopped waiting. A claim sent before it did may land all the
-                # same, and its adapter will never run: released as no effect.
-                self._in_background(self._release_unused_claim(request.key, request.action_id))
-                raise
-            first = False
-            if isinstance(decision, Answer):
-                return decision.result
-            if isinstance(decision, Conflict):
-                raise decision.error
-            if isinstance(decision, Claimed):
-                decision.decided = time.monotonic()
-                return decision
-            if decision.recorded or give_up:
-                raise ActionInProgressError(
-                    key=request.key,
-                    holder_action_id=decision.holder_action_id,
-                    lease_remaining=decision.remaining,
-                    action_id=request.action_id,
-                )
-            await self._wait_for_the_holder(
-                request, min(delay, max(0.0, deadline - time.monotonic()))
-            )
-            delay = min(delay * 2, 0.5)
-
-    async def _wait_for_the_holder(self, request: ActionRequest, delay: float) -> None:
-        try:
-            await asyncio.sleep(delay)
-        except asyncio.CancelledError:
-            # The request is recorded; a caller that stops waiting still gets its one
-            # resolution, or verify would call it dropped.
-            with contextlib.suppress(Exception):
-                await asyncio.shield(
-                    self._transact(
-                        request.key,
-                        functools.partial(stopped_waiting, action_id=request.action_id),
-                    )
-                )
-            raise
-
-    async def _replay_from_the_record(self, ask: Ask) -> ActionResult | None:
-        """A replay decided from a read, its audit record committed without waiting for
-        the disk before it answers (``"committed"``), or queued (``"batched"``); ``None``
-        if the rule would do anything but replay (that goes the usual way)."""
-        key = ask.request.key
-        read = self._recorder.read_now(key)
-        record, now = read if read is not None else await self._run(self._read_key, key)
-        if record is None or record.phase != Phase.SETTLED:
-            return None
-        draft = Draft(key, record, now)
-        decision = admit(draft, ask, first=True, give_up=True)
-        if not (isinstance(decision, Answer) and decision.result.replayed):
-            return None
-        if self.replay_audit == "committed":
-            try:
-                await self._write_replay(key, draft.write, record)
-            except DuplicateActionId:
-                return None  # the same submission again: the usual way answers it
-            return decision.result
-        # Handed to the writer once per turn of the event loop, all together: a caller
-        # replaying in a loop that never yields would otherwise wake the writer thread
-        # for every replay, and the two would contend for the GIL on each record.
-        if not self._audit_batch:
-            asyncio.get_running_loop().call_soon(self._submit_audits)
-        self._audit_batch.append((key, draft.write))
-        return decision.result
-
-    async def _write_replay(
-        self, key: str, write: Callable[[Transaction], None], record: KeyRecord
-    ) -> None:
-        if self._closed:
-            raise LedgerError("the ledger is closed")
-        queued = self._recorder.submit_replay_on_loop(
-            key, write, asyncio.get_running_loop(), expected=record
-        )
-        if queued is None:
-            await self._run(self._recorder.transact, key, write)
-        else:
-            await queued
-
-    def _submit_audits(self) -> None:
-        batch, self._audit_batch = self._audit_batch, []
-        if not batch or self._closed:
-            return
-        loop = asyncio.get_running_loop()
-        for key, audit in batch:
-            queued = self._recorder.submit_replay_on_loop(key, audit, loop)
-            pending = (
-                queued
-                if queued is not None
-                else asyncio.ensure_future(self._run(self._recorder.transact, key, audit))
-            )
-            self._audits.add(pending)
-            pending.add_done_callback(self._audit_done)
-
-    def _in_background(self, write: Coroutine[Any, Any, Any]) -> None:
-        """Run a write the caller no longer waits for; ``aclose`` waits for it."""
-        pending = asyncio.ensure_future(write)
-        self._audits.add(pending)
-        pending.add_done_callback(self._background_done)
-
-    def _background_done(self, pending: asyncio.Future[Any]) -> None:
-        self._audits.discard(pending)
-        if not pending.cancelled() and pending.exception() is not None:
-            logger.error("a write nobody waited for failed: %s", pending.exception())
-
-    def _audit_done(self, pending: asyncio.Future[Any]) -> None:
-        self._audits.discard(pending)
-        if not pending.cancelled() and pending.exception() is not None:
-            logger.error("a batched replay's audit record was not written: %s", pending.exception())
-
-    def _read_key(self, key: str) -> tuple[KeyRecord | None, float]:
-        return self._recorder.get(key), self._recorder.now()
-
-    async def _answer_resubmission(self, ask: Ask) -> ActionResult | None:
-        """The same submission (``action_id``) again: its recorded answer, or ``None`` when
-        none was recorded (it was deferred, or it holds the key), to admit it again."""
-        events, record = await self._run(self._key_history, ask.request.key)
-        return resubmission_answer(events, record, request=ask.request, fingerprint=ask.fingerprint)
-
-    def _key_history(self, key: str) -> tuple[list[LedgerEvent], KeyRecord | None]:
-        return self._recorder.events(key), self._recorder.get(key)
-
-    async def _perform(
-        self, ask: Ask, claim: Claimed, adapter: Adapter, state: StateResolver | None
-    ) -> ActionResult:
-        request, lease = ask.request, ask.lease
-        key, action_id, token = request.key, request.action_id, claim.token
-        if not claim.started:
-            assert state is not None
-            failure: Stop | None
-            try:
-                current = await _call(state, request)
-            except Exception as exc:
-                failure = unreadable_state(exc)
-            else:
-                failure = precondition_failure(request.precondition, current)
-            try:
-                outcome = await self._transact(
-                    key,
-                    functools.partial(
-                        mark_started,
-                        action_id=action_id,
-                        token=token,
-                        failure=failure,
-                        lease=lease,
-                    ),
-                )
-            except LedgerUnavailable as exc:
-                if exc.maybe_committed:
-                    await self._release_unused_claim(key, action_id)
-                raise
-            if isinstance(outcome, ActionInProgressError):
-                raise outcome
-            if outcome is not None:
-                return outcome
-
-        ctx = ExecutionContext(key=key, action_id=action_id, fencing_token=token)
-        # Renewed until the completion is durable, not merely until the adapter returns:
-        # a completion retried across a lost connection must not let the key be taken
-        # over meanwhile, or an observed effect would be settled as an interruption.
-        # The renewal task starts from a timer a third into the lease: an adapter that
-        # returns sooner (most) costs a timer, not a task to create and cancel.
-        renewal: asyncio.Task[None] | None = None
-
-        def start_renewal() -> None:
-            nonlocal renewal
-            renewal = asyncio.ensure_future(self._keep_lease(key, token, lease))
-
-        timer = asyncio.get_running_loop().call_later(lease / 3, start_renewal)
-        try:
-            try:
-                output = await _call(adapter, request, ctx)
-            except BaseException as exc:
-                fields = failure_fields(exc)
-                if not isinstance(exc, Exception):
-                    with contextlib.suppress(BaseException):
-                        await asyncio.shield(self._complete_now(key, action_id, token, fields))
-                    raise
-            else:
-                fields = success_fields(output)
-            try:
-                return await self._complete_now(key, action_id, token, fields, claim=claim)
-            except asyncio.CancelledError:
-                # The caller stopped waiting while its completion was written (and may have
-                # been cancelled on the server): the adapter acted, so it is written all
-                # the same, the durable way.
-                self._in_background(self._complete_now(key, action_id, token, fields))
-                raise
-        finally:
-            timer.cancel()
-            if renewal is not None:
-                renewal.cancel()
-                with contextlib.suppress(BaseException):
-                    await renewal
-
-    async def _release_unused_claim(self, key: str, action_id: str) -> None:
-        """After a lost connection, settle a claim this request may hold as no effect
-        (:func:`release_unused_claim`): a retryable no-effect failure, not an unknown
-        effect left for an operator. Best effort: if the ledger is still unreachable,
-        lease expiry settles the claim conservatively.
-        """
-        # Retried like a completion: a claim that did land and is never released holds a
-        # started marker (without a precondition), and its lease would expire into an
-        # interrupted, unknown effect, parking a step whose adapter never ran.
-        with contextlib.suppress(LedgerError):
-            await self._transact_durably(
-                key,
-                functools.partial(release_unused_claim, action_id=action_id),
-                what="the release of an unused claim",
-            )
-
-    async def _complete_now(
-        self,
-        key: str,
-        action_id: str,
-        token: int,
-        fields: dict[str, Any],
-        *,
-        claim: Claimed | None = None,
-    ) -> ActionResult:
-        completion = functools.partial(complete, action_id=action_id, token=token, fields=fields)
-        try:
-            done = None
-            if claim is not None and claim.committed is not None:
-                # The rule's completion reads the record but not the clock, except for the
-                # record's timestamp: the storage's clock at the claim plus the time
-                # elapsed here since, so it never runs ahead of the storage's.
-                now = claim.now + (time.monotonic() - claim.decided)
-                done = await self._recorder.transact_after(key, claim.committed, now, completion)
-            result = (
-                done[1]
-                if done is not None
-                else await self._transact_durably(key, completion, what="the completion")
-            )
-        except InvalidRequest as exc:
-            unrecordable = _recordable_instead(key, fields, exc)
-            if unrecordable is None:
-                raise
-            return await self._complete_now(key, action_id, token, unrecordable)
-        if isinstance(result, ActionInProgressError):
-            raise result
-        return result
-
-    async def _keep_lease(self, key: str, token: int, lease: float) -> None:
-        """Renew the lease now, then every third of it (started a third into the lease)."""
-        interval = lease / 3
-        delay = 0.0
-        backoff = _RETRY_FIRST_DELAY
-        while True:
-            if delay:
-                await asyncio.sleep(delay)
-            try:
-                renewed = await self._transact(
-                    key, functools.partial(extend_lease, token=token, lease=lease)
-                )
-            except Exception as exc:  # keep trying: the lease still covers us for a while
-                if backoff == _RETRY_FIRST_DELAY:
-                    logger.warning("lease renewal for %r failed: %s", key, exc)
-                # Soon, not a whole interval later: an outage that ends before the lease
-                # does must not cost the key.
-                delay = min(backoff, interval)
-                backoff = min(backoff * 2, _RETRY_MAX_DELAY)
-                continue
-            delay, backoff = interval, _RETRY_FIRST_DELAY
-            if not renewed:
-                logger.warning("lease for %r (token %d) was lost", key, token)
-                return
+        return await self._decide_and_act(ask, adapter, state, wait=wait)
 
     # -- recovery ------------------------------------------------------------------
 
@@ -1066,29 +455,6 @@ class Ledger:
 E = TypeVar("E", Verdict, Decision)
 
 
-def _check_arguments(
-    request: ActionRequest,
-    *,
-    authority: Any,
-    adapter: Any,
-    state: Any,
-    wait: Any,
-) -> None:
-    if not isinstance(authority, Authority):
-        raise InvalidRequest(f"authority must be an Authority, not {type(authority).__name__}")
-    if not callable(adapter):
-        raise InvalidRequest("adapter must be callable")
-    if state is not None and not callable(state):
-        raise InvalidRequest("state must be a callable that reads the current state")
-    if request.precondition is not None and state is None:
-        raise InvalidRequest(
-            "the request has a precondition but no state resolver: a precondition that "
-            "cannot be checked is refused, not skipped"
-        )
-    if not (isinstance(wait, (int, float)) and wait >= 0):
-        raise InvalidRequest(f"wait must be >= 0 seconds, got {wait!r}")
-
-
 def _one_of(kind: type[E], value: Any, name: str) -> E:
     """``value`` as a member of ``kind``, or bad input naming the choices."""
     try:
@@ -1105,50 +471,3 @@ def _non_empty(**values: Any) -> None:
         if not isinstance(value, str) or not value.strip():
             raise InvalidRequest(f"{name} must be a non-empty string")
         check_text(value, where=name)
-
-
-def _lease_seconds(lease: object) -> float:
-    """A lease as seconds: a positive finite number, or :class:`InvalidRequest` naming it."""
-    if not (isinstance(lease, (int, float)) and math.isfinite(lease) and lease > 0):
-        raise InvalidRequest(f"lease must be a positive number of seconds, got {lease!r}")
-    return float(lease)
-
-
-def _recordable_instead(
-    key: str, fields: dict[str, Any], refused: InvalidRequest
-) -> dict[str, Any] | None:
-    """What to record when the storage refused the outcome of an adapter that acted: its
-    output, as an output that cannot be recorded, so the key still answers. ``None`` when
-    the refusal was not of an output (a failure's report, or a submission recorded
-    before): the caller raises it."""
-    if "output" not in fields or isinstance(refused, DuplicateActionId):
-        return None
-    logger.error("the outcome of %r was refused by the storage: %s", key, refused)
-    return unrecordable_output(fields["output"], refused)
-
-
-def _open_to_act_first(record: KeyRecord, fingerprint: str) -> bool:
-    """Whether a retry-safe call may act before it records anything, as far as the key's
-    record read now tells: the key holds no request yet, or the same request's outcome
-    that lets it act again (a retryable failure, an unknown effect of a retry-safe call).
-    The write after the act decides again on what the key then holds."""
-    if record.phase == Phase.VACANT:
-        return True
-    return (
-        record.phase == Phase.SETTLED
-        and record.fingerprint == fingerprint
-        and record.outcome is not None
-        and may_act_again_after(record.outcome, record.retry_safe)
-    )
-
-
-async def _call(fn: Callable[..., Any], *args: Any) -> Any:
-    """Call a sync or async function without blocking the event loop."""
-    if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - async callables
-    ):
-        return await fn(*args)
-    result = await asyncio.to_thread(fn, *args)
-    if inspect.isawaitable(result):
-        result = await result
-    return result

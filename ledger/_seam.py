@@ -8,7 +8,6 @@ code imports ``temporal_ledger.ledger``.
 """
 
 from ._canonical import canonical_dump, check_json, model_json
-from ._ledger import opener, shown_url
 from ._models import (
     ApprovalState,
     Decision,
@@ -18,6 +17,7 @@ from ._models import (
     NextOperation,
     may_act_again,
 )
+from ._open import opener, shown_url
 from ._schema import output_misfit, output_template
 from ._signatures import DecisionSignature, Signers, read_policy_file
 from ._sqlite import path_from_url
