@@ -21,7 +21,7 @@ import warnings
 import psycopg
 from _requests import bench_request  # bench/ is sys.path[0] when run as a script
 from psycopg_pool import AsyncConnectionPool
-from temporal_ledger.ledger import ActionRequest, Authority, _postgres, _rule
+from temporal_ledger.ledger import ActionRequest, Authority, _answers, _completion, _postgres, _rule
 from temporal_ledger.ledger._canonical import combine, fingerprint_dimensions
 from temporal_ledger.ledger._transaction import KeyRecord
 
@@ -52,8 +52,11 @@ def completed(req):
     _sql, _params = tx.call()
     rec = KeyRecord.from_json(tx.written)
     tx2 = _postgres._UnchangedTransaction(req.key, rec, now)
-    _rule.complete(
-        tx2, action_id=req.action_id, token=claimed.token, fields=_rule.success_fields({"ok": True})
+    _completion.complete(
+        tx2,
+        action_id=req.action_id,
+        token=claimed.token,
+        fields=_answers.success_fields({"ok": True}),
     )
     tx2.call()
     return tx2.written
@@ -93,8 +96,8 @@ elif what == "complete":
     # measured: only this loop differs from "complete_setup"
     for r, rec, c in txs:
         tx2 = _postgres._UnchangedTransaction(r.key, rec, now)
-        _rule.complete(
-            tx2, action_id=r.action_id, token=c.token, fields=_rule.success_fields({"ok": True})
+        _completion.complete(
+            tx2, action_id=r.action_id, token=c.token, fields=_answers.success_fields({"ok": True})
         )
         tx2.call()
 elif what == "complete_setup":

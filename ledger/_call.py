@@ -13,6 +13,16 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
+from ._answers import (
+    Stop,
+    failure_fields,
+    precondition_failure,
+    resubmission_answer,
+    success_fields,
+    unreadable_state,
+    unrecordable_output,
+)
+from ._completion import complete, extend_lease, mark_started, release_unused_claim, stopped_waiting
 from ._errors import (
     ActionInProgressError,
     DuplicateActionId,
@@ -28,21 +38,9 @@ from ._rule import (
     Busy,
     Claimed,
     Conflict,
-    Stop,
     admit,
-    complete,
-    extend_lease,
-    failure_fields,
-    mark_started,
     may_act_again_after,
-    precondition_failure,
     record_acted,
-    release_unused_claim,
-    resubmission_answer,
-    stopped_waiting,
-    success_fields,
-    unreadable_state,
-    unrecordable_output,
 )
 from ._transaction import Draft, KeyRecord, Phase, Transaction
 from ._writes import _RETRY_FIRST_DELAY, _RETRY_MAX_DELAY, Writes

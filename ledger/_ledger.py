@@ -11,8 +11,10 @@ from typing import Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel
 
+from ._answers import project
 from ._call import Adapter, CallPath, StateResolver, check_arguments, lease_seconds
 from ._canonical import check_json, check_text, model_json
+from ._decisions import compact_key, decide_approval, reconcile_key
 from ._errors import ApprovalRefused, InvalidRequest, ReconciliationRefused
 from ._models import (
     ActionRequest,
@@ -29,7 +31,7 @@ from ._models import (
 )
 from ._open import opener
 from ._recorder import Recorder
-from ._rule import Ask, compact_key, decide_approval, project, reconcile_key
+from ._rule import Ask
 from ._signatures import PROBE_ACTOR_PREFIX, DecisionSignature, Signers, recorded_problems
 from ._template_text import refuse_placeholders
 from ._transaction import iso

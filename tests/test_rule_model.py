@@ -17,20 +17,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from temporal_ledger.ledger import ActionRequest, ActionStatus, Authority, Verdict
+from temporal_ledger.ledger._answers import failure_fields, success_fields
+from temporal_ledger.ledger._completion import complete
+from temporal_ledger.ledger._decisions import decide_approval, reconcile_key
 from temporal_ledger.ledger._models import Decision, EffectState, FailureType, may_act_again
-from temporal_ledger.ledger._rule import (
-    Answer,
-    Ask,
-    Busy,
-    Claimed,
-    Conflict,
-    admit,
-    complete,
-    decide_approval,
-    failure_fields,
-    reconcile_key,
-    success_fields,
-)
+from temporal_ledger.ledger._rule import Answer, Ask, Busy, Claimed, Conflict, admit
 from temporal_ledger.ledger._transaction import KeyRecord, PendingEvent, Transaction
 
 LEASE = 10.0

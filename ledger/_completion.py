@@ -1,0 +1,236 @@
+"""The rule's transactions after a claim: the started marker (after the precondition
+was read), the completion, lease renewal, and the releases of a claim whose adapter never
+ran. Pure, like the rest of the rule (:mod:`._rule`): each runs inside one storage
+transaction, and a stale fencing token only ever records late evidence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._answers import Stop, result_of
+from ._errors import ActionInProgressError
+from ._models import ActionResult, ActionStatus, EffectState, EventType, FailureType
+from ._transaction import KeyRecord, Outcome, Phase, Transaction, iso
+
+
+def mark_started(
+    tx: Transaction,
+    *,
+    action_id: str,
+    token: int,
+    failure: Stop | None,
+    lease: float,
+) -> ActionResult | ActionInProgressError | None:
+    record = tx.record
+    if record is None or record.token != token or record.phase != Phase.CLAIMED:
+        # The claim expired while the state was read and another request took over;
+        # that takeover already gave this request its completion.
+        return late_answer(tx, record, action_id)
+    if failure is not None:
+        error, error_type, retryable = failure
+        outcome = release_without_effect(
+            tx, record, error=error, error_type=error_type, retryable=retryable
+        )
+        tx.save(record)
+        return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
+    record.phase = Phase.RUNNING
+    record.lease_expires = tx.now + lease
+    approval = record.approval
+    consumed = approval is not None and approval.consumed_by == action_id
+    tx.append(
+        EventType.STARTED,
+        action_id,
+        {
+            "token": token,
+            "lease_expires_at": iso(record.lease_expires),
+            "precondition_checked": True,
+            **({"approval_id": approval.approval_id} if consumed and approval else {}),
+        },
+    )
+    tx.save(record)
+    return None
+
+
+def complete(
+    tx: Transaction, *, action_id: str, token: int, fields: dict[str, Any]
+) -> ActionResult | ActionInProgressError:
+    record = tx.record
+    if record is not None and holds_own_completion(record, action_id=action_id, token=token):
+        # An earlier try committed and its answer was lost: answer what it recorded
+        # rather than resolve the action a second time.
+        assert record.outcome is not None
+        return result_of(record.outcome, key=tx.key, action_id=action_id, replayed=False)
+    if record is None or record.token != token or record.phase != Phase.RUNNING:
+        # A stale fencing token: the lease was lost and the key moved on. Keep what
+        # this attempt saw as evidence for the operator; it is not the outcome.
+        keep_as_evidence(tx, record, action_id=action_id, token=token, fields=fields)
+        if record is not None:
+            tx.save(record)
+        return late_answer(tx, record, action_id)
+    outcome = Outcome(action_id=action_id, recorded_at=tx.recorded_at, token=token, **fields)
+    settle(tx, record, outcome)
+    tx.save(record)
+    return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
+
+
+def keep_as_evidence(
+    tx: Transaction,
+    record: KeyRecord | None,
+    *,
+    action_id: str,
+    token: int | None,
+    fields: dict[str, Any],
+) -> None:
+    """Record an attempt's report that is not the key's outcome (``action.late_completion``)."""
+    tx.append(
+        EventType.LATE_COMPLETION,
+        action_id,
+        {
+            "token": token,
+            "current_token": record.token if record else None,
+            **{k: (v.value if hasattr(v, "value") else v) for k, v in fields.items()},
+        },
+    )
+
+
+def late_answer(
+    tx: Transaction, record: KeyRecord | None, action_id: str
+) -> ActionResult | ActionInProgressError:
+    """The key's outcome for an attempt that lost its claim, or the error to raise
+    once the transaction has committed (raising inside it would roll back the
+    late evidence just recorded)."""
+    if record is None or record.outcome is None or record.phase != Phase.SETTLED:
+        return ActionInProgressError(
+            key=tx.key,
+            holder_action_id=(record.holder_action_id or "") if record else "",
+            lease_remaining=max(0.0, ((record.lease_expires or 0) if record else 0) - tx.now),
+            action_id=action_id,
+        )
+    return result_of(record.outcome, key=record.key, action_id=action_id, replayed=True)
+
+
+def extend_lease(tx: Transaction, *, token: int, lease: float) -> bool:
+    """Renew a live lease held under ``token``; an expired one is lost for good, since a
+    new claimer may already have recovered the key."""
+    record = tx.record
+    if (
+        record is None
+        or record.token != token
+        or record.phase not in (Phase.CLAIMED, Phase.RUNNING)
+        or (record.lease_expires or 0) <= tx.now
+    ):
+        return False
+    record.lease_expires = tx.now + lease
+    tx.save(record)
+    return True
+
+
+def stopped_waiting(tx: Transaction, *, action_id: str) -> None:
+    record = tx.record
+    assert record is not None  # the request it waits for was recorded under this key
+    tx.append(
+        EventType.DEFERRED,
+        action_id,
+        {"holder_action_id": record.holder_action_id, "stopped_waiting": True},
+    )
+    tx.save(record)
+
+
+def release_unused_claim(tx: Transaction, *, action_id: str) -> None:
+    """After a lost connection, settle a claim ``action_id`` may hold as no effect: the
+    commit that claimed the key may have landed though its answer was lost, and the
+    adapter has not run. Any other key is left as it is."""
+    record = tx.record
+    if (
+        record is None
+        or record.holder_action_id != action_id
+        or record.phase not in (Phase.CLAIMED, Phase.RUNNING)
+    ):
+        return
+    release_without_effect(
+        tx,
+        record,
+        error="the ledger connection was lost before the adapter ran; nothing was executed",
+        error_type=FailureType.LEDGER_UNAVAILABLE,
+    )
+    tx.save(record)
+
+
+def holds_own_completion(record: KeyRecord, *, action_id: str, token: int) -> bool:
+    """Whether the key's outcome is already this attempt's report.
+
+    A retried completion finds it when an earlier try committed but its answer was lost.
+    The one other outcome ever recorded under a started attempt's action id and token is
+    the interruption a recovery writes once its lease expired: not the attempt's report.
+    """
+    outcome = record.outcome
+    return (
+        outcome is not None
+        and outcome.action_id == action_id
+        and outcome.token == token
+        and not outcome.interrupted
+    )
+
+
+def recover_expired(tx: Transaction, record: KeyRecord) -> None:
+    """Settle a claim whose lease expired: the crash gap, or an abandoned claim.
+
+    A claim that never reached its started marker caused nothing; an execution that
+    started and never reported may have. Either way the holder's request gets its
+    one completion here, so nobody waits on a dead worker again.
+    """
+    holder = record.holder_action_id
+    assert holder is not None
+    if record.phase == Phase.CLAIMED:
+        release_without_effect(
+            tx,
+            record,
+            error="abandoned before the started marker (lease expired); nothing was executed",
+            error_type=FailureType.ABANDONED,
+        )
+        return
+    outcome = Outcome(
+        action_id=holder,
+        status=ActionStatus.FAILED,
+        effect=EffectState.UNKNOWN,
+        recorded_at=tx.recorded_at,
+        error="interrupted: the execution started and never reported before its lease "
+        "expired; the effect may or may not have happened",
+        error_type=FailureType.INTERRUPTED,
+        token=record.token,
+        interrupted=True,
+    )
+    settle(tx, record, outcome)
+
+
+def settle(tx: Transaction, record: KeyRecord, outcome: Outcome) -> None:
+    """Record an original completion as the key's outcome and release the claim."""
+    tx.append(EventType.COMPLETED, outcome.action_id, outcome.body())
+    record.phase = Phase.SETTLED
+    record.outcome = outcome
+    record.holder_action_id = None
+    record.lease_expires = None
+
+
+def release_without_effect(
+    tx: Transaction, record: KeyRecord, *, error: str, error_type: str, retryable: bool = True
+) -> Outcome:
+    """Settle a claim whose adapter never ran: no effect, and (``retryable``) the key may
+    act again."""
+    assert record.holder_action_id is not None
+    outcome = Outcome(
+        action_id=record.holder_action_id,
+        status=ActionStatus.FAILED,
+        effect=EffectState.NONE,
+        recorded_at=tx.recorded_at,
+        error=error,
+        error_type=error_type,
+        retryable=retryable,
+        token=record.token,
+    )
+    settle(tx, record, outcome)
+    return outcome
+
+
+def is_expired(record: KeyRecord, now: float) -> bool:
+    return record.phase in (Phase.CLAIMED, Phase.RUNNING) and (record.lease_expires or 0) <= now
