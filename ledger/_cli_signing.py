@@ -13,10 +13,10 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ._cli_parser import ENV_TEMPORAL, OK, REFUSED, USAGE, error
 from ._errors import InvalidRequest
 from ._models import Decision, Verdict
 from ._signatures import (
@@ -31,95 +31,6 @@ from ._signatures import (
     write_private_key,
 )
 
-OK, REFUSED, USAGE = 0, 1, 2
-#: Where ``--send`` finds the ``temporal`` CLI when ``--temporal`` is not given.
-ENV_TEMPORAL = "TEMPORAL_CLI"
-DEFAULT_NAMESPACE = "default"
-
-
-def add_commands(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
-    *,
-    key: Callable[[str], str],
-    non_empty: Callable[[str], str],
-    person: Callable[[str], str],
-    persons_words: Callable[[str], str],
-    json_value: Callable[[str], Any],
-) -> None:
-    """Add ``keygen``, ``public-key`` and ``sign approve|reconcile`` to the parser."""
-    keygen = commands.add_parser(
-        "keygen",
-        help="make an Ed25519 key pair for signing decisions",
-        description="Write a new private key (PEM, readable by you alone) and print the "
-        "public key line for the policy's [keys].",
-    )
-    keygen.add_argument("--out", required=True, type=Path, help="the private key file to write")
-    keygen.add_argument("--actor", default="YOUR-NAME", help="the actor name the key proves")
-    keygen.add_argument("--json", action="store_true", help="machine-readable output")
-
-    public = commands.add_parser(
-        "public-key", help="print the public key and key id of a private key file"
-    )
-    public.add_argument("--key-file", required=True, type=Path)
-    public.add_argument("--actor", default="YOUR-NAME", help="the actor name the key proves")
-    public.add_argument("--json", action="store_true", help="machine-readable output")
-
-    signing = commands.add_parser(
-        "sign",
-        help="sign a decision or a verdict for a run's update approve / reconcile",
-        description="Print the signed JSON for `temporal workflow update execute --input`, "
-        "or send it with --send. The private key stays on this machine.",
-    )
-    kinds = signing.add_subparsers(dest="kind", required=True, metavar="KIND")
-    approve = kinds.add_parser("approve", help="sign a decision on a call awaiting approval")
-    verdict = kinds.add_parser("reconcile", help="sign a verdict on a parked step")
-    for parser in (approve, verdict):
-        parser.add_argument("--key-file", required=True, type=Path, help="your private key (PEM)")
-        parser.add_argument(
-            "--workflow-id", required=True, type=non_empty, help="the run's workflow id"
-        )
-        parser.add_argument(
-            "--namespace",
-            default=DEFAULT_NAMESPACE,
-            type=non_empty,
-            help=f"the run's namespace (default: {DEFAULT_NAMESPACE})",
-        )
-        parser.add_argument("--key", required=True, type=key, help="the call's key")
-        parser.add_argument("--actor", required=True, type=person, help="who decides (you)")
-        parser.add_argument(
-            "--basis", required=True, type=persons_words, help="what the decision rests on"
-        )
-        parser.add_argument(
-            "--send",
-            action="store_true",
-            help="send it with `temporal workflow update execute` and print the answer",
-        )
-        parser.add_argument("--address", help="Temporal address for --send (host:port)")
-        parser.add_argument(
-            "--temporal",
-            help=f"the temporal CLI for --send (default: ${ENV_TEMPORAL}, then PATH)",
-        )
-    approve.add_argument(
-        "--fingerprint",
-        required=True,
-        type=non_empty,
-        help="the fingerprint of the call you were shown (query pending_approvals)",
-    )
-    approve.add_argument("--reject", action="store_true", help="reject the call instead")
-    verdict.add_argument(
-        "--action-id",
-        required=True,
-        type=non_empty,
-        help="the parked action (query open_effects)",
-    )
-    verdict.add_argument("--verdict", required=True, choices=[v.value for v in Verdict])
-    verdict.add_argument(
-        "--evidence", action="append", default=[], help="a reference to evidence (repeatable)"
-    )
-    verdict.add_argument(
-        "--output", type=json_value, help="the observed output, as JSON (effect_confirmed)"
-    )
-
 
 def run(args: argparse.Namespace) -> int:
     """Run ``keygen``, ``public-key`` or ``sign``; the exit status."""
@@ -130,14 +41,9 @@ def run(args: argparse.Namespace) -> int:
             return _public_key(args, read_private_key(args.key_file))
         return _sign(args)
     except InvalidRequest as exc:
-        return _error(str(exc), USAGE)
+        return error(str(exc), USAGE)
     except ImportError as exc:  # no cryptography: the message names the extra
-        return _error(str(exc), USAGE)
-
-
-def _error(message: str, status: int) -> int:
-    print(f"temporal-ledger: error: {message}", file=sys.stderr)
-    return status
+        return error(str(exc), USAGE)
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -219,13 +125,13 @@ def _send(args: argparse.Namespace, update: str, text: str) -> int:
     exit status are this command's."""
     cli = temporal_cli(args)
     if cli is None:
-        return _error(no_temporal_cli("--send"), USAGE)
+        return error(no_temporal_cli("--send"), USAGE)
     try:
         done = run_temporal(
             cli, args, "workflow", "update", "execute", "--name", update, "--input", text
         )
     except OSError as exc:
-        return _error(f"cannot run {cli}: {exc}", USAGE)
+        return error(f"cannot run {cli}: {exc}", USAGE)
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)
     return OK if done.returncode == 0 else REFUSED

@@ -10,46 +10,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-from ._cli_signing import ENV_TEMPORAL, no_temporal_cli, run_temporal, temporal_cli
-
-OK, REFUSED, USAGE = 0, 1, 2
-
-
-def add_command(commands: Any) -> None:
-    """The ``waiting`` subcommand, on the CLI's subparsers."""
-    waiting = commands.add_parser(
-        "waiting",
-        help="a run's parked steps and calls awaiting approval, with their commands",
-        description="Ask a run (through the temporal CLI) what waits in it, and print the "
-        "update command of each, ready to fill in and paste.",
-    )
-    waiting.add_argument("--workflow-id", required=True, help="the run's workflow id")
-    waiting.add_argument("--namespace", default="default")
-    waiting.add_argument("--address", help="the Temporal frontend (default: the CLI's)")
-    waiting.add_argument(
-        "--temporal", help=f"the temporal CLI (default: ${ENV_TEMPORAL}, then PATH)"
-    )
-    waiting.add_argument("--json", action="store_true", help="machine-readable output")
+from ._cli_parser import OK, REFUSED, USAGE, error
+from ._cli_signing import no_temporal_cli, run_temporal, temporal_cli
 
 
 def run(args: argparse.Namespace) -> int:
     cli = temporal_cli(args)
     if cli is None:
-        return _error(no_temporal_cli("waiting"), USAGE)
+        return error(no_temporal_cli("waiting"), USAGE)
     found: dict[str, list[dict[str, Any]]] = {}
     for query in ("open_effects", "pending_approvals"):
         try:
             done = run_temporal(cli, args, "workflow", "query", "--name", query, "-o", "json")
         except OSError as exc:
-            return _error(f"cannot run {cli}: {exc}", USAGE)
+            return error(f"cannot run {cli}: {exc}", USAGE)
         if done.returncode != 0:
             if "expected but not found" in done.stdout + done.stderr:
                 found[query] = []  # the run has used no ledgered call yet
                 continue
-            return _error((done.stderr or done.stdout).strip() or f"{query} failed", REFUSED)
+            return error((done.stderr or done.stdout).strip() or f"{query} failed", REFUSED)
         found[query] = _result(done.stdout)
     if args.json:
         print(json.dumps(found, indent=2, sort_keys=True))
@@ -83,8 +64,3 @@ def _result(text: str) -> list[dict[str, Any]]:
         result = result[0]
     # An empty answer comes back as [null].
     return [item for item in result if isinstance(item, dict)] if isinstance(result, list) else []
-
-
-def _error(message: str, status: int) -> int:
-    print(f"temporal-ledger: error: {message}", file=sys.stderr)
-    return status

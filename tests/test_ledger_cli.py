@@ -29,7 +29,7 @@ from temporal_ledger.ledger import (
     IdempotencyConflictError,
     Ledger,
 )
-from temporal_ledger.ledger._cli import _parser
+from temporal_ledger.ledger._cli_parser import build_parser
 from temporal_ledger.ledger._schema import output_problems
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
 from temporal_ledger.ledger._wire import key_from_wire
@@ -786,7 +786,7 @@ def test_show_says_what_to_do_next(schema_ledger: tuple[str, Path]) -> None:
     # the schema's shape.
     argv[argv.index("--actor") + 1] = "ops-ann"
     argv[argv.index("--basis") + 1] = "the mail relay's log shows the message"
-    args = _parser().parse_args([*argv[1:], "--db", url])
+    args = build_parser().parse_args([*argv[1:], "--db", url])
     assert (args.key, args.verdict) == (SCHEMA_KEY, "effect_confirmed")
     assert set(args.output) == {"message_id", "count"}
     # Its placeholders are refused if sent unchanged; filled in, the output fits.
