@@ -33,10 +33,10 @@ from ._models import (
 from ._signatures import (
     decision_statement,
     read_policy,
-    read_private_key,
     sign,
     verdict_statement,
 )
+from ._signing_keys import read_private_key
 from ._sqlite import path_from_url
 from ._wire import key_from_wire
 

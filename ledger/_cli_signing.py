@@ -21,13 +21,15 @@ from ._errors import InvalidRequest
 from ._models import Decision, Verdict
 from ._signatures import (
     decision_statement,
+    sign,
+    verdict_statement,
+)
+from ._signing_keys import (
     generate_private_key,
     key_id,
     public_key_text,
     raw_public_key,
     read_private_key,
-    sign,
-    verdict_statement,
     write_private_key,
 )
 

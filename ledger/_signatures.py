@@ -18,35 +18,28 @@ import base64
 import binascii
 import dataclasses
 import fnmatch
-import hashlib
-import os
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ._canonical import canonical_json, check_json
 from ._errors import InvalidRequest
 from ._models import EventType
+from ._signing_keys import crypto, key_id, parse_public_key, raw_public_key, require_crypto
 
 if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric import ed25519
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from ._models import LedgerEvent
 
 #: Names what a signature is over, so a signature made for anything else never fits.
 STATEMENT_VERSION = "temporal-ledger-decision-v1"
-#: How a public key is written in a policy: ``ed25519:`` and the raw 32-byte key.
-KEY_PREFIX = "ed25519:"
-#: The extra that brings ``cryptography``.
-EXTRA = "signing"
 #: Verdicts recorded by a tool's probe: the worker's own finding, never a person's.
 PROBE_ACTOR_PREFIX = "probe:"
 
-_PUBLIC_KEY_BYTES = 32
 _SIGNATURE_BYTES = 64
 
 
@@ -158,137 +151,6 @@ def verdict_statement(
     }
 
 
-# -- keys --------------------------------------------------------------------------------
-
-
-class _Ed25519(Protocol):
-    """What this module uses of ``cryptography``'s ``ed25519`` module (:func:`_crypto`)."""
-
-    @property
-    def Ed25519PrivateKey(self) -> type[ed25519.Ed25519PrivateKey]: ...
-
-    @property
-    def Ed25519PublicKey(self) -> type[ed25519.Ed25519PublicKey]: ...
-
-
-def _crypto() -> _Ed25519:
-    """The ``ed25519`` module of ``cryptography``, or an ImportError naming the extra."""
-    try:
-        from cryptography.hazmat.primitives.asymmetric import ed25519
-    except ImportError as exc:
-        raise ImportError(
-            "signed decisions need the cryptography package: "
-            f"pip install 'temporal-ledger[{EXTRA}]'"
-        ) from exc
-    return ed25519
-
-
-def require_crypto() -> None:
-    """Raise the ImportError naming the extra now, where keys are configured, rather
-    than when the first signature arrives."""
-    _crypto()
-
-
-def parse_public_key(text: Any) -> bytes:
-    """The raw 32 bytes of ``ed25519:<base64 or hex>``; :class:`InvalidRequest` if not."""
-    if not isinstance(text, str) or not text.startswith(KEY_PREFIX):
-        raise InvalidRequest(
-            f"a public key is written {KEY_PREFIX}<base64 or hex of 32 bytes>, got {text!r}"
-        )
-    body = text.removeprefix(KEY_PREFIX).strip()
-    raw: bytes | None = None
-    if len(body) == 2 * _PUBLIC_KEY_BYTES:
-        try:
-            raw = bytes.fromhex(body)
-        except ValueError:
-            raw = None
-    if raw is None:
-        # Standard or URL-safe base64, padded or not.
-        padded = body.replace("-", "+").replace("_", "/") + "=" * (-len(body) % 4)
-        try:
-            raw = base64.b64decode(padded, validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidRequest(f"public key {text!r}: not base64 or hex") from None
-    if len(raw) != _PUBLIC_KEY_BYTES:
-        raise InvalidRequest(
-            f"public key {text!r}: an Ed25519 public key is {_PUBLIC_KEY_BYTES} bytes, "
-            f"this is {len(raw)}"
-        )
-    return raw
-
-
-def public_key_text(raw: bytes) -> str:
-    """A public key as the policy writes it."""
-    return KEY_PREFIX + base64.b64encode(raw).decode()
-
-
-def key_id(raw: bytes) -> str:
-    """A public key's short name: the first 16 hex digits of its SHA-256."""
-    return hashlib.sha256(raw).hexdigest()[:16]
-
-
-def generate_private_key() -> Ed25519PrivateKey:
-    """A new Ed25519 private key."""
-    return _crypto().Ed25519PrivateKey.generate()
-
-
-def private_key_pem(private_key: Ed25519PrivateKey) -> bytes:
-    """The private key as unencrypted PKCS#8 PEM (what ``openssl genpkey -algorithm
-    ed25519`` writes)."""
-    from cryptography.hazmat.primitives import serialization
-
-    return private_key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def raw_public_key(private_key: Ed25519PrivateKey) -> bytes:
-    """The raw 32 bytes of the private key's public half."""
-    from cryptography.hazmat.primitives import serialization
-
-    return private_key.public_key().public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw
-    )
-
-
-def write_private_key(path: Path, private_key: Ed25519PrivateKey) -> None:
-    """Write a new key file readable by its owner alone, in a folder made for its owner
-    alone where there is none (as ``ssh-keygen`` does); never overwrite one."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:  # a file where the folder should be, or no permission
-        raise InvalidRequest(f"cannot write key file {path}: {exc.strerror or exc}") from None
-    try:
-        descriptor = os.open(path, flags, 0o600)
-    except FileExistsError:
-        raise InvalidRequest(f"{path} exists: a key file is never overwritten") from None
-    except OSError as exc:
-        raise InvalidRequest(f"cannot write key file {path}: {exc.strerror or exc}") from None
-    with os.fdopen(descriptor, "wb") as file:
-        file.write(private_key_pem(private_key))
-
-
-def read_private_key(path: Path) -> Ed25519PrivateKey:
-    """An Ed25519 private key from a PEM file; :class:`InvalidRequest` naming what is wrong."""
-    ed25519 = _crypto()
-    from cryptography.hazmat.primitives import serialization
-
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InvalidRequest(f"cannot read key file {path}: {exc.strerror or exc}") from None
-    try:
-        key = serialization.load_pem_private_key(data, password=None)
-    except (ValueError, TypeError) as exc:
-        raise InvalidRequest(f"{path} is not an unencrypted PEM private key: {exc}") from None
-    if not isinstance(key, ed25519.Ed25519PrivateKey):
-        raise InvalidRequest(f"{path} holds a {type(key).__name__}, not an Ed25519 key")
-    return key
-
-
 def sign(private_key: Ed25519PrivateKey, statement: dict[str, Any]) -> DecisionSignature:
     """Sign a statement (:func:`decision_statement`, :func:`verdict_statement`)."""
     check_json(statement, where="the signed decision")
@@ -303,7 +165,7 @@ def sign(private_key: Ed25519PrivateKey, statement: dict[str, Any]) -> DecisionS
 
 
 def _verifies(raw: bytes, statement: dict[str, Any], value: str) -> bool:
-    ed25519 = _crypto()
+    ed25519 = crypto()
     from cryptography.exceptions import InvalidSignature
 
     try:
