@@ -37,12 +37,12 @@ from ._rule import (
     Ask,
     Busy,
     Claimed,
-    Conflict,
     admit,
+    answered,
     may_act_again_after,
     record_acted,
 )
-from ._transaction import Draft, KeyRecord, Phase, Transaction
+from ._transaction import Draft, KeyRecord, Phase
 from ._writes import _RETRY_FIRST_DELAY, _RETRY_MAX_DELAY, Writes
 
 logger = logging.getLogger(__name__)
@@ -104,42 +104,29 @@ class CallPath(Writes):
             fields = failure_fields(exc)
         else:
             fields = success_fields(output)
-        record_it = functools.partial(record_acted, ask=ask)
         try:
             try:
-                decision = await self._record_acted(
-                    key, functools.partial(record_it, fields=fields)
-                )
+                decision = await self._record_acted(key, ask, fields)
             except InvalidRequest as exc:
                 unrecordable = _recordable_instead(key, fields, exc)
                 if unrecordable is None:
                     raise
-                decision = await self._record_acted(
-                    key, functools.partial(record_it, fields=unrecordable)
-                )
+                decision = await self._record_acted(key, ask, unrecordable)
         except DuplicateActionId:
             # The same submission landed before (its answer lost, or another process's
             # try): what it recorded is the answer.
-            answered = await self._answer_resubmission(ask)
-            if answered is None:
+            resubmitted = await self._answer_resubmission(ask)
+            if resubmitted is None:
                 raise
-            return answered
-        if isinstance(decision, Answer):
-            return decision.result
-        if isinstance(decision, Conflict):
-            raise decision.error
-        assert isinstance(decision, Busy)  # a claim is never what acting first decides
-        raise ActionInProgressError(
-            key=key,
-            holder_action_id=decision.holder_action_id,
-            lease_remaining=decision.remaining,
-            action_id=request.action_id,
-        )
+            return resubmitted
+        assert not isinstance(decision, Claimed)  # never what acting first decides
+        return answered(decision, request)
 
-    async def _record_acted(self, key: str, fn: Callable[[Transaction], Admission]) -> Admission:
-        """One write of what a retry-safe call did: in one exchange against the record
-        this process expects, or else the durable way (the effect happened: its report
-        must not be lost to a dropped connection)."""
+    async def _record_acted(self, key: str, ask: Ask, fields: dict[str, Any]) -> Admission:
+        """One write of what a retry-safe call did (:func:`record_acted`): in one exchange
+        against the record this process expects, or else the durable way (the effect
+        happened: its report must not be lost to a dropped connection)."""
+        fn = functools.partial(record_acted, ask=ask, fields=fields)
         try:
             done = await self._recorder.transact_expected(key, fn)
         except LedgerUnavailable:
@@ -173,9 +160,9 @@ class CallPath(Writes):
             except DuplicateActionId:
                 if not first:
                     raise
-                answered = await self._answer_resubmission(ask)
-                if answered is not None:
-                    return answered
+                resubmitted_answer = await self._answer_resubmission(ask)
+                if resubmitted_answer is not None:
+                    return resubmitted_answer
                 # Recorded before and never answered (it was deferred, or its claim is
                 # still the key's): admitted as a new submission whose request is recorded.
                 first, resubmitted = False, True
@@ -190,20 +177,11 @@ class CallPath(Writes):
                 self._in_background(self._release_unused_claim(request.key, request.action_id))
                 raise
             first = False
-            if isinstance(decision, Answer):
-                return decision.result
-            if isinstance(decision, Conflict):
-                raise decision.error
             if isinstance(decision, Claimed):
                 decision.decided = time.monotonic()
                 return decision
-            if decision.recorded or give_up:
-                raise ActionInProgressError(
-                    key=request.key,
-                    holder_action_id=decision.holder_action_id,
-                    lease_remaining=decision.remaining,
-                    action_id=request.action_id,
-                )
+            if not isinstance(decision, Busy) or decision.recorded or give_up:
+                return answered(decision, request)
             await self._wait_for_the_holder(
                 request, min(delay, max(0.0, deadline - time.monotonic()))
             )

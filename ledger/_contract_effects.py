@@ -4,10 +4,11 @@ outcomes that free a key, leases, late completions, other processes on the same 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,24 @@ from ._testing_child import (
     count_effects,
     request,
 )
+
+
+@contextlib.asynccontextmanager
+async def _after_a_crash(
+    ledger_url: str, open_ledger: Callable[..., Ledger], tmp_path: Path, *, lease: float
+) -> AsyncIterator[tuple[Ledger, _CountingAdapter]]:
+    """A ledger whose key ``k`` a worker in another process claimed, acted on and was
+    killed before it reported. After the block the ledger still verifies, nothing acted
+    again, and the world saw the one effect."""
+    effects = tmp_path / "effects.txt"
+    _crash_after_acting(ledger_url, "k", effects, lease)
+    far_side = _CountingAdapter()
+    async with open_ledger(lease=lease) as ledger:
+        yield ledger, far_side
+        report = ledger.verify()
+        assert report.ok, report.problems
+    assert far_side.calls == []
+    assert count_effects(effects) == {"k": 1}
 
 
 class EffectContract:
@@ -211,11 +230,8 @@ class EffectContract:
     async def test_crash_gap_is_recorded_and_never_acted_again(
         self, ledger_url: str, open_ledger: Callable[..., Ledger], tmp_path: Path
     ) -> None:
-        effects = tmp_path / "effects.txt"
-        lease = 1.5
-        _crash_after_acting(ledger_url, "k", effects, lease)
-        far_side = _CountingAdapter()
-        async with open_ledger(lease=lease) as ledger:
+        crashed = _after_a_crash(ledger_url, open_ledger, tmp_path, lease=1.5)
+        async with crashed as (ledger, far_side):
             state = ledger.state("k")
             if state.next_operation is NextOperation.WAIT:
                 with pytest.raises(ActionInProgressError) as busy:
@@ -229,9 +245,6 @@ class EffectContract:
             again = await _execute(ledger, "k", far_side)
             assert again.replayed and again.effect is EffectState.UNKNOWN
             assert [s.key for s in ledger.open_effects()] == ["k"]
-            assert ledger.verify().ok
-        assert far_side.calls == []
-        assert count_effects(effects) == {"k": 1}
 
     async def test_a_request_during_the_live_execution_is_deferred(self, ledger: Ledger) -> None:
         release = threading.Event()
@@ -423,11 +436,9 @@ class EffectContract:
         """The holder acted and died. A request deferred while its lease was live, submitted
         again (the same action_id) after the lease expired, gets the crash-gap answer
         (failed, effect unknown) like a new submission, and never acts."""
-        effects = tmp_path / "effects.txt"
-        lease = 3.0  # long enough to be deferred first, on a slow machine too
-        _crash_after_acting(ledger_url, "k", effects, lease)
-        far_side = _CountingAdapter()
-        async with open_ledger(lease=lease) as ledger:
+        # A lease long enough to be deferred first, on a slow machine too.
+        crashed = _after_a_crash(ledger_url, open_ledger, tmp_path, lease=3.0)
+        async with crashed as (ledger, far_side):
             holder = ledger.state("k").holder_action_id
             assert holder is not None
             deferred = request("k")
@@ -446,19 +457,12 @@ class EffectContract:
             own = await _execute(ledger, request("k", action_id=holder), far_side)
             assert own.action_id == holder and not own.replayed
             assert own.error_type == "Interrupted"
-            report = ledger.verify()
-            assert report.ok, report.problems
-        assert far_side.calls == []
-        assert count_effects(effects) == {"k": 1}
 
     async def test_the_holders_own_submission_again_settles_its_crash_gap(
         self, ledger_url: str, open_ledger: Callable[..., Ledger], tmp_path: Path
     ) -> None:
-        effects = tmp_path / "effects.txt"
-        lease = 1.5
-        _crash_after_acting(ledger_url, "k", effects, lease)
-        far_side = _CountingAdapter()
-        async with open_ledger(lease=lease) as ledger:
+        crashed = _after_a_crash(ledger_url, open_ledger, tmp_path, lease=1.5)
+        async with crashed as (ledger, far_side):
             holder = ledger.state("k").holder_action_id
             assert holder is not None
             own = request("k", action_id=holder)
@@ -473,7 +477,3 @@ class EffectContract:
             assert [e.action_id for e in completions] == [holder]
             later = await _execute(ledger, "k", far_side)
             assert later.replayed and later.reused_from_action_id == holder
-            report = ledger.verify()
-            assert report.ok, report.problems
-        assert far_side.calls == []
-        assert count_effects(effects) == {"k": 1}

@@ -18,7 +18,7 @@ from typing import Any
 from ._answers import result_of
 from ._canonical import FINGERPRINT_VERSION, combine, differing, fingerprint_dimensions
 from ._completion import is_expired, keep_as_evidence, recover_expired, settle
-from ._errors import IdempotencyConflictError
+from ._errors import ActionInProgressError, IdempotencyConflictError
 from ._models import (
     ActionRequest,
     ActionResult,
@@ -66,6 +66,20 @@ class Claimed:
 
 #: What :func:`admit` decides.
 Admission = Answer | Conflict | Busy | Claimed
+
+
+def answered(decision: Answer | Conflict | Busy, request: ActionRequest) -> ActionResult:
+    """The result a decision answers ``request`` with; its conflict or deferral raised."""
+    if isinstance(decision, Answer):
+        return decision.result
+    if isinstance(decision, Conflict):
+        raise decision.error
+    raise ActionInProgressError(
+        key=request.key,
+        holder_action_id=decision.holder_action_id,
+        lease_remaining=decision.remaining,
+        action_id=request.action_id,
+    )
 
 
 def may_act_again_after(outcome: Outcome, retry_safe: bool) -> bool:
