@@ -18,6 +18,7 @@ import base64
 import binascii
 import dataclasses
 import fnmatch
+import functools
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -308,18 +309,14 @@ class Signers:
 
         ``workflow_id`` and ``namespace``: the run it arrived in, when known.
         """
-
-        def statement(signed: DecisionSignature) -> dict[str, Any]:
-            return decision_statement(
-                key=key,
-                fingerprint=fingerprint,
-                decision=decision,
-                actor=actor,
-                basis=basis,
-                workflow_id=signed.workflow_id,
-                namespace=signed.namespace,
-            )
-
+        statement = functools.partial(
+            decision_statement,
+            key=key,
+            fingerprint=fingerprint,
+            decision=decision,
+            actor=actor,
+            basis=basis,
+        )
         return self._problem(
             "decision",
             self.decisions_signed,
@@ -347,20 +344,16 @@ class Signers:
         """Why this verdict does not prove its actor, or ``None``."""
         if signature is not None and not action_id:
             return "a signed verdict must name the action it is about (action_id)"
-
-        def statement(signed: DecisionSignature) -> dict[str, Any]:
-            return verdict_statement(
-                key=key,
-                action_id=action_id or "",
-                verdict=verdict,
-                actor=actor,
-                basis=basis,
-                evidence=evidence,
-                output=output,
-                workflow_id=signed.workflow_id,
-                namespace=signed.namespace,
-            )
-
+        statement = functools.partial(
+            verdict_statement,
+            key=key,
+            action_id=action_id or "",
+            verdict=verdict,
+            actor=actor,
+            basis=basis,
+            evidence=evidence,
+            output=output,
+        )
         return self._problem(
             "verdict", self.verdicts_signed, actor, signature, statement, workflow_id, namespace
         )
@@ -371,7 +364,7 @@ class Signers:
         required: bool,
         actor: str,
         signature: DecisionSignature | None,
-        statement: Callable[[DecisionSignature], dict[str, Any]],
+        statement: Callable[..., dict[str, Any]],
         workflow_id: str | None,
         namespace: str | None,
     ) -> str | None:
@@ -401,7 +394,8 @@ class Signers:
                 f"the {kind} is signed with key {signature.key_id}, which the policy does not "
                 f"give {actor!r} (its keys: {', '.join(sorted(listed))})"
             )
-        if not _verifies(parse_public_key(found), statement(signature), signature.value):
+        signed = statement(workflow_id=signature.workflow_id, namespace=signature.namespace)
+        if not _verifies(parse_public_key(found), signed, signature.value):
             return (
                 f"the signature with key {signature.key_id} of {actor!r} does not match this "
                 f"{kind}: it was made over other fields (key, "

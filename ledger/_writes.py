@@ -146,24 +146,22 @@ class Writes:
                 if queued is not None
                 else asyncio.ensure_future(self._run(self._recorder.transact, key, audit))
             )
-            self._audits.add(pending)
-            pending.add_done_callback(self._audit_done)
+            self._watch(pending, "a batched replay's audit record was not written")
 
     def _in_background(self, write: Coroutine[Any, Any, Any]) -> None:
         """Run a write the caller no longer waits for; ``aclose`` waits for it."""
-        pending = asyncio.ensure_future(write)
+        self._watch(asyncio.ensure_future(write), "a write nobody waited for failed")
+
+    def _watch(self, pending: asyncio.Future[Any], failed: str) -> None:
+        """Hold a write nobody waits for until it ends, and log ``failed`` if it does."""
         self._audits.add(pending)
-        pending.add_done_callback(self._background_done)
 
-    def _background_done(self, pending: asyncio.Future[Any]) -> None:
-        self._audits.discard(pending)
-        if not pending.cancelled() and pending.exception() is not None:
-            logger.error("a write nobody waited for failed: %s", pending.exception())
+        def done(_: asyncio.Future[Any]) -> None:
+            self._audits.discard(pending)
+            if not pending.cancelled() and pending.exception() is not None:
+                logger.error("%s: %s", failed, pending.exception())
 
-    def _audit_done(self, pending: asyncio.Future[Any]) -> None:
-        self._audits.discard(pending)
-        if not pending.cancelled() and pending.exception() is not None:
-            logger.error("a batched replay's audit record was not written: %s", pending.exception())
+        pending.add_done_callback(done)
 
     def _read_key(self, key: str) -> tuple[KeyRecord | None, float]:
         return self._recorder.get(key), self._recorder.now()
