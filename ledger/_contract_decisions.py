@@ -217,11 +217,6 @@ class DecisionContract:
         assert ledger.state("k").next_operation is next_operation
         assert far_side.calls == []
 
-    async def test_precondition_without_a_resolver_is_refused(self, ledger: Ledger) -> None:
-        with pytest.raises(InvalidRequest, match="precondition"):
-            await _execute(ledger, request("k", precondition={"size": 3}))
-        assert ledger.events() == []
-
     async def test_replay_does_not_reevaluate_the_precondition(self, ledger: Ledger) -> None:
         world = {"size": 3}
         resolver_calls: list[str] = []
