@@ -74,42 +74,6 @@ class DecisionContract:
         assert once_more.replayed
         assert len(far_side.calls) == 2
 
-    @pytest.mark.parametrize(
-        ("actor", "basis", "evidence", "named"),
-        [
-            ("YOUR-NAME", "the file has the line", [], "actor"),
-            ("you", "the file has the line", [], "actor"),
-            ("ops-ann", "WHY", [], "basis"),
-            ("ops-ann", "WHAT-YOU-SAW", [], "basis"),
-            ("ops-ann", "saw <what you saw>", [], "basis"),
-            ("ops-ann", "the file has the line", ["<a link to it>"], "evidence"),
-            ("probe:append", "the far side said so", [], "evidence"),
-        ],
-    )
-    async def test_a_verdict_in_nobodys_name_is_refused_and_records_nothing(
-        self, ledger: Ledger, actor: str, basis: str, evidence: list[Any], named: str
-    ) -> None:
-        await self._unknown(ledger, "k")
-        before = ledger.events("k")
-        with pytest.raises(InvalidRequest, match=named):
-            await ledger.reconcile("k", "no_effect_confirmed", actor, basis, evidence=evidence)
-        assert ledger.events("k") == before
-        assert ledger.state("k").next_operation is NextOperation.RECONCILE_EFFECT
-
-    async def test_an_approval_in_nobodys_name_is_refused_and_records_nothing(
-        self, ledger: Ledger
-    ) -> None:
-        gated = await _execute(ledger, "k", requires_approval=True)
-        assert gated.error_type == FailureType.APPROVAL_REQUIRED
-        pending = ledger.state("k").approval
-        assert pending is not None
-        before = ledger.events("k")
-        for actor, basis in (("YOUR-NAME", "the refund is right"), ("lead-ann", "WHY")):
-            with pytest.raises(InvalidRequest, match="placeholder"):
-                await ledger.approve("k", fingerprint=pending.fingerprint, actor=actor, basis=basis)
-        assert ledger.events("k") == before
-        assert ledger.state("k").approval == pending
-
     async def test_still_unknown_keeps_the_effect_open(self, ledger: Ledger) -> None:
         far_side = await self._unknown(ledger, "k")
         state = await ledger.reconcile("k", "still_unknown", "ops", "far side unreachable")
@@ -325,21 +289,6 @@ class DecisionContract:
         with pytest.raises(ApprovalRefused, match="already rejected"):
             await ledger.approve("k", fingerprint=fingerprint, actor="bob", basis="fine by me")
         assert far_side.calls == []
-
-    async def test_bad_approval_input_records_nothing(self, ledger: Ledger) -> None:
-        await _execute(ledger, "k", requires_approval=True)
-        before = ledger.events("k")
-        fingerprint = request("k").fingerprint()
-        bad_inputs: tuple[dict[str, Any], ...] = (
-            dict(fingerprint=fingerprint, actor="", basis="b"),
-            dict(fingerprint=fingerprint, actor="a", basis=" "),
-            dict(fingerprint="", actor="a", basis="b"),
-            dict(fingerprint=fingerprint, actor="a", basis="b", decision="maybe"),
-        )
-        for bad in bad_inputs:
-            with pytest.raises(InvalidRequest):
-                await ledger.approve("k", **bad)
-        assert ledger.events("k") == before
 
     async def test_verify_names_an_execution_that_bypassed_its_gate(self, ledger: Ledger) -> None:
         await _execute(ledger, "gated", requires_approval=False)

@@ -1,6 +1,7 @@
 """Bad input to the ledger: refused before anything is recorded, whatever the storage.
 
-The ledger checks a request, its values and its text before its first transaction, so
+The ledger checks a request, its values and its text, and a person's decision or
+verdict (no placeholder of a printed template, no empty field), before it writes, so
 these run on one backend (SQLite), beside the shared contract suite
 (:mod:`temporal_ledger.ledger.testing`) that every backend runs.
 """
@@ -12,7 +13,8 @@ from typing import Any
 
 import pytest
 from temporal_ledger.ledger import Authority, InvalidRequest, Ledger
-from temporal_ledger.ledger._testing_child import _execute, request
+from temporal_ledger.ledger._models import FailureType, NextOperation
+from temporal_ledger.ledger._testing_child import _CountingAdapter, _execute, request
 
 
 @pytest.fixture
@@ -134,3 +136,55 @@ async def test_text_that_cannot_be_recorded_is_refused_before_acting(
     with pytest.raises(InvalidRequest, match="actor"):
         await ledger.reconcile("k", "still_unknown", "ops \ud800", "seen")
     assert ledger.events() == []
+
+
+@pytest.mark.parametrize(
+    ("actor", "basis", "evidence", "named"),
+    [
+        ("YOUR-NAME", "the file has the line", [], "actor"),
+        ("you", "the file has the line", [], "actor"),
+        ("ops-ann", "WHY", [], "basis"),
+        ("ops-ann", "WHAT-YOU-SAW", [], "basis"),
+        ("ops-ann", "saw <what you saw>", [], "basis"),
+        ("ops-ann", "the file has the line", ["<a link to it>"], "evidence"),
+        ("probe:append", "the far side said so", [], "evidence"),
+    ],
+)
+async def test_a_verdict_in_nobodys_name_is_refused_and_records_nothing(
+    ledger: Ledger, actor: str, basis: str, evidence: list[Any], named: str
+) -> None:
+    await _execute(ledger, "k", _CountingAdapter(raise_after=ConnectionResetError("reset")))
+    before = ledger.events("k")
+    with pytest.raises(InvalidRequest, match=named):
+        await ledger.reconcile("k", "no_effect_confirmed", actor, basis, evidence=evidence)
+    assert ledger.events("k") == before
+    assert ledger.state("k").next_operation is NextOperation.RECONCILE_EFFECT
+
+
+async def test_an_approval_in_nobodys_name_is_refused_and_records_nothing(ledger: Ledger) -> None:
+    gated = await _execute(ledger, "k", requires_approval=True)
+    assert gated.error_type == FailureType.APPROVAL_REQUIRED
+    pending = ledger.state("k").approval
+    assert pending is not None
+    before = ledger.events("k")
+    for actor, basis in (("YOUR-NAME", "the refund is right"), ("lead-ann", "WHY")):
+        with pytest.raises(InvalidRequest, match="placeholder"):
+            await ledger.approve("k", fingerprint=pending.fingerprint, actor=actor, basis=basis)
+    assert ledger.events("k") == before
+    assert ledger.state("k").approval == pending
+
+
+async def test_bad_approval_input_records_nothing(ledger: Ledger) -> None:
+    await _execute(ledger, "k", requires_approval=True)
+    before = ledger.events("k")
+    fingerprint = request("k").fingerprint()
+    bad_inputs: tuple[dict[str, Any], ...] = (
+        dict(fingerprint=fingerprint, actor="", basis="b"),
+        dict(fingerprint=fingerprint, actor="a", basis=" "),
+        dict(fingerprint="", actor="a", basis="b"),
+        dict(fingerprint=fingerprint, actor="a", basis="b", decision="maybe"),
+    )
+    for bad in bad_inputs:
+        with pytest.raises(InvalidRequest):
+            await ledger.approve("k", **bad)
+    assert ledger.events("k") == before
