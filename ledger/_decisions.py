@@ -91,17 +91,11 @@ def decide_approval(
     elif approval.state != ApprovalState.REQUESTED:
         by = f" by {approval.actor!r}" if approval.actor else ""
         reason = f"the call's approval is already {approval.state}{by}"
-    body: dict[str, Any] = {
-        "fingerprint": fingerprint,
-        "decision": decision.value,
-        "actor": actor,
-        "basis": basis,
-    }
-    if signature is not None:
-        body["signature"] = signature
+    body = _signed(
+        signature, fingerprint=fingerprint, decision=decision.value, actor=actor, basis=basis
+    )
     if reason is not None:
-        tx.append(EventType.APPROVAL_REFUSED, None, {**body, "reason": reason})
-        tx.save(record or KeyRecord(key=tx.key))
+        _refuse(tx, EventType.APPROVAL_REFUSED, body, reason)
         settled = approval is not None and approval.state != ApprovalState.REQUESTED
         return reason, approval if settled else None
     assert record is not None and approval is not None
@@ -147,9 +141,7 @@ def reconcile_key(
     ``signature`` (its author's proof) is recorded with the verdict."""
     record = tx.record
     reason, known_effect = _unknown_effect_of(tx, record, action_id=action_id)
-    body: dict[str, Any] = {"verdict": verdict.value, "actor": actor, "basis": basis}
-    if signature is not None:
-        body["signature"] = signature
+    body = _signed(signature, verdict=verdict.value, actor=actor, basis=basis)
     if reason is None and verdict is Verdict.EFFECT_CONFIRMED:
         assert record is not None
         misfit = (
@@ -159,8 +151,7 @@ def reconcile_key(
             # Bad input, not a refusal: raising rolls the transaction back, nothing kept.
             raise InvalidRequest(misfit)
     if reason is not None:
-        tx.append(EventType.RECONCILE_REFUSED, None, {**body, "reason": reason})
-        tx.save(record or KeyRecord(key=tx.key))
+        _refuse(tx, EventType.RECONCILE_REFUSED, body, reason)
         return reason, known_effect
     assert record is not None and record.outcome is not None
     outcome = dataclasses.replace(record.outcome, verdict=verdict.value)
@@ -187,6 +178,17 @@ def reconcile_key(
     )
     tx.save(record)
     return None
+
+
+def _signed(signature: dict[str, Any] | None, **body: Any) -> dict[str, Any]:
+    """A decision's recorded body, with its author's proof when it was signed."""
+    return body if signature is None else {**body, "signature": signature}
+
+
+def _refuse(tx: Transaction, refusal: EventType, body: dict[str, Any], reason: str) -> None:
+    """Record a decision that was not taken, and why; the key's state stays as it was."""
+    tx.append(refusal, None, {**body, "reason": reason})
+    tx.save(tx.record or KeyRecord(key=tx.key))
 
 
 def _unknown_effect_of(
