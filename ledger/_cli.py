@@ -131,9 +131,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return error(*problem)
     try:
         ledger = Ledger.open(args.db)
-    except InvalidRequest as exc:  # e.g. a missing folder, a newer schema
-        return error(str(exc), USAGE)
-    except ImportError as exc:  # postgresql:// without the [postgres] extra
+    except (InvalidRequest, ImportError) as exc:  # a missing folder; no [postgres] extra
         return error(str(exc), USAGE)
     except LedgerError as exc:  # unreachable, locked, unreadable
         return error(str(exc), REFUSED)

@@ -42,9 +42,7 @@ def run(args: argparse.Namespace) -> int:
         if args.command == "public-key":
             return _public_key(args, read_private_key(args.key_file))
         return _sign(args)
-    except InvalidRequest as exc:
-        return error(str(exc), USAGE)
-    except ImportError as exc:  # no cryptography: the message names the extra
+    except (InvalidRequest, ImportError) as exc:  # ImportError names the [signing] extra
         return error(str(exc), USAGE)
 
 
