@@ -32,8 +32,15 @@ _RETRY_FLOOR = 30.0
 
 
 class Writes:
-    """The storage side of :class:`~temporal_ledger.ledger.Ledger`, which sets these up."""
+    """The storage side of :class:`~temporal_ledger.ledger.Ledger`: its recorder, the
+    threads its transactions run on, and the writes nobody waits for.
 
+    Args:
+        recorder: The backend that stores the log.
+    """
+
+    #: Seconds a live execution holds its key (set by ``Ledger``): retried writes last
+    #: a few leases.
     lease: float
 
     def __init__(self, recorder: Recorder) -> None:
