@@ -80,13 +80,6 @@ def _sign(args: argparse.Namespace) -> int:
             basis=args.basis,
             **where,
         )
-        signed: dict[str, Any] = {
-            "key": args.key,
-            "fingerprint": args.fingerprint,
-            "decision": decision.value,
-            "actor": args.actor,
-            "basis": args.basis,
-        }
         update = "approve"
     else:
         verdict = Verdict(args.verdict)
@@ -102,16 +95,14 @@ def _sign(args: argparse.Namespace) -> int:
             output=args.output,
             **where,
         )
-        signed = {
-            "key": args.key,
-            "action_id": args.action_id,
-            "verdict": verdict.value,
-            "actor": args.actor,
-            "basis": args.basis,
-            "evidence": args.evidence,
-            "output": args.output,
-        }
         update = "reconcile"
+    # The update's input: what was decided, as signed, without the run it was signed for
+    # (the update names its run itself).
+    signed: dict[str, Any] = {
+        name: value
+        for name, value in statement.items()
+        if name not in ("statement", "about", "namespace", "workflow_id")
+    }
     signed["signature"] = sign(private_key, statement).model_dump()
     text = json.dumps(signed, ensure_ascii=False)
     if not args.send:
