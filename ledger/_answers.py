@@ -29,37 +29,6 @@ from ._transaction import KeyRecord, Outcome, Phase
 
 def result_of(outcome: Outcome, *, key: str, action_id: str, replayed: bool) -> ActionResult:
     """The answer of the key's outcome to ``action_id``: its own, or a replay of it."""
-    return _result(
-        outcome,
-        key=key,
-        action_id=action_id,
-        replayed=replayed,
-        reused_from_action_id=outcome.action_id if replayed else None,
-        compacted=outcome.compacted,
-    )
-
-
-def answer_of(body: dict[str, Any], *, key: str, action_id: str, compacted: bool) -> ActionResult:
-    """The answer an ``action.completed`` event (its ``body``) gave its own submission."""
-    return _result(
-        Outcome.of(body),
-        key=key,
-        action_id=action_id,
-        replayed=bool(body.get("replayed")),
-        reused_from_action_id=body.get("reused_from_action_id"),
-        compacted=compacted,
-    )
-
-
-def _result(
-    outcome: Outcome,
-    *,
-    key: str,
-    action_id: str,
-    replayed: bool,
-    reused_from_action_id: str | None,
-    compacted: bool,
-) -> ActionResult:
     return ActionResult(
         action_id=action_id,
         key=key,
@@ -69,11 +38,24 @@ def _result(
         error=outcome.error,
         error_type=outcome.error_type,
         replayed=replayed,
-        reused_from_action_id=reused_from_action_id,
+        reused_from_action_id=outcome.action_id if replayed else None,
         retryable=outcome.retryable,
         retry_after=outcome.retry_after,
         verdict=None if outcome.verdict is None else Verdict(outcome.verdict),
-        compacted=compacted,
+        compacted=outcome.compacted,
+    )
+
+
+def answer_of(body: dict[str, Any], *, key: str, action_id: str, compacted: bool) -> ActionResult:
+    """The answer an ``action.completed`` event (its ``body``) gave its own submission."""
+    answer = result_of(Outcome.of(body), key=key, action_id=action_id, replayed=False)
+    # A replay's body names the action it reused; the event, whether it was compacted.
+    return answer.model_copy(
+        update={
+            "replayed": bool(body.get("replayed")),
+            "reused_from_action_id": body.get("reused_from_action_id"),
+            "compacted": compacted,
+        }
     )
 
 
