@@ -285,16 +285,14 @@ class Ledger(CallPath):
         if not isinstance(evidence, list):
             raise InvalidRequest("evidence must be a list")
         check_json(evidence, where="evidence")
-        if actor.startswith(PROBE_ACTOR_PREFIX):
-            # A probe's evidence is the far side's answer as it came (HTML included).
-            refuse_placeholders(actor=actor, basis=basis)
-            if verdict is not Verdict.STILL_UNKNOWN and not evidence:
-                raise InvalidRequest(
-                    f"{actor}: a probe's verdict that settles an effect rests on evidence "
-                    "(the far side's answer); none was given"
-                )
-        else:
-            refuse_placeholders(actor=actor, basis=basis, evidence=evidence)
+        probe = actor.startswith(PROBE_ACTOR_PREFIX)
+        # A probe's evidence is the far side's answer as it came (HTML included).
+        refuse_placeholders(actor=actor, basis=basis, **({} if probe else {"evidence": evidence}))
+        if probe and verdict is not Verdict.STILL_UNKNOWN and not evidence:
+            raise InvalidRequest(
+                f"{actor}: a probe's verdict that settles an effect rests on evidence "
+                "(the far side's answer); none was given"
+            )
         if isinstance(output, BaseModel):
             output = model_json(output)
         check_json(output, where="output")
@@ -315,8 +313,7 @@ class Ledger(CallPath):
             ),
         )
         if refused is not None:
-            reason, known_effect = refused
-            raise ReconciliationRefused(key, reason, effect=known_effect)
+            raise ReconciliationRefused(key, refused[0], effect=refused[1])
         return await self._run(self.state, key)
 
     async def approve(
