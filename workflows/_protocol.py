@@ -23,8 +23,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
-    model_serializer,
     model_validator,
 )
 
@@ -345,27 +343,6 @@ class _Payload(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class _SigningPayload(_Payload):
-    """A payload with fields of the signing feature (and later optional ones), left out of
-    what crosses while they hold their defaults: workers of earlier releases refuse fields
-    they do not know, and keep working beside these during a rolling upgrade as long as no
-    key is configured (and no call inside an activity parks)."""
-
-    @model_serializer(mode="wrap")
-    def _without_unset_later_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        fields = type(self).model_fields
-        for name in _LATER_FIELDS & data.keys():
-            if data[name] == fields[name].get_default(call_default_factory=True):
-                del data[name]
-        return data
-
-
-#: Fields added after the first release (signing; a call inside an activity), left out
-#: while unset so that earlier workers can read the payload.
-_LATER_FIELDS = frozenset({"keys", "signature_required", "signature", "inner", "output_schema"})
-
-
 class ToolCall(_Payload):
     """One ledgered tool call as scheduled by ``run_tool``."""
 
@@ -388,7 +365,7 @@ class ToolOutcome(_Payload):
     reconciled: bool = False
 
 
-class _AwaitingPerson(_SigningPayload):
+class _AwaitingPerson(_Payload):
     """Details of a call that waits for a person: what proves them, and where to answer."""
 
     #: The policy's public keys by actor, and whether the answer must be signed with one
@@ -450,7 +427,7 @@ class ConflictDetails(_Payload):
     fingerprint_version: str
 
 
-class _PersonsAnswer(_SigningPayload):
+class _PersonsAnswer(_Payload):
     """A person's answer to a waiting call, which its signature may prove."""
 
     #: The fields the signature covers, and the ``Signers`` check of them.
