@@ -25,6 +25,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from ..ledger import Verdict
 from ..ledger._seam import Decision, Signers
 from . import _render, _tracing
+from ._options import LedgerOptions
 from ._protocol import (
     APPROVE_ACTIVITY,
     APPROVE_UPDATE,
@@ -44,7 +45,7 @@ from ._protocol import (
     ReconcileResult,
     UnknownEffect,
 )
-from ._scheduling import Kind, options_for, start_own_activity
+from ._scheduling import Kind, scheduling, start_own_activity
 from ._waiting import OpenEffect, PendingApproval, Rejection
 
 
@@ -79,9 +80,16 @@ class _Pending(Generic[InT, ResultT]):
 
 
 class Inbox:
-    """Per-run state of waiting calls, kept on the workflow instance."""
+    """Per-run state of waiting calls, held by the plugin's workflow interceptor for its run.
 
-    def __init__(self) -> None:
+    Args:
+        options: The plugin's options: how the activities that record answers and ask
+            probes are scheduled.
+    """
+
+    def __init__(self, options: LedgerOptions) -> None:
+        self.options = options
+        self._installed = False
         self.open: dict[str, OpenEffect] = {}
         self.calls: dict[str, Call] = {}
         self.verdicts: dict[str, list[_Pending[ReconcileInput, ReconcileResult]]] = {}
@@ -93,6 +101,37 @@ class Inbox:
         self.approvals_listed = False
 
     # -- handlers (registered dynamically, so any workflow can use them) ---------------
+
+    def install(self) -> Inbox:
+        """Register the queries, signal and updates (once); returns the inbox."""
+        if not self._installed:
+            self._installed = True
+            workflow.set_query_handler(QUERY_OPEN, self.query_open)
+            workflow.set_query_handler(QUERY_REJECTED, self.query_rejected)
+            workflow.set_signal_handler(RECONCILE_SIGNAL, self.on_signal)
+            workflow.set_update_handler(
+                RECONCILE_UPDATE, self.on_update, validator=self.validate_update
+            )
+            workflow.set_query_handler(QUERY_APPROVALS, self.query_approvals)
+            workflow.set_update_handler(
+                APPROVE_UPDATE, self.on_approve, validator=self.validate_approve
+            )
+        return self
+
+    def install_at_start(self) -> None:
+        """Register the handlers as the run starts, so that they answer before any tool
+        runs, unless the workflow defines one of these names itself: it keeps its own
+        until its first ledgered call (which needs them)."""
+        taken = (
+            any(
+                workflow.get_query_handler(name)
+                for name in (QUERY_OPEN, QUERY_REJECTED, QUERY_APPROVALS)
+            )
+            or workflow.get_signal_handler(RECONCILE_SIGNAL) is not None
+            or any(workflow.get_update_handler(name) for name in (RECONCILE_UPDATE, APPROVE_UPDATE))
+        )
+        if not taken:
+            self.install()
 
     def on_signal(self, raw: Any = None) -> None:
         verdict, reason = self.check_verdict(raw)
@@ -305,7 +344,7 @@ class Inbox:
                     result_type=result_type,
                     # By default, a worker that dies during it is noticed within seconds;
                     # the input is then retried on another worker, never dropped.
-                    **options_for(kind),
+                    **scheduling(kind, run=self.options),
                 )
             except ActivityError as err:
                 cause = err.cause
@@ -528,44 +567,3 @@ class _ParkedGauge:
 _PARKED = _ParkedGauge()
 OPEN_EFFECTS = SearchAttributeKey.for_int(OPEN_EFFECTS_ATTRIBUTE)
 AWAITING_APPROVAL = SearchAttributeKey.for_int(AWAITING_APPROVAL_ATTRIBUTE)
-
-_ATTRIBUTE = "__ledger_parking__"
-
-
-def inbox() -> Inbox:
-    """This run's inbox; the first call registers its queries, signal and updates."""
-    instance = workflow.instance()
-    found = getattr(instance, _ATTRIBUTE, None)
-    if found is None:
-        found = Inbox()
-        setattr(instance, _ATTRIBUTE, found)
-        workflow.set_query_handler(QUERY_OPEN, found.query_open)
-        workflow.set_query_handler(QUERY_REJECTED, found.query_rejected)
-        workflow.set_signal_handler(RECONCILE_SIGNAL, found.on_signal)
-        workflow.set_update_handler(
-            RECONCILE_UPDATE, found.on_update, validator=found.validate_update
-        )
-        workflow.set_query_handler(QUERY_APPROVALS, found.query_approvals)
-        workflow.set_update_handler(
-            APPROVE_UPDATE, found.on_approve, validator=found.validate_approve
-        )
-    return found
-
-
-def install_at_start() -> None:
-    """Register the inbox's queries, signal and updates as the run starts, so that they
-    answer before any tool runs; the plugin's workflow interceptor calls it.
-
-    A workflow that defines a handler of one of these names itself keeps its own until
-    its first ledgered call (which needs them); a workflow that makes none is not touched.
-    """
-    taken = (
-        any(
-            workflow.get_query_handler(name)
-            for name in (QUERY_OPEN, QUERY_REJECTED, QUERY_APPROVALS)
-        )
-        or workflow.get_signal_handler(RECONCILE_SIGNAL) is not None
-        or any(workflow.get_update_handler(name) for name in (RECONCILE_UPDATE, APPROVE_UPDATE))
-    )
-    if not taken:
-        inbox()

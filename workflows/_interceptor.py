@@ -3,37 +3,37 @@ and the whole rule for the activities of other libraries that the plugin ledgers
 
 An activity of another library (an agent framework's tool call, an MCP ``call_tool``)
 whose effect is unknown, or that needs a person's approval, fails on its worker with the
-ledger's error. This interceptor catches that failure around the workflow's activity
-call, before the calling framework sees it, and waits in the run's inbox exactly as a
-``run_tool`` step does. Then ``effect_confirmed`` returns the operator's output as the
-activity's result, and ``no_effect_confirmed``, an approval or a rejection schedule the
-call again under the same key, for the ledger to answer. A failure that ends Temporal's
-retries is tried again only as ``_attempts`` says: within the retry policy and timeouts
-the framework (or the user) gave the call, and past them only to ask the ledger what a
-timed-out attempt did. The framework sees an ordinary activity result or error.
+ledger's error. This interceptor runs such a call through the loop a ``run_tool`` step
+runs through (``_ledgered``), around the workflow's activity call, before the calling
+framework sees the failure: the framework sees an ordinary activity result or error.
 Activities that match no ledgered pattern pass through as they are: a workflow that does
 not use the ledger is untouched.
+
+Temporal makes the inbound and outbound interceptors once per run: the outbound one,
+:class:`LedgeredRun`, holds the run's state (its inbox, the activities' numbering), and
+the inbound one makes it current for the workflow's code (:func:`current_run`), so that
+nothing is kept on the user's workflow object.
 """
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
+import contextvars
 import fnmatch
 import functools
 import json
 from collections.abc import Callable, Sequence
-from datetime import timedelta
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.converter import ActivitySerializationContext, WithSerializationContext
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import (
     ExecuteWorkflowInput,
+    HandleSignalInput,
+    HandleUpdateInput,
     Interceptor,
     StartActivityInput,
     StartLocalActivityInput,
@@ -43,13 +43,11 @@ from temporalio.worker import (
 )
 
 from ..ledger._seam import output_misfit, output_template
-from ._attempts import Attempts
-from ._inbox import Call, inbox, install_at_start
+from ._inbox import Call, Inbox
+from ._ledgered import Face, Ledgered
 from ._options import LedgerOptions
-from ._probe import settle_unknown
 from ._protocol import (
     ANCHOR_HEADER,
-    ASK_ONLY_HEADER,
     HINTS_HEADER,
     PLACEHOLDER,
     ApprovalNeeded,
@@ -61,10 +59,7 @@ from ._protocol import (
     holds_placeholder,
 )
 from ._results import Answer, AnswerForCall, ResultShape
-from ._scheduling import ask_only_options, give_options, scheduling_ask_only, scheduling_own
-
-#: The value of the ask-only header (its presence is what counts).
-_ASK_ONLY = Payload(metadata={"encoding": b"json/plain"}, data=b"true")
+from ._scheduling import scheduling, scheduling_own
 
 
 class WorkflowRule(Protocol):
@@ -87,7 +82,7 @@ class WorkflowRule(Protocol):
 
 class LedgerWorkflowInterceptor(Interceptor):
     """Stamps every activity with the run anchor; lets ledgered activities wait for people;
-    gives every run the options the ledger schedules its activities with.
+    holds each run's inbox and the options the ledger schedules its activities with.
 
     ``rules`` are the plugin's ``ledger_activities``: the activity types that go through
     the ledger on the activity side, and how an operator's output becomes their result.
@@ -107,40 +102,87 @@ class LedgerWorkflowInterceptor(Interceptor):
         rules, options = self._rules, self._options
 
         class _Inbound(WorkflowInboundInterceptor):
+            """Makes the run's ledger state (one per run: Temporal makes one of these per
+            run) current for the workflow's code, in its function and its handlers."""
+
             def init(self, outbound: WorkflowOutboundInterceptor) -> None:
-                super().init(_Outbound(outbound, rules, options.heartbeat_timeout))
+                self._run = LedgeredRun(outbound, rules, options)
+                super().init(self._run)
 
             async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
-                give_options(options)
-                install_at_start()
+                _RUN.set(self._run)
+                self._run.inbox.install_at_start()
                 return await super().execute_workflow(input)
+
+            async def handle_signal(self, input: HandleSignalInput) -> None:
+                _RUN.set(self._run)
+                await super().handle_signal(input)
+
+            async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
+                _RUN.set(self._run)
+                return await super().handle_update_handler(input)
 
         return _Inbound
 
 
-class _Outbound(WorkflowOutboundInterceptor):
+class LedgeredRun(WorkflowOutboundInterceptor):
+    """The ledger's state of one run, and its outbound interceptor: numbers and anchors the
+    activities the workflow schedules, runs the ledgered ones through :class:`Ledgered`,
+    and holds the run's inbox (with the plugin's options)."""
+
     def __init__(
         self,
         next: WorkflowOutboundInterceptor,
         rules: tuple[WorkflowRule, ...],
-        heartbeat_timeout: timedelta | None = None,
+        options: LedgerOptions,
     ) -> None:
         super().__init__(next)
         self._rules = rules
-        self._heartbeat_timeout = heartbeat_timeout or None
+        self._heartbeat_timeout = options.heartbeat_timeout or None
+        self.inbox = Inbox(options)
         #: Activities scheduled so far by every run of this workflow alike (_scheduling).
         self._calls = 0
         #: What each server's tool list said of its tools' hints, by (server, tool).
         self._listed: dict[tuple[str, str], ToolHints] = {}
+        #: A ``run_tool`` step being scheduled (see :meth:`start_step`), and its call.
+        self._step: Face | None = None
+        self._started: Ledgered | None = None
+
+    def start_step(
+        self,
+        face: Face,
+        activity: str,
+        arg: Any,
+        result_type: type,
+        config: workflow.ActivityConfig,
+    ) -> Ledgered:
+        """Schedule the first attempt of a ``run_tool`` step, as the workflow's own activity
+        (through every interceptor, numbered like any other), and return its call."""
+        self.inbox.install()
+        self._step = face
+        try:
+            workflow.start_activity(
+                activity,
+                arg,
+                result_type=result_type,
+                **scheduling("tool", config, run=self.inbox.options),
+            )
+        finally:
+            self._step = None
+        started, self._started = self._started, None
+        assert started is not None, "an interceptor did not pass the step's activity on"
+        return started
 
     def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
         if scheduling_own():
             input.headers = {**input.headers, ANCHOR_HEADER: _anchor(None)}
-            if scheduling_ask_only():
-                input.headers[ASK_ONLY_HEADER] = _ASK_ONLY
             return self.next.start_activity(input)
         call = self._number()
         input.headers = {**input.headers, ANCHOR_HEADER: _anchor(call)}
+        step, self._step = self._step, None
+        if step is not None:
+            self._started = Ledgered(self.next, input, step, self.inbox)
+            return self._started.first
         rule = next((r for r in self._rules if _covers(r, input)), None)
         if rule is None:
             return self.next.start_activity(input)
@@ -152,7 +194,7 @@ class _Outbound(WorkflowOutboundInterceptor):
             # to this timeout (activities._attempt). Replay does not compare activity
             # options, so runs recorded without it replay unchanged.
             input.heartbeat_timeout = self._heartbeat_timeout
-        inbox()  # the run answers open_effects and pending_approvals from its first call on
+        self.inbox.install()  # open_effects and pending_approvals answer from now on
         # Encoded once, as Temporal would: the ledger's reading of them below and every
         # later attempt of the call send these payloads, never what is left of a value
         # that can be read once (an iterator) after a first encoding read it.
@@ -166,7 +208,8 @@ class _Outbound(WorkflowOutboundInterceptor):
                 HINTS_HEADER: Payload(metadata={"encoding": b"json/plain"}, data=data),
             }
         listed = self._remember_tools if rule.lists_tools and rule.server else None
-        return _Ledgered(self.next, input, rule, call, tool=tool, listed=listed).start()
+        face = _Activity(input, rule, call, tool=tool, listed=listed)
+        return Ledgered(self.next, input, face, self.inbox).as_handle()
 
     def _remember_tools(self, server: str, result: Any) -> None:
         [listing] = _as_json([result])
@@ -188,6 +231,17 @@ class _Outbound(WorkflowOutboundInterceptor):
         return str(self._calls)
 
 
+#: The run whose workflow code runs now: set by its inbound interceptor in the task of
+#: the workflow's function and of each signal and update handler (tasks they start
+#: inherit it), so ``run_tool`` finds its run's state wherever it is called.
+_RUN: contextvars.ContextVar[LedgeredRun] = contextvars.ContextVar("temporal_ledger_run")
+
+
+def current_run() -> LedgeredRun | None:
+    """The ledger's state of the run whose code calls, or ``None`` without the plugin."""
+    return _RUN.get(None)
+
+
 def _anchor(call: str | None) -> Payload:
     info = workflow.info()
     anchor = RunAnchor(
@@ -199,12 +253,11 @@ def _anchor(call: str | None) -> Payload:
     return Payload(metadata={"encoding": b"json/plain"}, data=data)
 
 
-class _Ledgered:
-    """One call of a ledgered activity: its attempts, and the waits between them."""
+class _Activity:
+    """A ledgered activity of another library, as :class:`Ledgered` shows and answers it."""
 
     def __init__(
         self,
-        next: WorkflowOutboundInterceptor,
         input: StartActivityInput,
         rule: WorkflowRule,
         call: str,
@@ -212,84 +265,34 @@ class _Ledgered:
         tool: Any = None,
         listed: Callable[[str, Any], None] | None = None,
     ) -> None:
-        self._next = next
         self._input = input
         self._rule = rule
         self._number = call
         self._tool = tool if isinstance(tool, str) else None
         self._listed = listed
-        self._attempt: workflow.ActivityHandle[Any] | None = None
-        self._attempts = Attempts(calls_inside=rule.calls_inside)
 
-    def start(self) -> workflow.ActivityHandle[Any]:
-        # The first attempt is scheduled now, where the workflow asked for it, so its
-        # command keeps its place among the workflow's others.
-        self._attempt = self._next.start_activity(self._input)
-        task = asyncio.get_running_loop().create_task(self._settle())
-        task.add_done_callback(self._cancel_attempt_if_cancelled)
-        # temporalio's ActivityHandle is an asyncio.Task that adds nothing to it; the
-        # interceptor's signature names it, and a plain task is what the workflow awaits.
-        return cast(workflow.ActivityHandle[Any], task)
+    @property
+    def calls_inside(self) -> bool:
+        return self._rule.calls_inside
 
-    def _cancel_attempt_if_cancelled(self, task: asyncio.Task[Any]) -> None:
-        # Cancelled before it awaited the attempt, the task never passed the cancel on.
-        if task.cancelled() and self._attempt is not None and not self._attempt.done():
-            self._attempt.cancel()
+    @property
+    def probe_arg(self) -> Any:
+        return {"args": self._args_json}
 
-    async def _settle(self) -> Any:
-        attempts = self._attempts
-        #: The key this call last waited on for a person (its result may be an answer).
-        waited_on: str | None = None
-        while True:
-            assert self._attempt is not None
-            try:
-                result = await self._attempt
-            except ActivityError as err:
-                cause = err.cause
-                kind = cause.type if isinstance(cause, ApplicationError) else None
-                if kind == ErrorType.AWAITING_APPROVAL:
-                    assert isinstance(cause, ApplicationError)
-                    needed = ApprovalNeeded.model_validate(cause.details[0])
-                    # Approved, rejected or decided elsewhere: the next attempt is
-                    # answered by the ledger with that decision.
-                    await inbox().await_approval(self._call(needed.arguments), needed)
-                    waited_on = needed.key
-                    attempts.answered()
-                elif kind == ErrorType.EFFECT_UNKNOWN:
-                    assert isinstance(cause, ApplicationError)
-                    unknown = UnknownEffect.model_validate(cause.details[0])
-                    inner = unknown.inner
-                    call = (
-                        self._call(None, unknown.output_schema)
-                        if inner is None
-                        else self._inner_call(inner)
-                    )
-                    confirmed = await settle_unknown(
-                        call,
-                        unknown,
-                        activity=self._input.activity,
-                        arg={"args": self._args_json},
-                        task_queue=self._input.task_queue,
-                    )
-                    waited_on = unknown.key
-                    if confirmed is not None and inner is None:
-                        return self._confirmed(call, unknown.key, confirmed.output)
-                    # A call inside the activity: whatever the verdict, the activity runs
-                    # again, and that call replays it (its other calls, their outcomes).
-                    attempts.answered()
-                else:
-                    # Within the user's retry bounds, or asking what a timed-out attempt
-                    # did; else the step ends with the error it raises.
-                    await attempts.retry_after(err)
-            else:
-                if self._listed is not None and self._rule.server:
-                    self._listed(self._rule.server, result)
-                if waited_on is not None:
-                    # The attempt after a wait may replay an answer recorded elsewhere
-                    # (``temporal-ledger reconcile``), which no validator saw.
-                    self._check_usable(result, waited_on)
-                return result
-            self._again()
+    def approval_call(self, needed: ApprovalNeeded) -> Call:
+        return self._call(needed.arguments)
+
+    def unknown_call(self, unknown: UnknownEffect) -> Call:
+        inner = unknown.inner
+        return self._call(None, unknown.output_schema) if inner is None else self._inner_call(inner)
+
+    def received(self, result: Any, waited_on: str | None) -> None:
+        if self._listed is not None and self._rule.server:
+            self._listed(self._rule.server, result)
+        if waited_on is not None:
+            # The attempt after a wait may replay an answer recorded elsewhere
+            # (``temporal-ledger reconcile``), which no validator saw.
+            self._check_usable(result, waited_on)
 
     @functools.cached_property
     def _args_json(self) -> list[Any]:
@@ -309,7 +312,7 @@ class _Ledgered:
             workflow.logger.warning(f"{self._input.activity}: no answer template: {exc}")
             return None
 
-    def _confirmed(self, call: Call, key: str, output: Any) -> Any:
+    def confirmed(self, call: Call, unknown: UnknownEffect, output: Any) -> Any:
         """The activity's result for a confirmed effect's output, or a failure of the step.
 
         The update's validator checked an operator's answer; a probe's, or one that
@@ -323,10 +326,10 @@ class _Ledgered:
                 return self._decode(self._rule.output.result(output))
             except Exception as exc:
                 problem = _one_line(exc)
-        raise _unusable(call.tool, key, problem)
+        raise _unusable(call.tool, unknown.key, problem)
 
     def _check_usable(self, result: Any, key: str) -> None:
-        """Fail the step if the workflow cannot use ``result`` (see :meth:`_confirmed`)."""
+        """Fail the step if the workflow cannot use ``result`` (see :meth:`confirmed`)."""
         answer = self._answer
         if answer is None:
             return
@@ -337,18 +340,6 @@ class _Ledgered:
             problem = str(exc)
         if problem is not None:
             raise _unusable(self._input.activity, key, problem)
-
-    def _again(self) -> None:
-        # Again under the same key (same anchor header); not numbered (_scheduling).
-        again = dataclasses.replace(self._input)
-        if self._attempts.ask_only:
-            given = {f.name: getattr(again, f.name) for f in dataclasses.fields(again)}
-            again = dataclasses.replace(
-                again,
-                headers={**again.headers, ASK_ONLY_HEADER: _ASK_ONLY},
-                **ask_only_options(given, calls_inside=self._attempts.calls_inside),
-            )
-        self._attempt = self._next.start_activity(again)
 
     def _call(self, arguments: Any, output_schema: dict[str, Any] | None = None) -> Call:
         answer = self._answer

@@ -10,9 +10,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 from ..ledger import Verdict
-from ._inbox import Call, cause_message, inbox
+from ._inbox import Call, Inbox, cause_message
+from ._options import LedgerOptions
 from ._protocol import PROBE_ACTIVITY, ProbeInput, ProbeOutcome, ProbeResult, UnknownEffect
-from ._scheduling import options_for, start_own_activity
+from ._scheduling import scheduling, start_own_activity
 from ._tracing import decided
 
 
@@ -24,28 +25,34 @@ class Confirmed:
 
 
 async def settle_unknown(
-    call: Call, unknown: UnknownEffect, *, activity: str, arg: Any, task_queue: str | None
+    inbox: Inbox,
+    call: Call,
+    unknown: UnknownEffect,
+    *,
+    activity: str,
+    arg: Any,
+    task_queue: str | None,
 ) -> Confirmed | None:
     """Wait until the unknown effect of ``call`` is settled: by the probe of the tool
-    ``activity``, if it has one, else by a person's verdict.
+    ``activity``, if it has one, else by a person's verdict in the run's ``inbox``.
 
     Returns the confirmed effect, or ``None`` when the call should run again under its key
     (no effect confirmed, or the key settled elsewhere: the ledger answers the next try).
     """
     if unknown.probe:
-        found = await ask_probe(activity, unknown, arg, task_queue=task_queue)
+        found = await ask_probe(activity, unknown, arg, run=inbox.options, task_queue=task_queue)
         if found is not None and found.finding is ProbeOutcome.PRESENT:
             return Confirmed(found.output)
         if found is not None and found.runs_again:
             return None
-    verdict = await inbox().park(call, unknown)
+    verdict = await inbox.park(call, unknown)
     if verdict is not None and verdict.verdict is Verdict.EFFECT_CONFIRMED:
         return Confirmed(verdict.output)
     return None
 
 
 async def ask_probe(
-    tool: str, unknown: UnknownEffect, arg: Any, *, task_queue: str | None
+    tool: str, unknown: UnknownEffect, arg: Any, *, run: LedgerOptions, task_queue: str | None
 ) -> ProbeResult | None:
     """Ask ``tool``'s probe about the unknown effect; ``None`` if it could not answer.
 
@@ -59,7 +66,7 @@ async def ask_probe(
             PROBE_ACTIVITY,
             ProbeInput(key=unknown.key, tool=tool, action_id=unknown.action_id, arg=arg),
             result_type=ProbeResult,
-            **options_for("probe", task_queue=task_queue),
+            **scheduling("probe", run=run, task_queue=task_queue),
         )
     except ActivityError as err:
         workflow.logger.warning(

@@ -1,12 +1,14 @@
 """``run_tool``: one ledgered tool call as a step of a workflow. Deterministic, sandbox-safe.
 
-The tool's outcomes become the step's return value or a typed error; a call that needs
-approval or whose effect is unknown waits in the run's inbox (``_inbox``).
+The step runs through the loop every ledgered call runs through (``_ledgered``), in the
+run's state that the plugin's workflow interceptor holds; its outcomes become the step's
+return value or a typed error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import functools
 from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
@@ -14,13 +16,12 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from ..ledger import InvalidRequest
-from ..ledger._seam import Decision, output_misfit, output_template
-from ._attempts import Attempts
+from ..ledger._seam import output_misfit, output_template
 from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError, ToolRejectedError
-from ._inbox import Call, inbox
+from ._inbox import Call
+from ._interceptor import current_run
 from ._keys import step_key
 from ._options import activity_config
-from ._probe import settle_unknown
 from ._protocol import (
     ApprovalNeeded,
     ConflictDetails,
@@ -32,12 +33,8 @@ from ._protocol import (
     UnknownEffect,
     argument_json,
 )
-from ._scheduling import ask_only_options, options_for, start_own_activity
 
 OutT = TypeVar("OutT")
-
-#: The ledger's answers that wait for a person (the step goes on once answered).
-_HANDED_OVER = (ErrorType.AWAITING_APPROVAL, ErrorType.EFFECT_UNKNOWN)
 
 
 def default_key(step: str) -> str:
@@ -107,56 +104,64 @@ async def run_tool(
     """
     spec: ToolSpec[Any, OutT] = ToolSpec.of(tool)
     call = _tool_call(spec, arg, step=step, performer=performer, precondition=precondition, key=key)
-    scheduling = options_for("tool", activity_config(options))
-    waiting = inbox()
-    attempts = Attempts()
-    # The first attempt is scheduled in every run of this workflow; later ones only in a
-    # run that waited, so they are the ledger's own (see _scheduling).
-    start: Callable[..., workflow.ActivityHandle[Any]] = workflow.start_activity
-    while True:
-        ask = {"ask_only": True, **ask_only_options(scheduling)} if attempts.ask_only else {}
-        try:
-            outcome: ToolOutcome = await start(
-                spec.name, call, result_type=ToolOutcome, **{**scheduling, **ask}
-            )
-        except ActivityError as err:
-            cause = err.cause
-            start = start_own_activity
-            if not isinstance(cause, ApplicationError) or cause.type not in _HANDED_OVER:
-                # Within the user's retry bounds, or asking what a timed-out attempt did.
-                try:
-                    await attempts.retry_after(err)
-                except ActivityError as ended:
-                    if isinstance(ended.cause, ApplicationError):
-                        raise _final_error(ended.cause, key=call.key, step=step) from ended
-                    raise  # as it is: "raise ... from" would replace its cause
-                continue
-            attempts.answered()
-            if cause.type == ErrorType.AWAITING_APPROVAL:
-                needed = ApprovalNeeded.model_validate(cause.details[0])
-                decision = await waiting.await_approval(_call(spec, call), needed)
-                if decision is Decision.REJECT:
-                    raise ToolRejectedError(
-                        f"{spec.name}: the call under {call.key!r} was rejected",
-                        key=call.key,
-                        step=step,
-                    ) from None
-                # Approved (or decided elsewhere): the next attempt takes the approval,
-                # or is answered with the rejection.
-                continue
-            if cause.type == ErrorType.EFFECT_UNKNOWN:
-                unknown = UnknownEffect.model_validate(cause.details[0])
-                confirmed = await settle_unknown(
-                    _call(spec, call),
-                    unknown,
-                    activity=spec.name,
-                    arg=call.arg,
-                    task_queue=scheduling["task_queue"],
-                )
-                if confirmed is not None:
-                    return _typed_output(spec, confirmed.output, key=call.key, step=step)
-                continue
-        return _typed_output(spec, outcome.output, key=call.key, step=step)
+    config = activity_config(options)
+    run = current_run()
+    if run is None:
+        raise ToolFailedError(
+            "run_tool needs the LedgerPlugin on the worker (or Replayer) that runs this "
+            "workflow: Client.connect(..., plugins=[LedgerPlugin(...)])",
+            key=call.key,
+            step=step,
+            error_type=ErrorType.INVALID_REQUEST,
+        )
+    ledgered = run.start_step(_Step(spec, call), spec.name, call, ToolOutcome, config)
+    try:
+        outcome: ToolOutcome = await ledgered.settle()
+    except ActivityError as ended:
+        if isinstance(ended.cause, ApplicationError):
+            raise _final_error(ended.cause, key=call.key, step=step) from ended
+        raise  # as it is: "raise ... from" would replace its cause
+    return _typed_output(spec, outcome.output, key=call.key, step=step)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Step:
+    """A ``run_tool`` step, as :class:`~._ledgered.Ledgered` shows and answers it."""
+
+    spec: ToolSpec[Any, Any]
+    tool_call: ToolCall
+    calls_inside = False
+
+    @property
+    def probe_arg(self) -> Any:
+        return self.tool_call.arg
+
+    @functools.cached_property
+    def _shown(self) -> Call:
+        """The step as the inbox shows and checks it."""
+        spec, schema = self.spec, self.spec.output_schema
+        return Call(
+            step=self.tool_call.step,
+            tool=spec.name,
+            arguments=self.tool_call.arg,
+            template=None if schema is None else output_template(schema),
+            misfit=lambda output: _output_misfit(spec, output),
+        )
+
+    def approval_call(self, needed: ApprovalNeeded) -> Call:
+        return self._shown
+
+    def unknown_call(self, unknown: UnknownEffect) -> Call:
+        return self._shown
+
+    def confirmed(self, call: Call, unknown: UnknownEffect, output: Any) -> ToolOutcome:
+        # run_tool checks the output against the tool's model (_typed_output).
+        return ToolOutcome(
+            key=unknown.key, action_id=unknown.action_id, output=output, reconciled=True
+        )
+
+    def received(self, result: Any, waited_on: str | None) -> None:
+        pass  # a tool's outcome is checked as run_tool reads it (_typed_output)
 
 
 def _tool_call(
@@ -208,18 +213,6 @@ def _tool_call(
         performer=performer,
         arg=payload,
         precondition=precondition,
-    )
-
-
-def _call(spec: ToolSpec[Any, Any], call: ToolCall) -> Call:
-    """The step as the inbox shows and checks it."""
-    schema = spec.output_schema
-    return Call(
-        step=call.step,
-        tool=spec.name,
-        arguments=call.arg,
-        template=None if schema is None else output_template(schema),
-        misfit=lambda output: _output_misfit(spec, output),
     )
 
 

@@ -2,12 +2,12 @@
 gave the run, and told apart from the workflow's own activities.
 
 The plugin's workflow interceptor numbers the activities a workflow schedules, and a
-ledgered activity's key holds that number. The ledger's own activities (``run_tool``
-attempts, recording a verdict or an approval, probes, another attempt of a parked call)
-exist in some runs and not in others: a run that parked schedules a reconcile activity
-that its reset run, answered from the ledger, does not. Counted, they would shift the
-number, and so the key, of every later call. They are started here, marked for the
-interceptor, and not counted.
+ledgered activity's key holds that number. The ledger's own activities (recording a
+verdict or an approval, probes, another attempt of a call) exist in some runs and not in
+others: a run that parked schedules a reconcile activity that its reset run, answered
+from the ledger, does not. Counted, they would shift the number, and so the key, of
+every later call. They are started here, marked for the interceptor, and not counted
+(another attempt of a call goes past the numbering: ``_ledgered``).
 """
 
 from __future__ import annotations
@@ -38,25 +38,6 @@ _FINAL: dict[Kind, tuple[ErrorType, ...]] = {
     "probe": (ErrorType.PROBE_UNAVAILABLE, ErrorType.RECONCILE_REFUSED),
 }
 _DEFAULTS = LedgerOptions()
-#: Where a run keeps the options its plugin's interceptor gave it.
-_OPTIONS = "__ledger_options__"
-
-
-def give_options(options: LedgerOptions) -> None:
-    """Give this run the plugin's options (its workflow interceptor does, as the run starts)."""
-    setattr(workflow.instance(), _OPTIONS, options)
-
-
-def options_for(
-    kind: Kind,
-    given: workflow.ActivityConfig | None = None,
-    *,
-    task_queue: str | None = None,
-) -> dict[str, Any]:
-    """The keyword arguments of ``start_activity`` for one of the ledger's activities in
-    this run: see :func:`scheduling`, with the options the plugin gave the run."""
-    run: LedgerOptions = getattr(workflow.instance(), _OPTIONS, _DEFAULTS)
-    return scheduling(kind, given, run=run, task_queue=task_queue)
 
 
 def scheduling(
@@ -84,7 +65,9 @@ def scheduling(
     return chosen
 
 
-def ask_only_options(given: dict[str, Any], *, calls_inside: bool = False) -> dict[str, Any]:
+def ask_only_options(
+    given: dict[str, Any], *, run: LedgerOptions = _DEFAULTS, calls_inside: bool = False
+) -> dict[str, Any]:
     """The options of an attempt that only asks the ledger, for a call scheduled with
     ``given`` (``start_activity``'s keyword arguments, or a ``StartActivityInput``'s fields).
 
@@ -92,12 +75,11 @@ def ask_only_options(given: dict[str, Any], *, calls_inside: bool = False) -> di
     schedule-to-start timeout (it is scheduled only after an attempt that may have acted,
     so it waits for a worker as long as it takes: a wait is better than a duplicate),
     and the timeouts and retries of the activity that records a
-    verdict (``LedgerOptions.reconcile``: short, retried without limit, since the attempt
+    verdict (``run.reconcile``: short, retried without limit, since the attempt
     does not act and waits only for the ledger). A call whose code runs to ask its calls
     inside (a LangGraph node listed with ``per_call``) keeps its own start-to-close and
     heartbeat timeouts and runs once: it may hang again as it did.
     """
-    run: LedgerOptions = getattr(workflow.instance(), _OPTIONS, _DEFAULTS)
     recording = merged(run.reconcile, _DEFAULTS.reconcile)
     chosen: dict[str, Any] = {
         "schedule_to_close_timeout": None,
@@ -118,20 +100,14 @@ def ask_only_options(given: dict[str, Any], *, calls_inside: bool = False) -> di
     return chosen
 
 
-#: Set only for the synchronous span of scheduling one of the ledger's own activities:
-#: ``"act"``, or ``"ask"`` for an attempt that only asks the ledger.
-_OWN: contextvars.ContextVar[Literal["act", "ask"] | None] = contextvars.ContextVar(
-    "temporal_ledger_own", default=None
-)
+#: Set only for the synchronous span of scheduling one of the ledger's own activities.
+_OWN: contextvars.ContextVar[bool] = contextvars.ContextVar("temporal_ledger_own", default=False)
 
 
-def start_own_activity(
-    activity: str, arg: Any, *, ask_only: bool = False, **options: Any
-) -> workflow.ActivityHandle[Any]:
+def start_own_activity(activity: str, arg: Any, **options: Any) -> workflow.ActivityHandle[Any]:
     """``workflow.start_activity``, marked as the ledger's own: the interceptor does not
-    number it, nor ledger it as another library's activity; ``ask_only``: it marks the
-    attempt as one that only asks the ledger (``ASK_ONLY_HEADER``)."""
-    token = _OWN.set("ask" if ask_only else "act")
+    number it, nor ledger it as another library's activity."""
+    token = _OWN.set(True)
     try:
         return workflow.start_activity(activity, arg, **options)
     finally:
@@ -140,9 +116,4 @@ def start_own_activity(
 
 def scheduling_own() -> bool:
     """Whether the activity being scheduled now is one of the ledger's own."""
-    return _OWN.get() is not None
-
-
-def scheduling_ask_only() -> bool:
-    """Whether the activity being scheduled now is an attempt that only asks the ledger."""
-    return _OWN.get() == "ask"
+    return _OWN.get()

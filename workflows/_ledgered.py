@@ -1,0 +1,193 @@
+"""One ledgered call in a workflow: its attempts, and the waits for people between them.
+
+A ``run_tool`` step and an activity of another library that the plugin ledgers run
+through this one loop, so approvals, parks, probes, reconciles and the attempts after
+them behave alike by construction. Each attempt is answered by the ledger on the
+activity side; what the workflow does with the answer is:
+
+* an approval is needed: the call waits in the run's inbox for a decision; approved (or
+  decided elsewhere), the next attempt takes the ledger's decision; rejected, the call
+  ends at once with the ledger's ``ToolRejected`` error (the ledger would answer another
+  attempt with it).
+* the effect is unknown: the tool's probe is asked, else the call parks for an
+  operator's verdict. ``effect_confirmed`` gives the call its result from the confirmed
+  output; otherwise the next attempt reads what the ledger holds (or acts again where
+  ``no_effect_confirmed`` freed the key).
+* any other failure: ``_attempts`` says whether the call is tried (or asked) again.
+
+What differs between the two kinds of call is told by a :class:`Face`: how the call
+shows in the inbox and how a confirmed output becomes the attempt's result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any, Protocol, cast
+
+from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.worker import StartActivityInput, WorkflowOutboundInterceptor
+
+from ..ledger._seam import Decision
+from ._attempts import Attempts
+from ._inbox import Call, Inbox
+from ._probe import settle_unknown
+from ._protocol import ASK_ONLY_HEADER, ApprovalNeeded, ErrorType, UnknownEffect
+from ._scheduling import ask_only_options
+
+#: The value of the ask-only header (its presence is what counts).
+_ASK_ONLY = Payload(metadata={"encoding": b"json/plain"}, data=b"true")
+
+
+class Face(Protocol):
+    """What one kind of ledgered call tells the loop: how it shows to people, and how an
+    answer becomes its attempt's result."""
+
+    @property
+    def calls_inside(self) -> bool:
+        """The call's code makes ledgered calls of its own (see ``Attempts``)."""
+        ...
+
+    @property
+    def probe_arg(self) -> Any:
+        """The argument the tool's probe is given."""
+        ...
+
+    def approval_call(self, needed: ApprovalNeeded) -> Call:
+        """The call as it waits for approval."""
+        ...
+
+    def unknown_call(self, unknown: UnknownEffect) -> Call:
+        """The call (or the call inside it) as it parks on an unknown effect."""
+        ...
+
+    def confirmed(self, call: Call, unknown: UnknownEffect, output: Any) -> Any:
+        """The attempt's result for a confirmed effect's ``output``."""
+        ...
+
+    def received(self, result: Any, waited_on: str | None) -> None:
+        """Look at an attempt's result before the workflow gets it; ``waited_on``: the key
+        the call last waited on for a person, if any."""
+        ...
+
+
+class Ledgered:
+    """One call of a ledgered activity: its attempts, and the waits between them.
+
+    Made as the workflow schedules the call: its first attempt is scheduled at once, where
+    the workflow asked for it, so that its command keeps its place among the workflow's
+    others. Later attempts go straight to ``next`` under the same input (the same key and
+    anchor header), never numbered again (``_scheduling``).
+    """
+
+    def __init__(
+        self, next: WorkflowOutboundInterceptor, input: StartActivityInput, face: Face, inbox: Inbox
+    ) -> None:
+        self._next = next
+        self._input = input
+        self._face = face
+        self._inbox = inbox
+        self._attempts = Attempts(calls_inside=face.calls_inside)
+        self._attempt = next.start_activity(input)
+
+    @property
+    def first(self) -> workflow.ActivityHandle[Any]:
+        """The handle of the call's first attempt."""
+        return self._attempt
+
+    def as_handle(self) -> workflow.ActivityHandle[Any]:
+        """The whole call as the handle a framework awaits: its result, or its error."""
+        task = asyncio.get_running_loop().create_task(self.settle())
+        task.add_done_callback(self._cancel_attempt_if_cancelled)
+        # temporalio's ActivityHandle is an asyncio.Task that adds nothing to it; the
+        # interceptor's signature names it, and a plain task is what the workflow awaits.
+        return cast(workflow.ActivityHandle[Any], task)
+
+    def _cancel_attempt_if_cancelled(self, task: asyncio.Task[Any]) -> None:
+        # Cancelled before it awaited the attempt, the task never passed the cancel on.
+        if task.cancelled() and not self._attempt.done():
+            self._attempt.cancel()
+
+    async def settle(self) -> Any:
+        """The call's result: the ledger's answer to its last attempt, or the result of a
+        confirmed effect; else the error that ends it (an ``ActivityError``, as Temporal
+        gives it)."""
+        face, inbox, attempts = self._face, self._inbox, self._attempts
+        #: The key this call last waited on for a person (its result may be an answer).
+        waited_on: str | None = None
+        while True:
+            try:
+                result = await self._attempt
+            except ActivityError as err:
+                cause = err.cause
+                kind = cause.type if isinstance(cause, ApplicationError) else None
+                if kind == ErrorType.AWAITING_APPROVAL:
+                    assert isinstance(cause, ApplicationError)
+                    needed = ApprovalNeeded.model_validate(cause.details[0])
+                    decision = await inbox.await_approval(face.approval_call(needed), needed)
+                    if decision is Decision.REJECT:
+                        rejected = _rejected(err, needed.key)
+                        raise rejected from rejected.cause
+                    waited_on = needed.key
+                    attempts.answered()
+                elif kind == ErrorType.EFFECT_UNKNOWN:
+                    assert isinstance(cause, ApplicationError)
+                    unknown = UnknownEffect.model_validate(cause.details[0])
+                    call = face.unknown_call(unknown)
+                    confirmed = await settle_unknown(
+                        inbox,
+                        call,
+                        unknown,
+                        activity=self._input.activity,
+                        arg=face.probe_arg,
+                        task_queue=self._input.task_queue,
+                    )
+                    waited_on = unknown.key
+                    if confirmed is not None and unknown.inner is None:
+                        return face.confirmed(call, unknown, confirmed.output)
+                    # A call inside the activity: whatever the verdict, the activity runs
+                    # again, and that call replays it (its other calls, their outcomes).
+                    attempts.answered()
+                else:
+                    # Within the user's retry bounds, or asking what a timed-out attempt
+                    # did; else the call ends with the error it raises.
+                    await attempts.retry_after(err)
+            else:
+                face.received(result, waited_on)
+                return result
+            self._again()
+
+    def _again(self) -> None:
+        again = dataclasses.replace(self._input)
+        if self._attempts.ask_only:
+            given = {f.name: getattr(again, f.name) for f in dataclasses.fields(again)}
+            again = dataclasses.replace(
+                again,
+                headers={**again.headers, ASK_ONLY_HEADER: _ASK_ONLY},
+                **ask_only_options(
+                    given, run=self._inbox.options, calls_inside=self._attempts.calls_inside
+                ),
+            )
+        self._attempt = self._next.start_activity(again)
+
+
+def _rejected(err: ActivityError, key: str) -> ActivityError:
+    """The error of a call a person rejected: the failure the ledger gives every attempt
+    under ``key`` from now on, without an attempt to fetch it."""
+    rejected = ActivityError(
+        err.message,
+        scheduled_event_id=err.scheduled_event_id,
+        started_event_id=err.started_event_id,
+        identity=err.identity,
+        activity_type=err.activity_type,
+        activity_id=err.activity_id,
+        retry_state=err.retry_state,
+    )
+    rejected.__cause__ = ApplicationError(  # as the ledger fails every later attempt
+        f"{err.activity_type}: the call under {key!r} was rejected",
+        type=ErrorType.REJECTED,
+        non_retryable=True,
+    )
+    return rejected
