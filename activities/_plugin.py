@@ -229,19 +229,17 @@ class LedgerPlugin(SimplePlugin):
         later = list(config.get("plugins") or ())
         later = later[later.index(self) + 1 :] if self in later else []
         existing = config.get("data_converter")
-        if (existing is None or existing is DataConverter.default) and any(
+        defer = (existing is None or existing is DataConverter.default) and any(
             _brings_own_converter(plugin) for plugin in later
-        ):
+        )
+        config = super().configure_client(config)
+        if defer:
             # A plugin after this one installs a converter of its own (the OpenAI Agents
             # integration's, which refuses any other): leave the class to it, with the
             # codec that shows the ledger what Temporal delivered (_delivered). A worker
             # still checks that the result speaks pydantic (configure_worker).
-            self.data_converter = _converter_for_later_plugin
-            try:
-                return super().configure_client(config)
-            finally:
-                self.data_converter = _pydantic_converter
-        return super().configure_client(config)
+            config["data_converter"] = _converter_for_later_plugin(existing)
+        return config
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         """The worker's configuration with the ledger's parts (Temporal calls it).
