@@ -220,6 +220,26 @@ class WaitsBeforeToolsWorkflow:
 
 
 @workflow.defn
+class ToolFromUpdateWorkflow:
+    """Calls its tool from an update handler: ``run_tool`` finds its run's ledger state
+    there too, and the workflow object holds only its own attributes."""
+
+    def __init__(self) -> None:
+        self._done = False
+
+    @workflow.update
+    async def append(self, path: str) -> list[str]:
+        line = AppendLine(path=path, line="from an update")
+        await run_tool(append_line, line, step="u", performer="agent")
+        self._done = True
+        return sorted(vars(self))
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: self._done)
+
+
+@workflow.defn
 class OwnReconcileWorkflow:
     """A workflow with a signal of its own named ``reconcile``, and no ledgered call."""
 
