@@ -11,7 +11,6 @@ that the plugin ledgers wait here alike. Deterministic and sandbox-safe.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fnmatch
 import json
 from collections.abc import Callable, Iterator
@@ -46,24 +45,7 @@ from ._protocol import (
     UnknownEffect,
 )
 from ._scheduling import Kind, scheduling, start_own_activity
-from ._waiting import OpenEffect, PendingApproval, Rejection
-
-
-@dataclasses.dataclass(frozen=True)
-class Call:
-    """A call that may wait in the inbox: a ``run_tool`` step or a ledgered activity."""
-
-    step: str
-    tool: str
-    #: The arguments exactly as the tool gets them, shown to the approver.
-    arguments: Any
-    #: A value of the tool's output shape, for the operator's ``effect_confirmed`` command.
-    template: Any
-    #: Why an operator's output cannot stand as this call's output, or ``None`` if it can.
-    misfit: Callable[[Any], str | None]
-    #: The tool calls an answer is for (``{"name", "arguments", "tool_call_id"}``).
-    tool_calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-
+from ._waiting import Call, OpenEffect, PendingApproval, Rejection
 
 InT = TypeVar("InT", ReconcileInput, ApproveInput)
 ResultT = TypeVar("ResultT", ReconcileResult, ApproveResult)
@@ -192,7 +174,7 @@ class Inbox:
             return None, "actor must name who inspected the world"
         if not verdict.basis.strip():
             return None, "basis must say what the verdict rests on"
-        if not any(_glob(verdict.actor, pattern) for pattern in effect.reconcilers):
+        if not any(fnmatch.fnmatchcase(verdict.actor, pattern) for pattern in effect.reconcilers):
             return None, f"actor {verdict.actor!r} may not reconcile under the worker's policy"
         if verdict.verdict is Verdict.EFFECT_CONFIRMED:
             misfit = self.calls[verdict.key].misfit(verdict.output)
@@ -232,7 +214,7 @@ class Inbox:
             return None, "basis must say what the decision rests on"
         if decision.actor == waiting.performer:
             return None, f"{decision.actor!r} is the call's performer and may not approve it"
-        if not any(_glob(decision.actor, pattern) for pattern in waiting.approvers):
+        if not any(fnmatch.fnmatchcase(decision.actor, pattern) for pattern in waiting.approvers):
             return None, f"actor {decision.actor!r} may not approve under the worker's policy"
         signers = Signers(keys=waiting.keys, decisions_signed=waiting.signature_required)
         problem = _signature_problem(decision, signers)
@@ -262,7 +244,7 @@ class Inbox:
         call was decided elsewhere (the ledger answers the next attempt with it)."""
         key = needed.key
         self.decisions[key] = []
-        self.approvals[key] = _pending_approval(call, needed)
+        self.approvals[key] = _render.pending_approval(call, needed)
         self.approvals_listed = self.approvals_listed or needed.awaiting_approval_attribute
         self.changed()
         workflow.logger.info(
@@ -292,7 +274,7 @@ class Inbox:
         key = unknown.key
         self.calls[key] = call
         self.verdicts[key] = []
-        self.open[key] = _open_effect(call, unknown)
+        self.open[key] = _render.open_effect(call, unknown)
         self.listed = self.listed or unknown.open_effects_attribute
         self.changed(parked=+1)
         workflow.logger.warning(
@@ -372,64 +354,6 @@ class Inbox:
             leftover.error = f"{why}; the input was not applied"
             leftover.done = True
             self.reject("ledger", leftover.given.model_dump(), leftover.error)
-
-
-def _pending_approval(call: Call, needed: ApprovalNeeded) -> PendingApproval:
-    """What query ``pending_approvals`` shows of a call from now on."""
-    info = workflow.info()
-    where = _render.Where(needed.address, info.namespace, info.workflow_id)
-    signed = needed.signature_required
-    return PendingApproval(
-        key=needed.key,
-        step=call.step,
-        tool=call.tool,
-        capability=needed.capability,
-        performer=needed.performer,
-        arguments=call.arguments,
-        fingerprint=needed.fingerprint,
-        since=workflow.now().isoformat(),
-        approvers=needed.approvers,
-        signature_required=signed,
-        approve_command=_render.approve_command(
-            where, needed.key, needed.fingerprint, Decision.APPROVE, signed=signed
-        ),
-        reject_command=_render.approve_command(
-            where, needed.key, needed.fingerprint, Decision.REJECT, signed=signed
-        ),
-        keys=needed.keys,
-    )
-
-
-def _open_effect(call: Call, unknown: UnknownEffect) -> OpenEffect:
-    """What query ``open_effects`` shows of a parked call from now on."""
-    info = workflow.info()
-    where = _render.Where(unknown.address, info.namespace, info.workflow_id)
-
-    def command(kind: str) -> str:
-        return _render.reconcile_command(
-            kind,
-            where,
-            unknown.key,
-            unknown.action_id,
-            call.template,
-            signed=unknown.signature_required,
-        )
-
-    return OpenEffect(
-        key=unknown.key,
-        step=call.step,
-        tool=call.tool,
-        capability=unknown.capability,
-        action_id=unknown.action_id,
-        since=workflow.now().isoformat(),
-        why=unknown.error,
-        reconcilers=unknown.reconcilers,
-        signature_required=unknown.signature_required,
-        tool_calls=call.tool_calls,
-        signal_command=command("signal"),
-        update_command=command("update execute"),
-        keys=unknown.keys,
-    )
 
 
 @contextlib.contextmanager
@@ -524,10 +448,6 @@ def _standing(cause: BaseException | None, result_type: type[ResultT]) -> Result
         return result_type.model_validate(details[0])
     except ValidationError:
         return None
-
-
-def _glob(name: str, pattern: str) -> bool:
-    return fnmatch.fnmatchcase(name, pattern)
 
 
 def _jsonable(raw: Any) -> Any:

@@ -43,7 +43,7 @@ from temporalio.worker import (
 )
 
 from ..ledger._seam import output_misfit, output_template
-from ._inbox import Call, Inbox
+from ._inbox import Inbox
 from ._ledgered import Face, Ledgered
 from ._options import LedgerOptions
 from ._protocol import (
@@ -60,6 +60,7 @@ from ._protocol import (
 )
 from ._results import Answer, AnswerForCall, ResultShape
 from ._scheduling import scheduling, scheduling_own
+from ._waiting import Call
 
 
 class WorkflowRule(Protocol):

@@ -32,10 +32,11 @@ from temporalio.worker import StartActivityInput, WorkflowOutboundInterceptor
 
 from ..ledger._seam import Decision
 from ._attempts import Attempts
-from ._inbox import Call, Inbox
+from ._inbox import Inbox
 from ._probe import settle_unknown
 from ._protocol import ASK_ONLY_HEADER, ApprovalNeeded, ErrorType, UnknownEffect
 from ._scheduling import ask_only_options
+from ._waiting import Call
 
 #: The value of the ask-only header (its presence is what counts).
 _ASK_ONLY = Payload(metadata={"encoding": b"json/plain"}, data=b"true")

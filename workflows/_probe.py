@@ -10,11 +10,12 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 from ..ledger import Verdict
-from ._inbox import Call, Inbox, cause_message
+from ._inbox import Inbox, cause_message
 from ._options import LedgerOptions
 from ._protocol import PROBE_ACTIVITY, ProbeInput, ProbeOutcome, ProbeResult, UnknownEffect
 from ._scheduling import scheduling, start_own_activity
 from ._tracing import decided
+from ._waiting import Call
 
 
 @dataclasses.dataclass(frozen=True)

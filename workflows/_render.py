@@ -1,5 +1,6 @@
-"""What an operator reads: the ``temporal`` commands that answer a waiting call, and the
-run's current details (Markdown, shown by the Temporal UI and ``workflow metadata``)."""
+"""What an operator reads: what the queries show of a waiting call, the ``temporal``
+commands that answer it, and the run's current details (Markdown, shown by the Temporal
+UI and ``workflow metadata``)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,20 @@ import re
 import shlex
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from temporalio import workflow
 
 from ..ledger import Verdict
 from ..ledger._seam import Decision
-from ._protocol import APPROVE_UPDATE, RECONCILE_SIGNAL, RECONCILE_UPDATE
-
-if TYPE_CHECKING:
-    from ._waiting import OpenEffect, PendingApproval
+from ._protocol import (
+    APPROVE_UPDATE,
+    RECONCILE_SIGNAL,
+    RECONCILE_UPDATE,
+    ApprovalNeeded,
+    UnknownEffect,
+)
+from ._waiting import Call, OpenEffect, PendingApproval
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,3 +279,61 @@ def _block(text: str, language: str) -> str:
 def _text(text: str) -> str:
     """Free text (an error message) on one Markdown line, shown as written."""
     return re.sub(r"([\\`*_\[\]<>&#|~!])", r"\\\1", " ".join(text.split()))
+
+
+def pending_approval(call: Call, needed: ApprovalNeeded) -> PendingApproval:
+    """What query ``pending_approvals`` shows of a call from now on."""
+    info = workflow.info()
+    where = Where(needed.address, info.namespace, info.workflow_id)
+    signed = needed.signature_required
+    return PendingApproval(
+        key=needed.key,
+        step=call.step,
+        tool=call.tool,
+        capability=needed.capability,
+        performer=needed.performer,
+        arguments=call.arguments,
+        fingerprint=needed.fingerprint,
+        since=workflow.now().isoformat(),
+        approvers=needed.approvers,
+        signature_required=signed,
+        approve_command=approve_command(
+            where, needed.key, needed.fingerprint, Decision.APPROVE, signed=signed
+        ),
+        reject_command=approve_command(
+            where, needed.key, needed.fingerprint, Decision.REJECT, signed=signed
+        ),
+        keys=needed.keys,
+    )
+
+
+def open_effect(call: Call, unknown: UnknownEffect) -> OpenEffect:
+    """What query ``open_effects`` shows of a parked call from now on."""
+    info = workflow.info()
+    where = Where(unknown.address, info.namespace, info.workflow_id)
+
+    def command(kind: str) -> str:
+        return reconcile_command(
+            kind,
+            where,
+            unknown.key,
+            unknown.action_id,
+            call.template,
+            signed=unknown.signature_required,
+        )
+
+    return OpenEffect(
+        key=unknown.key,
+        step=call.step,
+        tool=call.tool,
+        capability=unknown.capability,
+        action_id=unknown.action_id,
+        since=workflow.now().isoformat(),
+        why=unknown.error,
+        reconcilers=unknown.reconcilers,
+        signature_required=unknown.signature_required,
+        tool_calls=call.tool_calls,
+        signal_command=command("signal"),
+        update_command=command("update execute"),
+        keys=unknown.keys,
+    )

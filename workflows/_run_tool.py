@@ -18,7 +18,6 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from ..ledger import InvalidRequest
 from ..ledger._seam import output_misfit, output_template
 from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError, ToolRejectedError
-from ._inbox import Call
 from ._interceptor import current_run
 from ._keys import step_key
 from ._options import activity_config
@@ -33,6 +32,7 @@ from ._protocol import (
     UnknownEffect,
     argument_json,
 )
+from ._waiting import Call
 
 OutT = TypeVar("OutT")
 

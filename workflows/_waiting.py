@@ -1,13 +1,32 @@
-"""What a waiting run shows its operators: the parked steps and the calls awaiting
-approval (queries ``open_effects`` and ``pending_approvals``), and refused input."""
+"""A call that may wait for a person, and what a waiting run shows its operators: the
+parked steps and the calls awaiting approval (queries ``open_effects`` and
+``pending_approvals``), and refused input."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..ledger import Verdict
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """A call that may wait in the inbox: a ``run_tool`` step or a ledgered activity."""
+
+    step: str
+    tool: str
+    #: The arguments exactly as the tool gets them, shown to the approver.
+    arguments: Any
+    #: A value of the tool's output shape, for the operator's ``effect_confirmed`` command.
+    template: Any
+    #: Why an operator's output cannot stand as this call's output, or ``None`` if it can.
+    misfit: Callable[[Any], str | None]
+    #: The tool calls an answer is for (``{"name", "arguments", "tool_call_id"}``).
+    tool_calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 class OpenEffect(BaseModel):
