@@ -22,7 +22,7 @@ from temporal_ledger.ledger._canonical import (
     model_json,
     sha256_hex,
 )
-from temporal_ledger.workflows._protocol import argument_json
+from temporal_ledger.workflows._spec import argument_json
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 keys = st.text(max_size=8)  # any code point, surrogate-range and astral ones included

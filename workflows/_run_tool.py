@@ -25,13 +25,11 @@ from ._protocol import (
     ApprovalNeeded,
     ConflictDetails,
     ErrorType,
-    Tool,
     ToolCall,
     ToolOutcome,
-    ToolSpec,
     UnknownEffect,
-    argument_json,
 )
+from ._spec import Tool, ToolSpec, argument_json
 from ._waiting import Call
 
 OutT = TypeVar("OutT")

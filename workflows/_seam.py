@@ -32,14 +32,13 @@ from ._protocol import (
     ReconcileInput,
     ReconcileResult,
     RunAnchor,
-    Tool,
     ToolCall,
     ToolHints,
     ToolOutcome,
-    ToolSpec,
     UnknownEffect,
 )
 from ._results import Answer, AnswerForCall, AsReturned, ResultShape, result_schema
+from ._spec import Tool, ToolSpec
 
 __all__ = [
     "ANCHOR_HEADER",
