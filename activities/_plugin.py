@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import json
-import logging
-import shlex
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
-import temporalio.client
 from temporalio import activity
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import ClientConfig
 from temporalio.contrib.pydantic import (
     PydanticJSONPlainPayloadConverter,
@@ -25,7 +18,6 @@ from temporalio.contrib.pydantic import (
 )
 from temporalio.converter import CompositePayloadConverter, DataConverter
 from temporalio.plugin import SimplePlugin
-from temporalio.service import RPCError
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ActivityOutboundInterceptor,
@@ -39,7 +31,6 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from ..ledger import Ledger
 from ..ledger._seam import opener as ledger_opener
-from ..ledger._seam import path_from_url, shown_url
 from ..workflows._seam import (
     ASK_ONLY_HEADER,
     AWAITING_APPROVAL_ATTRIBUTE,
@@ -53,11 +44,10 @@ from ._generic import LedgeredActivity, execute_through_ledger, rule_matches
 from ._policy import Policy
 from ._reconcile import approve_call, probe_effect, reconcile_effect
 from ._runtime import Runtime, _runtime
+from ._starting import listed_attributes, open_logged, stop_unstarted, warn_of_unnamed_probes
 
 #: The plugin's own activities, added to every worker; they record answers in the ledger.
 _LEDGER_ACTIVITIES = (reconcile_effect, approve_call, probe_effect)
-
-logger = logging.getLogger(__name__)
 
 #: Modules whose code is safe inside workflows and whose state must not be re-imported
 #: per workflow run (pydantic model classes must be the same objects on both sides).
@@ -311,7 +301,7 @@ class LedgerPlugin(SimplePlugin):
         """
         client = worker.client
         self._address = client.service_client.config.target_host
-        listed = await _listed_attributes(client)
+        listed = await listed_attributes(client, self.search_attributes)
         self._open_effects_attribute = OPEN_EFFECTS_ATTRIBUTE in listed
         self._awaiting_approval_attribute = AWAITING_APPROVAL_ATTRIBUTE in listed
         async with self._worker_running():
@@ -319,9 +309,17 @@ class LedgerPlugin(SimplePlugin):
                 try:
                     runtime = await self._open_runtime()
                 except Exception:
-                    await _stop_unstarted(worker, next)
+                    await stop_unstarted(worker, next)
                     raise
-                self._warn_of_probes_the_policy_does_not_name(runtime.policy)
+                declared = [
+                    name
+                    for name, fn in self._tools.items()
+                    if getattr(fn, "__ledger_probe__", None) is not None
+                ]
+                declared += [r.pattern for r in self.ledger_activities if r.probe is not None]
+                warn_of_unnamed_probes(
+                    runtime.policy, declared, warned=self._warned_probes, source=self._policy_source
+                )
             await next(worker)
 
     @asynccontextmanager
@@ -346,7 +344,7 @@ class LedgerPlugin(SimplePlugin):
                 if source is None:
                     raise RuntimeError("LedgerPlugin has no ledger: pass ledger=URL or a Ledger")
                 if isinstance(source, str):
-                    self._owned = await asyncio.to_thread(_open_logged, source, self.options.lease)
+                    self._owned = await asyncio.to_thread(open_logged, source, self.options.lease)
                     ledger = self._owned
                 else:
                     ledger = source
@@ -362,45 +360,6 @@ class LedgerPlugin(SimplePlugin):
                 )
         return self._runtime
 
-    def _warn_of_probes_the_policy_does_not_name(self, policy: Policy) -> None:
-        """Warn, once for each tool, of a declared probe the policy does not let decide.
-
-        Only the tools that ``[reconcile] probes`` names may have their probe settle an
-        unknown effect; any other's probe is refused when it would run, and its unknown
-        effects park for a person, as if it had none. Declaring ``probe=`` says the
-        opposite is wanted, so a worker that starts this way says so, with the fix.
-        """
-        declared = [
-            name
-            for name, fn in self._tools.items()
-            if getattr(fn, "__ledger_probe__", None) is not None
-        ]
-        declared += [rule.pattern for rule in self.ledger_activities if rule.probe is not None]
-        unnamed = [
-            name
-            for name in dict.fromkeys(declared)
-            if name not in self._warned_probes and not policy.may_probe(name)
-        ]
-        if not unnamed:
-            return
-        self._warned_probes.update(unnamed)
-        probes = json.dumps([*policy.probes, *unnamed])  # a TOML array as well
-        source = self._policy_source
-        if isinstance(source, (str, Path)):
-            fix = (
-                f"put this line under [reconcile] in {source} (in place of its probes line, "
-                f"if any): probes = {probes}"
-            )
-        else:
-            fix = f"give the policy probes={probes} ([reconcile] probes = [...] in its file)"
-        logger.warning(
-            "ledger policy: the probes of tools %s may not settle an unknown effect: [reconcile] "
-            "probes does not name them, so each unknown effect of theirs parks for a person, "
-            "unprobed; to let them decide, %s",
-            ", ".join(repr(name) for name in unnamed),
-            fix,
-        )
-
     def _load_policy(self) -> Policy:
         source = self._policy_source
         if isinstance(source, Policy):
@@ -408,78 +367,6 @@ class LedgerPlugin(SimplePlugin):
         if source is None:
             return Policy.permissive()
         return Policy.load(source)
-
-
-_ATTRIBUTES = LedgerPlugin.search_attributes
-
-
-def _register_command(client: temporalio.client.Client, name: str) -> str:
-    """The command that registers ``name`` on the namespace this client uses."""
-    return shlex.join(
-        [
-            "temporal", "operator", "search-attribute", "create",
-            "--address", client.service_client.config.target_host,
-            "--namespace", client.namespace,
-            "--name", name, "--type", "Int",
-        ]
-    )  # fmt: skip
-
-
-async def _listed_attributes(client: temporalio.client.Client) -> set[str]:
-    """The ledger's search attributes the namespace lists as Int; warns once for each not."""
-    try:
-        listed = await client.operator_service.list_search_attributes(
-            ListSearchAttributesRequest(namespace=client.namespace)
-        )
-    except RPCError as exc:
-        found: set[str] = set()
-        why = f"its search attributes could not be listed ({exc.message})"
-    else:
-        found = {
-            name
-            for name in _ATTRIBUTES
-            if listed.custom_attributes.get(name) == IndexedValueType.INDEXED_VALUE_TYPE_INT
-        }
-        why = ""
-    for name in _ATTRIBUTES:
-        if name not in found:
-            logger.warning(
-                "namespace %r: %s; steps still wait, but `temporal workflow list --query "
-                "'%s > 0'` will not list them; register it with: %s (then restart this "
-                "worker: it looks once, at start)",
-                client.namespace,
-                why or f"it has no Int search attribute {name}",
-                name,
-                _register_command(client, name),
-            )
-    return found
-
-
-def _open_logged(url: str, lease: float) -> Ledger:
-    """Open the ledger, saying which one: a mistyped path must not pass for an empty ledger."""
-    if url.startswith("sqlite:///"):
-        path = path_from_url(url).resolve()
-        existed = path.exists()
-        ledger = Ledger.open(url, lease=lease)
-        if existed:
-            logger.info("ledger: SQLite file %s", path)
-        else:
-            logger.warning("ledger: created a new, empty SQLite ledger at %s", path)
-        return ledger
-    ledger = Ledger.open(url, lease=lease)
-    logger.info("ledger: %s", shown_url(url))
-    return ledger
-
-
-async def _stop_unstarted(worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
-    """End a worker that must not run as one that ran and stopped: ``async with Worker``
-    (and ``shutdown()``) waits for the end of a run, for ever if none comes. Asked to shut
-    down before it runs, it stops as soon as it has started."""
-    stopping = asyncio.ensure_future(worker.shutdown())
-    await asyncio.sleep(0)  # the request to shut down is made before the run begins
-    with contextlib.suppress(Exception):  # its own trouble says less than the ledger's
-        await next(worker)
-    await stopping
 
 
 def _add_once(*fns: Callable[..., Any]) -> Callable[[Sequence[Any] | None], Sequence[Any]]:
