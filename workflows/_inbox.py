@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
@@ -91,13 +91,15 @@ class Inbox:
             workflow.set_query_handler(QUERY_OPEN, self.query_open)
             workflow.set_query_handler(QUERY_REJECTED, self.query_rejected)
             workflow.set_signal_handler(RECONCILE_SIGNAL, self.on_signal)
-            workflow.set_update_handler(
-                RECONCILE_UPDATE, self.on_update, validator=self.validate_update
+            on_update, validate = _update(
+                self.check_verdict, self.verdicts, ErrorType.RECONCILE_REJECTED
             )
+            workflow.set_update_handler(RECONCILE_UPDATE, on_update, validator=validate)
             workflow.set_query_handler(QUERY_APPROVALS, self.query_approvals)
-            workflow.set_update_handler(
-                APPROVE_UPDATE, self.on_approve, validator=self.validate_approve
+            on_approve, validate = _update(
+                self.check_decision, self.decisions, ErrorType.APPROVE_REJECTED
             )
+            workflow.set_update_handler(APPROVE_UPDATE, on_approve, validator=validate)
         return self
 
     def install_at_start(self) -> None:
@@ -122,29 +124,6 @@ class Inbox:
             workflow.logger.warning(f"reconcile signal rejected: {reason}")
             return
         self.verdicts[verdict.key].append(_Pending(verdict))
-
-    def validate_update(self, raw: Any = None) -> None:
-        verdict, reason = self.check_verdict(raw)
-        if verdict is None:
-            # Sending the same input again cannot succeed: say so to the caller.
-            raise ApplicationError(
-                reason or "invalid", type=ErrorType.RECONCILE_REJECTED, non_retryable=True
-            )
-
-    async def on_update(self, raw: Any = None) -> ReconcileResult:
-        verdict, reason = self.check_verdict(raw)
-        return await _answer(self.verdicts, verdict, reason, ErrorType.RECONCILE_REJECTED)
-
-    def validate_approve(self, raw: Any = None) -> None:
-        decision, reason = self.check_decision(raw)
-        if decision is None:
-            raise ApplicationError(
-                reason or "invalid", type=ErrorType.APPROVE_REJECTED, non_retryable=True
-            )
-
-    async def on_approve(self, raw: Any = None) -> ApproveResult:
-        decision, reason = self.check_decision(raw)
-        return await _answer(self.decisions, decision, reason, ErrorType.APPROVE_REJECTED)
 
     def query_open(self) -> list[OpenEffect]:
         return list(self.open.values())
@@ -371,22 +350,34 @@ def _until_done(done: Callable[[], None]) -> Iterator[None]:
         done()
 
 
-async def _answer(
+def _update(
+    check: Callable[[Any], tuple[InT | None, str | None]],
     queues: dict[str, list[_Pending[InT, ResultT]]],
-    given: InT | None,
-    reason: str | None,
     rejected: ErrorType,
-) -> ResultT:
-    """An update's answer: what the ledger recorded for ``given``, or why it was refused."""
-    if given is None:  # the state changed between validation and handling
-        raise ApplicationError(reason or "invalid", type=rejected, non_retryable=True)
-    pending: _Pending[InT, ResultT] = _Pending(given)
-    queues[given.key].append(pending)
-    await workflow.wait_condition(lambda: pending.done)
-    if pending.error is not None:
-        raise ApplicationError(pending.error, type=rejected, non_retryable=True)
-    assert pending.result is not None
-    return pending.result
+) -> tuple[Callable[..., Awaitable[ResultT]], Callable[..., None]]:
+    """An update's handler and validator: input that ``check`` refuses is rejected (with
+    ``rejected``) before it touches history; the handler answers with what the ledger
+    recorded, or why it refused."""
+
+    def validate(raw: Any = None) -> None:
+        given, reason = check(raw)
+        if given is None:
+            # Sending the same input again cannot succeed: say so to the caller.
+            raise ApplicationError(reason or "invalid", type=rejected, non_retryable=True)
+
+    async def handle(raw: Any = None) -> ResultT:
+        given, reason = check(raw)
+        if given is None:  # the state changed between validation and handling
+            raise ApplicationError(reason or "invalid", type=rejected, non_retryable=True)
+        pending: _Pending[InT, ResultT] = _Pending(given)
+        queues[given.key].append(pending)
+        await workflow.wait_condition(lambda: pending.done)
+        if pending.error is not None:
+            raise ApplicationError(pending.error, type=rejected, non_retryable=True)
+        assert pending.result is not None
+        return pending.result
+
+    return handle, validate
 
 
 def _parse(raw: Any, model: type[InT], what: str) -> tuple[InT | None, str | None]:
