@@ -178,33 +178,25 @@ def _tool_call(
     in canonical order, so a worker with another ``PYTHONHASHSEED`` (after a reset, say)
     sends the same request; a NaN or an infinity refused here, naming its field, before
     anything is scheduled or recorded (JSON would carry it as null)."""
-    if not isinstance(step, str) or not step:
-        raise ToolFailedError(
-            "run_tool needs a non-empty step name",
-            key=key or "-",
-            step=str(step),
-            error_type=ErrorType.INVALID_REQUEST,
+
+    def invalid(message: str) -> ToolFailedError:
+        return ToolFailedError(
+            message, key=key or "-", step=str(step), error_type=ErrorType.INVALID_REQUEST
         )
+
+    if not isinstance(step, str) or not step:
+        raise invalid("run_tool needs a non-empty step name")
     key = key or default_key(step)
     if not isinstance(arg, spec.arg_type):
         try:
             arg = spec.arg_type.model_validate(arg)
         except ValidationError as exc:
-            raise ToolFailedError(
-                f"{spec.name}: argument does not fit {spec.arg_type.__name__}: {exc}",
-                key=key,
-                step=step,
-                error_type=ErrorType.INVALID_REQUEST,
-            ) from None
+            name = spec.arg_type.__name__
+            raise invalid(f"{spec.name}: argument does not fit {name}: {exc}") from None
     try:
         payload = argument_json(arg)
     except InvalidRequest as exc:
-        raise ToolFailedError(
-            f"{spec.name}: argument cannot be sent: {exc}",
-            key=key,
-            step=step,
-            error_type=ErrorType.INVALID_REQUEST,
-        ) from None
+        raise invalid(f"{spec.name}: argument cannot be sent: {exc}") from None
     return ToolCall(
         key=key,
         step=step,
