@@ -154,7 +154,7 @@ class RunAnchor(BaseModel):
     #: The run this one continued from (continue-as-new, cron, workflow retry), if any.
     continued: str | None = None
     #: The activity's number among those every run of the workflow schedules (see
-    #: ``workflows._scheduling``); absent from workers before it, which used the activity id.
+    #: ``workflows._scheduling``); absent on the ledger's own activities, which it does not number.
     call: str | None = None
 
 
