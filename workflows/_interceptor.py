@@ -280,12 +280,11 @@ class _Activity:
     def probe_arg(self) -> Any:
         return {"args": self._args_json}
 
-    def approval_call(self, needed: ApprovalNeeded) -> Call:
-        return self._call(needed.arguments)
-
-    def unknown_call(self, unknown: UnknownEffect) -> Call:
-        inner = unknown.inner
-        return self._call(None, unknown.output_schema) if inner is None else self._inner_call(inner)
+    def shown(self, waiting: ApprovalNeeded | UnknownEffect) -> Call:
+        if isinstance(waiting, ApprovalNeeded):
+            return self._call(waiting.arguments)
+        inner = waiting.inner
+        return self._call(None, waiting.output_schema) if inner is None else self._inner_call(inner)
 
     def received(self, result: Any, waited_on: str | None) -> None:
         if self._listed is not None and self._rule.server:

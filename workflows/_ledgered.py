@@ -30,12 +30,22 @@ from temporalio.api.common.v1 import Payload
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import StartActivityInput, WorkflowOutboundInterceptor
 
+from ..ledger import Verdict
 from ..ledger._seam import Decision
 from ._attempts import Attempts
-from ._inbox import Inbox
-from ._probe import settle_unknown
-from ._protocol import ASK_ONLY_HEADER, ApprovalNeeded, ErrorType, UnknownEffect
-from ._scheduling import ask_only_options
+from ._inbox import Inbox, cause_message
+from ._protocol import (
+    ASK_ONLY_HEADER,
+    PROBE_ACTIVITY,
+    ApprovalNeeded,
+    ErrorType,
+    ProbeInput,
+    ProbeOutcome,
+    ProbeResult,
+    UnknownEffect,
+)
+from ._scheduling import ask_only_options, scheduling, start_own_activity
+from ._tracing import decided
 from ._waiting import Call
 
 #: The value of the ask-only header (its presence is what counts).
@@ -56,12 +66,8 @@ class Face(Protocol):
         """The argument the tool's probe is given."""
         ...
 
-    def approval_call(self, needed: ApprovalNeeded) -> Call:
-        """The call as it waits for approval."""
-        ...
-
-    def unknown_call(self, unknown: UnknownEffect) -> Call:
-        """The call (or the call inside it) as it parks on an unknown effect."""
+    def shown(self, waiting: ApprovalNeeded | UnknownEffect) -> Call:
+        """The call (or the call inside it) as it waits for approval or a verdict."""
         ...
 
     def confirmed(self, call: Call, unknown: UnknownEffect, output: Any) -> Any:
@@ -127,7 +133,7 @@ class Ledgered:
                 if kind == ErrorType.AWAITING_APPROVAL:
                     assert isinstance(cause, ApplicationError)
                     needed = ApprovalNeeded.model_validate(cause.details[0])
-                    decision = await inbox.await_approval(face.approval_call(needed), needed)
+                    decision = await inbox.await_approval(face.shown(needed), needed)
                     if decision is Decision.REJECT:
                         rejected = _rejected(err, needed.key)
                         raise rejected from rejected.cause
@@ -136,18 +142,11 @@ class Ledgered:
                 elif kind == ErrorType.EFFECT_UNKNOWN:
                     assert isinstance(cause, ApplicationError)
                     unknown = UnknownEffect.model_validate(cause.details[0])
-                    call = face.unknown_call(unknown)
-                    confirmed = await settle_unknown(
-                        inbox,
-                        call,
-                        unknown,
-                        activity=self._input.activity,
-                        arg=face.probe_arg,
-                        task_queue=self._input.task_queue,
-                    )
+                    call = face.shown(unknown)
+                    confirmed, output = await self._settle_unknown(call, unknown)
                     waited_on = unknown.key
-                    if confirmed is not None and unknown.inner is None:
-                        return face.confirmed(call, unknown, confirmed.output)
+                    if confirmed and unknown.inner is None:
+                        return face.confirmed(call, unknown, output)
                     # A call inside the activity: whatever the verdict, the activity runs
                     # again, and that call replays it (its other calls, their outcomes).
                     attempts.answered()
@@ -159,6 +158,49 @@ class Ledgered:
                 face.received(result, waited_on)
                 return result
             self._again()
+
+    async def _settle_unknown(self, call: Call, unknown: UnknownEffect) -> tuple[bool, Any]:
+        """Whether the unknown effect of ``call`` happened, and its output: the tool's
+        probe, if it has one, asks the far side first; the call parks for a person's
+        verdict only if the probe cannot tell. Not confirmed, the call runs again under
+        its key (no effect, or the key settled elsewhere: the ledger answers that try)."""
+        if unknown.probe:
+            found = await self._ask_probe(unknown)
+            if found is not None and found.finding is ProbeOutcome.PRESENT:
+                return True, found.output
+            if found is not None and found.runs_again:
+                return False, None
+        verdict = await self._inbox.park(call, unknown)
+        if verdict is not None and verdict.verdict is Verdict.EFFECT_CONFIRMED:
+            return True, verdict.output
+        return False, None
+
+    async def _ask_probe(self, unknown: UnknownEffect) -> ProbeResult | None:
+        """Ask the tool's probe about the unknown effect; ``None`` if it could not answer.
+
+        ``present`` comes back with the output the ledger recorded for the verdict;
+        ``absent`` (where conclusive) means the call may act again under its key;
+        ``resolved`` that the key was settled meanwhile and the call should run again to
+        read it. A probe only reads: a few tries, then the call parks for a person as it
+        would without one.
+        """
+        tool, arg = self._input.activity, self._face.probe_arg
+        try:
+            found: ProbeResult = await start_own_activity(
+                PROBE_ACTIVITY,
+                ProbeInput(key=unknown.key, tool=tool, action_id=unknown.action_id, arg=arg),
+                result_type=ProbeResult,
+                **scheduling("probe", run=self._inbox.options, task_queue=self._input.task_queue),
+            )
+        except ActivityError as err:
+            workflow.logger.warning(
+                f"the probe of {tool} for key {unknown.key!r} failed ({cause_message(err)}); "
+                "the call parks for an operator"
+            )
+            return None
+        if found.verdict is not None:
+            decided("verdict", unknown.key, verdict=found.verdict.value, actor=f"probe:{tool}")
+        return found
 
     def _again(self) -> None:
         again = dataclasses.replace(self._input)

@@ -8,7 +8,6 @@ return value or a typed error.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
@@ -134,8 +133,7 @@ class _Step:
     def probe_arg(self) -> Any:
         return self.tool_call.arg
 
-    @functools.cached_property
-    def _shown(self) -> Call:
+    def shown(self, waiting: ApprovalNeeded | UnknownEffect) -> Call:
         """The step as the inbox shows and checks it."""
         spec, schema = self.spec, self.spec.output_schema
         return Call(
@@ -145,12 +143,6 @@ class _Step:
             template=None if schema is None else output_template(schema),
             misfit=lambda output: _output_misfit(spec, output),
         )
-
-    def approval_call(self, needed: ApprovalNeeded) -> Call:
-        return self._shown
-
-    def unknown_call(self, unknown: UnknownEffect) -> Call:
-        return self._shown
 
     def confirmed(self, call: Call, unknown: UnknownEffect, output: Any) -> ToolOutcome:
         # run_tool checks the output against the tool's model (_typed_output).
