@@ -1,4 +1,4 @@
-"""Pages written per commit by the SQLite ledger, per kind of call, for two schema versions.
+"""Pages written per commit by the SQLite ledger, per kind of call.
 
 In WAL mode every page a transaction changes is appended to the log as one frame (24
 bytes of header and the page) when it commits, and a frame whose header holds the
@@ -6,9 +6,7 @@ database size ends a commit. With auto-checkpoint off, the frames a run appends 
 exactly the pages its commits wrote; each frame names its page, and ``dbstat`` names
 the b-tree (table or index) that page belongs to.
 
-Each schema version gets a file of its own, built by this tree's code with the
-migrations up to that version only (``SQLiteRecorder(schema_version=...)``), so the
-columns compare the layouts, not the code. The file is first filled with ``--fill``
+The file is first filled with ``--fill``
 keys (so each b-tree has more than its root page), then, for each kind of call,
 ``--calls`` calls are made one after another (each commit holds one transition):
 
@@ -16,11 +14,10 @@ keys (so each b-tree has more than its root page), then, for each kind of call,
 - retry-safe: ``retry_safe=True``, one commit of request and outcome
 - replay: the same request again (its record is committed without a sync)
 
-    python bench/sqlite_pages.py                    # version 2 and the latest
-    python bench/sqlite_pages.py --versions 2,3 --calls 500 --fill 5000
+    python bench/sqlite_pages.py
+    python bench/sqlite_pages.py --calls 500 --fill 5000
 
-Version 2 is the layout before issue 30 item 4 (the oldest this code writes: version 1
-has no tally).
+To compare layouts, run it at two revisions: the schema is the one of the code.
 """
 
 from __future__ import annotations
@@ -37,7 +34,7 @@ from pathlib import Path
 
 from _requests import AUTHORITY, bench_request  # bench/ is sys.path[0] when run as a script
 from temporal_ledger.ledger import Ledger
-from temporal_ledger.ledger._sqlite import MIGRATIONS, SQLiteRecorder
+from temporal_ledger.ledger._sqlite import SQLiteRecorder
 
 KINDS = ("fresh", "retry-safe", "replay")
 #: The rows of the tables: each kind, and a fresh call's two commits apart.
@@ -94,8 +91,8 @@ def page_owners(path: Path) -> dict[int, str]:
     return owners
 
 
-async def measure(path: Path, version: int, calls: int, fill: int) -> dict[str, Measured]:
-    recorder = SQLiteRecorder(path, schema_version=version)
+async def measure(path: Path, calls: int, fill: int) -> dict[str, Measured]:
+    recorder = SQLiteRecorder(path)
     ledger = Ledger(recorder, url=f"sqlite:///{path}")
     wal = path.with_name(path.name + "-wal")
     conn = recorder._conn  # the writer's connection: the only one that commits
@@ -153,50 +150,33 @@ def _settle(recorder: SQLiteRecorder) -> None:
         pass
 
 
-def table(results: dict[int, dict[str, Measured]]) -> str:
-    versions = sorted(results)
-    head = "| per call kind | " + " | ".join(f"schema v{v}" for v in versions) + " |"
-    lines = [head, "| --- |" + " --- |" * len(versions)]
+def table(results: dict[str, Measured]) -> str:
+    lines = [
+        "| per call kind | pages/commit | commits/call | pages/call |",
+        "| --- | --- | --- | --- |",
+    ]
     for kind in ROWS:
-        cells = []
-        for v in versions:
-            m = results[v][kind]
-            cells.append(
-                f"{m.per_commit():.2f} pages/commit ({m.commits / m.calls:.2f} commits/call,"
-                f" {m.pages / m.calls:.2f} pages/call)"
-            )
-        lines.append(f"| {kind} | " + " | ".join(cells) + " |")
-    lines.append("")
-    lines.append("Pages per commit by b-tree:")
-    lines.append("")
-    trees = sorted({t for v in versions for m in results[v].values() for t in m.by_tree})
-    lines.append("| commit | schema | " + " | ".join(trees) + " | all |")
-    lines.append("| --- | --- |" + " --- |" * (len(trees) + 1))
+        m = results[kind]
+        per_call = f"{m.commits / m.calls:.2f} | {m.pages / m.calls:.2f}"
+        lines.append(f"| {kind} | {m.per_commit():.2f} | {per_call} |")
+    lines += ["", "Pages per commit by b-tree:", ""]
+    trees = sorted({t for m in results.values() for t in m.by_tree})
+    lines.append("| commit | " + " | ".join(trees) + " | all |")
+    lines.append("| --- |" + " --- |" * (len(trees) + 1))
     for kind in ROWS:
-        for v in versions:
-            m = results[v][kind]
-            cells = [f"{m.by_tree[t] / m.commits:.2f}" if m.commits else "-" for t in trees]
-            lines.append(f"| {kind} | v{v} | " + " | ".join(cells) + f" | {m.per_commit():.2f} |")
+        m = results[kind]
+        cells = [f"{m.by_tree[t] / m.commits:.2f}" if m.commits else "-" for t in trees]
+        lines.append(f"| {kind} | " + " | ".join(cells) + f" | {m.per_commit():.2f} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    latest = len(MIGRATIONS)
-    parser.add_argument(
-        "--versions",
-        default=f"2,{latest}",
-        help=f"schema versions to compare, comma separated, 2 to {latest} (default: 2,{latest})",
-    )
     parser.add_argument("--calls", type=int, default=300, help="calls of each kind")
     parser.add_argument("--fill", type=int, default=3000, help="keys written before measuring")
     args = parser.parse_args(argv)
-    versions = sorted({int(v) for v in args.versions.split(",")})
-    results: dict[int, dict[str, Measured]] = {}
     with tempfile.TemporaryDirectory(prefix="ledger-pages-") as folder:
-        for version in versions:
-            path = Path(folder) / f"v{version}.db"
-            results[version] = asyncio.run(measure(path, version, args.calls, args.fill))
+        results = asyncio.run(measure(Path(folder) / "ledger.db", args.calls, args.fill))
     print(f"SQLite {sqlite3.sqlite_version}, {args.fill} keys before, {args.calls} calls each")
     print()
     print(table(results))

@@ -77,6 +77,7 @@ from ._recorder import (
 )
 from ._sqlite import integrity_error
 from ._transaction import (
+    TALLY_STRIPES,
     TOMBSTONE,
     KeyRecord,
     PendingEvent,
@@ -84,7 +85,6 @@ from ._transaction import (
     Tally,
     Transaction,
     indexed_values,
-    tally_of_records,
 )
 
 #: How many events one ``ledger_write`` call inserts at most (the rule appends up to
@@ -135,22 +135,16 @@ MIGRATIONS: list[tuple[str, ...]] = [
             compacted INTEGER NOT NULL DEFAULT 0,
             token BIGINT NOT NULL,
             lease_expires DOUBLE PRECISION,
-            record TEXT NOT NULL
+            record TEXT NOT NULL,
+            -- The key's chain head in a column of its own: a write is guarded by it
+            -- without the server parsing the record.
+            head_hash TEXT COLLATE "C" NOT NULL
         )
         """,
         "CREATE INDEX ledger_keys_open ON ledger_keys (effect, phase)",
         "CREATE INDEX ledger_keys_settled ON ledger_keys (compacted, settled_at)",
-    ),
-    (
-        # The key's chain head in a column of its own: a write is guarded by it without
-        # the server parsing the record (JSON text it need not be able to convert).
-        'ALTER TABLE ledger_keys ADD COLUMN head_hash TEXT COLLATE "C"',
-        # The record's first field after its key and phase: a JSON string holds no
-        # unescaped quote, so the first match is the record's own.
-        """UPDATE ledger_keys SET head_hash = substring(record from '"head_hash":"([0-9a-f]*)"')""",
-        "ALTER TABLE ledger_keys ALTER COLUMN head_hash SET NOT NULL",
-        # The ledger-wide tally (TALLY_STRIPES rows); filled by _migrate. Rows are
-        # updated in place all the time: room on each page keeps those updates HOT.
+        # The ledger-wide tally (TALLY_STRIPES rows, at zero). Rows are updated in place
+        # all the time: room on each page keeps those updates HOT.
         """
         CREATE TABLE ledger_stripes (
             stripe INTEGER PRIMARY KEY,
@@ -159,6 +153,8 @@ MIGRATIONS: list[tuple[str, ...]] = [
             digest BIGINT NOT NULL
         ) WITH (fillfactor = 50)
         """,
+        "INSERT INTO ledger_stripes"
+        f" SELECT s, 0, 0, 0 FROM generate_series(0, {TALLY_STRIPES - 1}) AS s",
         # The first round trip of a write. The lock is a statement of its own so that the
         # read after it takes a new snapshot (a volatile function's statements each take
         # one under READ COMMITTED), which sees the previous holder's commit.
@@ -228,9 +224,6 @@ MIGRATIONS: list[tuple[str, ...]] = [
         """,
     ),
 ]
-
-# The version whose migration adds the tally, which _migrate fills from the records.
-_TALLY_VERSION = 2
 
 # Two 32-bit advisory lock keys: a key space apart from the single 64-bit keys
 # that per-key transactions lock, so a migration never collides with a key's hash.
@@ -583,18 +576,6 @@ class PostgresRecorder(Recorder):
             for statements in MIGRATIONS[current:]:
                 for statement in statements:
                     conn.execute(statement)
-            if current < _TALLY_VERSION <= target:
-                rows = conn.execute(
-                    "SELECT key, head_hash,"
-                    """ substring(record from '"events":([0-9]+)')::bigint FROM ledger_keys"""
-                )
-                tally = tally_of_records(rows)
-                with conn.cursor() as cursor:
-                    cursor.executemany(
-                        "INSERT INTO ledger_stripes (stripe, keys, events, digest)"
-                        " VALUES (%s, %s, %s, %s)",
-                        [(s, t.keys, t.events, t.digest) for s, t in tally.items()],
-                    )
             if current < target:
                 conn.execute(
                     "INSERT INTO ledger_meta (name, value) VALUES ('schema_version', %s)"

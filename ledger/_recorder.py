@@ -21,7 +21,8 @@ from ._transaction import KeyRecord, PendingEvent, Phase, Tally, Transaction, in
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+#: The schema version both backends record (their ``MIGRATIONS`` count).
+SCHEMA_VERSION = 1
 
 
 def resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -406,15 +407,6 @@ def events_sql(
         sql += f" LIMIT {placeholder}"
         params.append(limit)
     return sql, params
-
-
-@functools.cache
-def insert_event_sql(placeholder: str, rows: int = 1) -> str:
-    """The INSERT of ``rows`` events in one statement, in the backend's parameter style
-    (``?`` or ``%s``); parameters are the :func:`event_values` of each, in order."""
-    marks = "(" + ", ".join([placeholder] * len(_EVENT_INSERT_COLUMNS)) + ")"
-    values = ", ".join([marks] * rows)
-    return f"INSERT INTO ledger_events ({', '.join(_EVENT_INSERT_COLUMNS)}) VALUES {values}"
 
 
 def event_values(event: PendingEvent) -> tuple[Any, ...]:

@@ -34,7 +34,6 @@ from ._recorder import (
     event_from_row,
     event_values,
     events_sql,
-    insert_event_sql,
     record_values,
     resolve,
     row_values,
@@ -43,24 +42,29 @@ from ._recorder import (
     write_record_sql,
 )
 from ._transaction import (
+    TALLY_STRIPES,
     TOMBSTONE,
     KeyRecord,
     PendingEvent,
     Phase,
     Tally,
     Transaction,
-    tally_of_records,
 )
 
 # The schema, as the ordered list of migrations that built it: a file records the
 # version it reached in ledger_meta, and opening applies whatever follows, in order, in
-# one BEGIN IMMEDIATE transaction (so two processes opening a new file agree).
+# one BEGIN IMMEDIATE transaction (so two processes opening a new file agree). A later
+# release appends entries and never edits one it shipped.
 # seq is a plain INTEGER PRIMARY KEY (max + 1): events are never deleted, so it only
 # grows, and AUTOINCREMENT would cost a sqlite_sequence page write per commit.
+# A key's events are found from its row, not from an index of (key, seq), which would
+# cost a page in every commit (bench/sqlite_pages.py counts them): each event names the
+# key's event before it (key_prev: its seq, NULL for the key's first, 0 for the row just
+# before, as a transition's later events are written), the key's row its last (head_seq).
 MIGRATIONS: list[tuple[str, ...]] = [
     (
         """
-        CREATE TABLE IF NOT EXISTS ledger_events (
+        CREATE TABLE ledger_events (
             seq INTEGER PRIMARY KEY,
             key TEXT NOT NULL,
             action_id TEXT,
@@ -69,18 +73,16 @@ MIGRATIONS: list[tuple[str, ...]] = [
             recorded_at TEXT NOT NULL,
             body_hash TEXT NOT NULL,
             prev_hash TEXT NOT NULL,
-            hash TEXT NOT NULL
+            hash TEXT NOT NULL,
+            key_prev INTEGER
         )
         """,
         """
-        CREATE INDEX IF NOT EXISTS ledger_events_key ON ledger_events (key, seq)
-        """,
-        """
-        CREATE UNIQUE INDEX IF NOT EXISTS ledger_events_one_request
+        CREATE UNIQUE INDEX ledger_events_one_request
             ON ledger_events (action_id) WHERE type = 'action.requested'
         """,
         """
-        CREATE TABLE IF NOT EXISTS ledger_keys (
+        CREATE TABLE ledger_keys (
             key TEXT PRIMARY KEY,
             phase TEXT NOT NULL,
             effect TEXT,
@@ -88,21 +90,20 @@ MIGRATIONS: list[tuple[str, ...]] = [
             compacted INTEGER NOT NULL DEFAULT 0,
             token INTEGER NOT NULL,
             lease_expires REAL,
-            record TEXT NOT NULL
+            record TEXT NOT NULL,
+            head_hash TEXT NOT NULL DEFAULT '',
+            head_seq INTEGER
         )
         """,
+        # Only the keys open_effects asks for (claimed, running, an unknown effect): a
+        # call that settles in one commit, and every replay, never touches it. Compaction
+        # has no index (a page in every commit that settles a key, for a command an
+        # operator runs now and then): it scans the keys.
         """
-        CREATE INDEX IF NOT EXISTS ledger_keys_open ON ledger_keys (effect, phase)
+        CREATE INDEX ledger_keys_open ON ledger_keys (key)
+            WHERE effect = 'unknown' OR phase IN ('claimed', 'running')
         """,
-        """
-        CREATE INDEX IF NOT EXISTS ledger_keys_settled ON ledger_keys (compacted, settled_at)
-        """,
-    ),
-    (
-        # The key's chain head in a column of its own (PostgreSQL guards writes by it).
-        "ALTER TABLE ledger_keys ADD COLUMN head_hash TEXT NOT NULL DEFAULT ''",
-        "UPDATE ledger_keys SET head_hash = json_extract(record, '$.head_hash')",
-        # The ledger-wide tally (see TALLY_STRIPES); filled by _migrate.
+        # The ledger-wide tally (see TALLY_STRIPES), every stripe at zero.
         """
         CREATE TABLE ledger_stripes (
             stripe INTEGER PRIMARY KEY,
@@ -111,54 +112,18 @@ MIGRATIONS: list[tuple[str, ...]] = [
             digest INTEGER NOT NULL
         )
         """,
-    ),
-    (
-        # Fewer pages per commit (issue 30 item 4; bench/sqlite_pages.py counts them).
-        # The open-effects index holds only the keys open_effects asks for (claimed,
-        # running, an unknown effect), so a call that settles in one commit, and every
-        # replay, never touches it; before, every change of phase moved an entry of each
-        # of the two indexes.
-        "DROP INDEX IF EXISTS ledger_keys_open",
-        """
-        CREATE INDEX ledger_keys_open ON ledger_keys (key)
-            WHERE effect = 'unknown' OR phase IN ('claimed', 'running')
+        f"""
+        WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s LIMIT {TALLY_STRIPES})
+        INSERT INTO ledger_stripes SELECT n, 0, 0, 0 FROM s
         """,
-        # Compaction's index cost a page in every commit that settled a key, for a
-        # command an operator runs now and then: compact scans the keys instead.
-        "DROP INDEX IF EXISTS ledger_keys_settled",
-    ),
-    (
-        # A key's events are found from its row instead of an index of (key, seq), which
-        # cost a page in every commit: each event names the key's event before it
-        # (key_prev: its seq, NULL for the key's first, 0 for the row just before, as a
-        # transition's later events are written), the key's row its last (head_seq).
-        # ledger_events_key still serves the filling of both here.
-        "ALTER TABLE ledger_events ADD COLUMN key_prev INTEGER",
-        """
-        UPDATE ledger_events SET key_prev = (
-            SELECT max(earlier.seq) FROM ledger_events AS earlier
-            WHERE earlier.key = ledger_events.key AND earlier.seq < ledger_events.seq
-        )
-        """,
-        "ALTER TABLE ledger_keys ADD COLUMN head_seq INTEGER",
-        """
-        UPDATE ledger_keys SET head_seq = (
-            SELECT max(seq) FROM ledger_events WHERE ledger_events.key = ledger_keys.key
-        )
-        """,
-        "DROP INDEX IF EXISTS ledger_events_key",
     ),
 ]
-
-# The version from which each event links to its key's previous one (key_prev) and each
-# key's row names its last event (head_seq); before it, ledger_events_key finds them.
-_LINKED_VERSION = 4
 
 _LINKED_EVENT_COLUMNS = (*_EVENT_INSERT_COLUMNS, "key_prev")
 
 
 @functools.cache
-def _insert_linked_sql(rows: int) -> str:
+def _insert_events_sql(rows: int) -> str:
     """The INSERT of ``rows`` events with their links."""
     marks = "(" + ", ".join("?" * len(_LINKED_EVENT_COLUMNS)) + ")"
     values = ", ".join([marks] * rows)
@@ -195,6 +160,8 @@ _KEY_EVENTS_BY_LINKS = f"""
         (SELECT json_extract(record, '$.events') FROM ledger_keys WHERE key = ?1)
     FROM ledger_events WHERE seq IN (SELECT seq FROM chain) ORDER BY seq
 """
+# The read of a key's row a transition starts with: chain head, record, last event.
+_READ_ROW = "SELECT head_hash, record, head_seq FROM ledger_keys WHERE key = ?"
 _KEY_EVENTS_SCANNED = f"SELECT {EVENT_COLUMNS} FROM ledger_events WHERE key = ? ORDER BY seq"
 
 
@@ -213,9 +180,6 @@ def _key_events(conn: sqlite3.Connection, key: str) -> list[tuple[Any, ...]]:
         return [row[:-1] for row in rows]
     return conn.execute(_KEY_EVENTS_SCANNED, (key,)).fetchall()
 
-
-# The version whose migration adds the tally, which _migrate fills from the records.
-_TALLY_VERSION = 2
 
 _ADD_TO_TALLY = (
     "UPDATE ledger_stripes SET keys = keys + ?, events = events + ?,"
@@ -317,15 +281,11 @@ class _SQLiteTransaction(Transaction):
         key: str,
         record: KeyRecord | None,
         now: float,
-        *,
-        linked: bool = True,
         head_seq: int | None = None,
     ) -> None:
         super().__init__(key, record, now)
         self._conn = conn
         self._pending: list[PendingEvent] = []
-        #: Whether events carry links (schema version 4 on): see _LINKED_VERSION.
-        self._linked = linked
         #: The key's last event's sequence number, as appended and as stored in its row.
         self._head_seq = self._stored_head_seq = head_seq
         #: Whether a statement of this transition has changed the file. A failed
@@ -359,38 +319,17 @@ class _SQLiteTransaction(Transaction):
         if not pending:
             return
         self._pending = []
-        if self._linked:
-            self._insert_linked(pending)
-        elif len(pending) == 1:
-            self._conn.execute(insert_event_sql("?"), event_values(pending[0]))
-        else:
-            values: list[Any] = []
-            for event in pending:
-                values.extend(event_values(event))
-            self._conn.execute(insert_event_sql("?", len(pending)), values)
-        self.wrote = True
-
-    def _insert_linked(self, pending: list[PendingEvent]) -> None:
-        """Insert events each naming the key's event before it: the first by its seq, the
-        others as 0, the row just before (one statement numbers its rows one after
-        another, max + 1 each)."""
+        # Each event names the key's event before it: the first by its seq, the others as
+        # 0, the row just before (one statement numbers its rows one after another).
         values: list[Any] = [*event_values(pending[0]), self._head_seq]
         for event in pending[1:]:
             values.extend((*event_values(event), 0))
-        cursor = self._conn.execute(_insert_linked_sql(len(pending)), values)
+        cursor = self._conn.execute(_insert_events_sql(len(pending)), values)
         self._head_seq = cursor.lastrowid
+        self.wrote = True
 
     def write_record(self, record: KeyRecord, *, created: bool) -> None:
         self.flush()
-        if self._linked:
-            self._write_linked(record, created=created)
-        elif not created and self.index_unchanged(record):
-            self._conn.execute(update_row_sql("?"), row_values(record))
-        else:
-            self._conn.execute(write_record_sql("?", created=created), record_values(record))
-        self.wrote = True
-
-    def _write_linked(self, record: KeyRecord, *, created: bool) -> None:
         if created:
             sql, values = _INSERT_LINKED_RECORD, record_values(record)
         elif self.index_unchanged(record):
@@ -399,24 +338,18 @@ class _SQLiteTransaction(Transaction):
             sql, values = _UPDATE_LINKED_RECORD, record_values(record)
         self._conn.execute(sql, (*values[:-1], self._head_seq, values[-1]))
         self._stored_head_seq = self._head_seq
+        self.wrote = True
 
     def compact_bodies(self, through_seq: int) -> int:
         self.flush()
-        if self._linked:
-            tombstone = json.dumps(TOMBSTONE)
-            cursor = self._conn.executemany(
-                "UPDATE ledger_events SET payload = ? WHERE seq = ? AND payload != ?",
-                [
-                    (tombstone, row[0], tombstone)
-                    for row in _key_events(self._conn, self.key)
-                    if row[0] <= through_seq
-                ],
-            )
-            self.wrote = True
-            return cursor.rowcount
-        cursor = self._conn.execute(
-            "UPDATE ledger_events SET payload = ? WHERE key = ? AND seq <= ? AND payload != ?",
-            (json.dumps(TOMBSTONE), self.key, through_seq, json.dumps(TOMBSTONE)),
+        tombstone = json.dumps(TOMBSTONE)
+        cursor = self._conn.executemany(
+            "UPDATE ledger_events SET payload = ? WHERE seq = ? AND payload != ?",
+            [
+                (tombstone, row[0], tombstone)
+                for row in _key_events(self._conn, self.key)
+                if row[0] <= through_seq
+            ],
         )
         self.wrote = True
         return cursor.rowcount
@@ -436,20 +369,14 @@ class SQLiteRecorder(Recorder):
         path: str | os.PathLike[str],
         *,
         busy_timeout: float = 60.0,
-        schema_version: int | None = None,
     ) -> None:
         """Open (and create, or migrate) the ledger in the file at ``path``.
 
         Args:
             path: The file.
             busy_timeout: How long a write waits for another process's.
-            schema_version: Migrate no further than this version (default: the latest).
-                Tests and the benches build a file as an older release left it with it.
         """
         self.path = Path(path)
-        self._target = len(MIGRATIONS) if schema_version is None else schema_version
-        #: Whether the file's events link to their key's previous one (_LINKED_VERSION).
-        self._linked = False
         if self.path.parent and not self.path.parent.exists():
             raise InvalidRequest(
                 f"SQLite ledger {self.path}: folder {self.path.parent.absolute()} does not "
@@ -500,26 +427,14 @@ class SQLiteRecorder(Recorder):
                 current = stored_schema_version(
                     self._conn, where=str(self.path), known=len(MIGRATIONS)
                 )
-                target = max(current, self._target)
-                for statements in MIGRATIONS[current:target]:
+                for statements in MIGRATIONS[current:]:
                     for statement in statements:
                         self._conn.execute(statement)
-                if current < _TALLY_VERSION <= target:
-                    rows = self._conn.execute(
-                        "SELECT key, head_hash, json_extract(record, '$.events') FROM ledger_keys"
-                    )
-                    tally = tally_of_records(rows)
-                    self._conn.executemany(
-                        "INSERT INTO ledger_stripes (stripe, keys, events, digest)"
-                        " VALUES (?, ?, ?, ?)",
-                        [(s, t.keys, t.events, t.digest) for s, t in tally.items()],
-                    )
-                self._linked = target >= _LINKED_VERSION
-                if current < target:
+                if current < len(MIGRATIONS):
                     self._conn.execute(
                         "INSERT OR REPLACE INTO ledger_meta (name, value)"
                         " VALUES ('schema_version', ?)",
-                        (str(target),),
+                        (str(len(MIGRATIONS)),),
                     )
                 self._conn.execute("COMMIT")
             except BaseException:
@@ -648,7 +563,7 @@ class SQLiteRecorder(Recorder):
 
     def _item_transaction(self, item: _Queued) -> _SQLiteTransaction:
         expected = item.expected
-        row = self._conn.execute(self._read_row, (item.key,)).fetchone()
+        row = self._conn.execute(_READ_ROW, (item.key,)).fetchone()
         if row is None:
             record = None
         elif expected is not None and row[0] == expected.head_hash:
@@ -659,21 +574,11 @@ class SQLiteRecorder(Recorder):
             record = KeyRecord.from_json(row[1])
         return self._transaction(item.key, record, row)
 
-    @property
-    def _read_row(self) -> str:
-        """The read of a key's row a transition starts with: chain head, record and, from
-        schema version 4, its last event's sequence number."""
-        if self._linked:
-            return "SELECT head_hash, record, head_seq FROM ledger_keys WHERE key = ?"
-        return "SELECT head_hash, record FROM ledger_keys WHERE key = ?"
-
     def _transaction(
         self, key: str, record: KeyRecord | None, row: tuple[Any, ...] | None
     ) -> _SQLiteTransaction:
-        head_seq = row[2] if row is not None and self._linked else None
-        return _SQLiteTransaction(
-            self._conn, key, record, self.now(), linked=self._linked, head_seq=head_seq
-        )
+        head_seq = row[2] if row is not None else None
+        return _SQLiteTransaction(self._conn, key, record, self.now(), head_seq)
 
     def _run_item(self, item: _Queued) -> Any:
         tx = self._item_transaction(item)
@@ -741,7 +646,7 @@ class SQLiteRecorder(Recorder):
     def _in_transaction(self, key: str, fn: Callable[[Transaction], T]) -> T:
         conn = self._conn
         try:
-            row = conn.execute(self._read_row, (key,)).fetchone()
+            row = conn.execute(_READ_ROW, (key,)).fetchone()
             record = KeyRecord.from_json(row[1]) if row else None
             tx = self._transaction(key, record, row)
             result = fn(tx)
@@ -796,7 +701,7 @@ class SQLiteRecorder(Recorder):
     def events(
         self, key: str | None = None, *, after: int = 0, limit: int | None = None
     ) -> list[LedgerEvent]:
-        if key is not None and self._linked:
+        if key is not None:
             with self._read_lock:
                 rows = _key_events(self._read_conn, key)
             found = [event_from_row(row) for row in rows if row[0] > after]
@@ -824,7 +729,7 @@ class SQLiteRecorder(Recorder):
         return [KeyRecord.from_json(text) for (text,) in rows]
 
     def compactable(self, settled_before: str) -> list[str]:
-        # No index serves this (schema version 3 dropped it: see MIGRATIONS): one pass
+        # No index serves this (see MIGRATIONS): one pass
         # over the table, sorted here (UTF-8 byte order, SQLite's, is code point order).
         with self._read_lock:
             rows = self._read_conn.execute(

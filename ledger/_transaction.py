@@ -13,7 +13,6 @@ import json
 import math
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -70,8 +69,6 @@ class Outcome:
     fingerprint: str | None = None
     #: The hash of an output the adapter returned and the storage could not record.
     output_sha256: str | None = None
-    #: Fields of another release, kept as they were recorded.
-    other: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def body(self) -> dict[str, Any]:
         """The outcome as recorded: the payload of its ``action.completed``."""
@@ -96,26 +93,23 @@ class Outcome:
             body["fingerprint"] = self.fingerprint
         if self.output_sha256 is not None:
             body["output_sha256"] = self.output_sha256
-        body.update(self.other)
         return body
 
     @classmethod
     def of(cls, body: dict[str, Any]) -> Outcome:
-        """The outcome a :meth:`body` records (also one of an earlier release)."""
-        if body.keys() <= _OUTCOME_FIELDS:  # as this release records it: no field to set apart
+        """The outcome a :meth:`body` records, or an ``action.completed`` payload holds
+        (a replay's adds its own fields beside it, which the outcome leaves out)."""
+        if body.keys() <= _OUTCOME_FIELDS:
             fields = dict(body)
         else:
             fields = {name: value for name, value in body.items() if name in _OUTCOME_FIELDS}
-            fields["other"] = {n: v for n, v in body.items() if n not in _OUTCOME_FIELDS}
         # By value, without the enum's call: a record is read on every transaction.
-        fields["status"] = _STATUSES[fields.get("status", ActionStatus.FAILED)]
-        fields["effect"] = _EFFECTS[fields.get("effect", EffectState.UNKNOWN)]
+        fields["status"] = _STATUSES[fields["status"]]
+        fields["effect"] = _EFFECTS[fields["effect"]]
         return cls(**fields)
 
 
-_OUTCOME_FIELDS = frozenset(
-    field.name for field in dataclasses.fields(Outcome) if field.name != "other"
-)
+_OUTCOME_FIELDS = frozenset(field.name for field in dataclasses.fields(Outcome))
 _STATUSES = {status.value: status for status in ActionStatus}
 _EFFECTS = {effect.value: effect for effect in EffectState}
 _PHASES = {phase.value: phase for phase in Phase}
@@ -201,7 +195,7 @@ class KeyRecord:
 
     @classmethod
     def from_json(cls, text: str) -> KeyRecord:
-        """A record from :meth:`to_json`'s text, also one written by another release.
+        """A record from :meth:`to_json`'s text.
 
         Args:
             text: The stored JSON.
@@ -210,7 +204,7 @@ class KeyRecord:
             The record.
         """
         fields = json.loads(text)
-        fields["phase"] = _PHASES[fields.get("phase", Phase.VACANT)]
+        fields["phase"] = _PHASES[fields["phase"]]
         if fields.get("outcome") is not None:
             fields["outcome"] = Outcome.of(fields["outcome"])
         if fields.get("approval") is not None:
@@ -220,9 +214,8 @@ class KeyRecord:
                 Reconciliation.model_validate(r) for r in fields["reconciliations"]
             ]
         if fields.keys() != _RECORD_FIELDS:
-            # A record of another release (a field it lacks, or one it adds): the
-            # constructor fills defaults in, or refuses what it does not know.
-            return cls(**fields)
+            unknown = sorted(fields.keys() ^ _RECORD_FIELDS)
+            raise TypeError(f"not a key record this release writes: fields {unknown}")
         # Every field present: the constructor would only copy them, one by one.
         record = cls.__new__(cls)
         record.__dict__.update(fields)
@@ -307,20 +300,6 @@ class Tally:
     keys: int
     events: int
     digest: int
-
-
-def tally_of_records(records: Iterable[tuple[str, str, int]]) -> dict[int, Tally]:
-    """The tally of ``(key, head hash, events)`` rows: what a migration writes for a
-    ledger that had none, and what ``verify`` recomputes."""
-    keys = [0] * TALLY_STRIPES
-    events = [0] * TALLY_STRIPES
-    digests = [0] * TALLY_STRIPES
-    for key, head, count in records:
-        stripe = stripe_of(key)
-        keys[stripe] += 1
-        events[stripe] += count
-        digests[stripe] ^= head_mark(head)
-    return {s: Tally(keys[s], events[s], digests[s]) for s in range(TALLY_STRIPES)}
 
 
 @dataclasses.dataclass

@@ -16,7 +16,7 @@ from temporal_ledger.ledger import (
     LedgerUnavailable,
 )
 from temporal_ledger.ledger._models import EffectState, NextOperation
-from temporal_ledger.ledger._sqlite import MIGRATIONS, SQLiteRecorder, path_from_url
+from temporal_ledger.ledger._sqlite import MIGRATIONS, SQLiteRecorder
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
 from temporal_ledger.ledger.testing import LedgerContract, _CountingAdapter
 
@@ -24,16 +24,6 @@ from temporal_ledger.ledger.testing import LedgerContract, _CountingAdapter
 class TestSQLiteLedger(LedgerContract):
     @pytest.fixture
     def ledger_url(self, sqlite_url: str) -> str:
-        return sqlite_url
-
-
-class TestSQLiteLedgerMigrated(LedgerContract):
-    """The contract again, on a file the first release made (schema version 1) and this
-    one migrated when it first opened it."""
-
-    @pytest.fixture
-    def ledger_url(self, sqlite_url: str) -> str:
-        SQLiteRecorder(path_from_url(sqlite_url), schema_version=1).close()
         return sqlite_url
 
 
@@ -355,68 +345,14 @@ def _indexes(path: Path) -> dict[str, str]:
     return {name: " ".join((sql or "").split()) for name, sql in rows}
 
 
-def test_an_older_file_stays_at_its_version_until_this_release_opens_it(tmp_path: Path) -> None:
+def test_the_open_effects_index_holds_only_what_open_effects_asks_for(tmp_path: Path) -> None:
     path = tmp_path / "ledger.db"
-    SQLiteRecorder(path, schema_version=2).close()
-    conn = sqlite3.connect(path)
-    version = conn.execute("SELECT value FROM ledger_meta WHERE name = 'schema_version'")
-    assert version.fetchone() == ("2",)
-    conn.close()
-    assert "ledger_keys_settled" in _indexes(path)
     SQLiteRecorder(path).close()
     indexes = _indexes(path)
     assert "ledger_keys_settled" not in indexes
-    # Only the keys open_effects asks for are in the open-effects index.
     assert indexes["ledger_keys_open"].endswith(
         "ON ledger_keys (key) WHERE effect = 'unknown' OR phase IN ('claimed', 'running')"
     )
-
-
-@pytest.mark.parametrize("version", range(2, len(MIGRATIONS)))
-async def test_records_written_under_an_older_schema_survive_its_migration(
-    tmp_path: Path, version: int
-) -> None:
-    path = tmp_path / "ledger.db"
-    url = f"sqlite:///{path}"
-    far_side = _CountingAdapter({"done": True})
-    async with Ledger(SQLiteRecorder(path, schema_version=version), url=url, lease=1.0) as old:
-        await old.execute(request("ok"), authority=AUTHORITY, adapter=far_side)
-        await old.execute(request("ok"), authority=AUTHORITY, adapter=far_side)  # a replay
-        await old.execute(request("safe"), authority=AUTHORITY, adapter=far_side, retry_safe=True)
-        lost = await old.execute(
-            request("lost"), authority=AUTHORITY, adapter=_CountingAdapter(raise_after=OSError())
-        )
-        assert lost.effect == EffectState.UNKNOWN
-        denied = await old.execute(
-            request("denied"), authority=Authority("agent-1", []), adapter=far_side
-        )
-        assert denied.status == ActionStatus.DENIED
-        before = {key: old.state(key) for key in ("ok", "safe", "lost", "denied")}
-        events_before = old.events()
-    assert len(far_side.calls) == 2
-
-    async with Ledger.open(url, lease=1.0) as ledger:
-        conn = ledger._recorder._conn
-        stored = conn.execute("SELECT value FROM ledger_meta WHERE name = 'schema_version'")
-        assert stored.fetchone() == (str(len(MIGRATIONS)),)
-        assert ledger.events() == events_before
-        assert {key: ledger.state(key) for key in before} == before
-        assert [state.key for state in ledger.open_effects()] == ["lost"]
-        report = ledger.verify()
-        assert report.ok, report.problems
-        # The migrated file goes on taking every kind of write.
-        again = await ledger.execute(request("ok"), authority=AUTHORITY, adapter=far_side)
-        assert again.replayed
-        await ledger.execute(request("new"), authority=AUTHORITY, adapter=far_side)
-        await ledger.reconcile("lost", "no_effect_confirmed", actor="ops", basis="checked the file")
-        assert ledger.open_effects() == []
-        await asyncio.sleep(0.01)
-        assert await ledger.compact(older_than=0.0) >= 1
-        assert len(far_side.calls) == 3
-    with Ledger.open(url) as reopened:
-        report = reopened.verify()
-        assert report.ok, report.problems
-        assert report.keys == 5
 
 
 async def test_a_keys_events_are_found_by_their_links_and_by_a_scan_if_edited(

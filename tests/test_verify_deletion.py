@@ -1,6 +1,5 @@
 """A whole key deleted (its events and its record) is seen by ``verify``, on both backends:
-the ledger-wide tally (``ledger_stripes``) still counts it. A ledger made before the tally
-gets one when it is opened, and verifies clean."""
+the ledger-wide tally (``ledger_stripes``) still counts it."""
 
 from __future__ import annotations
 
@@ -52,31 +51,3 @@ async def test_a_whole_key_deleted_is_named_by_verify(ledger_url: str) -> None:
     (problem,) = report.problems
     assert problem.startswith("tally stripe ") and "a whole key was deleted" in problem
     assert "holding 5 records" in problem and "and 0 records" in problem, problem
-
-
-async def test_a_ledger_made_before_the_tally_gets_one_and_verifies(ledger_url: str) -> None:
-    await _populate(ledger_url)
-    # Back to schema version 1: no tally, no head column (and on PostgreSQL no functions).
-    with database(ledger_url) as conn:
-        conn.execute("DROP TABLE ledger_stripes")
-        conn.execute("ALTER TABLE ledger_keys DROP COLUMN head_hash")
-        if isinstance(conn, sqlite3.Connection):  # and no links between a key's events
-            conn.execute("ALTER TABLE ledger_keys DROP COLUMN head_seq")
-            conn.execute("ALTER TABLE ledger_events DROP COLUMN key_prev")
-            conn.execute("CREATE INDEX ledger_events_key ON ledger_events (key, seq)")
-        if not isinstance(conn, sqlite3.Connection):
-            conn.execute("DROP FUNCTION ledger_write")
-            conn.execute("DROP FUNCTION ledger_lock")
-        conn.execute("UPDATE ledger_meta SET value = '1' WHERE name = 'schema_version'")
-    async with Ledger.open(ledger_url) as ledger:
-        assert ledger.verify().ok
-        again = await ledger.execute(request("a"), authority=AUTHORITY, adapter=_CountingAdapter())
-        assert again.replayed
-        await ledger.execute(request("e"), authority=AUTHORITY, adapter=_CountingAdapter())
-        report = ledger.verify()
-        assert report.ok, report.problems
-    with database(ledger_url) as conn:
-        conn.execute("DELETE FROM ledger_events WHERE key = 'a'")
-        conn.execute("DELETE FROM ledger_keys WHERE key = 'a'")
-    with Ledger.open(ledger_url) as ledger:
-        assert any("a whole key was deleted" in p for p in ledger.verify().problems)
