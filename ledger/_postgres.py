@@ -46,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -72,7 +71,6 @@ from ._recorder import (
     T,
     event_from_row,
     events_sql,
-    resolve,
     stored_schema_version,
 )
 from ._sqlite import integrity_error
@@ -86,6 +84,7 @@ from ._transaction import (
     Transaction,
     indexed_values,
 )
+from ._writer import Job, Writers, answer
 
 #: How many events one ``ledger_write`` call inserts at most (the rule appends up to
 #: three in one transaction).
@@ -505,9 +504,7 @@ class PostgresRecorder(Recorder):
         self._seen_lock = threading.Lock()
         # Transactions submitted from an event loop run on these threads, one per pooled
         # connection, started on first use (see submit_on_loop).
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._workers: list[threading.Thread] = []
-        self._workers_lock = threading.Lock()
+        self._writers = Writers("ledger-postgres", self._work, threads=pool_size)
         # One-message transactions run on the event loop that first sends one, on
         # connections of a pool of its own (see transact_unchanged); a call from another
         # loop takes the usual way.
@@ -700,36 +697,16 @@ class PostgresRecorder(Recorder):
         queue and one ``call_soon_threadsafe``, lighter than an executor's future chain."""
         if self._closed.is_set() or type(self).transact is not PostgresRecorder.transact:
             return None  # closed, or a subclass's own transact: the ledger's executor
-        if len(self._workers) < self.max_concurrency:
-            self._start_workers()
         future: asyncio.Future[T] = loop.create_future()
-        self._jobs.put(_Job(key, fn, future, loop))
+        self._writers.put(Job(key, fn, future, loop))
         return future
 
-    def _start_workers(self) -> None:
-        with self._workers_lock:
-            while len(self._workers) < self.max_concurrency:
-                worker = threading.Thread(
-                    target=self._work, name=f"ledger-postgres-{len(self._workers)}", daemon=True
-                )
-                worker.start()
-                self._workers.append(worker)
-
-    def _work(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            if job.future.cancelled():  # the caller stopped waiting before its turn
-                continue
-            result: Any = None
-            error: BaseException | None = None
-            try:
-                result = self.transact(job.key, job.fn)
-            except BaseException as exc:
-                error = exc
-            with suppress(RuntimeError):  # a loop closed meanwhile hears nothing
-                job.loop.call_soon_threadsafe(resolve, job.future, result, error)
+    def _work(self, jobs: list[Job]) -> None:
+        (job,) = jobs  # one at a time: each thread has a connection of its own
+        try:
+            answer([(job, self.transact(job.key, job.fn), None)])
+        except BaseException as exc:
+            answer([(job, None, exc)])
 
     # -- one-message transactions ----------------------------------------------------
 
@@ -937,12 +914,7 @@ class PostgresRecorder(Recorder):
         if self._closed.is_set():
             return
         self._closed.set()
-        with self._workers_lock:
-            workers, self._workers = self._workers, []
-        for _ in workers:
-            self._jobs.put(None)
-        for worker in workers:
-            worker.join()
+        self._writers.close()
         self._pool.close()
         self._close_loop_pool()
 
@@ -968,19 +940,6 @@ class PostgresRecorder(Recorder):
                 asyncio.run_coroutine_threadsafe(closing, loop).result(self._timeout)
         else:
             closing.close()
-
-
-class _Job:
-    __slots__ = ("fn", "future", "key", "loop")
-
-    def __init__(
-        self,
-        key: str,
-        fn: Callable[[Transaction], Any],
-        future: asyncio.Future[Any],
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        self.key, self.fn, self.future, self.loop = key, fn, future, loop
 
 
 class _DeadOnArrival(psycopg.OperationalError):

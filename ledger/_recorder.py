@@ -25,16 +25,6 @@ T = TypeVar("T")
 SCHEMA_VERSION = 1
 
 
-def resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    """Answer a caller's future on its event loop, unless it stopped waiting."""
-    if future.cancelled():
-        return
-    if error is None:
-        future.set_result(result)
-    else:
-        future.set_exception(error)
-
-
 class Recorder(ABC):
     """A ledger's storage: what a backend implements, and the ledger calls.
 

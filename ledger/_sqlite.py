@@ -10,11 +10,9 @@ answered before that commit is on disk.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import os
-import queue
 import sqlite3
 import threading
 import time
@@ -35,7 +33,6 @@ from ._recorder import (
     event_values,
     events_sql,
     record_values,
-    resolve,
     row_values,
     stored_schema_version,
     update_row_sql,
@@ -50,6 +47,7 @@ from ._transaction import (
     Tally,
     Transaction,
 )
+from ._writer import Answer, Job, Writers, answer
 
 # The schema, as the ordered list of migrations that built it: a file records the
 # version it reached in ledger_meta, and opening applies whatever follows, in order, in
@@ -227,50 +225,6 @@ def _into_wal(conn: sqlite3.Connection, timeout: float) -> None:
 _MAX_BATCH = 256
 
 
-class _Queued:
-    """One queued transition and whom to answer: a thread's future, or an asyncio future
-    of an event loop (answered together with the batch's others of the same loop)."""
-
-    __slots__ = ("durable", "expected", "fn", "future", "key", "loop")
-
-    def __init__(
-        self,
-        key: str,
-        fn: Callable[[Transaction], Any],
-        future: Future[Any] | asyncio.Future[Any],
-        loop: asyncio.AbstractEventLoop | None = None,
-        *,
-        durable: bool = True,
-        expected: KeyRecord | None = None,
-    ) -> None:
-        self.key = key
-        self.fn = fn
-        self.future = future
-        self.loop = loop
-        #: Whether its commit must wait for the disk (a replay's record need not).
-        self.durable = durable
-        #: The settled record the caller decided on: used if the chain head still matches.
-        self.expected = expected
-
-    def start(self) -> bool:
-        """False if the caller stopped waiting before its turn (it is skipped, as a thread
-        pool skips a cancelled work item); a started item cannot be cancelled."""
-        if self.loop is None:
-            assert isinstance(self.future, Future)  # no loop: a caller's thread waits on it
-            return self.future.set_running_or_notify_cancel()
-        return not self.future.cancelled()
-
-
-#: A transition's answer: its item, and its result or its error.
-_Answer = tuple[_Queued, Any, BaseException | None]
-
-
-def _answer(answers: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
-    """Resolve a batch's asyncio futures, on their loop."""
-    for future, result, error in answers:
-        resolve(future, result, error)
-
-
 class _SQLiteTransaction(Transaction):
     """Holds appended events until the record is written (or the rule is done), then
     inserts them in one multi-row statement: one statement per transition's events."""
@@ -383,8 +337,7 @@ class SQLiteRecorder(Recorder):
                 "exist: create it or pass another path"
             )
         self._lock = threading.RLock()
-        self._queue: queue.SimpleQueue[_Queued | None] = queue.SimpleQueue()
-        self._writer: threading.Thread | None = None
+        self._writer = Writers("ledger-sqlite-writer", self._commit_batch, batch=_MAX_BATCH)
         try:
             self._conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
@@ -446,7 +399,7 @@ class SQLiteRecorder(Recorder):
 
     def submit(self, key: str, fn: Callable[[Transaction], T]) -> Future[T]:
         future: Future[T] = Future()
-        self._enqueue(_Queued(key, fn, future))
+        self._writer.put(Job(key, fn, future))
         return future
 
     def submit_on_loop(
@@ -456,7 +409,7 @@ class SQLiteRecorder(Recorder):
             # A subclass that reroutes submit (a test's fault injection) keeps its route.
             return super().submit_on_loop(key, fn, loop)
         future: asyncio.Future[T] = loop.create_future()
-        self._enqueue(_Queued(key, fn, future, loop))
+        self._writer.put(Job(key, fn, future, loop))
         return future
 
     def submit_replay_on_loop(
@@ -470,7 +423,7 @@ class SQLiteRecorder(Recorder):
         if type(self).submit is not SQLiteRecorder.submit:
             return super().submit_replay_on_loop(key, fn, loop, expected=expected)
         future: asyncio.Future[T] = loop.create_future()
-        self._enqueue(_Queued(key, fn, future, loop, durable=False, expected=expected))
+        self._writer.put(Job(key, fn, future, loop, durable=False, expected=expected))
         return future
 
     def _synchronous(self, full: bool) -> None:
@@ -482,42 +435,11 @@ class SQLiteRecorder(Recorder):
             self._conn.execute("PRAGMA synchronous=FULL" if full else "PRAGMA synchronous=NORMAL")
             self._synchronous_full = full
 
-    def _enqueue(self, item: _Queued) -> None:
-        if self._writer is None:
-            with self._lock:
-                if self._writer is None:
-                    self._writer = threading.Thread(
-                        target=self._write_batches, name="ledger-sqlite-writer", daemon=True
-                    )
-                    self._writer.start()
-        self._queue.put(item)
-
-    def _write_batches(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            # Whatever queued up while the previous batch was syncing goes in this one.
-            while len(batch) < _MAX_BATCH:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    self._queue.put(None)  # stop after this batch
-                    break
-                batch.append(item)
-            self._commit_batch(batch)
-
-    def _commit_batch(self, batch: list[_Queued]) -> None:
+    def _commit_batch(self, batch: list[Job]) -> None:
         conn = self._conn
-        answers: list[_Answer] = []
+        answers: list[Answer] = []
         with self._lock:
             try:
-                batch = [item for item in batch if item.start()]
-                if not batch:
-                    return
                 self._synchronous(any(item.durable for item in batch))
                 conn.execute("BEGIN IMMEDIATE")
                 if len(batch) == 1:
@@ -548,20 +470,9 @@ class SQLiteRecorder(Recorder):
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 answers = [(item, None, exc) for item in batch]
-        # One wake-up per event loop for the whole batch, not one per caller.
-        by_loop: dict[asyncio.AbstractEventLoop, list[Any]] = {}
-        for item, result, error in answers:
-            if item.loop is not None:
-                by_loop.setdefault(item.loop, []).append((item.future, result, error))
-            elif error is None:
-                item.future.set_result(result)
-            else:
-                item.future.set_exception(error)
-        for loop, answered in by_loop.items():
-            with contextlib.suppress(RuntimeError):  # a loop closed meanwhile hears nothing
-                loop.call_soon_threadsafe(_answer, answered)
+        answer(answers)
 
-    def _item_transaction(self, item: _Queued) -> _SQLiteTransaction:
+    def _item_transaction(self, item: Job) -> _SQLiteTransaction:
         expected = item.expected
         row = self._conn.execute(_READ_ROW, (item.key,)).fetchone()
         if row is None:
@@ -580,16 +491,16 @@ class SQLiteRecorder(Recorder):
         head_seq = row[2] if row is not None else None
         return _SQLiteTransaction(self._conn, key, record, self.now(), head_seq)
 
-    def _run_item(self, item: _Queued) -> Any:
+    def _run_item(self, item: Job) -> Any:
         tx = self._item_transaction(item)
         result = item.fn(tx)
         tx.finish()
         return result
 
-    def _together(self, batch: list[_Queued]) -> list[_Answer] | None:
+    def _together(self, batch: list[Job]) -> list[Answer] | None:
         """Run the batch's transitions one after another with no savepoint (two statements
         each saved); ``None`` if one failed after it had changed the file."""
-        answers: list[_Answer] = []
+        answers: list[Answer] = []
         for item in batch:
             tx: _SQLiteTransaction | None = None
             try:
@@ -607,7 +518,7 @@ class SQLiteRecorder(Recorder):
             answers.append((item, result, None))
         return answers
 
-    def _alone(self, item: _Queued) -> _Answer:
+    def _alone(self, item: Job) -> Answer:
         try:
             result = self._run_item(item)
         except sqlite3.OperationalError:
@@ -618,7 +529,7 @@ class SQLiteRecorder(Recorder):
             return item, None, error
         return item, result, None
 
-    def _in_savepoint(self, item: _Queued) -> _Answer:
+    def _in_savepoint(self, item: Job) -> Answer:
         conn = self._conn
         conn.execute("SAVEPOINT item")
         try:
@@ -740,10 +651,7 @@ class SQLiteRecorder(Recorder):
         return sorted(key for (key,) in rows)
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._queue.put(None)
-            self._writer.join()
-            self._writer = None
+        self._writer.close()
         with self._read_lock:
             self._read_conn.close()
         with self._loop_read_lock:
