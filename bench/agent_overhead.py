@@ -281,7 +281,7 @@ def instrument(ledger: Any) -> None:
     """Count the ledger's durable commits, time them and ``execute`` (~1 us per call).
 
     A commit is a ``transact`` (on a thread), a batch of the SQLite writer thread (its
-    group commit, ``_commit_batch``), or a ``transact_unchanged`` that took its
+    group commit), or a ``transact_unchanged`` that took its
     one-exchange shortcut (PostgreSQL).
     """
     recorder = ledger._recorder
@@ -299,8 +299,9 @@ def instrument(ledger: Any) -> None:
         return counted_commit
 
     recorder.transact = counted(recorder.transact)
-    if hasattr(recorder, "_commit_batch"):
-        recorder._commit_batch = counted(recorder._commit_batch)
+    writer = getattr(recorder, "_writer", None)  # SQLite's writer thread: its batches
+    if writer is not None:
+        writer._work = counted(writer._work)
     unchanged = recorder.transact_unchanged
 
     async def counted_unchanged(*args: Any, **kwargs: Any) -> Any:
