@@ -96,7 +96,7 @@ class Ledger(CallPath):
                 may lose its record, never an effect or a decision, and the next durable
                 commit carries it to the disk. ``"durable"`` answers once it is on disk.
                 ``"batched"`` answers from what is recorded and appends that audit
-                record, atomically, with a later group commit (handed to the writer at
+                record, atomically, with a later commit (handed to the writer at
                 the event loop's next turn, with every other replay's of that turn;
                 written before the ledger closes). A replay's answer is decided by the
                 record either way; denials, conflicts and everything that acts stay

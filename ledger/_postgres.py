@@ -84,7 +84,7 @@ from ._transaction import (
     Transaction,
     indexed_values,
 )
-from ._writer import Job, Writers, answer
+from ._writer import Job, Writers
 
 #: How many events one ``ledger_write`` call inserts at most (the rule appends up to
 #: three in one transaction).
@@ -504,7 +504,9 @@ class PostgresRecorder(Recorder):
         self._seen_lock = threading.Lock()
         # Transactions submitted from an event loop run on these threads, one per pooled
         # connection, started on first use (see submit_on_loop).
-        self._writers = Writers("ledger-postgres", self._work, threads=pool_size)
+        self._writers = Writers(
+            "ledger-postgres", lambda job: self.transact(job.key, job.fn), threads=pool_size
+        )
         # One-message transactions run on the event loop that first sends one, on
         # connections of a pool of its own (see transact_unchanged); a call from another
         # loop takes the usual way.
@@ -700,13 +702,6 @@ class PostgresRecorder(Recorder):
         future: asyncio.Future[T] = loop.create_future()
         self._writers.put(Job(key, fn, future, loop))
         return future
-
-    def _work(self, jobs: list[Job]) -> None:
-        (job,) = jobs  # one at a time: each thread has a connection of its own
-        try:
-            answer([(job, self.transact(job.key, job.fn), None)])
-        except BaseException as exc:
-            answer([(job, None, exc)])
 
     # -- one-message transactions ----------------------------------------------------
 

@@ -61,8 +61,7 @@ class Recorder(ABC):
     def submit(self, key: str, fn: Callable[[Transaction], T]) -> Future[T] | None:
         """Optional: queue ``fn`` like :meth:`transact` and answer once it is durable.
 
-        A recorder that commits queued transactions together (one sync for many
-        callers) returns a future.
+        A recorder with a writer thread of its own returns a future.
 
         Args:
             key: As for :meth:`transact`.
@@ -77,8 +76,8 @@ class Recorder(ABC):
     def submit_on_loop(
         self, key: str, fn: Callable[[Transaction], T], loop: asyncio.AbstractEventLoop
     ) -> asyncio.Future[T] | None:
-        """Optional: :meth:`submit`, answered on the running event ``loop`` (a recorder
-        may then wake the loop once for a whole batch of answers).
+        """Optional: :meth:`submit`, answered on the running event ``loop`` (one
+        ``call_soon_threadsafe``, lighter than an executor's future chain).
 
         Args:
             key: As for :meth:`transact`.

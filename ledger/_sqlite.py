@@ -1,10 +1,10 @@
 """The embedded backend: one SQLite file in WAL mode with durable (FULL) commits.
 
 Every write is a ``BEGIN IMMEDIATE`` transaction, so two processes on one file
-serialise on SQLite's write lock and can never both claim a key. Within a process,
-one writer thread commits whatever transitions are queued together (group commit):
-each in its own savepoint, all in one transaction and one sync, and nobody is
-answered before that commit is on disk.
+serialise on SQLite's write lock and can never both claim a key. Within a process, the
+writes of an event loop's calls go to one writer thread, in order, each committed
+before its caller is answered. (Committing the transitions queued together in one
+transaction and one sync paid nothing a user sees: bench/README.md, issue 42.)
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from ._transaction import (
     Tally,
     Transaction,
 )
-from ._writer import Answer, Job, Writers, answer
+from ._writer import Job, Writers
 
 # The schema, as the ordered list of migrations that built it: a file records the
 # version it reached in ledger_meta, and opening applies whatever follows, in order, in
@@ -221,10 +221,6 @@ def _into_wal(conn: sqlite3.Connection, timeout: float) -> None:
             time.sleep(0.01)
 
 
-#: How many queued transitions one commit takes at most.
-_MAX_BATCH = 256
-
-
 class _SQLiteTransaction(Transaction):
     """Holds appended events until the record is written (or the rule is done), then
     inserts them in one multi-row statement: one statement per transition's events."""
@@ -242,10 +238,6 @@ class _SQLiteTransaction(Transaction):
         self._pending: list[PendingEvent] = []
         #: The key's last event's sequence number, as appended and as stored in its row.
         self._head_seq = self._stored_head_seq = head_seq
-        #: Whether a statement of this transition has changed the file. A failed
-        #: statement undoes itself, so a transition that fails before its first change
-        #: leaves nothing to undo, and a batch needs no savepoint for it.
-        self.wrote = False
 
     def insert_event(self, event: PendingEvent) -> None:
         self._pending.append(event)
@@ -265,7 +257,6 @@ class _SQLiteTransaction(Transaction):
             self._conn.execute(
                 _ADD_TO_TALLY, (tally.keys, tally.events, tally.digest, tally.digest, stripe)
             )
-            self.wrote = True
 
     def flush(self) -> None:
         """Insert the events held so far (a unique index's refusal is raised here)."""
@@ -280,7 +271,6 @@ class _SQLiteTransaction(Transaction):
             values.extend((*event_values(event), 0))
         cursor = self._conn.execute(_insert_events_sql(len(pending)), values)
         self._head_seq = cursor.lastrowid
-        self.wrote = True
 
     def write_record(self, record: KeyRecord, *, created: bool) -> None:
         self.flush()
@@ -292,7 +282,6 @@ class _SQLiteTransaction(Transaction):
             sql, values = _UPDATE_LINKED_RECORD, record_values(record)
         self._conn.execute(sql, (*values[:-1], self._head_seq, values[-1]))
         self._stored_head_seq = self._head_seq
-        self.wrote = True
 
     def compact_bodies(self, through_seq: int) -> int:
         self.flush()
@@ -305,13 +294,12 @@ class _SQLiteTransaction(Transaction):
                 if row[0] <= through_seq
             ],
         )
-        self.wrote = True
         return cursor.rowcount
 
 
 class SQLiteRecorder(Recorder):
-    """A ledger in one SQLite file (WAL, ``synchronous=FULL``; a batch of replays' records
-    alone ``synchronous=NORMAL``)."""
+    """A ledger in one SQLite file (WAL, ``synchronous=FULL``; a replay's record
+    ``synchronous=NORMAL``)."""
 
     max_concurrency = 1
     reads_now = True
@@ -337,7 +325,10 @@ class SQLiteRecorder(Recorder):
                 "exist: create it or pass another path"
             )
         self._lock = threading.RLock()
-        self._writer = Writers("ledger-sqlite-writer", self._commit_batch, batch=_MAX_BATCH)
+        self._writer = Writers(
+            "ledger-sqlite-writer",
+            lambda job: self._commit(job.key, job.fn, durable=job.durable, expected=job.expected),
+        )
         try:
             self._conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
@@ -353,7 +344,7 @@ class SQLiteRecorder(Recorder):
             self._conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
             self._migrate()
             # Reads on their own connection: in WAL mode they see what is committed and
-            # never wait for the writer's batch (and its sync) to finish.
+            # never wait for the writer's commit (and its sync) to finish.
             self._read_lock = threading.Lock()
             self._read_conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout
@@ -435,150 +426,56 @@ class SQLiteRecorder(Recorder):
             self._conn.execute("PRAGMA synchronous=FULL" if full else "PRAGMA synchronous=NORMAL")
             self._synchronous_full = full
 
-    def _commit_batch(self, batch: list[Job]) -> None:
-        conn = self._conn
-        answers: list[Answer] = []
-        with self._lock:
-            try:
-                self._synchronous(any(item.durable for item in batch))
-                conn.execute("BEGIN IMMEDIATE")
-                if len(batch) == 1:
-                    # Alone in its transaction: a failure rolls back the transaction
-                    # itself, so the savepoint's two statements are not needed.
-                    answers.append(self._alone(batch[0]))
-                else:
-                    together = self._together(batch)
-                    if together is None:
-                        # A transition failed after it had changed the file: only a
-                        # savepoint undoes it alone, so the batch starts over, each
-                        # transition in its own (rare: the rule fails before it writes).
-                        conn.execute("ROLLBACK")
-                        conn.execute("BEGIN IMMEDIATE")
-                        together = [self._in_savepoint(item) for item in batch]
-                    answers.extend(together)
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
-            except sqlite3.OperationalError as exc:
-                # A failed BEGIN or COMMIT on a local file committed nothing.
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                failure = LedgerUnavailable(
-                    f"SQLite ledger {self.path} failed a write; nothing was recorded: {exc}"
-                )
-                answers = [(item, None, failure) for item in batch]
-            except BaseException as exc:  # pragma: no cover - a bug in the writer itself
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                answers = [(item, None, exc) for item in batch]
-        answer(answers)
-
-    def _item_transaction(self, item: Job) -> _SQLiteTransaction:
-        expected = item.expected
-        row = self._conn.execute(_READ_ROW, (item.key,)).fetchone()
-        if row is None:
-            record = None
-        elif expected is not None and row[0] == expected.head_hash:
-            # A replay decided on a settled record: unchanged if its chain head is (the
-            # record's parse is most of a replay's read).
-            record = expected
-        else:
-            record = KeyRecord.from_json(row[1])
-        return self._transaction(item.key, record, row)
-
-    def _transaction(
-        self, key: str, record: KeyRecord | None, row: tuple[Any, ...] | None
-    ) -> _SQLiteTransaction:
-        head_seq = row[2] if row is not None else None
-        return _SQLiteTransaction(self._conn, key, record, self.now(), head_seq)
-
-    def _run_item(self, item: Job) -> Any:
-        tx = self._item_transaction(item)
-        result = item.fn(tx)
-        tx.finish()
-        return result
-
-    def _together(self, batch: list[Job]) -> list[Answer] | None:
-        """Run the batch's transitions one after another with no savepoint (two statements
-        each saved); ``None`` if one failed after it had changed the file."""
-        answers: list[Answer] = []
-        for item in batch:
-            tx: _SQLiteTransaction | None = None
-            try:
-                tx = self._item_transaction(item)
-                result = item.fn(tx)
-                tx.finish()
-            except sqlite3.OperationalError:
-                raise  # the whole transaction is in doubt: fail the batch
-            except Exception as exc:
-                if tx is not None and tx.wrote:
-                    return None
-                error = integrity_error(exc) if isinstance(exc, sqlite3.IntegrityError) else exc
-                answers.append((item, None, error))
-                continue
-            answers.append((item, result, None))
-        return answers
-
-    def _alone(self, item: Job) -> Answer:
-        try:
-            result = self._run_item(item)
-        except sqlite3.OperationalError:
-            raise  # the transaction is in doubt: fail it as a whole
-        except Exception as exc:
-            self._conn.execute("ROLLBACK")
-            error = integrity_error(exc) if isinstance(exc, sqlite3.IntegrityError) else exc
-            return item, None, error
-        return item, result, None
-
-    def _in_savepoint(self, item: Job) -> Answer:
-        conn = self._conn
-        conn.execute("SAVEPOINT item")
-        try:
-            result = self._run_item(item)
-        except sqlite3.OperationalError:
-            raise  # the whole transaction is in doubt: fail the batch
-        except Exception as exc:
-            # This caller's transition is undone; the others in the batch still commit.
-            conn.execute("ROLLBACK TO item")
-            conn.execute("RELEASE item")
-            error = integrity_error(exc) if isinstance(exc, sqlite3.IntegrityError) else exc
-            return item, None, error
-        conn.execute("RELEASE item")
-        return item, result, None
-
     def transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
+        return self._commit(key, fn)
+
+    def _commit(
+        self,
+        key: str,
+        fn: Callable[[Transaction], T],
+        *,
+        durable: bool = True,
+        expected: KeyRecord | None = None,
+    ) -> T:
+        """Run ``fn`` in one transaction and commit it (``durable``: with a sync).
+        ``expected``: the settled record a replay was decided on, used as it is while the
+        key's chain head still matches (its parse is most of a replay's read)."""
+        conn = self._conn
         with self._lock:
             try:
-                self._synchronous(True)
-                self._conn.execute("BEGIN IMMEDIATE")
+                self._synchronous(durable)
+                conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 raise LedgerUnavailable(f"SQLite ledger {self.path} is busy: {exc}") from exc
-            return self._in_transaction(key, fn)
-
-    def _in_transaction(self, key: str, fn: Callable[[Transaction], T]) -> T:
-        conn = self._conn
-        try:
-            row = conn.execute(_READ_ROW, (key,)).fetchone()
-            record = KeyRecord.from_json(row[1]) if row else None
-            tx = self._transaction(key, record, row)
-            result = fn(tx)
-            tx.finish()
-            conn.execute("COMMIT")
-            return result
-        except sqlite3.IntegrityError as exc:
-            conn.execute("ROLLBACK")
-            raise integrity_error(exc) from exc
-        except sqlite3.OperationalError as exc:
-            # A failed COMMIT on a local file did not commit: nothing was recorded.
-            if conn.in_transaction:
+            try:
+                row = conn.execute(_READ_ROW, (key,)).fetchone()
+                if row is None:
+                    record = None
+                elif expected is not None and row[0] == expected.head_hash:
+                    record = expected
+                else:
+                    record = KeyRecord.from_json(row[1])
+                head_seq = None if row is None else row[2]
+                tx = _SQLiteTransaction(conn, key, record, self.now(), head_seq)
+                result = fn(tx)
+                tx.finish()
+                conn.execute("COMMIT")
+                return result
+            except sqlite3.IntegrityError as exc:
                 conn.execute("ROLLBACK")
-            raise LedgerUnavailable(
-                f"SQLite ledger {self.path} failed a write for key {key!r}; nothing was "
-                f"recorded: {exc}"
-            ) from exc
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+                raise integrity_error(exc) from exc
+            except sqlite3.OperationalError as exc:
+                # A failed COMMIT on a local file did not commit: nothing was recorded.
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise LedgerUnavailable(
+                    f"SQLite ledger {self.path} failed a write for key {key!r}; nothing was "
+                    f"recorded: {exc}"
+                ) from exc
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
 
     def read_now(self, key: str) -> tuple[KeyRecord | None, float] | None:
         # A read of one row by its primary key in WAL mode never waits for a writer; a

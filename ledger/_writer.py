@@ -1,8 +1,7 @@
 """The backends' writer threads: transactions queued from any thread or event loop, run
 on threads of the recorder's own, and answered on each caller's loop (or future).
 
-A queue and one ``call_soon_threadsafe`` per loop and batch is lighter than an
-executor's future chain, and lets the SQLite writer commit whatever queued up together.
+A queue and one ``call_soon_threadsafe`` is lighter than an executor's future chain.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -53,59 +52,35 @@ class Job:
         return not self.future.cancelled()
 
 
-#: A job's answer: the job, and its result or its error.
-Answer = tuple[Job, Any, BaseException | None]
-
-
-def answer(answers: Iterable[Answer]) -> None:
-    """Answer each job's caller: a thread's future at once, an event loop's futures with
-    one wake-up of that loop for all of them."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[Answer]] = {}
-    for job, result, error in answers:
-        if job.loop is not None:
-            by_loop.setdefault(job.loop, []).append((job, result, error))
-        elif error is None:
-            job.future.set_result(result)
-        else:
-            job.future.set_exception(error)
-    for loop, answered in by_loop.items():
-        with contextlib.suppress(RuntimeError):  # a loop closed meanwhile hears nothing
-            loop.call_soon_threadsafe(_on_loop, answered)
-
-
-def _on_loop(answers: list[Answer]) -> None:
-    for job, result, error in answers:
-        future = job.future
-        if future.cancelled():
-            continue
-        if error is None:
-            future.set_result(result)
-        else:
-            future.set_exception(error)
+def _answer(job: Job, result: Any, error: BaseException | None) -> None:
+    """Answer the job's caller (on its event loop, unless it stopped waiting)."""
+    future = job.future
+    if future.cancelled():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
 
 
 class Writers:
-    """Threads that run jobs from one queue, started on the first job, stopped by
-    :meth:`close`. Each takes the next job and, up to ``batch``, whatever queued up
-    behind it, and hands the started ones to ``work``, which answers them."""
+    """Threads that take jobs from one queue, started on the first job and stopped by
+    :meth:`close`, and answer each job with what ``run`` made of it."""
 
-    def __init__(
-        self, name: str, work: Callable[[list[Job]], None], *, threads: int = 1, batch: int = 1
-    ) -> None:
+    def __init__(self, name: str, run: Callable[[Job], Any], *, threads: int = 1) -> None:
         self._name = name
-        self._work = work
+        self._run_job = run
         self._count = threads
-        self._batch = batch
         self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
 
     def put(self, job: Job) -> None:
-        if len(self._threads) < self._count:
+        if len(self._threads) < self._count or self._closed:
             with self._lock:
                 if self._closed:
-                    answer([(job, None, LedgerUnavailable("the ledger is closed"))])
+                    _answer(job, None, LedgerUnavailable("the ledger is closed"))
                     return
                 while len(self._threads) < self._count:
                     thread = threading.Thread(
@@ -116,23 +91,23 @@ class Writers:
         self._queue.put(job)
 
     def _run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                return
-            batch = [first]
-            while len(batch) < self._batch:
-                try:
-                    job = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if job is None:
-                    self._queue.put(None)  # stop after this batch
-                    break
-                batch.append(job)
-            started = [job for job in batch if job.start()]
-            if started:
-                self._work(started)
+        while (job := self._queue.get()) is not None:
+            if not job.start():
+                continue
+            try:
+                result = self._run_job(job)
+            except BaseException as exc:
+                self._answered(job, None, exc)
+            else:
+                self._answered(job, result, None)
+
+    @staticmethod
+    def _answered(job: Job, result: Any, error: BaseException | None) -> None:
+        if job.loop is None:
+            _answer(job, result, error)
+        else:
+            with contextlib.suppress(RuntimeError):  # a loop closed meanwhile hears nothing
+                job.loop.call_soon_threadsafe(_answer, job, result, error)
 
     def close(self) -> None:
         """Run what is queued, then stop the threads."""

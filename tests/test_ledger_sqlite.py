@@ -179,22 +179,9 @@ async def test_a_claim_whose_commit_answer_was_lost_is_released(sqlite_url: str)
         assert ledger.verify().ok
 
 
-class _CountedBatches(SQLiteRecorder):
-    """A real SQLite recorder that counts its group commits."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.batches: list[int] = []
-
-    def _commit_batch(self, batch):
-        self.batches.append(len(batch))
-        return super()._commit_batch(batch)
-
-
-async def test_concurrent_calls_share_durable_commits(tmp_path: Path) -> None:
-    recorder = _CountedBatches(tmp_path / "ledger.db")
+async def test_concurrent_calls_on_one_file_each_act_once(tmp_path: Path) -> None:
     far_side = _CountingAdapter()
-    async with Ledger(recorder, lease=5.0) as ledger:
+    async with Ledger(SQLiteRecorder(tmp_path / "ledger.db"), lease=5.0) as ledger:
         results = await asyncio.gather(
             *(
                 ledger.execute(request(f"k{i}"), authority=AUTHORITY, adapter=far_side)
@@ -210,14 +197,10 @@ async def test_concurrent_calls_share_durable_commits(tmp_path: Path) -> None:
         assert all(r.ok and not r.replayed for r in results)
         assert all(r.replayed for r in again) and len(far_side.calls) == 64
         assert ledger.verify().ok
-    transitions = sum(recorder.batches)
-    assert transitions == 64 * 3  # claim, completion, replay per key
-    assert len(recorder.batches) < transitions / 4, recorder.batches  # one sync for many
 
 
-async def test_one_failing_transition_does_not_undo_its_batch(tmp_path: Path) -> None:
-    recorder = _CountedBatches(tmp_path / "ledger.db")
-    async with Ledger(recorder, lease=5.0) as ledger:
+async def test_one_failing_transition_does_not_undo_the_others(tmp_path: Path) -> None:
+    async with Ledger(SQLiteRecorder(tmp_path / "ledger.db"), lease=5.0) as ledger:
         await ledger.execute(
             request("taken", action_id="same"), authority=AUTHORITY, adapter=_CountingAdapter()
         )
@@ -234,12 +217,10 @@ async def test_one_failing_transition_does_not_undo_its_batch(tmp_path: Path) ->
         assert isinstance(outcomes[0], InvalidRequest)
         assert all(r.ok for r in outcomes[1:])
         assert ledger.events("other") == [] and ledger.verify().ok
-    assert max(recorder.batches) > 1
 
 
 def test_a_transition_failing_after_it_wrote_is_undone_alone(tmp_path: Path) -> None:
-    """A batch runs its transitions without savepoints; one that fails after writing
-    sends the batch round again with a savepoint each, so only its writes are undone."""
+    """A transition that fails after writing leaves nothing; those queued beside it commit."""
     import threading
 
     from temporal_ledger.ledger._transaction import KeyRecord
@@ -266,15 +247,15 @@ def test_a_transition_failing_after_it_wrote_is_undone_alone(tmp_path: Path) -> 
             recorder.submit("bad", write("bad", fail=True)),
             recorder.submit("b", write("b")),
         ]
-        gate.set()  # the three queued meanwhile: one batch
+        gate.set()  # the three queued meanwhile
         held.result(10)
         assert [f.result(10) for f in (futures[0], futures[2])] == ["a", "b"]
         with pytest.raises(ValueError, match="after writing"):
             futures[1].result(10)
-        assert runs["bad"] == 2  # once without savepoints, once in its own
+        assert runs == {"a": 1, "bad": 1, "b": 1}
         assert recorder.get("bad") is None and recorder.events("bad") == []
         for key in ("a", "b"):
-            assert [e.payload for e in recorder.events(key)] == [{"n": runs[key]}]
+            assert [e.payload for e in recorder.events(key)] == [{"n": 1}]
             record = recorder.get(key)
             assert record is not None and record.events == 1
     finally:
