@@ -8,7 +8,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, TypeAlias
 
 import rfc8785
@@ -177,12 +177,10 @@ def canonical_json(value: Any) -> bytes:
         return _TEXT_ENCODER.encode(value).encode()
     if value is None:
         return b"null"
-    sortable = _as_sorted_json(value)
-    if sortable is not _NOT_SORTABLE:
-        # For these values the standard encoder's sorted, compact output is byte-for-byte
-        # RFC 8785 (same string escapes, same integer digits, same key order), and it
-        # runs in C instead of rfc8785's per-character Python.
-        return _SORTED_ENCODER.encode(sortable).encode()
+    if _sorts_as_rfc8785(value):
+        # The standard encoder's sorted, compact output of these values is byte-for-byte
+        # RFC 8785 (same string escapes, same integer digits, same key order), in C.
+        return _SORTED_ENCODER.encode(value).encode()
     try:
         return rfc8785.dumps(value)
     except Exception as exc:  # rfc8785 raises its own domain errors
@@ -198,70 +196,28 @@ _STORED_ENCODER = json.JSONEncoder(
 )
 
 
-#: :func:`_as_sorted_json`'s answer for a value whose RFC 8785 form the standard encoder
-#: cannot write.
-_NOT_SORTABLE: Any = object()
-#: Every integer up to 2**53 is a float exactly, and its shortest round-trip digits are
-#: its own: ECMAScript writes such a float as the integer (``1.0`` as ``1``).
-_EXACT_FLOAT_INTEGERS = float(_MAX_SAFE_INT)
-#: From here up, Python's ``repr`` of a float that is not an integer writes the same
-#: shortest digits, positionally, as ECMAScript does; below it Python switches to an
-#: exponent (``1e-05``) at 1e-4, ECMAScript at 1e-6.
-_POSITIONAL_FROM = 1e-4
-
-
-def _as_sorted_json(value: Any) -> Any:
-    """``value`` in a form whose sorted, compact JSON from the standard encoder is its
-    RFC 8785 form, or :data:`_NOT_SORTABLE`. The value itself (no copy) when it holds no
-    float; a float that the two write differently is replaced by its integer, and one
-    that no such replacement fixes (an exponent either way) makes it not sortable, as does
-    an object key with a character from U+D800 up (RFC 8785 sorts keys by UTF-16 code
-    units, Python by code points; the two orders agree below the surrogate range).
-
-    Measured (bench/README.md, issue 30): a model call's payload (pydantic-ai's carries
-    floats) took rfc8785's per-character Python, 275 us for one of 2.5-16 KB against 143
-    us this way (the walk here ~90 us, the encoder ~48 us).
-    """
-    kind = type(value)
-    if value is None or kind is str or kind is bool:
-        return value
-    if kind is int:
-        return value if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT else _NOT_SORTABLE
-    if kind is float:
-        if value.is_integer():
-            return int(value) if abs(value) <= _EXACT_FLOAT_INTEGERS else _NOT_SORTABLE
-        # Not an integer: below 2**52, unless it is NaN or an infinity (no JSON at all).
-        return value if _POSITIONAL_FROM <= abs(value) < math.inf else _NOT_SORTABLE
-    if isinstance(value, dict):
-        for k in value:
-            if not isinstance(k, str) or (k and max(k) >= "\ud800"):
-                return _NOT_SORTABLE
-        return _with_forms(value, value.items(), dict)
-    if isinstance(value, list):
-        return _with_forms(value, enumerate(value), list)
-    # Subclasses of the scalars, as the standard encoder writes them (by their value).
-    if isinstance(value, (str, bool)):
-        return value
+def _sorts_as_rfc8785(value: Any) -> bool:
+    """Whether the standard encoder writes ``value`` as RFC 8785 does: no float (the two
+    write numbers differently), no integer beyond 2**53, and no object key with a
+    character from U+D800 up (RFC 8785 sorts keys by UTF-16 code units, Python by code
+    points; the two orders agree below the surrogate range). The rest goes to rfc8785.
+    (A path that sent most floats through the standard encoder too paid nothing a user
+    sees: bench/README.md, issue 42.)"""
+    if isinstance(value, (str, bool)) or value is None:
+        return True
     if isinstance(value, int):
-        return _as_sorted_json(int(value))
-    if isinstance(value, float):
-        return _as_sorted_json(float(value))
-    return _NOT_SORTABLE  # not JSON: rfc8785 says what is wrong
-
-
-def _with_forms(container: Any, entries: Iterable[tuple[Any, Any]], copy: Any) -> Any:
-    """``container`` with each entry's :func:`_as_sorted_json` form: itself while no entry
-    changes, else a ``copy`` of it with the changed ones (the caller's is never edited)."""
-    changed = None
-    for place, item in entries:
-        form = _as_sorted_json(item)
-        if form is not item:
-            if form is _NOT_SORTABLE:
-                return _NOT_SORTABLE
-            if changed is None:
-                changed = copy(container)
-            changed[place] = form
-    return container if changed is None else changed
+        return -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if type(k) is not str or (k and max(k) >= "\ud800") or not _sorts_as_rfc8785(v):
+                return False
+        return True
+    if isinstance(value, list):
+        for item in value:
+            if not _sorts_as_rfc8785(item):
+                return False
+        return True
+    return False  # a float, or not JSON: rfc8785 writes it or says what is wrong
 
 
 def model_json(model: BaseModel) -> Any:
@@ -501,7 +457,9 @@ def _dimension(value: Any) -> str:
 
 # Measured (valgrind, bench/README.md, issue 30): the five dimensions and their combination
 # cost ~140 k instructions per call, most of it the encoder and SHA-256 of the three texts
-# that every call of a tool repeats.
+# that every call of a tool repeats. Issue 42 measured the caches off: no figure a user
+# sees moved beyond its noise, but the instruction count the project holds did (a
+# PostgreSQL replay 875 k -> 999 k, over its 926 k; bench/README.md), so they stay.
 _TEXT_DIGESTS: dict[str | None, str] = {}
 _TEXT_DIGESTS_KEPT = 4096
 #: Longer texts (an instruction may be a whole prompt) are hashed each time: the cache
