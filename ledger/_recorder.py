@@ -31,6 +31,13 @@ class Recorder(ABC):
     The abstract methods are the whole contract; the others are optional shortcuts a
     backend may offer to save syncs, round trips or thread hops, and their defaults take
     none. Methods are synchronous, and the ledger runs them off the event loop.
+
+    Without the shipped backends' shortcuts (issue 42, bench/README.md), the concurrent
+    ratio of ``temporal_overhead.py`` moved within its noise (SQLite 0.820 and 0.888
+    against 0.737 and 0.654 with them; PostgreSQL 1.037 and 0.721 against 0.836 and
+    1.168), but what the ledger promises did not hold: a PostgreSQL transaction took two
+    round trips (a fresh call four, a replay two, against 2 / 1) and a SQLite replay
+    waited for a sync (against none).
     """
 
     #: How many threads may call into this recorder at once.
