@@ -21,7 +21,7 @@ import warnings
 import psycopg
 from _requests import bench_request  # bench/ is sys.path[0] when run as a script
 from psycopg_pool import AsyncConnectionPool
-from temporal_ledger.ledger import ActionRequest, Authority, _answers, _completion, _postgres, _rule
+from temporal_ledger.ledger import ActionRequest, Authority, _answers, _completion, _pg_write, _rule
 from temporal_ledger.ledger._canonical import combine, fingerprint_dimensions
 from temporal_ledger.ledger._transaction import KeyRecord
 
@@ -42,7 +42,7 @@ now = time.time()
 
 
 def fresh_tx(req):
-    tx = _postgres._UnchangedTransaction(req.key, None, now)
+    tx = _pg_write.UnchangedTransaction(req.key, None, now)
     claimed = admission(req)(tx, first=True, give_up=False, resubmitted=False)
     return tx, claimed
 
@@ -51,7 +51,7 @@ def completed(req):
     tx, claimed = fresh_tx(req)
     _sql, _params = tx.call()
     rec = KeyRecord.from_json(tx.written)
-    tx2 = _postgres._UnchangedTransaction(req.key, rec, now)
+    tx2 = _pg_write.UnchangedTransaction(req.key, rec, now)
     _completion.complete(
         tx2,
         action_id=req.action_id,
@@ -78,7 +78,7 @@ elif what == "admit_fresh":  # the rule + the write's parameters, no I/O
     parts = [admission(r) for r in reqs[:n]] if n else []
     t0 = 0
     for r, a in zip(reqs[:n], parts, strict=False):
-        tx = _postgres._UnchangedTransaction(r.key, None, now)
+        tx = _pg_write.UnchangedTransaction(r.key, None, now)
         a(tx, first=True, give_up=False, resubmitted=False)
         tx.call()
 elif what == "admission":
@@ -95,7 +95,7 @@ elif what == "complete":
     os.environ["MARK"] = "1"
     # measured: only this loop differs from "complete_setup"
     for r, rec, c in txs:
-        tx2 = _postgres._UnchangedTransaction(r.key, rec, now)
+        tx2 = _pg_write.UnchangedTransaction(r.key, rec, now)
         _completion.complete(
             tx2, action_id=r.action_id, token=c.token, fields=_answers.success_fields({"ok": True})
         )
@@ -114,7 +114,7 @@ elif what == "admit_replay":  # the key's settled record, a replay decided and w
     r0 = reqs[0]
     for i in range(n):
         r = ActionRequest.model_construct(**{**dict(r0), "action_id": f"a{i}"})
-        tx = _postgres._UnchangedTransaction(r.key, KeyRecord.from_json(settled), now)
+        tx = _pg_write.UnchangedTransaction(r.key, KeyRecord.from_json(settled), now)
         admission(r)(tx, first=True, give_up=False, resubmitted=False)
         tx.call()
 elif what == "replay_setup":

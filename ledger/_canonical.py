@@ -8,7 +8,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias
 
 import rfc8785
@@ -190,10 +190,15 @@ def canonical_json(value: Any) -> bytes:
 # Built once: json.dumps with options builds a new encoder on every call.
 _TEXT_ENCODER = json.JSONEncoder(ensure_ascii=False)
 _SORTED_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-# As the ledger stores a value in an event body (the recorder's payload text).
+# As the ledger stores a value in an event body (payload_text).
 _STORED_ENCODER = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
+
+
+def payload_text(payload: dict[str, Any]) -> str:
+    """The stored JSON text of a payload: sorted keys, so it re-serialises identically."""
+    return _STORED_ENCODER.encode(payload)
 
 
 def _sorts_as_rfc8785(value: Any) -> bool:
@@ -251,14 +256,8 @@ def canonical_dump(instance: Any, dumped: Any) -> Any:
     or non-finite numbers themselves may be paired with the wrong item and keep their
     sender's form, so that such a request may be refused as a conflict in another
     process. Where the two differ in shape (a custom serializer), ``dumped`` is kept as it
-    is. A value without sets and
-    non-finite numbers comes back unchanged (the same object), so no record made before
-    this canonical form existed changes its fingerprint.
+    is. A value without sets and non-finite numbers comes back unchanged (the same object).
     """
-    return _canonical(instance, dumped)
-
-
-def _canonical(instance: Any, dumped: Any) -> Any:
     kind = type(instance)
     if kind is str or kind is int or kind is bool or instance is None:
         return dumped
@@ -268,7 +267,7 @@ def _canonical(instance: Any, dumped: Any) -> Any:
         return float(instance)
     if isinstance(instance, BaseModel):
         if isinstance(instance, RootModel):
-            return _canonical(instance.root, dumped)
+            return canonical_dump(instance.root, dumped)
         return _canonical_model(instance, dumped) if type(dumped) is dict else dumped
     if isinstance(instance, dict):
         return _canonical_dict(instance, dumped) if type(dumped) is dict else dumped
@@ -294,32 +293,31 @@ class _Missing:
 _MISSING = _Missing()
 
 
-def _canonical_items(instance: Any, dumped: list[Any]) -> list[Any]:
-    changed: list[Any] | None = None
-    for i, (item, json_item) in enumerate(zip(instance, dumped, strict=True)):
-        new = _canonical(item, json_item)
-        if new is not json_item:
-            if changed is None:
-                changed = list(dumped)
-            changed[i] = new
-    return dumped if changed is None else changed
-
-
-def _canonical_fields(dumped: dict[str, Any], value_of: Any) -> dict[str, Any]:
-    changed: dict[str, Any] | None = None
-    for name, json_value in dumped.items():
-        value = value_of(name)
+def _rebuilt(dumped: Any, places: Iterable[tuple[Any, Any, Any]]) -> Any:
+    """``dumped`` (a list or a dict) with the JSON at each ``(place, value, its JSON)`` made
+    :func:`canonical_dump`'s: itself while none changes, else a copy (never edited)."""
+    changed = None
+    for place, value, json_value in places:
         if value is _MISSING:
             continue
-        new = _canonical(value, json_value)
+        new = canonical_dump(value, json_value)
         if new is not json_value:
             if changed is None:
-                changed = dict(dumped)
-            changed[name] = new
+                changed = type(dumped)(dumped)
+            changed[place] = new
     return dumped if changed is None else changed
 
 
-def _canonical_model(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]:
+def _canonical_items(instance: Any, dumped: list[Any]) -> Any:
+    pairs = enumerate(zip(instance, dumped, strict=True))
+    return _rebuilt(dumped, ((i, item, json_item) for i, (item, json_item) in pairs))
+
+
+def _canonical_fields(dumped: dict[str, Any], value_of: Any) -> Any:
+    return _rebuilt(dumped, ((name, value_of(name), j) for name, j in dumped.items()))
+
+
+def _canonical_model(model: BaseModel, dumped: dict[str, Any]) -> Any:
     kind = type(model)
     fields = kind.model_fields
     computed = kind.model_computed_fields
@@ -343,17 +341,11 @@ def _canonical_model(model: BaseModel, dumped: dict[str, Any]) -> dict[str, Any]
     return _canonical_fields(dumped, value_of)
 
 
-def _canonical_dict(instance: dict[Any, Any], dumped: dict[str, Any]) -> dict[str, Any]:
+def _canonical_dict(instance: dict[Any, Any], dumped: dict[str, Any]) -> Any:
     if len(instance) == len(dumped):
         # Keys may be written differently (1 becomes "1"), never reordered.
-        changed: dict[str, Any] | None = None
-        for value, (name, json_value) in zip(instance.values(), dumped.items(), strict=True):
-            new = _canonical(value, json_value)
-            if new is not json_value:
-                if changed is None:
-                    changed = dict(dumped)
-                changed[name] = new
-        return dumped if changed is None else changed
+        pairs = zip(instance.values(), dumped.items(), strict=True)
+        return _rebuilt(dumped, ((name, v, j) for v, (name, j) in pairs))
     return _canonical_fields(dumped, lambda name: instance.get(name, _MISSING))
 
 

@@ -8,7 +8,6 @@ per-key state table.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -17,7 +16,7 @@ from typing import Any, Literal, TypeVar
 
 from ._errors import InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
-from ._transaction import KeyRecord, PendingEvent, Phase, Tally, Transaction, indexed_values
+from ._transaction import KeyRecord, Phase, Tally, Transaction
 
 T = TypeVar("T")
 
@@ -326,24 +325,32 @@ class Recorder(ABC):
         """Release the storage; the ledger makes no call after this."""
 
 
-def stored_schema_version(conn: Any, *, where: str, known: int) -> int:
-    """The schema version of the ledger behind ``conn`` (a DB-API connection inside the
-    migration's transaction; 0 for a new database, whose version table it creates).
+def migrate(conn: Any, migrations: list[tuple[str, ...]], *, where: str) -> None:
+    """Bring the ledger behind ``conn`` (a DB-API connection, inside the caller's
+    transaction) from the schema version it records (0 for a new database, whose version
+    table this creates) to the last of ``migrations``, applying those in between in order.
 
     Raises:
-        InvalidRequest: The version is newer than the ``known`` migrations of this release.
+        InvalidRequest: The version is newer than the migrations of this release.
     """
     conn.execute(
         "CREATE TABLE IF NOT EXISTS ledger_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
     )
     row = conn.execute("SELECT value FROM ledger_meta WHERE name = 'schema_version'").fetchone()
     current = int(row[0]) if row else 0
-    if current > known:
+    if current > len(migrations):
         raise InvalidRequest(
             f"ledger {where} has schema version {current}, newer than this release "
-            f"understands ({known}); upgrade the package"
+            f"understands ({len(migrations)}); upgrade the package"
         )
-    return current
+    for statements in migrations[current:]:
+        for statement in statements:
+            conn.execute(statement)
+    if current < len(migrations):
+        conn.execute(  # the version is this module's own number, never a value given
+            f"INSERT INTO ledger_meta (name, value) VALUES ('schema_version', '{len(migrations)}')"
+            " ON CONFLICT (name) DO UPDATE SET value = excluded.value"
+        )
 
 
 def event_from_row(row: tuple[Any, ...]) -> LedgerEvent:
@@ -367,27 +374,6 @@ def event_from_row(row: tuple[Any, ...]) -> LedgerEvent:
 
 EVENT_COLUMNS = "seq, key, action_id, type, payload, recorded_at, body_hash, prev_hash, hash"
 
-_EVENT_INSERT_COLUMNS = (
-    "key",
-    "action_id",
-    "type",
-    "payload",
-    "recorded_at",
-    "body_hash",
-    "prev_hash",
-    "hash",
-)
-_RECORD_COLUMNS = (
-    "phase",
-    "effect",
-    "settled_at",
-    "compacted",
-    "token",
-    "lease_expires",
-    "head_hash",
-    "record",
-)
-
 
 def events_sql(
     placeholder: str, *, key: str | None, after: int, limit: int | None
@@ -403,51 +389,3 @@ def events_sql(
         sql += f" LIMIT {placeholder}"
         params.append(limit)
     return sql, params
-
-
-def event_values(event: PendingEvent) -> tuple[Any, ...]:
-    return (
-        event.key,
-        event.action_id,
-        event.type,
-        event.payload_json,
-        event.recorded_at,
-        event.body_hash,
-        event.prev_hash,
-        event.hash,
-    )
-
-
-@functools.cache
-def write_record_sql(placeholder: str, *, created: bool) -> str:
-    """The INSERT or UPDATE of a key's state; parameters are :func:`record_values`."""
-    if created:
-        columns = (*_RECORD_COLUMNS, "key")
-        marks = ", ".join([placeholder] * len(columns))
-        return f"INSERT INTO ledger_keys ({', '.join(columns)}) VALUES ({marks})"
-    sets = ", ".join(f"{column} = {placeholder}" for column in _RECORD_COLUMNS)
-    return f"UPDATE ledger_keys SET {sets} WHERE key = {placeholder}"
-
-
-_ROW_COLUMNS = ("token", "lease_expires", "head_hash", "record")
-
-
-@functools.cache
-def update_row_sql(placeholder: str) -> str:
-    """The UPDATE of a key's state that leaves its indexed columns alone; parameters are
-    :func:`row_values`."""
-    sets = ", ".join(f"{column} = {placeholder}" for column in _ROW_COLUMNS)
-    return f"UPDATE ledger_keys SET {sets} WHERE key = {placeholder}"
-
-
-#: Where :func:`row_values` and :func:`record_values` hold the record's JSON.
-RECORD_TEXT = -2
-
-
-def row_values(record: KeyRecord) -> tuple[Any, ...]:
-    return (record.token, record.lease_expires, record.head_hash, record.to_json(), record.key)
-
-
-def record_values(record: KeyRecord) -> tuple[Any, ...]:
-    """The indexed columns of ``ledger_keys`` beside the full record, key last."""
-    return (*indexed_values(record), *row_values(record))

@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from datetime import UTC, datetime
 from typing import Any
 
-from ._canonical import sha256_hex
+from ._canonical import payload_text, sha256_hex
 from ._models import ActionStatus, Approval, EffectState, Reconciliation
 
 #: The payload a compacted event keeps: its body is gone, its hash is not.
@@ -253,14 +253,6 @@ _ISO_SECONDS: dict[int, str] = {}
 # Built once: json.dumps with options builds a new encoder on every call.
 # A record is built from JSON values and never refers to itself: no cycle check.
 _RECORD_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
-_PAYLOAD_ENCODER = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-)
-
-
-def payload_text(payload: dict[str, Any]) -> str:
-    """The stored JSON text of a payload: sorted keys, so it re-serialises identically."""
-    return _PAYLOAD_ENCODER.encode(payload)
 
 
 def body_hash(payload: dict[str, Any]) -> str:
@@ -339,9 +331,8 @@ class Transaction(ABC):
         self._count = record.events if record else 0
         self._start = (self._head, self._count)
         self._created = False
-        # The indexed columns as stored: a save that leaves them as they were (a replay,
-        # a lease renewal) rewrites only the row, not the indexes (SQLite skips an index
-        # whose columns an UPDATE does not set; PostgreSQL can update the row in place).
+        # The indexed columns as stored: a save that leaves them as they were (a replay, a
+        # lease renewal) may rewrite only the row (SQLite then leaves the indexes alone).
         self._stored_index = indexed_values(record) if record else None
         #: Whether the commit must wait for the disk. The rule clears it for a
         #: transaction that records only a replay (it changed nothing in the world): a
@@ -498,8 +489,8 @@ class Draft(Transaction):
 
 
 def indexed_values(record: KeyRecord) -> tuple[Any, ...]:
-    """The values of the indexed columns of ``ledger_keys`` (the first four of
-    :func:`record_values`)."""
+    """The values of the indexed columns of ``ledger_keys``, as the SQL backends write
+    them."""
     outcome = record.outcome
     if outcome is None:
         return (record.phase, None, None, 0)

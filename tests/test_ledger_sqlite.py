@@ -16,7 +16,8 @@ from temporal_ledger.ledger import (
     LedgerUnavailable,
 )
 from temporal_ledger.ledger._models import EffectState, NextOperation
-from temporal_ledger.ledger._sqlite import MIGRATIONS, SQLiteRecorder
+from temporal_ledger.ledger._sqlite import SQLiteRecorder
+from temporal_ledger.ledger._sqlite_write import MIGRATIONS
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
 from temporal_ledger.ledger.testing import LedgerContract, _CountingAdapter
 

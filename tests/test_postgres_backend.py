@@ -31,8 +31,9 @@ from temporal_ledger.ledger import (
     NoEffect,
 )
 from temporal_ledger.ledger._models import EffectState, ExecutionContext
-from temporal_ledger.ledger._pg_call import call_one_row
-from temporal_ledger.ledger._postgres import MIGRATIONS, PostgresRecorder
+from temporal_ledger.ledger._pg_loop import call_one_row
+from temporal_ledger.ledger._pg_write import MIGRATIONS
+from temporal_ledger.ledger._postgres import PostgresRecorder
 from temporal_ledger.ledger._recorder import SCHEMA_VERSION
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
 from temporal_ledger.ledger._transaction import KeyRecord
