@@ -26,16 +26,8 @@ from ._cli_render import (
 )
 from ._errors import InvalidRequest, LedgerError
 from ._ledger import Ledger
-from ._models import (
-    Decision,
-    EventType,
-)
-from ._signatures import (
-    decision_statement,
-    read_policy,
-    sign,
-    verdict_statement,
-)
+from ._models import Decision, EventType
+from ._signatures import DecisionSignature, read_policy, sign
 from ._signing_keys import read_private_key
 from ._sqlite import path_from_url
 from ._wire import key_from_wire
@@ -144,9 +136,12 @@ def _main(argv: Sequence[str] | None) -> int:
             return error(str(exc), REFUSED)
 
 
-def _signed_for(ledger: Ledger, args: argparse.Namespace) -> dict[str, str]:
-    """The run a decision recorded here is signed for: as given, or as the key's latest
-    request names it (its context, recorded by the worker)."""
+def _signature(ledger: Ledger, args: argparse.Namespace) -> DecisionSignature | None:
+    """The signature of the decision or verdict recorded here, where a key file is given,
+    for the run as given or as the key's latest request names it (its context, recorded by
+    the worker)."""
+    if args.private_key is None:
+        return None
     named: dict[str, Any] = {}
     for event in reversed(ledger.events(args.key)):
         context = event.payload.get("context") if event.type == EventType.REQUESTED else None
@@ -160,7 +155,17 @@ def _signed_for(ledger: Ledger, args: argparse.Namespace) -> dict[str, str]:
             f"key {args.key!r}: its requests do not name the run they came from; give "
             "--workflow-id and --namespace"
         )
-    return {"workflow_id": workflow_id, "namespace": namespace}
+    run = {"workflow_id": workflow_id, "namespace": namespace}
+    return sign(args.private_key, _cli_signing.statement(args, args.command, **run))
+
+
+def _say(args: argparse.Namespace, value: Any, text: str, status: int = OK) -> int:
+    """Print ``value`` as JSON with ``--json``, else ``text``; the exit status."""
+    if args.json:
+        print_json(value)
+    else:
+        print(text)
+    return status
 
 
 def _show_key(ledger: Ledger, args: argparse.Namespace) -> int:
@@ -185,69 +190,39 @@ def _show_key(ledger: Ledger, args: argparse.Namespace) -> int:
         key = spelled
         events = ledger.events(key)
     state = ledger.state(key)
-    if args.json:
-        print_json(
-            {
-                "state": state.model_dump(mode="json"),
-                "events": [e.model_dump(mode="json") for e in events],
-            }
-        )
-    elif not events:
-        print(f"key {key!r}: no records")
+    if not events:
+        text = f"key {key!r}: no records"
     else:
         requested = [e for e in events if e.type == EventType.REQUESTED]
         run = requested[-1].payload.get("context") or {} if requested else {}
-        print(show(state, run if isinstance(run, dict) else {}))
-        print()
-        print(table(event_rows(events), EVENT_HEADERS))
-    return OK if events else REFUSED
+        shown = show(state, run if isinstance(run, dict) else {})
+        text = f"{shown}\n\n{table(event_rows(events), EVENT_HEADERS)}"
+    return _say(args, {"state": state, "events": events}, text, OK if events else REFUSED)
 
 
 def _list_events(ledger: Ledger, args: argparse.Namespace) -> int:
     """The log, in order."""
     events = ledger.events(args.key, after=args.after, limit=args.limit)
-    if args.json:
-        print_json([e.model_dump(mode="json") for e in events])
-    else:
-        print(table(event_rows(events), EVENT_HEADERS))
-    return OK
+    return _say(args, events, table(event_rows(events), EVENT_HEADERS))
 
 
 def _list_open_effects(ledger: Ledger, args: argparse.Namespace) -> int:
     """Every effect that is unknown and unresolved."""
     states = ledger.open_effects()
-    if args.json:
-        print_json([s.model_dump(mode="json") for s in states])
-    elif not states:
-        print("no open effects")
-    else:
-        print(table(state_rows(states), STATE_HEADERS))
-    return OK
+    text = table(state_rows(states), STATE_HEADERS) if states else "no open effects"
+    return _say(args, states, text)
 
 
 def _reconcile(ledger: Ledger, args: argparse.Namespace) -> int:
     """Record an operator's verdict, signed where a key file is given."""
-    signature = None
-    action_id = None
+    args.action_id = None
     if args.private_key is not None:
         # The action whose effect is unknown: an expired holder's, or the outcome's.
         state = ledger.state(args.key)
-        action_id = state.holder_action_id or state.outcome_action_id
-        if action_id is None:
+        args.action_id = state.holder_action_id or state.outcome_action_id
+        if args.action_id is None:
             return error(f"key {args.key!r}: no execution is recorded to reconcile", REFUSED)
-        signature = sign(
-            args.private_key,
-            verdict_statement(
-                key=args.key,
-                action_id=action_id,
-                verdict=args.verdict,
-                actor=args.actor,
-                basis=args.basis,
-                evidence=args.evidence,
-                output=args.output,
-                **_signed_for(ledger, args),
-            ),
-        )
+    signature = _signature(ledger, args)  # a run it cannot name is refused, not hinted at
     try:
         state = asyncio.run(
             ledger.reconcile(
@@ -257,7 +232,7 @@ def _reconcile(ledger: Ledger, args: argparse.Namespace) -> int:
                 args.basis,
                 evidence=args.evidence,
                 output=args.output,
-                action_id=action_id,
+                action_id=args.action_id,
                 signature=signature,
             )
         )
@@ -266,47 +241,26 @@ def _reconcile(ledger: Ledger, args: argparse.Namespace) -> int:
         schema = ledger.state(args.key).output_schema
         hint = f"\n  --output must fit: {schema_fields(schema)}" if schema else ""
         return error(f"{exc}{hint}", REFUSED)
-    if args.json:
-        print_json(state.model_dump(mode="json"))
-    else:
-        print(
-            f"{state.key}: {args.verdict} recorded; effect {state.effect}, "
-            f"next {state.next_operation}"
-        )
-    return OK
+    text = (
+        f"{state.key}: {args.verdict} recorded; effect {state.effect}, next {state.next_operation}"
+    )
+    return _say(args, state, text)
 
 
 def _approve(ledger: Ledger, args: argparse.Namespace) -> int:
     """Record a person's decision, signed where a key file is given."""
-    decision = Decision.REJECT if args.reject else Decision.APPROVE
-    signature = None
-    if args.private_key is not None:
-        signature = sign(
-            args.private_key,
-            decision_statement(
-                key=args.key,
-                fingerprint=args.fingerprint,
-                decision=decision,
-                actor=args.actor,
-                basis=args.basis,
-                **_signed_for(ledger, args),
-            ),
-        )
     approval = asyncio.run(
         ledger.approve(
             args.key,
             fingerprint=args.fingerprint,
             actor=args.actor,
             basis=args.basis,
-            decision=decision,
-            signature=signature,
+            decision=Decision.REJECT if args.reject else Decision.APPROVE,
+            signature=_signature(ledger, args),
         )
     )
-    if args.json:
-        print_json(approval.model_dump(mode="json"))
-    else:
-        print(f"{args.key}: {approval.state} by {approval.actor} ({approval.fingerprint})")
-    return OK
+    text = f"{args.key}: {approval.state} by {approval.actor} ({approval.fingerprint})"
+    return _say(args, approval, text)
 
 
 def _verify(ledger: Ledger, args: argparse.Namespace) -> int:
@@ -317,26 +271,18 @@ def _verify(ledger: Ledger, args: argparse.Namespace) -> int:
         signers, policy_gated = args.policy_read
         gated += policy_gated
     report = ledger.verify(gated=gated, signers=signers)
-    if args.json:
-        print_json(report.model_dump(mode="json"))
-    else:
-        print(
-            f"{report.events} events, {report.keys} keys: "
-            f"{'OK' if report.ok else f'{len(report.problems)} problem(s)'}"
-        )
-        for problem in report.problems:
-            print(f"  - {problem}")
-    return OK if report.ok else REFUSED
+    found = "OK" if report.ok else f"{len(report.problems)} problem(s)"
+    text = "\n".join(
+        [f"{report.events} events, {report.keys} keys: {found}"]
+        + [f"  - {p}" for p in report.problems]
+    )
+    return _say(args, report, text, OK if report.ok else REFUSED)
 
 
 def _compact(ledger: Ledger, args: argparse.Namespace) -> int:
     """Drop old completion bodies, keep tombstones."""
     count = asyncio.run(ledger.compact(older_than=args.older_than))
-    if args.json:
-        print_json({"compacted_keys": count})
-    else:
-        print(f"compacted {count} key(s)")
-    return OK
+    return _say(args, {"compacted_keys": count}, f"compacted {count} key(s)")
 
 
 #: The commands that read or write a ledger, by name.

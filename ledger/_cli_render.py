@@ -8,6 +8,8 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic import BaseModel
+
 from ._models import (
     ActionState,
     ActionStatus,
@@ -225,4 +227,9 @@ def _short(text: str, limit: int) -> str:
 
 
 def print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, sort_keys=True, default=str))
+    """``value`` as JSON, any records in it as their JSON form."""
+    print(json.dumps(value, indent=2, sort_keys=True, default=_json_form))
+
+
+def _json_form(value: Any) -> Any:
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else str(value)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ._cli_parser import ENV_TEMPORAL, OK, REFUSED, USAGE, error
 from ._errors import InvalidRequest
-from ._models import Decision, Verdict
+from ._models import Decision
 from ._signatures import (
     decision_statement,
     sign,
@@ -67,48 +67,50 @@ def _public_key(args: argparse.Namespace, private_key: Any) -> int:
     return OK
 
 
-def _sign(args: argparse.Namespace) -> int:
-    private_key = read_private_key(args.key_file)
-    where = {"workflow_id": args.workflow_id, "namespace": args.namespace}
-    if args.kind == "approve":
+def statement(args: argparse.Namespace, update: str, **run: str) -> dict[str, Any]:
+    """What a decision (``update`` approve) or a verdict (reconcile) signs, from the
+    options ``sign`` and the ledger's own ``approve`` / ``reconcile`` share, for ``run``
+    (its ``workflow_id`` and ``namespace``)."""
+    if update == "approve":
         decision = Decision.REJECT if args.reject else Decision.APPROVE
-        statement = decision_statement(
+        return decision_statement(
             key=args.key,
             fingerprint=args.fingerprint,
             decision=decision,
             actor=args.actor,
             basis=args.basis,
-            **where,
+            **run,
         )
-        update = "approve"
-    else:
-        verdict = Verdict(args.verdict)
-        if args.output is not None and verdict is not Verdict.EFFECT_CONFIRMED:
-            raise InvalidRequest("--output is only taken with --verdict effect_confirmed")
-        statement = verdict_statement(
-            key=args.key,
-            action_id=args.action_id,
-            verdict=verdict,
-            actor=args.actor,
-            basis=args.basis,
-            evidence=args.evidence,
-            output=args.output,
-            **where,
-        )
-        update = "reconcile"
+    return verdict_statement(
+        key=args.key,
+        action_id=args.action_id,
+        verdict=args.verdict,
+        actor=args.actor,
+        basis=args.basis,
+        evidence=args.evidence,
+        output=args.output,
+        **run,
+    )
+
+
+def _sign(args: argparse.Namespace) -> int:
+    private_key = read_private_key(args.key_file)
+    if args.kind == "reconcile" and args.output is not None and args.verdict != "effect_confirmed":
+        raise InvalidRequest("--output is only taken with --verdict effect_confirmed")
+    decided = statement(args, args.kind, workflow_id=args.workflow_id, namespace=args.namespace)
     # The update's input: what was decided, as signed, without the run it was signed for
     # (the update names its run itself).
     signed: dict[str, Any] = {
         name: value
-        for name, value in statement.items()
+        for name, value in decided.items()
         if name not in ("statement", "about", "namespace", "workflow_id")
     }
-    signed["signature"] = sign(private_key, statement).model_dump()
+    signed["signature"] = sign(private_key, decided).model_dump()
     text = json.dumps(signed, ensure_ascii=False)
     if not args.send:
         print(text)
         return OK
-    return _send(args, update, text)
+    return _send(args, args.kind, text)
 
 
 def _send(args: argparse.Namespace, update: str, text: str) -> int:
