@@ -117,42 +117,37 @@ def _add_answering_commands(commands: Any, common: list[argparse.ArgumentParser]
         "reconcile", parents=common, help="record an operator's verdict"
     )
     reconcile.add_argument("key", type=_key)
-    reconcile.add_argument("--verdict", required=True, choices=[v.value for v in Verdict])
-    reconcile.add_argument("--actor", required=True, type=_person, help="who inspected the world")
-    reconcile.add_argument(
-        "--basis", required=True, type=_persons_words, help="what the verdict rests on"
-    )
-    reconcile.add_argument(
-        "--evidence", action="append", default=[], help="a reference to evidence (repeatable)"
-    )
-    reconcile.add_argument(
-        "--output",
-        type=_json_value,
-        help="the observed output, as JSON (effect_confirmed; must fit the tool's output "
+    _add(
+        reconcile,
+        verdict=None,
+        actor="who inspected the world",
+        basis="what the verdict rests on",
+        evidence="a reference to evidence (repeatable)",
+        output="the observed output, as JSON (effect_confirmed; must fit the tool's output "
         "schema when one was recorded)",
     )
-    _signing_options(reconcile)
-
     approve = commands.add_parser(
         "approve",
         parents=common,
         help="record a person's decision on the call awaiting approval under a key",
     )
     approve.add_argument("key", type=_key)
-    approve.add_argument(
-        "--fingerprint",
-        required=True,
-        type=_non_empty,
-        help="the fingerprint of the request you were shown (`show KEY` prints it)",
+    _add(
+        approve,
+        fingerprint="the fingerprint of the request you were shown (`show KEY` prints it)",
+        actor="who decides",
+        basis="what the decision rests on",
+        reject="reject the call instead: it ends with no effect",
     )
-    approve.add_argument("--actor", required=True, type=_person, help="who decides")
-    approve.add_argument(
-        "--basis", required=True, type=_persons_words, help="what the decision rests on"
-    )
-    approve.add_argument(
-        "--reject", action="store_true", help="reject the call instead: it ends with no effect"
-    )
-    _signing_options(approve)
+    for parser in (reconcile, approve):
+        _add(
+            parser,
+            key_file="sign it with your private key (PEM); the key never leaves this machine",
+            workflow_id="with --key-file: the run it is signed for (default: the one the key's "
+            "latest request names)",
+            namespace="with --key-file: the run's namespace (default: the one the key's latest "
+            "request names)",
+        )
 
 
 def _add_upkeep_commands(commands: Any, common: list[argparse.ArgumentParser]) -> None:
@@ -183,26 +178,6 @@ def _add_upkeep_commands(commands: Any, common: list[argparse.ArgumentParser]) -
         required=True,
         metavar="SECONDS",
         help="compact final outcomes settled more than this many seconds ago",
-    )
-
-
-def _signing_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--key-file",
-        type=Path,
-        help="sign it with your private key (PEM); the key never leaves this machine",
-    )
-    parser.add_argument(
-        "--workflow-id",
-        type=_non_empty,
-        help="with --key-file: the run it is signed for (default: the one the key's "
-        "latest request names)",
-    )
-    parser.add_argument(
-        "--namespace",
-        type=_non_empty,
-        help="with --key-file: the run's namespace (default: the one the key's latest "
-        "request names)",
     )
 
 
@@ -274,6 +249,31 @@ def _json_value(text: str) -> Any:
         raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg}): {text!r}") from None
 
 
+#: Options several commands take, as they take them; each command gives its own help.
+_SHARED: dict[str, dict[str, Any]] = {
+    "--actor": {"required": True, "type": _person},
+    "--basis": {"required": True, "type": _persons_words},
+    "--fingerprint": {"required": True, "type": _non_empty},
+    "--verdict": {"required": True, "choices": [v.value for v in Verdict]},
+    "--evidence": {"action": "append", "default": []},
+    "--output": {"type": _json_value},
+    "--reject": {"action": "store_true"},
+    "--json": {"action": "store_true"},
+    "--key-file": {"type": Path},
+    "--workflow-id": {"type": _non_empty},
+    "--namespace": {"type": _non_empty},
+    "--address": {},
+    "--temporal": {},
+}
+
+
+def _add(parser: argparse.ArgumentParser, **helps: str | None) -> None:
+    """Add the shared options named (``key_file`` for ``--key-file``), each with its help."""
+    for name, text in helps.items():
+        option = "--" + name.replace("_", "-")
+        parser.add_argument(option, help=text, **_SHARED[option])
+
+
 def _add_signing_commands(commands: Any) -> None:
     """keygen, public-key, sign approve|reconcile: on the decider's own machine."""
     keygen = commands.add_parser(
@@ -283,15 +283,13 @@ def _add_signing_commands(commands: Any) -> None:
         "public key line for the policy's [keys].",
     )
     keygen.add_argument("--out", required=True, type=Path, help="the private key file to write")
-    keygen.add_argument("--actor", default="YOUR-NAME", help="the actor name the key proves")
-    keygen.add_argument("--json", action="store_true", help="machine-readable output")
-
     public = commands.add_parser(
         "public-key", help="print the public key and key id of a private key file"
     )
     public.add_argument("--key-file", required=True, type=Path)
-    public.add_argument("--actor", default="YOUR-NAME", help="the actor name the key proves")
-    public.add_argument("--json", action="store_true", help="machine-readable output")
+    for parser in (keygen, public):
+        parser.add_argument("--actor", default="YOUR-NAME", help="the actor name the key proves")
+        _add(parser, json="machine-readable output")
 
     signing = commands.add_parser(
         "sign",
@@ -314,39 +312,33 @@ def _add_signing_commands(commands: Any) -> None:
             help=f"the run's namespace (default: {DEFAULT_NAMESPACE})",
         )
         parser.add_argument("--key", required=True, type=_key, help="the call's key")
-        parser.add_argument("--actor", required=True, type=_person, help="who decides (you)")
-        parser.add_argument(
-            "--basis", required=True, type=_persons_words, help="what the decision rests on"
-        )
+        _add(parser, actor="who decides (you)", basis="what the decision rests on")
         parser.add_argument(
             "--send",
             action="store_true",
             help="send it with `temporal workflow update execute` and print the answer",
         )
-        parser.add_argument("--address", help="Temporal address for --send (host:port)")
-        parser.add_argument(
-            "--temporal",
-            help=f"the temporal CLI for --send (default: ${ENV_TEMPORAL}, then PATH)",
+        _add(
+            parser,
+            address="Temporal address for --send (host:port)",
+            temporal=f"the temporal CLI for --send (default: ${ENV_TEMPORAL}, then PATH)",
         )
-    approve.add_argument(
-        "--fingerprint",
-        required=True,
-        type=_non_empty,
-        help="the fingerprint of the call you were shown (query pending_approvals)",
+    _add(
+        approve,
+        fingerprint="the fingerprint of the call you were shown (query pending_approvals)",
+        reject="reject the call instead",
     )
-    approve.add_argument("--reject", action="store_true", help="reject the call instead")
     verdict.add_argument(
         "--action-id",
         required=True,
         type=_non_empty,
         help="the parked action (query open_effects)",
     )
-    verdict.add_argument("--verdict", required=True, choices=[v.value for v in Verdict])
-    verdict.add_argument(
-        "--evidence", action="append", default=[], help="a reference to evidence (repeatable)"
-    )
-    verdict.add_argument(
-        "--output", type=_json_value, help="the observed output, as JSON (effect_confirmed)"
+    _add(
+        verdict,
+        verdict=None,
+        evidence="a reference to evidence (repeatable)",
+        output="the observed output, as JSON (effect_confirmed)",
     )
 
 
@@ -360,11 +352,12 @@ def _add_waiting_command(commands: Any) -> None:
     )
     waiting.add_argument("--workflow-id", required=True, help="the run's workflow id")
     waiting.add_argument("--namespace", default="default")
-    waiting.add_argument("--address", help="the Temporal frontend (default: the CLI's)")
-    waiting.add_argument(
-        "--temporal", help=f"the temporal CLI (default: ${ENV_TEMPORAL}, then PATH)"
+    _add(
+        waiting,
+        address="the Temporal frontend (default: the CLI's)",
+        temporal=f"the temporal CLI (default: ${ENV_TEMPORAL}, then PATH)",
+        json="machine-readable output",
     )
-    waiting.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def error(message: str, status: int) -> int:
