@@ -37,20 +37,7 @@ def event_rows(events: list[LedgerEvent]) -> list[list[Any]]:
         p = event.payload
         if event.compacted:
             return "(compacted)"
-        parts = [
-            f"{k}={p[k]}"
-            for k in (
-                "capability",
-                "performer",
-                "status",
-                "effect",
-                "verdict",
-                "decision",
-                "actor",
-                "token",
-            )
-            if p.get(k) is not None
-        ]
+        parts = [f"{k}={p[k]}" for k in _SUMMARIZED if p.get(k) is not None]
         if event.type in (EventType.APPROVED, EventType.APPROVAL_REJECTED):
             parts.append(f"fingerprint={str(p.get('fingerprint'))[:16]}…")
         if p.get("approval_id"):
@@ -65,25 +52,17 @@ def event_rows(events: list[LedgerEvent]) -> list[list[Any]]:
             parts.append(str(p.get("error") or p.get("reason"))[:60])
         return " ".join(parts)
 
-    return [
-        [e.seq, e.recorded_at[:23], e.key, e.type, e.action_id or "", summary(e)] for e in events
-    ]
+    return [[e.seq, e.recorded_at[:23], e.key, e.type, e.action_id, summary(e)] for e in events]
 
 
+#: The payload fields an event's row shows as ``name=value``, where present.
+_SUMMARIZED = "capability performer status effect verdict decision actor token".split()
 EVENT_HEADERS = ("seq", "recorded_at", "key", "type", "action_id", "detail")
 
 
 def state_rows(states: list[ActionState]) -> list[list[Any]]:
     return [
-        [
-            s.key,
-            s.status or "",
-            s.effect,
-            s.next_operation,
-            s.capability or "",
-            s.since or "",
-            s.error or "",
-        ]
+        [s.key, s.status, s.effect, s.next_operation, s.capability, s.since, s.error]
         for s in states
     ]
 
@@ -110,7 +89,10 @@ def show(state: ActionState, run: dict[str, Any] | None = None) -> str:
     if state.error:
         lines.append(("error", state.error))
     if state.output is not None:
-        lines.append(("output", _short(json.dumps(state.output), 200)))
+        output = json.dumps(state.output)
+        lines.append(
+            ("output", output if len(output) <= 200 else output[:184] + "... (see --json)")
+        )
     if state.output_schema:
         lines.append(("output_schema", schema_fields(state.output_schema)))
     for r in state.reconciliations:
@@ -220,10 +202,6 @@ def schema_fields(schema: dict[str, Any]) -> str:
         f"{name} ({describe_schema(sub, schema)}{'' if name in required else ', optional'})"
         for name, sub in properties.items()
     )
-
-
-def _short(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 16] + "... (see --json)"
 
 
 def print_json(value: Any) -> None:
