@@ -71,26 +71,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
-def _plugged_command(name: str) -> Callable[..., int]:
-    """A command another part of the package registers (entry point group
-    ``temporal_ledger.cli``)."""
-    found = entry_points(group="temporal_ledger.cli", name=name)
-    if not found:
-        raise SystemExit(
-            f"temporal-ledger: error: the {name!r} command is not installed (entry point "
-            "temporal_ledger.cli); reinstall temporal-ledger"
-        )
-    command: Callable[..., int] = next(iter(found)).load()
-    return command
-
-
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)  # exits 2 on bad arguments
     if args.command == "replay":
         # Replaying needs Temporal: the workflow side registers the command as an entry
         # point, so this package imports nothing of it (docs/repository.md, Imports).
-        return _plugged_command("replay")(args.histories, args.workflow)
+        found = entry_points(group="temporal_ledger.cli", name="replay")
+        if not found:
+            raise SystemExit(
+                "temporal-ledger: error: the 'replay' command is not installed (entry point "
+                "temporal_ledger.cli); reinstall temporal-ledger"
+            )
+        replay: Callable[..., int] = next(iter(found)).load()
+        return replay(args.histories, args.workflow)
     if args.command in ("keygen", "public-key", "sign"):
         return _cli_signing.run(args)  # on the decider's machine: no ledger needed
     if args.command == "waiting":
