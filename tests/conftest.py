@@ -12,6 +12,69 @@ from tests.temporal_support import Setup, make_setup, start_dev_server
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
+#: The fixtures that start or reach a service: a test that uses one (itself or through
+#: another fixture) is left out of the fast tier (``pytest --fast``).
+SERVICE_FIXTURES = frozenset({"temporal_env", "postgres_url", "ui_server"})
+#: Test files the fast tier does not even import: their tests run a tool in a child
+#: process for seconds each (mypy, mkdocs, pip into a fresh venv, a wheel build,
+#: scripts/test itself, the CLI, the demo), or importing them costs seconds (the agent
+#: frameworks) for a few tests that need no service. The full run keeps all of them.
+SLOW_FILES = frozenset(
+    {
+        "test_types.py",
+        "test_docs.py",
+        "test_user_app.py",
+        "test_readme.py",
+        "test_ledger_cli.py",
+        "test_replay_and_demo.py",
+        "test_agent_histories.py",
+        "test_google_adk.py",
+        "test_langgraph.py",
+    }
+)
+#: Classes the fast tier leaves out: the contract suite runs there once on SQLite
+#: (TestSQLiteLedger), not again on a migrated file.
+SLOW_CLASSES = frozenset({"TestSQLiteLedgerMigrated"})
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="the inner loop's tier: only the tests that need no Temporal dev server, no "
+        "PostgreSQL and no tool run in a child process (unit tests, the rule model, the "
+        "ledger's contract suite on SQLite); bash scripts/test --fast",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--fast"):
+        # For the helpers that start a service inside a test rather than in one of
+        # SERVICE_FIXTURES (tests/temporal_support.py, tests/pg.py): they skip.
+        os.environ[pg.FAST_TIER] = "1"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if config.getoption("--fast") and collection_path.name in SLOW_FILES:
+        return True
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With ``--fast``, deselect every test that needs a service, and SLOW_CLASSES."""
+    if not config.getoption("--fast"):
+        return
+    kept, dropped = [], []
+    for item in items:
+        slow = (
+            SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+            or item.get_closest_marker("postgres") is not None
+            or getattr(getattr(item, "cls", None), "__name__", None) in SLOW_CLASSES
+        )
+        (dropped if slow else kept).append(item)
+    config.hook.pytest_deselected(items=dropped)
+    items[:] = kept
+
 
 @pytest.fixture(params=BACKENDS)
 def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:

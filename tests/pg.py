@@ -15,6 +15,9 @@ from typing import NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 ENV = "LEDGER_TEST_POSTGRES_URL"
+#: Set by ``pytest --fast`` (tests/conftest.py): the tier that starts no service, so the
+#: helpers that start one inside a test (here, tests/temporal_support.py) skip it.
+FAST_TIER = "LEDGER_TEST_FAST_TIER"
 HOW = (
     f"PostgreSQL tests need {ENV}, e.g. "
     f"{ENV}=postgresql://postgres@127.0.0.1:5432/postgres (CI sets it; bash scripts/test "
@@ -57,8 +60,13 @@ def private_server() -> Iterator[tuple[str, Callable[[str], None]]]:
     "restart"; mode "immediate" stops it as a crash would), so a test may take the
     server down, which it must never do to the shared one. Skips where no
     PostgreSQL binaries are installed, and fails there in CI (``CI`` set): CI must run
-    every fault test. The server and its folder are removed afterwards.
+    every fault test. The server and its folder are removed afterwards. Skips in the
+    fast tier (``pytest --fast``, which starts no service).
     """
+    if os.environ.get(FAST_TIER):
+        import pytest
+
+        pytest.skip("starts a PostgreSQL server: not in the fast tier (pytest --fast)")
     pg_config = shutil.which("pg_config")
     if pg_config is None:
         _cannot("pg_config not found: cannot start a private PostgreSQL server")

