@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -8,7 +11,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests import pg
-from tests.temporal_support import Setup, make_setup, start_dev_server
+from tests.temporal_support import ROOT, Setup, make_setup, start_dev_server
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
@@ -124,3 +127,26 @@ def temporal_address(temporal_env: WorkflowEnvironment) -> str:
 def setup(temporal_address: str, tmp_path: Path) -> Setup:
     """One test's world on the session's dev server: task queue, ledger file, policy."""
     return make_setup(temporal_address, tmp_path)
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel, built once a session from a copy of what it is built from: a
+    build in the repository writes build/ and an .egg-info there, which runs side by side
+    (.ci/run runs the newest and the lowest versions at once) would share."""
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, source / name)
+    for folder in ("ledger", "activities", "workflows"):
+        shutil.copytree(
+            ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    out = tmp_path_factory.mktemp("wheel")
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+    subprocess.run(
+        [*pip_wheel, "-q", "--disable-pip-version-check", "-w", str(out), str(source)],
+        check=True,
+        timeout=300,
+    )
+    (built,) = out.glob("temporal_ledger-*.whl")
+    return built

@@ -27,10 +27,7 @@ from tests.test_user_app import (
     lost_reply_parks_in_the_wheel_app,
     run_example_from_the_wheel,
     venv_with,
-    wheel,
 )
-
-__all__ = ["wheel"]  # the fixture, for pytest
 
 pytestmark = pytest.mark.timeout(600)
 

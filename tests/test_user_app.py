@@ -58,19 +58,6 @@ def readme_app() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
-    subprocess.run(
-        [*pip_wheel, "-q", "--disable-pip-version-check", "-w", str(out), str(ROOT)],
-        check=True,
-        timeout=300,
-    )
-    (built,) = out.glob("temporal_ledger-*.whl")
-    return built
-
-
-@pytest.fixture(scope="module")
 def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A fresh virtualenv with the wheel and its required dependencies, no extras."""
     folder = tmp_path_factory.mktemp("venv")
