@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
@@ -9,7 +10,8 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import NoReturn
 from urllib.parse import urlsplit, urlunsplit
@@ -34,22 +36,53 @@ def _with_database(url: str, name: str) -> str:
     return urlunsplit(parts._replace(path="/" + name))
 
 
-@contextmanager
-def fresh_database() -> Iterator[str]:
-    """Create a database for one test and drop it afterwards (terminating its sessions)."""
+#: One thread creates the next test's database while a test runs and drops each test's
+#: after it: CREATE and DROP DATABASE take 0.1-0.3 s each on the shared server, for some
+#: 200 tests a run, which no longer wait for them.
+_HELPER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="test-databases")
+#: The database the next test gets, by server URL: being created, or made.
+_spare: dict[str, Future[str]] = {}
+
+
+def _create(url: str) -> str:
     import psycopg
 
-    url = admin_url()
-    if url is None:
-        raise RuntimeError(HOW)
     name = f"ledger_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
+    return name
+
+
+def _drop(url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@atexit.register
+def _drop_the_spares() -> None:
+    # The helper thread has run its queue by now (threads are joined before atexit).
+    while _spare:
+        url, made = _spare.popitem()
+        with suppress(Exception):
+            _drop(url, made.result())
+
+
+@contextmanager
+def fresh_database() -> Iterator[str]:
+    """A database of its own for one test, empty; dropped afterwards (terminating its
+    sessions) in the background, while the next one is made there too."""
+    url = admin_url()
+    if url is None:
+        raise RuntimeError(HOW)
+    spare = _spare.pop(url, None)
+    name = spare.result() if spare is not None else _create(url)
+    _spare[url] = _HELPER.submit(_create, url)
     try:
         yield _with_database(url, name)
     finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        _HELPER.submit(_drop, url, name)
 
 
 @contextmanager
