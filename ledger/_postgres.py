@@ -71,20 +71,9 @@ from ._pg_write import (
     begin,
     roll_back,
 )
-from ._recorder import (
-    Recorder,
-    T,
-    event_from_row,
-    events_sql,
-    migrate,
-)
+from ._recorder import Recorder, T, event_from_row, events_sql, migrate
 from ._sqlite import integrity_error
-from ._transaction import (
-    KeyRecord,
-    Phase,
-    Tally,
-    Transaction,
-)
+from ._transaction import KeyRecord, Phase, Tally, Transaction
 from ._writer import Job, Writers
 
 # How long a reading of the database clock is trusted to estimate it from this

@@ -21,20 +21,9 @@ from typing import Any
 
 from ._errors import DuplicateActionId, InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
-from ._recorder import (
-    Recorder,
-    T,
-    event_from_row,
-    events_sql,
-    migrate,
-)
+from ._recorder import Recorder, T, event_from_row, events_sql, migrate
 from ._sqlite_write import MIGRATIONS, READ_ROW, SQLiteTransaction, key_events
-from ._transaction import (
-    KeyRecord,
-    Phase,
-    Tally,
-    Transaction,
-)
+from ._transaction import KeyRecord, Phase, Tally, Transaction
 from ._writer import Job, Writers
 
 
