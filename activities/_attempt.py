@@ -1,6 +1,8 @@
-"""One attempt of a ledgered call through the ledger: the policy's treatment of the tool,
-the ledger's rule while Temporal hears heartbeats, and the ledger's refusals as typed
-errors. Shared by ``@tool`` activities and the activities of other libraries."""
+"""One attempt of a ledgered call through the ledger: request, policy, span, ledger,
+outcome. Every ledgered call runs through :func:`run_attempt`, whoever defines it: a
+``@tool`` (``_tool``), another library's activity (``_generic``) and a call made inside
+one under a key of its own (``langgraph``) each describe their call as an
+:class:`Attempt` and get back the call's result or its typed error."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -27,11 +29,13 @@ from ..ledger import (
     LedgerUnavailable,
     NoEffect,
 )
-from ..ledger._seam import ExecutionContext, FailureType, NextOperation
-from ..workflows._seam import ConflictDetails, ErrorType, ToolHints, ToolSpec
+from ..ledger._seam import EffectState, ExecutionContext, FailureType, NextOperation
+from ..workflows._seam import ConflictDetails, ErrorType, ToolHints, ToolOutcome, ToolSpec
+from ._failures import declared_no_effect
 from ._metrics import CallOutcome, count_call
+from ._outcomes import outcome_or_raise, record_outcome
 from ._runtime import Runtime
-from ._tracing import current_call
+from ._tracing import call_span, current_call, describe_request
 
 SpecT = TypeVar("SpecT", bound=ToolSpec[Any, Any])
 
@@ -65,6 +69,163 @@ def treated(
     )
 
 
+class LostReply(Exception):
+    """The call returned a value that is the framework's report of a call whose outcome
+    it does not know (a failed MCP call handed back as a result): not an output to record."""
+
+
+def _never(exc: BaseException) -> bool:
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One attempt of a ledgered call, as the rule that covers it describes it.
+
+    Attributes:
+        spec: The call as a tool, as its rule declares it (the policy's word comes after).
+        request: What the call asks the ledger (key, capability, instruction, payload,
+            performer, context; precondition and ``output_schema`` where it has them).
+        act: Makes the call, once the ledger lets the key act; its exceptions are the
+            call's own.
+        record: The value ``act`` returned as ``(what the caller gets, the JSON the ledger
+            records)``; it raises :class:`LostReply` for a value that reports a lost call.
+        read: What the caller gets from the ledger's answer (a replay, an operator's or a
+            probe's output), raising where it does not fit.
+        span: The name the call's span carries.
+        tool: The called tool's name for the policy's ``[tools]`` (default: the spec's).
+        hints: The tool's annotations, weighed by the policy.
+        server: The server whose tool it is (for the policy's trust in its hints).
+        output_schema: What an operator's output must fit, read only for a call that may
+            park (not retry-safe by the policy).
+        before_acting: Whether an exception of ``act`` is one its rule declares as raised
+            only before the call acts: recorded as no effect, handed to Temporal as raised.
+        hand_back: Any exception of the call reaches Temporal as raised where the ledger
+            lets the key act again (a framework maps its own errors); otherwise only the
+            declared ones do, and the others become the ledger's typed errors.
+        fresh: A fresh success returns what ``record`` gave the caller; otherwise it too
+            is ``read`` from the ledger's answer.
+        state: Reads the current state a precondition is compared with.
+        ask_only: Whether this attempt only asks (default: as the workflow scheduled it).
+    """
+
+    spec: ToolSpec[Any, Any]
+    request: dict[str, Any]
+    act: Callable[[ExecutionContext], Awaitable[Any]]
+    record: Callable[[Any], tuple[Any, Any]]
+    read: Callable[[ToolOutcome], Any]
+    span: str
+    tool: str | None = None
+    hints: ToolHints | None = None
+    server: str | None = None
+    output_schema: Callable[[], Any] | None = None
+    before_acting: Callable[[BaseException], bool] = _never
+    hand_back: bool = False
+    fresh: bool = True
+    state: Callable[[ActionRequest], Any] | None = None
+    ask_only: bool | None = None
+
+
+async def run_attempt(runtime: Runtime, attempt: Attempt) -> Any:
+    """Run one attempt of a call through the ledger: the policy's treatment of it, its
+    span, the ledger's rule (acting at most once per key), and the ledger's answer as
+    the caller's result or as the typed error that tells the workflow what comes next.
+
+    Args:
+        runtime: The worker's ledger and policy.
+        attempt: The call, as its rule describes it.
+
+    Returns:
+        What the caller gets: a fresh result, or one read from the ledger's answer.
+
+    Raises:
+        ApplicationError: The ledger's answer that ends or defers the call.
+        BaseException: The call's own exception, where the ledger lets the key act again
+            (see :attr:`Attempt.hand_back`).
+    """
+    spec = treated(
+        attempt.spec, runtime, tool=attempt.tool, hints=attempt.hints, server=attempt.server
+    )
+    request = attempt.request
+    if attempt.output_schema is not None and not spec.retry_safe:
+        # Computed only for a call that may park: the ledger records it and checks verdicts.
+        schema = attempt.output_schema()
+        if schema is not None:
+            request = {**request, "output_schema": schema}
+    #: What this attempt's call gave, if it ran: what the caller gets, or its exception.
+    ran: dict[str, Any] = {}
+
+    async def adapter(ledger_request: ActionRequest, ctx: ExecutionContext) -> Any:
+        current_call().set("lease_token", ctx.fencing_token)
+        try:
+            value = await attempt.act(ctx)
+        except NoEffect:
+            raise
+        except BaseException as exc:
+            declared = attempt.before_acting(exc)
+            if declared or attempt.hand_back:
+                ran["error"] = exc
+            if declared:
+                raise declared_no_effect(exc) from exc
+            raise
+        try:
+            ran["value"], recorded = attempt.record(value)
+        except LostReply as exc:
+            if attempt.hand_back:
+                ran["error"] = exc
+            raise
+        return recorded
+
+    with call_span(attempt.span, request["key"], content=runtime.trace_content) as span:
+        describe_request(span, request)
+        result = await execute_ledgered(
+            runtime,
+            request,
+            spec=spec,
+            performer=request["performer"],
+            adapter=adapter,
+            state=attempt.state,
+            ask_only=attempt.ask_only,
+        )
+        fresh = not result.replayed
+        if fresh and attempt.fresh and "value" in ran and result.status is ActionStatus.SUCCEEDED:
+            record_outcome(spec, result)
+            return ran["value"]
+        if fresh and "error" in ran and _may_act_again(result, spec):
+            # The ledger lets this key act again: Temporal (and the framework's own error
+            # mapping on the workflow side) gets the call's exception, as without the ledger.
+            record_outcome(spec, result)
+            raise ran["error"]
+        outcome = outcome_or_raise(spec, result, runtime, request=request)
+    try:
+        return attempt.read(outcome)
+    except Exception as exc:
+        raise ApplicationError(
+            f"{spec.name}: the recorded output of {request['key']!r} does not fit the "
+            f"call's result: {exc}",
+            type=ErrorType.FAILED,
+            non_retryable=True,
+        ) from None
+
+
+def _may_act_again(result: ActionResult, spec: ToolSpec[Any, Any]) -> bool:
+    if result.retryable:
+        return True
+    return result.effect is EffectState.UNKNOWN and spec.retry_safe
+
+
+def call_context(info: activity.Info, **extra: Any) -> dict[str, Any]:
+    """Where a call comes from, recorded with its request and never fingerprinted."""
+    return {
+        "workflow_id": info.workflow_id,
+        "namespace": info.workflow_namespace,
+        "workflow_run_id": info.workflow_run_id,
+        "activity_id": info.activity_id,
+        "attempt": info.attempt,
+        **extra,
+    }
+
+
 async def execute_ledgered(
     runtime: Runtime,
     request: dict[str, Any],
@@ -75,10 +236,9 @@ async def execute_ledgered(
     state: Callable[[ActionRequest], Any] | None = None,
     ask_only: bool | None = None,
 ) -> ActionResult:
-    """One activity attempt through the ledger, heartbeating while it runs.
-
-    The ledger's refusals become typed ``ApplicationError`` s: final ones
-    non-retryable, an in-progress key or an unreachable ledger retryable.
+    """One activity attempt through the ledger, heartbeating while it runs. The ledger's
+    refusals become typed ``ApplicationError`` s: final ones non-retryable, an
+    in-progress key or an unreachable ledger retryable.
 
     An attempt that only asks (``ask_only``; by default, as the workflow scheduled the
     attempt: :data:`ask_only_attempt`) never acts, and records nothing where there is

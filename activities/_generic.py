@@ -55,13 +55,7 @@ from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 
-from ..ledger import (
-    ActionRequest,
-    ActionResult,
-    ActionStatus,
-    NoEffect,
-)
-from ..ledger._seam import EffectState, ExecutionContext, canonical_dump
+from ..ledger._seam import ExecutionContext, canonical_dump
 from ..workflows._seam import (
     ANCHOR_HEADER,
     HINTS_HEADER,
@@ -70,17 +64,19 @@ from ..workflows._seam import (
     ResultShape,
     RunAnchor,
     ToolHints,
+    ToolOutcome,
     ToolSpec,
+    covers,
+    read_args,
+    served_by,
     step_key,
 )
 from . import _mcp
-from ._attempt import execute_ledgered, treated
+from ._attempt import Attempt, LostReply, call_context, run_attempt
 from ._delivered import delivered_arguments
-from ._failures import declared_no_effect, failed_before_acting, no_effect_errors_of
-from ._outcomes import outcome_or_raise, record_outcome
+from ._failures import failed_before_acting, no_effect_errors_of
 from ._probe import Probe
 from ._runtime import Runtime
-from ._tracing import call_span, current_call, describe_request
 
 #: Turns the activity's arguments (JSON) into the payload that is fingerprinted.
 Normalizer = Callable[[str, list[Any]], dict[str, Any]]
@@ -206,31 +202,15 @@ enclosing: contextvars.ContextVar[Enclosing | None] = contextvars.ContextVar(
 )
 
 
-class _LostReply(Exception):
-    """The framework returned a value that says the call's outcome is not known."""
-
-
-def accepted(rule: Any, args: Sequence[Any]) -> bool:
-    """Whether ``rule`` (any rule; only a ``_CallableRule`` narrows) takes these arguments."""
-    accepts = getattr(rule, "accepts", None)
-    if accepts is None:
-        return True
-    try:
-        return bool(accepts(args))
-    except Exception:
-        return False  # arguments of a shape it cannot read are not the ones it covers
-
-
 def rule_matches(
     rule: LedgeredActivity, activity_type: str, fn: Any = None, args: Sequence[Any] | None = None
 ) -> bool:
-    """Whether ``rule`` covers the activity ``activity_type`` (run by ``fn`` on ``args``)."""
-    if args is not None and not accepted(rule, args):
-        return False
+    """Whether ``rule`` covers the activity ``activity_type`` (run by ``fn`` on ``args``):
+    a rule made from a function matches that function under whatever name it runs."""
     target = rule.fn if isinstance(rule, _CallableRule) else None
     if target is not None and fn is not None and target == fn:
-        return True
-    return fnmatch.fnmatchcase(activity_type, rule.pattern)
+        return covers(dataclasses.replace(rule, pattern="*"), activity_type, args)
+    return covers(rule, activity_type, args)
 
 
 def capability_for(activity_type: str) -> str:
@@ -247,15 +227,6 @@ def capability_for(activity_type: str) -> str:
 
 
 # -- the activity side -----------------------------------------------------------------
-
-
-def _read(reader: ArgsReader | None, args: list[Any]) -> Any:
-    if reader is None:
-        return None
-    try:
-        return reader(args)
-    except (LookupError, TypeError, ValueError):
-        return None  # arguments of another shape (another version): no name, no hints
 
 
 def _hints_from(headers: typing.Mapping[str, Payload]) -> ToolHints | None:
@@ -356,14 +327,9 @@ async def execute_through_ledger(
     *,
     rule: LedgeredActivity | None = None,
 ) -> Any:
-    """Run one attempt of an activity through the ledger: act once, replay afterwards.
-
-    Fresh: the ledger records the request and the start, ``next.execute_activity(input)``
-    runs, and its return value is recorded as JSON. Replay (same key, same normalised
-    arguments): the recorded value is decoded to the activity's return type and
-    returned; the activity does not run. Outcomes map to the same typed
-    ``ApplicationError`` s as ``@tool`` (see ``activities._outcomes``).
-    """
+    """Run one attempt of an activity through the ledger (``_attempt.run_attempt``): act
+    once (``next.execute_activity(input)``, its return value recorded as JSON), replay
+    afterwards (the recorded value decoded to the activity's return type)."""
     info = activity.info()
     rule = rule or LedgeredActivity(info.activity_type)
     anchor = _anchor_from(input.headers)
@@ -374,95 +340,121 @@ async def execute_through_ledger(
             "execution can be formed. Register the ledger plugin on the worker that runs the "
             "workflow too (put it on the client: its workers inherit it)."
         )
-    converter: PayloadConverter = activity.payload_converter()
     args = _delivered_json(info.activity_type, input.args)
     mcp_call = is_mcp_call(info.activity_type)
-    if rule.normalize:
-        payload = rule.normalize(info.activity_type, args)
-    else:
-        # An MCP call's request metadata is not what the tool is asked to do.
-        payload = {"args": _mcp.without_meta(args) if mcp_call else args}
-    key = step_key(
-        info.workflow_id,
-        anchor.first,
-        anchor.call or info.activity_id,
-        continued_from=anchor.continued,
-    )
+    step = anchor.call or info.activity_id
+    key = step_key(info.workflow_id, anchor.first, step, continued_from=anchor.continued)
     performer = info.workflow_type or "unknown-workflow"
-    tool = _read(rule.tool_name, args)
-    hints = ToolHints.parse(_read(rule.hints, args)) or _hints_from(input.headers)
-    spec = treated(
-        _spec(info.activity_type, rule),
-        runtime,
-        tool=tool if isinstance(tool, str) else None,
-        hints=hints,
-        server=rule.server,
-    )
-    # What this attempt's adapter saw, if it ran: the raw return value or the exception.
-    ran: dict[str, Any] = {}
+    tool = read_args(rule.tool_name, args)
+    tool = tool if isinstance(tool, str) else None
+    hints = ToolHints.parse(read_args(rule.hints, args)) or _hints_from(input.headers)
     inside = Enclosing(
         runtime=runtime,
         info=info,
         anchor=anchor,
-        step=anchor.call or info.activity_id,
+        step=step,
         performer=performer,
         loop=asyncio.get_running_loop(),
         calls_inside=rule.calls_inside,
     )
+    call = _ActivityCall(input, next, rule, inside, activity.payload_converter(), mcp_call)
+    context = call_context(
+        info,
+        first_execution_run_id=anchor.first,
+        continued_run_id=anchor.continued,
+        activity_type=info.activity_type,
+        **({"tool": tool} if tool else {}),
+        **({"hints": hints.model_dump(by_alias=True)} if hints else {}),
+    )
+    attempt = Attempt(
+        spec=_spec(info.activity_type, rule),
+        # The tool's name and its server's hints are recorded, never fingerprinted.
+        request={
+            "key": key,
+            "capability": capability_for(info.activity_type),
+            "instruction": info.activity_type,
+            "payload": rule.normalize(info.activity_type, args)
+            if rule.normalize
+            # An MCP call's request metadata is not what the tool is asked to do.
+            else {"args": _mcp.without_meta(args) if mcp_call else args},
+            "performer": performer,
+            "context": context,
+        },
+        act=call.act,
+        record=call.record,
+        read=call.read,
+        span=tool or info.activity_type,
+        tool=tool,
+        hints=hints,
+        server=served_by(rule, info.activity_type),
+        # What an operator's output must fit, by the activity's real result type (only
+        # this side knows it).
+        output_schema=lambda: _output_schema(rule, input.fn, args),
+        before_acting=call.before_acting,
+        hand_back=True,
+        # A node whose calls have keys of their own changes nothing but through them: when
+        # the attempt only asks, the node runs and each of its calls only asks.
+        ask_only=False if rule.calls_inside else None,
+    )
+    return await run_attempt(runtime, attempt)
 
-    async def adapter(request: ActionRequest, ctx: ExecutionContext) -> Any:
-        current_call().set("lease_token", ctx.fencing_token)
+
+@dataclasses.dataclass
+class _ActivityCall:
+    """An activity of another library as the ledger runs it: the activity itself as the
+    call, its return value recorded as JSON, a recorded one decoded to its return type."""
+
+    input: ExecuteActivityInput
+    next: ActivityInboundInterceptor
+    rule: LedgeredActivity
+    inside: Enclosing
+    converter: PayloadConverter
+    mcp_call: bool
+
+    async def act(self, ctx: ExecutionContext) -> Any:
         # The key (and the span's traceparent) reach an MCP server in the request's _meta:
         # added here, where the key is known, after the fingerprint was taken.
         current = _mcp.enter(ctx.key)
-        scope = getattr(rule, "scope", None)
-        entered = enclosing.set(inside)
+        entered = enclosing.set(self.inside)
+        scope = getattr(self.rule, "scope", None)
         try:
             with scope(ctx.key) if scope is not None else contextlib.nullcontext():
-                value = await next.execute_activity(_stamped(input, mcp_call))
-            if inside.failure is not None:
+                value = await self.next.execute_activity(_stamped(self.input, self.mcp_call))
+            if self.inside.failure is not None:
                 # A call inside had the ledger's answer that ends this attempt (an unknown
                 # effect, an approval to wait for, another try); the code around it (a
                 # ToolNode's error handling) may have turned it into a value.
-                raise inside.failure
-        except NoEffect:
-            raise
-        except BaseException as exc:
-            ran["error"] = exc
-            if exc is not inside.failure and failed_before_acting(exc, rule.no_effect_errors):
-                # Declared by the rule: recorded as no effect; Temporal gets ``exc`` (_settle).
-                raise declared_no_effect(exc) from exc
-            raise
+                raise self.inside.failure
+            return value
         finally:
             enclosing.reset(entered)
             _mcp.leave(current)
+
+    def record(self, value: Any) -> tuple[Any, Any]:
         # Recorded through the same converter Temporal would use to send it to the
         # workflow, so decoding it on replay gives the workflow the same object (a set's
         # items in canonical order; a NaN makes the output one the ledger cannot record).
-        sent = converter.to_payload(value)
+        sent = self.converter.to_payload(value)
         recorded = canonical_dump(value, _to_json(sent))
-        lost = rule.lost_reply if isinstance(rule, _CallableRule) else None
+        lost = getattr(self.rule, "lost_reply", None)
         reason = lost(recorded) if lost is not None else None
         if reason:
-            ran["error"] = _LostReply(f"{info.activity_type}: {reason}")
-            raise ran["error"]
+            raise LostReply(f"{self.inside.info.activity_type}: {reason}")
         # Temporal sends the payload just recorded, not the value encoded a second time: a
         # value that can be read once (an iterator in the result) was read by the encoding.
-        ran["value"] = RawValue(sent)
-        return recorded
+        return RawValue(sent), recorded
 
-    request = _request(info, anchor, key, spec, payload, performer, tool=tool, hints=hints)
-    if not spec.retry_safe:
-        # A call that may park: what an operator's output must fit, by the activity's real
-        # result type (only this side knows it); the ledger records it and checks verdicts.
-        output_schema = _output_schema(rule, input.fn, args)
-        if output_schema is not None:
-            request["output_schema"] = output_schema
-    with call_span(
-        tool if isinstance(tool, str) else info.activity_type, key, content=runtime.trace_content
-    ) as span:
-        describe_request(span, request)
-        return await _settle(runtime, input, rule, spec, request, adapter, ran, converter)
+    def read(self, outcome: ToolOutcome) -> Any:
+        # An operator's or a probe's effect_confirmed output is the tool's own; the
+        # activity returns the framework's record of it.
+        output = outcome.output
+        recorded = self.rule.output.result(output) if outcome.reconciled else output
+        return self.converter.from_payload(_from_json(recorded), _return_type(self.input.fn))
+
+    def before_acting(self, exc: BaseException) -> bool:
+        """Declared by the rule as raised before acting (never a call inside's answer)."""
+        failed = failed_before_acting(exc, self.rule.no_effect_errors)
+        return exc is not self.inside.failure and failed
 
 
 #: The activities that call an MCP tool with a ``meta`` argument: temporalio-mcp's (the
@@ -497,89 +489,3 @@ def _spec(activity_type: str, rule: LedgeredActivity) -> ToolSpec[Any, Any]:
         has_probe=rule.probe is not None,
         probe_absence_conclusive=rule.probe_absence_conclusive,
     )
-
-
-def _request(
-    info: activity.Info,
-    anchor: RunAnchor,
-    key: str,
-    spec: ToolSpec[Any, Any],
-    payload: dict[str, Any],
-    performer: str,
-    *,
-    tool: Any,
-    hints: ToolHints | None,
-) -> dict[str, Any]:
-    """What the activity asks the ledger, with where it comes from (recorded, never
-    fingerprinted, as are the tool's name and its server's hints)."""
-    return {
-        "key": key,
-        "capability": spec.capability,
-        "instruction": info.activity_type,
-        "payload": payload,
-        "performer": performer,
-        "context": {
-            "workflow_id": info.workflow_id,
-            "namespace": info.workflow_namespace,
-            "workflow_run_id": info.workflow_run_id,
-            "first_execution_run_id": anchor.first,
-            "continued_run_id": anchor.continued,
-            "activity_id": info.activity_id,
-            "activity_type": info.activity_type,
-            "attempt": info.attempt,
-            **({"tool": tool} if isinstance(tool, str) else {}),
-            **({"hints": hints.model_dump(by_alias=True)} if hints else {}),
-        },
-    }
-
-
-async def _settle(
-    runtime: Runtime,
-    input: ExecuteActivityInput,
-    rule: LedgeredActivity,
-    spec: ToolSpec[Any, Any],
-    request: dict[str, Any],
-    adapter: Callable[[ActionRequest, ExecutionContext], Any],
-    ran: dict[str, Any],
-    converter: PayloadConverter,
-) -> Any:
-    """The ledger's answer to one attempt, as the activity's result or error."""
-    info = activity.info()
-    key = request["key"]
-    result = await execute_ledgered(
-        runtime,
-        request,
-        spec=spec,
-        performer=request["performer"],
-        adapter=adapter,
-        # A node whose calls have keys of their own changes nothing but through them: when
-        # the attempt only asks, the node runs and each of its calls only asks.
-        ask_only=False if rule.calls_inside else None,
-    )
-    if "value" in ran and result.status is ActionStatus.SUCCEEDED and not result.replayed:
-        record_outcome(spec, result)
-        return ran["value"]
-    if "error" in ran and not result.replayed and _may_act_again(result, spec):
-        # The ledger lets this key act again: hand Temporal (and pydantic-ai's own error
-        # mapping on the workflow side) the original exception, as if we were not here.
-        record_outcome(spec, result)
-        raise ran["error"]
-    outcome = outcome_or_raise(spec, result, runtime, request=request)
-    # An operator's or a probe's effect_confirmed output is the tool's own; the activity
-    # returns the framework's record of it.
-    try:
-        recorded = rule.output.result(outcome.output) if outcome.reconciled else outcome.output
-        return converter.from_payload(_from_json(recorded), _return_type(input.fn))
-    except Exception as exc:
-        raise ApplicationError(
-            f"{info.activity_type}: the recorded output of {key!r} does not decode to the "
-            f"activity's return type: {exc}",
-            type=ErrorType.FAILED,
-            non_retryable=True,
-        ) from None
-
-
-def _may_act_again(result: ActionResult, spec: ToolSpec[Any, Any]) -> bool:
-    if result.retryable:
-        return True
-    return result.effect is EffectState.UNKNOWN and spec.retry_safe

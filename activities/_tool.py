@@ -3,6 +3,7 @@ and what one of its attempts asks the ledger."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from collections.abc import Awaitable, Callable, Iterable
@@ -15,12 +16,10 @@ from temporalio.exceptions import ApplicationError
 from ..ledger import ActionRequest
 from ..ledger._seam import ExecutionContext
 from ..workflows._seam import ErrorType, Tool, ToolCall, ToolOutcome, ToolSpec
-from ._attempt import execute_ledgered, treated
-from ._failures import declared_no_effect, failed_before_acting, no_effect_errors_of
-from ._outcomes import outcome_or_raise, record_outcome
+from ._attempt import Attempt, call_context, run_attempt
+from ._failures import failed_before_acting, no_effect_errors_of
 from ._probe import Probe
 from ._runtime import _execution, current_runtime
-from ._tracing import call_span, current_call, describe_request
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
 OutT = TypeVar("OutT")
@@ -164,57 +163,30 @@ async def _run_ledgered(
     call: ToolCall,
     no_effect_errors: tuple[type[BaseException], ...] = (),
 ) -> ToolOutcome:
-    """One attempt of a ``@tool``: its request to the ledger, the function as the adapter
+    """One attempt of a ``@tool``: its request to the ledger, the function as the call
     the ledger runs at most once per key, and the ledger's answer as the outcome."""
     runtime = current_runtime()
     arg = argument_of(spec, call.arg, refused=ErrorType.INVALID_REQUEST)
-    #: The declared exception this attempt's function raised, if it did.
-    declared: list[BaseException] = []
 
-    async def adapter(request: ActionRequest, ctx: ExecutionContext) -> Any:
-        current_call().set("lease_token", ctx.fencing_token)
+    async def act(ctx: ExecutionContext) -> Any:
         token = _execution.set(ctx)
         try:
-            output = await fn(arg)
-        except Exception as exc:
-            if not failed_before_acting(exc, no_effect_errors):
-                raise
-            declared.append(exc)
-            raise declared_no_effect(exc) from exc
+            return await fn(arg)
         finally:
             _execution.reset(token)
+
+    def record(output: Any) -> tuple[Any, Any]:
         if spec.output_type is not None and not isinstance(output, spec.output_type):
             output = spec.output_type.model_validate(output)
-        return output
+        return None, output
 
     async def read_state(request: ActionRequest) -> Any:
         assert state is not None
         value = state(arg)
         return await value if inspect.isawaitable(value) else value
 
-    request = _request(spec, call)
-    spec = treated(spec, runtime)
-    with call_span(spec.name, call.key, content=runtime.trace_content) as span:
-        describe_request(span, request)
-        result = await execute_ledgered(
-            runtime,
-            request,
-            spec=spec,
-            performer=call.performer,
-            adapter=adapter,
-            state=read_state if state is not None else None,
-        )
-        if declared and not result.replayed and result.retryable:
-            # Recorded as no effect: the tool's own exception goes to Temporal as raised.
-            record_outcome(spec, result)
-            raise declared[0]
-        return outcome_or_raise(spec, result, runtime, request=request)
-
-
-def _request(spec: ToolSpec[Any, Any], call: ToolCall) -> dict[str, Any]:
-    """What the call asks the ledger, with where it comes from (recorded, not fingerprinted)."""
     info = activity.info()
-    return {
+    request = {
         "key": call.key,
         "capability": spec.capability,
         "instruction": spec.name,
@@ -222,12 +194,22 @@ def _request(spec: ToolSpec[Any, Any], call: ToolCall) -> dict[str, Any]:
         "precondition": call.precondition,
         "performer": call.performer,
         "output_schema": spec.output_schema,
-        "context": {
-            "workflow_id": info.workflow_id,
-            "namespace": info.workflow_namespace,
-            "workflow_run_id": info.workflow_run_id,
-            "activity_id": info.activity_id,
-            "attempt": info.attempt,
-            "step": call.step,
-        },
+        "context": call_context(info, step=call.step),
     }
+    attempt = Attempt(
+        spec=spec,
+        request=request,
+        act=act,
+        record=record,
+        read=_as_answered,
+        span=spec.name,
+        before_acting=functools.partial(failed_before_acting, declared=no_effect_errors),
+        fresh=False,  # the outcome names the action: read from the ledger's answer
+        state=read_state if state is not None else None,
+    )
+    result: ToolOutcome = await run_attempt(runtime, attempt)
+    return result
+
+
+def _as_answered(outcome: ToolOutcome) -> ToolOutcome:
+    return outcome

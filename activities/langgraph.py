@@ -85,8 +85,8 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 from pydantic import BaseModel, ConfigDict, RootModel, ValidationError
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from ..ledger import ActionRequest, ActionStatus, NoEffect
-from ..ledger._seam import ExecutionContext, check_json, model_json, output_template
+from ..ledger import NoEffect
+from ..ledger._seam import check_json, model_json, output_template
 from ..workflows._seam import (
     PLACEHOLDER,
     Answer,
@@ -96,11 +96,9 @@ from ..workflows._seam import (
     UnknownEffect,
     step_key,
 )
-from ._attempt import execute_ledgered, treated
+from ._attempt import Attempt, call_context, run_attempt
 from ._failures import no_effect_errors_of
 from ._generic import Enclosing, LedgeredActivity, capability_for, enclosing
-from ._outcomes import outcome_or_raise, record_outcome
-from ._tracing import call_span, current_call, describe_request
 
 if TYPE_CHECKING:
     from langchain_core.messages import ToolMessage
@@ -586,9 +584,9 @@ _M = TypeVar("_M", bound=BaseModel)
 class _InnerCall(Generic[_T]):
     """One call inside a ledgered node, as the ledger sees it.
 
-    ``act`` runs the effect and gives what the caller gets back with its JSON, which the
-    ledger records; ``read`` turns a recorded JSON (a replay, or an operator's answer)
-    into what the caller gets back, raising ``ValueError`` (pydantic's
+    ``act`` runs the effect; ``record`` turns its value into what the caller gets back
+    and the JSON the ledger records; ``read`` turns a recorded JSON (a replay, or an
+    operator's answer) into what the caller gets back, raising ``ValueError`` (pydantic's
     ``ValidationError`` is one) when it does not fit.
     """
 
@@ -598,7 +596,8 @@ class _InnerCall(Generic[_T]):
     call_id: str
     #: The fingerprinted request.
     payload: dict[str, Any]
-    act: Callable[[], Awaitable[tuple[_T, Any]]]
+    act: Callable[[], Awaitable[Any]]
+    record: Callable[[Any], tuple[_T, Any]]
     read: Callable[[Any], _T]
     #: The output's model, and what an operator's output must fit, and the template of it.
     output_type: type[BaseModel]
@@ -804,8 +803,7 @@ def _tool_call(
     call = request.tool_call
     name, call_id = str(call.get("name")), call.get("id")
 
-    async def act() -> tuple[ToolMessage, Any]:
-        message = await run()
+    def record(message: Any) -> tuple[ToolMessage, Any]:
         if not isinstance(message, ToolMessage):
             raise TypeError(
                 f"{name} returned {type(message).__name__}, not a ToolMessage: "
@@ -831,7 +829,8 @@ def _tool_call(
         # Refused by _ledgered_call, before anything runs, when the model gave no id.
         call_id=call_id if isinstance(call_id, str) else "",
         payload={"tool": name, "args": call.get("args")},
-        act=act,
+        act=run,
+        record=record,
         read=read,
         output_type=_ToolCallOutput,
         output_schema=_TOOL_CALL_SCHEMA,
@@ -860,8 +859,7 @@ def _named_call(
             return recorded
         return output.model_validate(recorded)
 
-    async def act() -> tuple[Any, Any]:
-        value = await fn()
+    def record(value: Any) -> tuple[Any, Any]:
         if output is None:
             recorded = model_json(value) if isinstance(value, BaseModel) else value
             try:
@@ -882,7 +880,8 @@ def _named_call(
         tool=name,
         call_id=name,
         payload={"call": name, "request": request},
-        act=act,
+        act=fn,
+        record=record,
         read=read,
         output_type=output or _JsonOutput,
         output_schema=schema,
@@ -895,51 +894,28 @@ def _named_call(
 async def _ledgered_call(inside: Enclosing, call: _InnerCall[_T]) -> _T:
     """One call inside the node ``inside``, under the node's key and the call's id: run,
     replayed, or ended with the ledger's answer (which also ends the node's attempt)."""
-    info, runtime = inside.info, inside.runtime
-    declared: ToolSpec[Any, Any] = ToolSpec(
-        name=f"{info.activity_type}.{call.tool}",
-        capability=capability_for(f"{info.activity_type}.{call.tool}"),
-        retry_safe=False,
-        arg_type=dict,  # only name/capability/retry_safe are read
-        # Every call has an output: one compacted away is said so, never read as None.
-        output_type=call.output_type,
-    )
-    spec = treated(declared, runtime, tool=call.tool)
-    if not inside.calls_inside:
-        # Refused before anything acts, as having had no effect: the node's own key does
-        # not park for a mistake in its wiring.
-        inside.failure = inside.failure or NoEffect(
-            f"{info.activity_type}: a call with a key of its own needs the node listed with "
-            "activity_rules(..., tool_nodes=[...], per_call=True); nothing was run"
-        )
-        raise inside.failure
-    ran: dict[str, Any] = {}
-
-    async def adapter(req: ActionRequest, ctx: ExecutionContext) -> Any:
-        current_call().set("lease_token", ctx.fencing_token)
-        ran["value"], recorded = await call.act()
-        return recorded
-
+    info = inside.info
+    name = f"{info.activity_type}.{call.tool}"
     try:
+        if not inside.calls_inside:
+            # Refused before anything acts, as having had no effect: the node's own key
+            # does not park for a mistake in its wiring.
+            raise NoEffect(
+                f"{info.activity_type}: a call with a key of its own needs the node listed "
+                "with activity_rules(..., tool_nodes=[...], per_call=True); nothing was run"
+            )
+        refused = None
         if not call.call_id:
-            raise ApplicationError(
-                f"{spec.name}: the call has no id, so it has no key of its own",
-                type=ErrorType.INVALID_REQUEST,
-                non_retryable=True,
+            refused = f"{name}: the call has no id, so it has no key of its own"
+        elif call.refused:
+            refused = f"{info.activity_type}: {call.refused}"
+        elif call.call_id in inside.call_ids:
+            refused = (
+                f"{name}: a second call named {call.call_id!r} in one node call would share "
+                "the first one's key: give each call a name of its own"
             )
-        if call.refused:
-            raise ApplicationError(
-                f"{info.activity_type}: {call.refused}",
-                type=ErrorType.INVALID_REQUEST,
-                non_retryable=True,
-            )
-        if call.call_id in inside.call_ids:
-            raise ApplicationError(
-                f"{spec.name}: a second call named {call.call_id!r} in one node call would "
-                "share the first one's key: give each call a name of its own",
-                type=ErrorType.INVALID_REQUEST,
-                non_retryable=True,
-            )
+        if refused is not None:
+            raise ApplicationError(refused, type=ErrorType.INVALID_REQUEST, non_retryable=True)
         inside.call_ids.add(call.call_id)
         assert info.workflow_id is not None
         key = step_key(
@@ -948,45 +924,40 @@ async def _ledgered_call(inside: Enclosing, call: _InnerCall[_T]) -> _T:
             f"{inside.step}/{call.call_id}",
             continued_from=inside.anchor.continued,
         )
-        ledger_request: dict[str, Any] = {
-            "key": key,
-            "capability": spec.capability,
-            "instruction": call.tool,
-            "payload": call.payload,
-            "performer": inside.performer,
-            "output_schema": call.output_schema,
-            "context": {
-                "workflow_id": info.workflow_id,
-                "namespace": info.workflow_namespace,
-                "workflow_run_id": info.workflow_run_id,
-                "first_execution_run_id": inside.anchor.first,
-                "continued_run_id": inside.anchor.continued,
-                "activity_id": info.activity_id,
-                "activity_type": info.activity_type,
-                "attempt": info.attempt,
-                **call.context,
+        attempt = Attempt(
+            spec=ToolSpec(
+                name=name,
+                capability=capability_for(name),
+                retry_safe=False,
+                arg_type=dict,  # only name/capability/retry_safe are read
+                # Every call has an output: one compacted away is said so, never read as None.
+                output_type=call.output_type,
+            ),
+            request={
+                "key": key,
+                "capability": capability_for(name),
+                "instruction": call.tool,
+                "payload": call.payload,
+                "performer": inside.performer,
+                "output_schema": call.output_schema,
+                "context": call_context(
+                    info,
+                    first_execution_run_id=inside.anchor.first,
+                    continued_run_id=inside.anchor.continued,
+                    activity_type=info.activity_type,
+                    **call.context,
+                ),
             },
-        }
-        with call_span(call.tool, key, content=runtime.trace_content) as span:
-            describe_request(span, ledger_request)
-            result = await execute_ledgered(
-                runtime, ledger_request, spec=spec, performer=inside.performer, adapter=adapter
-            )
-            if "value" in ran and result.status is ActionStatus.SUCCEEDED and not result.replayed:
-                record_outcome(spec, result)
-                fresh: _T = ran["value"]
-                return fresh
-            outcome = outcome_or_raise(spec, result, runtime, request=ledger_request)
-        try:
-            return call.read(outcome.output)
-        except ValueError as exc:
-            raise ApplicationError(
-                f"{spec.name}: the recorded output of {key!r} does not fit the call: {exc}",
-                type=ErrorType.FAILED,
-                non_retryable=True,
-            ) from None
-    except ApplicationError as err:
-        failure = _naming_the_call(err, call)
+            act=lambda ctx: call.act(),
+            record=call.record,
+            read=lambda outcome: call.read(outcome.output),
+            span=call.tool,
+            tool=call.tool,
+        )
+        result: _T = await run_attempt(inside.runtime, attempt)
+        return result
+    except (ApplicationError, NoEffect) as err:
+        failure = _naming_the_call(err, call) if isinstance(err, ApplicationError) else err
         if inside.failure is None:
             inside.failure = failure
         raise failure from None

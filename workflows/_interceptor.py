@@ -184,7 +184,7 @@ class LedgeredRun(WorkflowOutboundInterceptor):
         if step is not None:
             self._started = Ledgered(self.next, input, step, self.inbox)
             return self._started.first
-        rule = next((r for r in self._rules if _covers(r, input)), None)
+        rule = next((r for r in self._rules if covers(r, input.activity, input.args)), None)
         if rule is None:
             return self.next.start_activity(input)
         if input.heartbeat_timeout is None and self._heartbeat_timeout is not None:
@@ -200,15 +200,18 @@ class LedgeredRun(WorkflowOutboundInterceptor):
         # later attempt of the call send these payloads, never what is left of a value
         # that can be read once (an iterator) after a first encoding read it.
         input.args = _encoded_once(input)
-        tool = _read(rule.tool_name, _as_json(input.args)) if rule.tool_name else None
-        hints = self._listed.get((rule.server or "", tool)) if isinstance(tool, str) else None
+        tool = read_args(rule.tool_name, _as_json(input.args)) if rule.tool_name else None
+        server = served_by(rule, input.activity)
+        hints = self._listed.get((server or "", tool)) if isinstance(tool, str) else None
         if hints is not None:
             data = json.dumps(hints.model_dump(by_alias=True), sort_keys=True).encode()
             input.headers = {
                 **input.headers,
                 HINTS_HEADER: Payload(metadata={"encoding": b"json/plain"}, data=data),
             }
-        listed = self._remember_tools if rule.lists_tools and rule.server else None
+        listed = (
+            functools.partial(self._remember_tools, server) if rule.lists_tools and server else None
+        )
         face = _Activity(input, rule, call, tool=tool, listed=listed)
         return Ledgered(self.next, input, face, self.inbox).as_handle()
 
@@ -264,7 +267,7 @@ class _Activity:
         call: str,
         *,
         tool: Any = None,
-        listed: Callable[[str, Any], None] | None = None,
+        listed: Callable[[Any], None] | None = None,
     ) -> None:
         self._input = input
         self._rule = rule
@@ -287,8 +290,8 @@ class _Activity:
         return self._call(None, waiting.output_schema) if inner is None else self._inner_call(inner)
 
     def received(self, result: Any, waited_on: str | None) -> None:
-        if self._listed is not None and self._rule.server:
-            self._listed(self._rule.server, result)
+        if self._listed is not None:
+            self._listed(result)
         if waited_on is not None:
             # The attempt after a wait may replay an answer recorded elsewhere
             # (``temporal-ledger reconcile``), which no validator saw.
@@ -441,19 +444,20 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def _covers(rule: WorkflowRule, input: StartActivityInput) -> bool:
-    """Whether ``rule`` covers this call: its pattern matches the activity type, and a
-    rule that also reads the arguments' types (an ``accepts`` predicate: two libraries
-    may name their activities alike) takes these arguments."""
-    if not fnmatch.fnmatchcase(input.activity, rule.pattern):
+def covers(rule: WorkflowRule, activity_type: str, args: Sequence[Any] | None = None) -> bool:
+    """Whether ``rule`` covers a call of ``activity_type``: its pattern matches the type,
+    and a rule that also reads the arguments' types (an ``accepts`` predicate: two
+    libraries may name their activities alike) takes these arguments (the objects the
+    workflow passes and the activity function receives). Both sides ask it."""
+    if not fnmatch.fnmatchcase(activity_type, rule.pattern):
         return False
     accepts = getattr(rule, "accepts", None)
-    if accepts is None:
+    if accepts is None or args is None:
         return True
     try:
-        return bool(accepts(input.args))
+        return bool(accepts(args))
     except Exception:
-        return False
+        return False  # arguments of a shape it cannot read are not the ones it covers
 
 
 def _encoded_once(input: StartActivityInput) -> list[Any]:
@@ -486,7 +490,20 @@ def _as_json(values: Sequence[Any]) -> list[Any]:
     ]
 
 
-def _read(reader: Callable[[list[Any]], Any] | None, args: list[Any]) -> Any:
+def served_by(rule: WorkflowRule, activity_type: str) -> str | None:
+    """The server whose tool a call of ``activity_type`` is: the rule's ``server``, or for
+    ``"*"`` (one rule for every server of a framework) what the pattern's ``*`` matched."""
+    if rule.server != "*":
+        return rule.server
+    head, _, tail = rule.pattern.partition("*")
+    name = activity_type[len(head) : len(activity_type) - len(tail)]
+    matched = activity_type.startswith(head) and activity_type.endswith(tail)
+    return name if matched and name else None
+
+
+def read_args(reader: Callable[[list[Any]], Any] | None, args: list[Any]) -> Any:
+    """What ``reader`` reads from a call's arguments (as JSON); ``None`` where it cannot
+    (arguments of another shape, from another version: no name, no hints)."""
     if reader is None:
         return None
     try:

@@ -7,7 +7,7 @@ from its public face (``temporal_ledger.workflows``) or from here, never from it
 private modules (``docs/repository.md``, Imports). Not public API.
 """
 
-from ._interceptor import LedgerWorkflowInterceptor
+from ._interceptor import LedgerWorkflowInterceptor, covers, read_args, served_by
 from ._keys import step_key
 from ._options import LedgerOptions
 from ._protocol import (
@@ -74,6 +74,9 @@ __all__ = [
     "ToolOutcome",
     "ToolSpec",
     "UnknownEffect",
+    "covers",
+    "read_args",
     "result_schema",
+    "served_by",
     "step_key",
 ]
