@@ -8,10 +8,10 @@ workers; a probe tells the ledger whether an unknown effect happened. The workfl
 
 from ..workflows._seam import LedgerOptions, Tool, ToolSpec, step_key
 from ._failures import NonRetryableApplicationError
-from ._generic import LedgeredActivity
 from ._plugin import LedgerPlugin
 from ._policy import Policy
 from ._probe import ProbeAnswer
+from ._rules import LedgeredActivity
 from ._runtime import tool_context
 from ._tool import tool
 

@@ -42,7 +42,6 @@ import contextvars
 import dataclasses
 import fnmatch
 import json
-import re
 import typing
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -59,14 +58,11 @@ from ..ledger._seam import ExecutionContext, canonical_dump
 from ..workflows._seam import (
     ANCHOR_HEADER,
     HINTS_HEADER,
-    AsReturned,
     ErrorType,
-    ResultShape,
     RunAnchor,
     ToolHints,
     ToolOutcome,
     ToolSpec,
-    covers,
     read_args,
     served_by,
     step_key,
@@ -74,105 +70,9 @@ from ..workflows._seam import (
 from . import _mcp
 from ._attempt import Attempt, LostReply, call_context, run_attempt
 from ._delivered import delivered_arguments
-from ._failures import failed_before_acting, no_effect_errors_of
-from ._probe import Probe
+from ._failures import failed_before_acting
+from ._rules import LedgeredActivity, capability_for
 from ._runtime import Runtime
-
-#: Turns the activity's arguments (JSON) into the payload that is fingerprinted.
-Normalizer = Callable[[str, list[Any]], dict[str, Any]]
-#: Reads something about the call from the activity's arguments (JSON).
-ArgsReader = Callable[[list[Any]], Any]
-
-
-@dataclasses.dataclass(frozen=True)
-class LedgeredActivity:
-    """How activities whose type matches ``pattern`` go through the ledger.
-
-    Attributes:
-        pattern: A glob pattern of activity types (e.g. pydantic-ai's ``agent__*``).
-        retry_safe: An unknown outcome may be tried again under the same key. True for
-            calls without an effect on the world (a model request: the worst case of
-            asking twice is paying twice); False for tools, whose unknown effect parks
-            the step.
-        normalize: Maps ``(activity_type, args_as_json)`` to the payload that is
-            fingerprinted; it drops parts of the arguments that legitimately differ
-            between the original run and a reset run (wall-clock timestamps, the run
-            id), so a reset replays instead of being refused as a conflict. Default:
-            ``{"args": args}``.
-        output: Maps an operator's ``effect_confirmed`` output (the tool's own output)
-            to the activity's result, gives the operator's template, and the JSON schema
-            an answer must fit (from the activity function's return annotation or the
-            call's arguments); default: the activity returns the tool's output itself.
-        tool_name: For activities that call tools of a server (MCP): reads the called
-            tool's name from the arguments (for the policy's ``[tools]`` and the
-            operator's view).
-        hints: Reads the tool's annotations from the arguments where the caller sends
-            them along (pydantic-ai does). Where it does not, the workflow remembers
-            what the server's tool list said.
-        server: Names the server whose tool list gives the hints.
-        lists_tools: Marks the activity whose result is that list.
-        probe: ``async def probe(key, args)`` (``args``: the activity's arguments as
-            JSON) that looks the key up on the far side without acting, as a
-            ``@tool``'s probe does; it runs before an unknown effect parks, and its
-            ``ProbeAnswer.present(output)`` is the tool's own output.
-        probe_absence_conclusive: The probe's ``absent`` frees the key to act again.
-        calls_inside: The activity's code makes calls of its own through the ledger,
-            each under a key of its own (``activities.langgraph.ledger_call`` and
-            ``ledger_tool_calls``, in a node listed with ``per_call=True``): the
-            activity's own key is retry-safe, and once the retry policy is spent on an
-            attempt that timed out, the code runs once more with each call inside only
-            asking the ledger.
-        no_effect_errors: Exception types the activity raises only before it acts (e.g.
-            :class:`NonRetryableApplicationError`, for the ``ApplicationError`` s raised
-            with ``non_retryable=True``). Such an exception is recorded as
-            ``NoEffect(retryable=True)`` (the key may act again) and reaches Temporal as it
-            was raised; any other exception, after the activity may have acted, parks the
-            call as an unknown effect.
-    """
-
-    pattern: str
-    retry_safe: bool = False
-    normalize: Normalizer | None = None
-    output: ResultShape = dataclasses.field(default_factory=AsReturned)
-    tool_name: ArgsReader | None = None
-    hints: ArgsReader | None = None
-    server: str | None = None
-    lists_tools: bool = False
-    probe: Probe | None = None
-    probe_absence_conclusive: bool = False
-    calls_inside: bool = dataclasses.field(default=False, kw_only=True)
-    no_effect_errors: Sequence[type[BaseException]] = dataclasses.field(default=(), kw_only=True)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "no_effect_errors", no_effect_errors_of(self.no_effect_errors))
-
-
-@dataclasses.dataclass(frozen=True)
-class _CallableRule(LedgeredActivity):
-    """A rule made from an activity function: on the activity side it matches the
-    activity whose function is ``fn`` (``ExecuteActivityInput.fn``), whatever name
-    ``@activity.defn(name=...)`` gave it; ``pattern`` (the function's own name) is what
-    the workflow side, which sees only names, matches.
-
-    ``accepts`` narrows the rule to the calls whose arguments (the objects the workflow
-    passes and the activity function receives) it accepts: two libraries may give their
-    activities one name (Google ADK's and Strands' model activity are both
-    ``invoke_model``), and only the arguments' types tell them apart. Both sides ask it.
-
-    ``lost_reply`` reads a return value (as JSON) that is the framework's report of a
-    call whose outcome it does not know (Google ADK hands a failed MCP call back as a
-    result): it gives the reason, and the ledger records the attempt as failed after it
-    may have acted, not as the tool's output.
-
-    ``scope`` gives, for the call's ledger key, a context the activity runs inside (Google
-    ADK's MCP calls: the key as OpenTelemetry baggage, which ADK sends in the request's
-    ``_meta``).
-    """
-
-    fn: Callable[..., Any] | None = None
-    accepts: Callable[[Sequence[Any]], bool] | None = None
-    lost_reply: Callable[[Any], str | None] | None = None
-    scope: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None
 
 
 @dataclasses.dataclass
@@ -200,30 +100,6 @@ class Enclosing:
 enclosing: contextvars.ContextVar[Enclosing | None] = contextvars.ContextVar(
     "ledger_enclosing", default=None
 )
-
-
-def rule_matches(
-    rule: LedgeredActivity, activity_type: str, fn: Any = None, args: Sequence[Any] | None = None
-) -> bool:
-    """Whether ``rule`` covers the activity ``activity_type`` (run by ``fn`` on ``args``):
-    a rule made from a function matches that function under whatever name it runs."""
-    target = rule.fn if isinstance(rule, _CallableRule) else None
-    if target is not None and fn is not None and target == fn:
-        return covers(dataclasses.replace(rule, pattern="*"), activity_type, args)
-    return covers(rule, activity_type, args)
-
-
-def capability_for(activity_type: str) -> str:
-    """``agent__support__model_request`` -> ``activity.agent.support.model_request``."""
-    parts = []
-    for segment in re.split(r"__|\.", activity_type):
-        segment = re.sub(r"[^A-Za-z0-9_-]", "_", segment)
-        if not segment:
-            continue
-        if not re.match(r"[A-Za-z_]", segment):
-            segment = "_" + segment
-        parts.append(segment)
-    return ".".join(["activity", *parts])
 
 
 # -- the activity side -----------------------------------------------------------------

@@ -40,9 +40,10 @@ from ..workflows._seam import (
 )
 from ._attempt import HeartbeatDetails, ask_only_attempt, heartbeat_details
 from ._delivered import keeps_delivered_payloads, with_delivered_payloads
-from ._generic import LedgeredActivity, execute_through_ledger, rule_matches
+from ._generic import execute_through_ledger
 from ._policy import Policy
 from ._reconcile import approve_call, probe_effect, reconcile_effect
+from ._rules import LedgeredActivity, rule_matches
 from ._runtime import Runtime, _runtime
 from ._starting import listed_attributes, open_logged, stop_unstarted, warn_of_unnamed_probes
 

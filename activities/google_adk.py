@@ -7,7 +7,7 @@ add one plugin and change no agent::
     from temporal_ledger.activities import LedgerPlugin
     from temporal_ledger.activities.google_adk import activity_rules
 
-    rules = activity_rules(tools=[send_email], mcp_toolsets=["files"])
+    rules = activity_rules(tools=[send_email])
     client = await Client.connect(
         "localhost:7233",
         plugins=[
@@ -31,7 +31,7 @@ execution run and the call's number in the run (see ``activities._generic``):
   the agent's run waits in the workflow, parked like a ``run_tool`` step (search
   attribute ``LedgerOpenEffects``, query ``open_effects``, update ``reconcile``), until
   an operator answers with the tool's return value; the agent then goes on with it.
-* ``mcp_toolsets``: the ``call-tool`` activities of the MCP toolsets of those names
+* MCP calls: the ``call-tool`` activities of every MCP toolset
   (``TemporalMcpToolSetProvider(name, ...)`` with ``TemporalMcpToolSet(name)``, and the
   stateful ``TemporalStatefulMcpToolSetProvider`` pair). The operator confirms an effect
   with the MCP tool's result, e.g. ``{"content": [{"type": "text", "text": "..."}]}``.
@@ -95,15 +95,13 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from ..ledger._seam import wire_key
 from ..workflows._seam import PLACEHOLDER
-from ._failures import no_effect_errors_of
-from ._generic import LedgeredActivity, _CallableRule
+from . import _rules
 from ._mcp import KEY_FIELD, content_schema
 from ._probe import Probe
+from ._rules import LedgeredActivity
 
 __all__ = ["activity_rules"]
 
-#: ``TemporalModel``'s activities.
-_MODEL_ACTIVITIES = ("invoke_model", "invoke_model_streaming")
 #: What ADK returns for an MCP call that failed, with its graceful error handling on
 #: (google.adk.tools.mcp_tool.McpTool.run_async): a refusal and a lost reply alike.
 _GRACEFUL_ERRORS = ("MCP tool execution failed: ", "Unexpected error during MCP tool execution: ")
@@ -116,12 +114,12 @@ _SNAPSHOT_FIELDS = frozenset({"state", "function_call_id"})
 def activity_rules(
     *,
     tools: Iterable[Callable[..., Any] | str] = (),
-    mcp_toolsets: Iterable[str] = (),
     models: bool = True,
     probes: Mapping[str, Probe] | None = None,
     no_effect_errors: Iterable[type[BaseException]] = (),
 ) -> list[LedgeredActivity]:
-    """The ledgered activities of a Google ADK app, by the integration's names.
+    """The ledgered activities of a Google ADK app: every MCP call the integration's
+    toolset providers register, the model calls, and the ``activity_as_tool`` tools.
 
     Put the plugin on ``Client.connect(plugins=[...])`` beside ``GoogleAdkPlugin``
     (workers inherit it); a worker that runs only workflows needs it too, because it
@@ -133,9 +131,6 @@ def activity_rules(
             whatever name ``@activity.defn`` gave it), or their activity type names.
             The workflow side sees only names: for a function renamed with
             ``@activity.defn(name=...)``, pass the name too (``tools=[fn, "name"]``).
-        mcp_toolsets: Names of the MCP toolsets whose tool calls to ledger: the names
-            given to ``TemporalMcpToolSetProvider`` or
-            ``TemporalStatefulMcpToolSetProvider`` (without ADK's ``-stateful`` suffix).
         models: Record the model calls too (retry-safe).
         probes: Per tool (activity) name, a read-only ``async def probe(key, args)`` that
             looks the call's key up on the far side before an unknown effect parks
@@ -151,49 +146,16 @@ def activity_rules(
         One rule per activity type pattern, for ``LedgerPlugin(ledger_activities=...)``.
 
     Raises:
-        TypeError: A tool that is not a named activity, a toolset without a name, a
-            probe for a tool not listed, or ``no_effect_errors`` that are not exception
-            classes.
+        TypeError: A tool that is not a named activity, a probe for a tool not listed, or
+            ``no_effect_errors`` that are not exception classes.
     """
-    probes = dict(probes or {})
-    declared = no_effect_errors_of(no_effect_errors)
-    rules: list[LedgeredActivity] = []
-    if models:
-        rules += [
-            _CallableRule(
-                name, retry_safe=True, normalize=_normalize_model, accepts=_is_adk_model_call
-            )
-            for name in _MODEL_ACTIVITIES
-        ]
-    for fn in tools:
-        name = _activity_name(fn)
-        probe = probes.pop(name, None)
-        rules.append(
-            _CallableRule(
-                name,
-                normalize=_tool_normalizer(None if isinstance(fn, str) else fn),
-                probe=probe,
-                probe_absence_conclusive=probe is not None,
-                fn=None if isinstance(fn, str) else fn,
-                no_effect_errors=declared,
-            )
-        )
-    if probes:
-        raise TypeError(f"probes for tools that are not listed in tools=: {sorted(probes)}")
-    for toolset in mcp_toolsets:
-        rules += _mcp_toolset_rules(toolset)
-    return rules
-
-
-def _activity_name(fn: Callable[..., Any] | str) -> str:
-    if isinstance(fn, str):
-        if not fn:
-            raise TypeError("an activity is named by a non-empty string")
-        return fn
-    name = getattr(fn, "__name__", None)
-    if not callable(fn) or not isinstance(name, str):
-        raise TypeError(f"{fn!r} is not an @activity.defn function: cannot ledger it")
-    return name
+    return [
+        *(_MODELS if models else ()),
+        *_rules.tools(
+            tools, probes=probes, no_effect_errors=no_effect_errors, normalize=_tool_normalizer
+        ),
+        *_MCP,
+    ]
 
 
 # -- model calls ------------------------------------------------------------------------
@@ -272,30 +234,6 @@ def _without_call_id(arg: Any) -> Any:
 # -- MCP toolsets -----------------------------------------------------------------------
 
 
-def _mcp_toolset_rules(name: str) -> list[LedgeredActivity]:
-    if not name or not isinstance(name, str):
-        raise TypeError(f"an MCP toolset is named by a non-empty string, not {name!r}")
-    listing: dict[str, Any] = dict(retry_safe=True, server=name, lists_tools=True)
-    calling: dict[str, Any] = dict(
-        server=name,
-        tool_name=_called_tool,
-        normalize=_normalize_mcp_call,
-        output=_McpToolResult(),
-        lost_reply=_graceful_error,
-        scope=_key_in_baggage,
-    )
-    return [
-        # TemporalMcpToolSetProvider(name, ...) with TemporalMcpToolSet(name)
-        LedgeredActivity(f"{name}-list-tools", **listing),
-        _CallableRule(f"{name}-call-tool", **calling),
-        # TemporalStatefulMcpToolSetProvider(name, ...): its nested worker's activities.
-        # Not "{name}-stateful-server-session": it holds the connection, and a replay
-        # of it would start no worker.
-        LedgeredActivity(f"{name}-stateful-list-tools", **listing),
-        _CallableRule(f"{name}-stateful-call-tool", **calling),
-    ]
-
-
 @contextlib.contextmanager
 def _key_in_baggage(key: str) -> Iterator[None]:
     """The ledger key as OpenTelemetry baggage (``temporal-ledger/key``, its wire form)
@@ -308,10 +246,6 @@ def _key_in_baggage(key: str) -> Iterator[None]:
         yield
     finally:
         context.detach(token)
-
-
-def _called_tool(args: list[Any]) -> Any:
-    return args[0]["name"]
 
 
 def _normalize_mcp_call(activity_type: str, args: list[Any]) -> dict[str, Any]:
@@ -400,3 +334,29 @@ class _McpToolResult:
         [text, blocks] = content["anyOf"]
         result = {"type": "object", "properties": {"content": blocks}, "required": ["content"]}
         return {"anyOf": [text, result], "$defs": content["$defs"]}
+
+
+#: ``TemporalModel``'s activities (Strands' model activity has the same name: ADK's
+#: argument is an ``LlmRequest``).
+_MODELS = _rules.models(
+    "invoke_model",
+    "invoke_model_streaming",
+    normalize=_normalize_model,
+    accepts=_is_adk_model_call,
+)
+#: Every toolset's MCP activities: ``TemporalMcpToolSetProvider(name, ...)``'s, and the
+#: nested worker's of a ``TemporalStatefulMcpToolSetProvider(name, ...)`` (first, so that
+#: its server is ``name``). Not ``{name}-stateful-server-session``: it holds the
+#: connection, and a replay of it would start no worker.
+_MCP = _rules.mcp(
+    listing=["*-stateful-list-tools", "*-list-tools"],
+    calling=["*-stateful-call-tool", "*-call-tool"],
+    tool_name=lambda args: args[0]["name"],
+    normalize=_normalize_mcp_call,
+    output=_McpToolResult(),
+    lost_reply=_graceful_error,
+    scope=_key_in_baggage,
+    # ADK's argument (stateless or stateful, with the call's tool context), not Strands':
+    # both name the activity {server}-call-tool.
+    accepts=lambda args: len(args) == 1 and hasattr(args[0], "tool_context"),
+)

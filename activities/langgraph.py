@@ -98,7 +98,8 @@ from ..workflows._seam import (
 )
 from ._attempt import Attempt, call_context, run_attempt
 from ._failures import no_effect_errors_of
-from ._generic import Enclosing, LedgeredActivity, capability_for, enclosing
+from ._generic import Enclosing, enclosing
+from ._rules import LedgeredActivity, capability_for
 
 if TYPE_CHECKING:
     from langchain_core.messages import ToolMessage

@@ -7,7 +7,7 @@ Users of ``temporalio.openai_agents.OpenAIAgentsPlugin`` (the package
     from temporal_ledger.activities import LedgerPlugin
     from temporal_ledger.activities.openai_agents import activity_rules
 
-    rules = activity_rules(tools=[send_email], mcp_servers=["files"])
+    rules = activity_rules(tools=[send_email])
     client = await Client.connect(
         "localhost:7233",
         plugins=[
@@ -16,22 +16,29 @@ Users of ``temporalio.openai_agents.OpenAIAgentsPlugin`` (the package
         ],
     )
 
-Then every call of those tools goes through the ledger, keyed by workflow, first
-execution run and the call's number in the run (see ``activities._generic``):
+Then every call the integration's plugin registers, and every call of those tools, goes
+through the ledger, keyed by workflow, first execution run and the call's number in the
+run (see ``activities._generic``):
 
 * ``tools``: activities the agent calls through ``activity_as_tool``. Not retry-safe:
   an attempt that acted and lost its reply (or whose worker died) is never run again;
   the agent's run waits in the workflow, parked like a ``run_tool`` step, until an
   operator answers with the tool's return value (update ``reconcile``).
-* ``mcp_servers``: the ``call-tool`` activities of those MCP servers, wired with
+* MCP calls: the ``call-tool`` activities of every MCP server, wired with
   ``OpenAIAgentsPlugin(mcp_servers=...)`` and ``workflow.temporal_mcp_server(name)``,
-  or with the deprecated ``StatelessMCPServerProvider`` / ``StatefulMCPServerProvider``
-  of that name. The operator confirms an effect with the tool's result content, e.g.
-  ``[{"type": "text", "text": "..."}]``. Each server's tool list is recorded too (it
-  only reads), so a reset offers the model the tools the run saw; the tools'
-  annotations are hints the policy weighs (``readOnlyHint``, ``idempotentHint``: the
+  or with the deprecated ``StatelessMCPServerProvider`` / ``StatefulMCPServerProvider``;
+  a server added later is covered too. The operator confirms an effect with the tool's
+  result content, e.g. ``[{"type": "text", "text": "..."}]``. Each server's tool list
+  is recorded too (it only reads), so a reset offers the model the tools the run saw;
+  the tools' annotations are hints the policy weighs (``readOnlyHint``, ``idempotentHint``: the
   call is retry-safe; ``destructiveHint`` with ``[approve] destructive = true``: it
   waits for an approval; ``[tools]`` has the last word).
+* Sandbox calls (``{prefix}-sandbox_session_exec``, ``_read``, ``_write`` of
+  ``OpenAIAgentsPlugin(sandbox_clients=...)``): they act on the sandbox's world, so an
+  unknown effect parks like a tool's; the operator answers with the activity's result
+  (``{"stdout", "stderr", "exit_code"}`` of an exec). The session's lifecycle activities
+  (create, start, stop, ...) are not ledgered: a replay of one would hand back a session
+  that no longer runs.
 * Model calls (``invoke_model_activity``) are recorded as retry-safe, so a worker
   crash, a retry or ``temporal workflow reset`` replays the model's answers instead of
   asking again.
@@ -52,15 +59,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..workflows._seam import PLACEHOLDER
-from ._failures import no_effect_errors_of
-from ._generic import LedgeredActivity, _CallableRule
+from . import _rules
 from ._mcp import content_schema
 from ._probe import Probe
+from ._rules import LedgeredActivity
 
 __all__ = ["activity_rules"]
-
-#: The integration's model activities (``ModelActivity`` methods).
-_MODEL_ACTIVITIES = ("invoke_model_activity", "invoke_model_activity_streaming")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,12 +127,12 @@ class _McpContent:
 def activity_rules(
     *,
     tools: Iterable[Callable[..., Any] | str] = (),
-    mcp_servers: Iterable[str] = (),
     models: bool = True,
     probes: Mapping[str, Probe] | None = None,
     no_effect_errors: Iterable[type[BaseException]] = (),
 ) -> list[LedgeredActivity]:
-    """The ledgered activities of an OpenAI Agents app, by the integration's names.
+    """The ledgered activities of an OpenAI Agents app: every MCP and sandbox call the
+    integration's plugin registers, the model calls, and the ``activity_as_tool`` tools.
 
     Args:
         tools: The activities the agents call through ``activity_as_tool``: the
@@ -137,8 +141,6 @@ def activity_rules(
             The workflow side sees only names: for a function renamed with
             ``@activity.defn(name=...)``, pass the name too (``tools=[fn, "name"]``) to
             let its unknown effects park the run, and key its probe by that name.
-        mcp_servers: Names of the MCP servers whose tool calls to ledger (the names given
-            to ``OpenAIAgentsPlugin(mcp_servers=...)`` or to an MCP server provider).
         models: Record the model calls too (retry-safe).
         probes: Per tool (activity) name, a read-only ``async def probe(key, args)`` that
             looks the call's key up on the far side before an unknown effect parks
@@ -157,72 +159,29 @@ def activity_rules(
         TypeError: A tool that is not a named activity, a probe for a tool not listed, or
             ``no_effect_errors`` that are not exception classes.
     """
-    probes = dict(probes or {})
-    declared = no_effect_errors_of(no_effect_errors)
-    rules = [LedgeredActivity(name, retry_safe=True) for name in _MODEL_ACTIVITIES if models]
-    for fn in tools:
-        name = _activity_name(fn)
-        probe = probes.pop(name, None)
-        conclusive = probe is not None
-        if isinstance(fn, str):
-            rules.append(
-                LedgeredActivity(
-                    name,
-                    probe=probe,
-                    probe_absence_conclusive=conclusive,
-                    no_effect_errors=declared,
-                )
-            )
-        else:
-            # Matched by the function itself where the activity runs, so a name given
-            # with @activity.defn(name=...) needs no reading of temporalio's internals.
-            rules.append(
-                _CallableRule(
-                    name,
-                    probe=probe,
-                    probe_absence_conclusive=conclusive,
-                    fn=fn,
-                    no_effect_errors=declared,
-                )
-            )
-    if probes:
-        raise TypeError(f"probes for tools that are not listed in tools=: {sorted(probes)}")
-    for server in mcp_servers:
-        rules += _mcp_server_rules(server)
-    return rules
-
-
-def _activity_name(fn: Callable[..., Any] | str) -> str:
-    if isinstance(fn, str):
-        return fn
-    name = getattr(fn, "__name__", None)
-    if not callable(fn) or not isinstance(name, str):
-        raise TypeError(f"{fn!r} is not an @activity.defn function: cannot ledger it")
-    # The function's own name, as @activity.defn names it by default. One given with
-    # name=... is matched by the function itself where the activity runs (rule_matches).
-    return name
-
-
-def _mcp_server_rules(server: str) -> list[LedgeredActivity]:
-    if not server or not isinstance(server, str):
-        raise TypeError(f"an MCP server is named by a non-empty string, not {server!r}")
-    listing: dict[str, Any] = dict(retry_safe=True, server=server, lists_tools=True)
-    calling: dict[str, Any] = dict(server=server, output=_McpContent())
     return [
-        # OpenAIAgentsPlugin(mcp_servers=...) with workflow.temporal_mcp_server(name)
-        LedgeredActivity(f"temporalio.mcp.{server}.list-tools", **listing),
-        LedgeredActivity(f"temporalio.mcp.{server}.call-tool", tool_name=_named, **calling),
-        # The deprecated StatelessMCPServerProvider and StatefulMCPServerProvider.
-        LedgeredActivity(f"{server}-stateless-list-tools", **listing),
-        LedgeredActivity(f"{server}-stateful-list-tools", **listing),
-        LedgeredActivity(f"{server}-stateless-call-tool-v2", tool_name=_tool_named, **calling),
-        LedgeredActivity(f"{server}-stateful-call-tool-v2", tool_name=_tool_named, **calling),
+        *(_MODELS if models else ()),
+        *_rules.tools(tools, probes=probes, no_effect_errors=no_effect_errors),
+        *_CALLS,
     ]
 
 
-def _named(args: list[Any]) -> Any:
-    return args[0]["name"]
-
-
-def _tool_named(args: list[Any]) -> Any:
-    return args[0]["tool_name"]
+#: The integration's model activities (``ModelActivity`` methods).
+_MODELS = _rules.models("invoke_model_activity", "invoke_model_activity_streaming")
+#: What the plugin registers that acts: every MCP server's calls (``temporal_mcp_server``,
+#: and the deprecated stateless and stateful providers), and the sandbox's I/O.
+_CALLS = [
+    *_rules.mcp(
+        listing=["temporalio.mcp.*.list-tools"],
+        calling=["temporalio.mcp.*.call-tool"],
+        tool_name=lambda args: args[0]["name"],
+        output=_McpContent(),
+    ),
+    *_rules.mcp(
+        listing=["*-stateless-list-tools", "*-stateful-list-tools"],
+        calling=["*-stateless-call-tool-v2", "*-stateful-call-tool-v2"],
+        tool_name=lambda args: args[0]["tool_name"],
+        output=_McpContent(),
+    ),
+    *(_rules.rule(f"*-sandbox_session_{io}") for io in ("exec", "read", "write")),
+]

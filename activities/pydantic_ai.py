@@ -48,9 +48,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..workflows._seam import PLACEHOLDER
-from ._failures import no_effect_errors_of
-from ._generic import LedgeredActivity
+from . import _rules
 from ._mcp import install_hooks
+from ._rules import LedgeredActivity
 
 __all__ = ["activity_rules"]
 
@@ -73,8 +73,9 @@ def activity_rules(
     tools_retry_safe: bool = False,
     no_effect_errors: Iterable[type[BaseException]] = (),
 ) -> list[LedgeredActivity]:
-    """The ledgered activities of ``agents``, by pydantic-ai's activity type names: their
-    model requests (retry-safe) and tool calls, for ``LedgerPlugin(ledger_activities=...)``.
+    """The ledgered activities of every pydantic-ai agent, by pydantic-ai's activity type
+    names: model requests (retry-safe) and tool calls, for
+    ``LedgerPlugin(ledger_activities=...)``.
 
     Put the plugin on ``Client.connect(plugins=[...])`` (workers inherit it) next to
     pydantic-ai's ``PydanticAIPlugin``; on a worker that runs only workflows it is still
@@ -84,14 +85,16 @@ def activity_rules(
     pydantic-ai names them ``agent__<name>__model_request``,
     ``agent__<name>__model_request_stream`` and
     ``agent__<name>__<toolset kind>__<toolset id>__call_tool`` (its
-    ``TemporalOperationNamer``, documented as persisted, never-changing names).
+    ``TemporalOperationNamer``, documented as persisted, never-changing names): every
+    agent's are covered, named here or not.
 
     An agent given as an object (not by name) also gets the ledger key sent to its MCP
     servers: its ``MCPToolset`` s get a ``process_tool_call`` hook (around the one they
     have) that adds ``temporal-ledger/key`` and ``traceparent`` to each call's ``_meta``.
 
     Args:
-        *agents: ``TemporalAgent`` s, durable ``Agent`` s, or their names.
+        *agents: ``TemporalAgent`` s or durable ``Agent`` s whose MCP toolsets get the
+            key, or their names (checked: an agent needs a name to be ledgered).
         tools_retry_safe: The agents' tools deduplicate by the key: an unknown effect
             is tried again instead of parking.
         no_effect_errors: Exception types that the agents' tools raise only before they act
@@ -106,34 +109,16 @@ def activity_rules(
     Raises:
         TypeError: An agent without a name, or ``no_effect_errors`` that are not
             exception classes.
-        ValueError: No agent was given.
     """
-    declared = no_effect_errors_of(no_effect_errors)
-    if not agents:
-        raise ValueError("activity_rules needs at least one agent")
     for agent in agents:
+        _agent_name(agent)
         install_hooks(agent)
     return [
-        rule
-        for agent in agents
-        for rule in _agent_rules(
-            _agent_name(agent), tools_retry_safe=tools_retry_safe, no_effect_errors=declared
-        )
-    ]
-
-
-def _agent_rules(
-    agent_name: str,
-    *,
-    tools_retry_safe: bool,
-    no_effect_errors: tuple[type[BaseException], ...] = (),
-) -> list[LedgeredActivity]:
-    prefix = f"agent__{agent_name}"
-    return [
-        LedgeredActivity(f"{prefix}__model_request", retry_safe=True, normalize=_normalize),
-        LedgeredActivity(f"{prefix}__model_request_stream", retry_safe=True, normalize=_normalize),
-        LedgeredActivity(
-            f"{prefix}__*__call_tool",
+        *_rules.models(
+            "agent__*__model_request", "agent__*__model_request_stream", normalize=_normalize
+        ),
+        _rules.rule(
+            "agent__*__call_tool",
             retry_safe=tools_retry_safe,
             normalize=_normalize,
             output=ToolReturn(),

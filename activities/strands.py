@@ -7,7 +7,7 @@ Users of ``temporalio.strands_agents`` (the package ``temporalio-strands-agents`
     from temporal_ledger.activities import LedgerPlugin
     from temporal_ledger.activities.strands import activity_rules
 
-    rules = activity_rules(tools=[refund], mcp_servers=["files"])
+    rules = activity_rules(tools=[refund])
     client = await Client.connect(
         "localhost:7233",
         plugins=[
@@ -30,7 +30,7 @@ call's number in the run (see ``activities._generic``):
   waits in the workflow, parked like a ``run_tool`` step (search attribute
   ``LedgerOpenEffects``, update ``reconcile``), until an operator answers with the
   activity's own return value.
-* ``mcp_servers``: the ``{server}-call-tool`` activities of those servers
+* MCP calls: the ``{server}-call-tool`` activities of every server
   (``StrandsPlugin(mcp_clients=...)`` with ``TemporalMCPClient(server=...)``); their
   ``{server}-list-tools`` listings are recorded too (they only read). The operator
   confirms an MCP effect with the result content, e.g. ``[{"text": "..."}]``. Strands
@@ -59,17 +59,15 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from ..workflows._seam import PLACEHOLDER
-from ._failures import no_effect_errors_of
-from ._generic import LedgeredActivity, _CallableRule
+from . import _rules
 from ._probe import Probe
+from ._rules import LedgeredActivity
 
 __all__ = ["activity_rules", "ledger_transport"]
 
 #: The texts Strands' ``MCPClient`` gives an MCP call that raised, returned as its result.
 _FAILED_CALLS = ("Tool execution failed: ", "Tool execution cancelled locally")
 
-#: ``ModelActivity`` methods of the integration, by their activity type names.
-_MODEL_ACTIVITIES = ("invoke_model", "invoke_model_streaming")
 #: The fields of Strands' model input that are the request; ``invocation_state`` and the
 #: streaming topic and interval are not.
 _MODEL_FIELDS = (
@@ -85,20 +83,18 @@ _MODEL_FIELDS = (
 def activity_rules(
     *,
     tools: Iterable[Callable[..., Any] | str] = (),
-    mcp_servers: Iterable[str] = (),
     models: bool = True,
     probes: Mapping[str, Probe] | None = None,
     no_effect_errors: Iterable[type[BaseException]] = (),
 ) -> list[LedgeredActivity]:
-    """The ledgered activities of a Strands app on Temporal, by the integration's names.
+    """The ledgered activities of a Strands app on Temporal: every MCP call the
+    integration's plugin registers, the model calls, and the ``activity_as_tool`` tools.
 
     Args:
         tools: The activities the agents call through ``activity_as_tool``: the
             functions (matched by the function itself where the activity runs), or
             their activity type names. For a function renamed with
             ``@activity.defn(name=...)``, pass the name too (``tools=[fn, "name"]``).
-        mcp_servers: Names of the MCP servers whose tool calls to ledger (the keys of
-            ``StrandsPlugin(mcp_clients=...)``).
         models: Record the model calls too (retry-safe).
         probes: Per tool (activity) name, a read-only ``async def probe(key, args)`` that
             looks the call's key up on the far side before an unknown effect parks;
@@ -114,68 +110,14 @@ def activity_rules(
         One rule per activity type pattern, for ``LedgerPlugin(ledger_activities=...)``.
 
     Raises:
-        TypeError: A tool that is not a named activity, an MCP server without a name,
-            a probe for a tool not listed, or ``no_effect_errors`` that are not
-            exception classes.
+        TypeError: A tool that is not a named activity, a probe for a tool not listed, or
+            ``no_effect_errors`` that are not exception classes.
     """
-    probes = dict(probes or {})
-    declared = no_effect_errors_of(no_effect_errors)
-    rules = [
-        LedgeredActivity(name, retry_safe=True, normalize=_normalize_model)
-        for name in _MODEL_ACTIVITIES
-        if models
+    return [
+        *(_MODELS if models else ()),
+        *_rules.tools(tools, probes=probes, no_effect_errors=no_effect_errors),
+        *_MCP,
     ]
-    for fn in tools:
-        name = _activity_name(fn)
-        probe = probes.pop(name, None)
-        conclusive = probe is not None
-        if isinstance(fn, str):
-            rules.append(
-                LedgeredActivity(
-                    name,
-                    probe=probe,
-                    probe_absence_conclusive=conclusive,
-                    no_effect_errors=declared,
-                )
-            )
-        else:
-            rules.append(
-                _CallableRule(
-                    name,
-                    probe=probe,
-                    probe_absence_conclusive=conclusive,
-                    fn=fn,
-                    no_effect_errors=declared,
-                )
-            )
-    if probes:
-        raise TypeError(f"probes for tools that are not listed in tools=: {sorted(probes)}")
-    for server in mcp_servers:
-        if not server or not isinstance(server, str):
-            raise TypeError(f"an MCP server is named by a non-empty string, not {server!r}")
-        rules += [
-            LedgeredActivity(
-                f"{server}-list-tools", retry_safe=True, server=server, lists_tools=True
-            ),
-            _CallableRule(
-                f"{server}-call-tool",
-                server=server,
-                output=_McpToolResult(),
-                tool_name=_mcp_tool_name,
-                normalize=_normalize_mcp_call,
-                lost_reply=_failed_call,
-            ),
-        ]
-    return rules
-
-
-def _activity_name(fn: Callable[..., Any] | str) -> str:
-    if isinstance(fn, str):
-        return fn
-    name = getattr(fn, "__name__", None)
-    if not callable(fn) or not isinstance(name, str):
-        raise TypeError(f"{fn!r} is not an @activity.defn function: cannot ledger it")
-    return name
 
 
 def _normalize_model(activity_type: str, args: list[Any]) -> dict[str, Any]:
@@ -196,10 +138,6 @@ def _normalize_mcp_call(activity_type: str, args: list[Any]) -> dict[str, Any]:
     return {"args": args}
 
 
-def _mcp_tool_name(args: list[Any]) -> Any:
-    return args[0]["tool_name"]
-
-
 def _failed_call(value: Any) -> str | None:
     """Strands' report of an MCP call that raised (the session broke, the server died,
     the call was cancelled), returned as the tool's result: the reason. The request may
@@ -212,6 +150,10 @@ def _failed_call(value: Any) -> str | None:
     if isinstance(text, str) and text.startswith(_FAILED_CALLS):
         return f"Strands returned the MCP call's failure as its result: {text}"
     return None
+
+
+#: ``ModelActivity`` methods of the integration, by their activity type names.
+_MODELS = _rules.models("invoke_model", "invoke_model_streaming", normalize=_normalize_model)
 
 
 def ledger_transport(
@@ -328,3 +270,14 @@ def _content_schema() -> dict[str, Any]:
         "required": ["content"],
     }
     return {"anyOf": [{"type": "string"}, blocks, whole], "$defs": definitions}
+
+
+#: Every MCP server's calls (``StrandsPlugin(mcp_clients=...)``): the server is the ``*``.
+_MCP = _rules.mcp(
+    listing=["*-list-tools"],
+    calling=["*-call-tool"],
+    output=_McpToolResult(),
+    tool_name=lambda args: args[0]["tool_name"],
+    normalize=_normalize_mcp_call,
+    lost_reply=_failed_call,
+)

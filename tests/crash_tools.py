@@ -261,9 +261,7 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
                 ledger_url,
                 policy=POLICY,
                 options=LedgerOptions(lease=LEASE),
-                ledger_activities=ledger_openai.activity_rules(
-                    tools=[crash_oai_append], mcp_servers=["notes"]
-                ),
+                ledger_activities=ledger_openai.activity_rules(tools=[crash_oai_append]),
             ),
         ],
     )
@@ -287,9 +285,7 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
                 ledger_url,
                 policy=POLICY,
                 options=LedgerOptions(lease=LEASE),
-                ledger_activities=ledger_google_adk.activity_rules(
-                    tools=[crash_adk_append], mcp_toolsets=[ADK_TOOLSET]
-                ),
+                ledger_activities=ledger_google_adk.activity_rules(tools=[crash_adk_append]),
             ),
         ],
     )

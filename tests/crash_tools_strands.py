@@ -82,7 +82,7 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
                 ledger_url,
                 policy=POLICY,
                 options=LedgerOptions(lease=LEASE),
-                ledger_activities=activity_rules(tools=[crash_strands_append], mcp_servers=[NOTES]),
+                ledger_activities=activity_rules(tools=[crash_strands_append]),
             ),
         ],
     )

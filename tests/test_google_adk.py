@@ -69,7 +69,7 @@ POLICY = Policy(
 
 
 def rules() -> list[Any]:
-    return activity_rules(tools=TOOLS, mcp_toolsets=[TOOLSET])
+    return activity_rules(tools=TOOLS)
 
 
 @contextlib.asynccontextmanager
@@ -146,7 +146,7 @@ def test_plugins_combine_in_either_order_and_keep_adks_converter() -> None:
 def test_adks_model_activity_is_told_from_one_of_the_same_name() -> None:
     """Strands' model activity is ``invoke_model`` too: the rule takes ADK's by its
     argument's type, on both sides."""
-    from temporal_ledger.activities._generic import rule_matches
+    from temporal_ledger.activities._rules import rule_matches
 
     [model, streaming] = [r for r in rules() if r.pattern.startswith("invoke_model")]
     request = LlmRequest(model=MODEL)

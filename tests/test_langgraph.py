@@ -29,7 +29,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from temporal_ledger.activities import Policy
-from temporal_ledger.activities._generic import capability_for
+from temporal_ledger.activities._rules import capability_for
 from temporal_ledger.activities.langgraph import NodeReturn, _normalize, activity_rules
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent

@@ -94,9 +94,7 @@ class Desk:
         )
 
     def ledger_plugin(self, *, probes: bool = False) -> LedgerPlugin:
-        rules = activity_rules(
-            tools=TOOLS, mcp_servers=["notes"], probes=PROBES if probes else None
-        )
+        rules = activity_rules(tools=TOOLS, probes=PROBES if probes else None)
         return LedgerPlugin(
             self.ledger_url,
             policy=self.policy,

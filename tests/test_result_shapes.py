@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import BaseModel
 from temporal_ledger.activities.openai_agents import _McpContent as McpContent
@@ -55,11 +57,12 @@ def test_a_placeholder_left_in_the_output_is_found_at_any_depth() -> None:
 def test_the_openai_rules_name_the_integrations_activities() -> None:
     async def issue_refund() -> None: ...
 
-    from temporal_ledger.activities._generic import rule_matches
+    from temporal_ledger.activities._rules import rule_matches
+    from temporal_ledger.workflows._seam import served_by
     from temporalio import activity
 
     renamed = activity.defn(name="refund")(issue_refund)
-    rules = activity_rules(tools=[renamed], mcp_servers=["n"])
+    rules = activity_rules(tools=[renamed])
     patterns = {rule.pattern: rule for rule in rules}
     assert patterns["invoke_model_activity"].retry_safe
     # Where the activity runs, the function itself matches, under any name; the workflow
@@ -67,11 +70,26 @@ def test_the_openai_rules_name_the_integrations_activities() -> None:
     tool = patterns["issue_refund"]
     assert not tool.retry_safe
     assert rule_matches(tool, "refund", renamed) and not rule_matches(tool, "refund", len)
-    assert patterns["temporalio.mcp.n.list-tools"].lists_tools
-    call = patterns["temporalio.mcp.n.call-tool"]
-    assert call.server == "n" and call.tool_name is not None
+
+    def covering(activity_type: str) -> Any:
+        return next((r for r in rules if rule_matches(r, activity_type)), None)
+
+    # Every MCP server the plugin registers is covered, named by the pattern's "*".
+    listing = covering("temporalio.mcp.n.list-tools")
+    assert listing.lists_tools and served_by(listing, "temporalio.mcp.n.list-tools") == "n"
+    call = covering("temporalio.mcp.notes.v2.call-tool")
+    assert served_by(call, "temporalio.mcp.notes.v2.call-tool") == "notes.v2"
+    assert not call.retry_safe and call.tool_name is not None
     assert call.tool_name([{"name": "add_note", "arguments": {}}]) == "add_note"
-    assert patterns["n-stateless-call-tool-v2"].tool_name([{"tool_name": "x"}]) == "x"
+    stateless = covering("n-stateless-call-tool-v2")
+    assert stateless.tool_name([{"tool_name": "x"}]) == "x"
+    assert served_by(stateless, "n-stateless-call-tool-v2") == "n"
+    # The sandbox's I/O acts on the world: it parks; its lifecycle is not ledgered.
+    for io in ("exec", "read", "write"):
+        sandbox = covering(f"box-sandbox_session_{io}")
+        assert sandbox is not None and not sandbox.retry_safe, io
+    assert covering("box-sandbox_session_start") is None
+    assert covering("box-sandbox_client_create") is None
     with pytest.raises(TypeError):
         activity_rules(tools=[42])  # type: ignore[list-item]  # neither a function nor a name
 

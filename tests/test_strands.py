@@ -94,7 +94,7 @@ async def running(
                 ledger_url,
                 policy=policy,
                 options=LedgerOptions(lease=2.0),
-                ledger_activities=activity_rules(tools=[append_line], mcp_servers=[MCP_SERVER]),
+                ledger_activities=activity_rules(tools=[append_line]),
             )
         )
     client = await Client.connect(address, plugins=plugins)
@@ -119,14 +119,14 @@ def lines(prompt: str) -> list[str]:
 
 
 def test_rules_name_the_integrations_activities() -> None:
-    rules = activity_rules(tools=[append_line, "renamed"], mcp_servers=["files"])
+    rules = activity_rules(tools=[append_line, "renamed"])
     assert [r.pattern for r in rules] == [
         "invoke_model",
         "invoke_model_streaming",
         "append_line",
         "renamed",
-        "files-list-tools",
-        "files-call-tool",
+        "*-list-tools",
+        "*-call-tool",
     ]
     model, mcp_call = rules[0], rules[-1]
     assert model.retry_safe and not rules[2].retry_safe and not mcp_call.retry_safe
@@ -156,7 +156,7 @@ def test_rules_name_the_integrations_activities() -> None:
     with pytest.raises(ValueError):
         mcp_call.output.result({"content": []})
     with pytest.raises(TypeError):
-        activity_rules(mcp_servers=[""])
+        activity_rules(tools=[""])
     # A call that raised comes back as Strands' error result: a lost reply, not an
     # answer; the server's own error result (isError) is an answer.
     lost = getattr(mcp_call, "lost_reply", None)

@@ -66,7 +66,7 @@ def plugins(args: argparse.Namespace) -> list[object]:
         LedgerPlugin(
             args.ledger,
             policy=args.policy,
-            ledger_activities=activity_rules(tools=[issue_refund], mcp_servers=[NOTES]),
+            ledger_activities=activity_rules(tools=[issue_refund]),
         ),
     ]
 
