@@ -37,6 +37,7 @@ from ..workflows._seam import (
     OPEN_EFFECTS_ATTRIBUTE,
     LedgerOptions,
     LedgerWorkflowInterceptor,
+    ordered,
 )
 from ._attempt import HeartbeatDetails, ask_only_attempt, heartbeat_details
 from ._delivered import keeps_delivered_payloads, with_delivered_payloads
@@ -175,7 +176,7 @@ class LedgerPlugin(SimplePlugin):
         self._ledger_source = ledger
         #: Glob patterns of activity types from other libraries (e.g. pydantic-ai's
         #: ``agent__*``) whose every attempt also goes through the ledger.
-        self.ledger_activities = tuple(
+        self.ledger_activities = ordered(
             rule if isinstance(rule, LedgeredActivity) else LedgeredActivity(rule)
             for rule in ledger_activities
         )

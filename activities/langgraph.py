@@ -22,9 +22,11 @@ those activities through the ledger; users add one plugin and change no node::
         ],
     )
 
-Each listed node's activity is then keyed by workflow, first execution run and call
-number (see ``activities._generic``): a worker crash, an activity retry or ``temporal
-workflow reset`` replays the node's recorded return value instead of running it again.
+Every node activity is then keyed by workflow, first execution run and call number
+(see ``activities._generic``), listed or not, and so is every Functional API ``@task``
+the plugin runs as an activity: one not listed parks on an unknown effect, as a tool
+node does. A worker crash, an activity retry or ``temporal workflow reset`` replays the
+node's recorded return value instead of running it again.
 
 * Model nodes are retry-safe: they ask a model and change nothing in the world, so an
   attempt whose outcome is unknown may ask again. Their recorded output, tool call ids
@@ -96,6 +98,7 @@ from ..workflows._seam import (
     UnknownEffect,
     step_key,
 )
+from . import _rules
 from ._attempt import Attempt, call_context, run_attempt
 from ._failures import no_effect_errors_of
 from ._generic import Enclosing, enclosing
@@ -116,7 +119,7 @@ __all__ = [
 
 
 def activity_rules(
-    graph: str,
+    graph: str | None = None,
     *,
     model_nodes: Iterable[str] = (),
     tool_nodes: Iterable[str] = (),
@@ -124,8 +127,9 @@ def activity_rules(
     per_call: bool = False,
     no_effect_errors: Iterable[type[BaseException]] = (),
 ) -> list[LedgeredActivity]:
-    """The ledgered node activities of the graph registered as ``graph``, for
-    ``LedgerPlugin(ledger_activities=...)``.
+    """The ledgered activities of ``temporalio-langgraph``, for
+    ``LedgerPlugin(ledger_activities=...)``: every node and every Functional API ``@task``
+    that ``LangGraphPlugin`` runs as an activity, named or not.
 
     Put the plugin on ``Client.connect(plugins=[...])`` (workers inherit it) next to
     ``LangGraphPlugin``; a worker that runs only workflows needs it too, because it stamps
@@ -133,10 +137,18 @@ def activity_rules(
     metadata has ``execute_in="activity"`` are activities; nodes run in the workflow are
     replayed by Temporal itself.
 
+    Every activity of the plugin (told by its argument, the plugin's ``ActivityInput``)
+    parks on an unknown effect, and is fingerprinted without LangGraph's run, checkpoint
+    and task ids: a ``@task`` (named ``module.qualname``) too. The nodes of ``graph``
+    have their answers checked against the graph's state; the nodes named here are
+    relaxed (model nodes) or given the options below (tool nodes).
+
     Args:
-        graph: The name the graph is registered under in ``LangGraphPlugin(graphs=...)``.
+        graph: The name the graph is registered under in ``LangGraphPlugin(graphs=...)``;
+            ``None``: no graph of its own (the defaults alone).
         model_nodes: Nodes that ask a model (or otherwise change nothing): retry-safe.
-        tool_nodes: Nodes that act on the world (call tools): an unknown effect parks.
+        tool_nodes: Nodes that act on the world and take the options below (every other
+            node of the graph parks on an unknown effect too).
         tools_retry_safe: The tool nodes' far sides deduplicate by the key: an unknown
             effect is tried again instead of parking.
         per_call: The tool nodes make their calls through the ledger, each under a key
@@ -155,23 +167,23 @@ def activity_rules(
         The rules, for ``LedgerPlugin(ledger_activities=...)``.
 
     Raises:
-        ValueError: No graph name, no node, or a node listed as both kinds.
+        ValueError: Nodes without a graph, an empty graph name, or a node listed as both
+            kinds.
         TypeError: ``no_effect_errors`` that are not exception classes.
     """
     declared = no_effect_errors_of(no_effect_errors)
+    models, tools = list(model_nodes), list(tool_nodes)
+    if graph is None:
+        if models or tools:
+            raise ValueError("model_nodes and tool_nodes need the graph's registered name")
+        return [_EVERY_ACTIVITY]
     if not isinstance(graph, str) or not graph:
         raise ValueError("activity_rules needs the graph's registered name")
-    models, tools = list(model_nodes), list(tool_nodes)
-    if not models and not tools:
-        raise ValueError("activity_rules needs at least one model node or tool node")
     both = sorted(set(models) & set(tools))
     if both:
         raise ValueError(f"nodes listed as both model and tool nodes: {both}")
     return [
-        *(
-            LedgeredActivity(f"{graph}.{node}", retry_safe=True, normalize=_normalize)
-            for node in models
-        ),
+        *_rules.models(*(f"{graph}.{node}" for node in models), normalize=_normalize),
         *(
             LedgeredActivity(
                 f"{graph}.{node}",
@@ -183,7 +195,31 @@ def activity_rules(
             )
             for node in tools
         ),
+        # Every other node of the graph: parks on an unknown effect.
+        LedgeredActivity(f"{graph}.*", normalize=_normalize, output=NodeReturn(graph)),
+        _EVERY_ACTIVITY,
     ]
+
+
+def _is_plugin_call(args: Any) -> bool:
+    """Whether an activity's arguments are ``temporalio-langgraph``'s ``ActivityInput`` (the
+    one argument of every node and task activity it registers)."""
+    return (
+        len(args) == 1
+        and dataclasses.is_dataclass(args[0])
+        and {f.name for f in dataclasses.fields(args[0])} == {"args", "kwargs", "langgraph_config"}
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _TaskReturn:
+    """An operator answers a call no graph names (a ``@task``) with its return value."""
+
+    def template(self, result_type: Any) -> Any:
+        return PLACEHOLDER
+
+    def result(self, output: Any) -> Any:
+        return {"result": output, "langgraph_command": None, "langgraph_interrupts": None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -526,6 +562,13 @@ def _normalize(activity_type: str, args: list[Any]) -> dict[str, Any]:
             "context": config.get("context") if isinstance(config, dict) else None,
         }
     return {"args": args}
+
+
+#: Every node and task activity of ``LangGraphPlugin``, told by its argument: parks on an
+#: unknown effect (the ledger tries the rules that name an activity first).
+_EVERY_ACTIVITY = _rules.rule(
+    "*", accepts=_is_plugin_call, normalize=_normalize, output=_TaskReturn()
+)
 
 
 #: The fields every langchain message has when the plugin's pydantic converter sends it.

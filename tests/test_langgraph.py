@@ -28,7 +28,7 @@ from langchain_core.messages import (
     RemoveMessage,
     ToolMessage,
 )
-from temporal_ledger.activities import Policy
+from temporal_ledger.activities import LedgerPlugin, Policy
 from temporal_ledger.activities._rules import capability_for
 from temporal_ledger.activities.langgraph import NodeReturn, _normalize, activity_rules
 from temporal_ledger.ledger import Ledger
@@ -211,19 +211,93 @@ async def test_a_tool_node_that_acted_and_lost_its_reply_parks_until_reconciled(
 
 def test_rules_and_capabilities() -> None:
     rules = activity_rules("g", model_nodes=["agent"], tool_nodes=["tools"])
-    assert [(r.pattern, r.retry_safe) for r in rules] == [("g.agent", True), ("g.tools", False)]
-    [tools] = activity_rules("g", tool_nodes=["tools"], tools_retry_safe=True)
+    assert [(r.pattern, r.retry_safe) for r in rules] == [
+        ("g.agent", True),
+        ("g.tools", False),
+        ("g.*", False),
+        ("*", False),
+    ]
+    tools = activity_rules("g", tool_nodes=["tools"], tools_retry_safe=True)[0]
     assert tools.retry_safe
-    [per_call] = activity_rules("g", tool_nodes=["tools"], per_call=True)
+    per_call = activity_rules("g", tool_nodes=["tools"], per_call=True)[0]
     assert per_call.retry_safe and per_call.calls_inside
     assert capability_for("g.tools.send_mail") == "activity.g.tools.send_mail"
     assert capability_for("g.tools") == "activity.g.tools"
     with pytest.raises(ValueError):
-        activity_rules("g")
+        activity_rules(model_nodes=["x"])
     with pytest.raises(ValueError):
         activity_rules("g", model_nodes=["x"], tool_nodes=["x"])
     with pytest.raises(ValueError):
         activity_rules("", model_nodes=["x"])
+
+
+def test_every_node_and_task_of_the_plugin_is_covered_by_default() -> None:
+    """A node nobody listed parks on an unknown effect; so does any activity the plugin
+    registers (a Functional API ``@task``, named ``module.qualname``), told by its
+    argument, after every rule that names an activity."""
+    from temporal_ledger.activities._rules import rule_matches
+    from temporal_ledger.workflows._seam import ordered
+    from temporalio.langgraph._activity import ActivityInput
+
+    call = [ActivityInput(args=({"messages": []},), kwargs={}, langgraph_config={})]
+    rules = ordered([*activity_rules("g", model_nodes=["agent"]), *activity_rules("h")])
+
+    def covering(activity_type: str, args: list[Any] | None = call) -> Any:
+        return next((r for r in rules if rule_matches(r, activity_type, None, args)), None)
+
+    assert covering("g.agent").retry_safe
+    forgotten = covering("g.forgotten")
+    assert forgotten.pattern == "g.*" and not forgotten.retry_safe
+    task = covering("tests.langgraph_tasks.append_task")
+    assert task.pattern == "*" and not task.retry_safe
+    assert covering("h.node").pattern == "h.*", "a rule naming it goes before the default"
+    assert covering("send_email", ["not the plugin's argument"]) is None
+    # The task's fingerprint leaves LangGraph's per-run bookkeeping out.
+    sent = {"args": ["p", "l"], "kwargs": {}, "langgraph_config": {"run_id": "r1"}}
+    reset = {**sent, "langgraph_config": {"run_id": "r2", "checkpoint_id": "c2"}}
+    assert task.normalize is not None
+    assert task.normalize("t", [sent]) == task.normalize("t", [reset])
+
+
+async def test_a_functional_api_task_nobody_named_is_ledgered_and_a_reset_replays_it(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    from tests.langgraph_tasks import (
+        ENTRYPOINT,
+        TASK_OPTIONS,
+        TASK_RUNS,
+        TaskWorkflow,
+        append_once,
+        append_task,
+    )
+
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    target = tmp_path / "effects.txt"
+    line = f"task-{uuid.uuid4().hex[:6]}"
+    plugins: list[Any] = [
+        LangGraphPlugin(
+            entrypoints={ENTRYPOINT: append_once},
+            tasks=[append_task],
+            activity_options=TASK_OPTIONS,
+        ),
+        # No graph, no node, no task named: the defaults cover the task.
+        LedgerPlugin(ledger_url, policy=Policy.permissive(), ledger_activities=activity_rules()),
+    ]
+    client = await Client.connect(temporal_address, plugins=plugins)
+    task_queue = f"tq-tasks-{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=task_queue, workflows=[TaskWorkflow]):
+        handle = await client.start_workflow(
+            TaskWorkflow.run, args=[str(target), line], id=f"lg-{line}", task_queue=task_queue
+        )
+        answer = await handle.result()
+        again = await result_after_reset(temporal_address, client, handle.id, handle.result_run_id)
+    assert answer == again == "appended as line 1"
+    assert TASK_RUNS[line] == 1, "the reset ran the task again"
+    assert target.read_text().splitlines() == [line]
+    with Ledger.open(ledger_url) as ledger:
+        done = completions(ledger.events())
+        assert [e.payload.get("reused_from_action_id") is not None for e in done] == [False, True]
+        assert ledger.verify().ok
 
 
 # -- one key per tool call (ledger_tool_calls in a ToolNode) --------------------------------

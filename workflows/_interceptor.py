@@ -21,8 +21,8 @@ import contextvars
 import fnmatch
 import functools
 import json
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 from temporalio import workflow
@@ -81,6 +81,9 @@ class WorkflowRule(Protocol):
     def calls_inside(self) -> bool: ...
 
 
+R = TypeVar("R", bound=WorkflowRule)
+
+
 class LedgerWorkflowInterceptor(Interceptor):
     """Stamps every activity with the run anchor; lets ledgered activities wait for people;
     holds each run's inbox and the options the ledger schedules its activities with.
@@ -94,7 +97,7 @@ class LedgerWorkflowInterceptor(Interceptor):
     def __init__(
         self, rules: Sequence[WorkflowRule] = (), options: LedgerOptions | None = None
     ) -> None:
-        self._rules = tuple(rules)
+        self._rules = ordered(rules)
         self._options = options or LedgerOptions()
 
     def workflow_interceptor_class(
@@ -442,6 +445,13 @@ def _one_line(exc: Exception) -> str:
             for error in exc.errors()
         )
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def ordered(rules: Iterable[R]) -> tuple[R, ...]:
+    """Rules in the order a call is matched against them: as given, except that a rule for
+    every activity of a framework (pattern ``"*"``, told by its arguments) comes after
+    every rule that names an activity, from whichever list it came."""
+    return tuple(sorted(rules, key=lambda rule: rule.pattern == "*"))
 
 
 def covers(rule: WorkflowRule, activity_type: str, args: Sequence[Any] | None = None) -> bool:

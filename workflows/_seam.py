@@ -7,7 +7,7 @@ from its public face (``temporal_ledger.workflows``) or from here, never from it
 private modules (``docs/repository.md``, Imports). Not public API.
 """
 
-from ._interceptor import LedgerWorkflowInterceptor, covers, read_args, served_by
+from ._interceptor import LedgerWorkflowInterceptor, covers, ordered, read_args, served_by
 from ._keys import step_key
 from ._options import LedgerOptions
 from ._protocol import (
@@ -75,6 +75,7 @@ __all__ = [
     "ToolSpec",
     "UnknownEffect",
     "covers",
+    "ordered",
     "read_args",
     "result_schema",
     "served_by",
