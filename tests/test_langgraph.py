@@ -29,8 +29,9 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from temporal_ledger.activities import LedgerPlugin, Policy
+from temporal_ledger.activities._langgraph_state import NodeReturn, normalize
 from temporal_ledger.activities._rules import capability_for
-from temporal_ledger.activities.langgraph import NodeReturn, _normalize, activity_rules
+from temporal_ledger.activities.langgraph import activity_rules
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
 from temporal_ledger.ledger._seam import output_misfit
@@ -802,7 +803,7 @@ def test_the_fingerprint_leaves_out_message_ids_and_keeps_what_a_model_reads() -
     asked = AIMessage("", tool_calls=[{"name": "t", "args": {"a": 1}, "id": "call_1"}])
 
     def identity(*messages: BaseMessage) -> Any:
-        return _normalize(f"{MESSAGES_GRAPH}.agent", _node_call(list(messages)))
+        return normalize(f"{MESSAGES_GRAPH}.agent", _node_call(list(messages)))
 
     first = identity(HumanMessage("hi", id="a"), asked, ToolMessage("ok", tool_call_id="call_1"))
     other_ids = identity(

@@ -7,8 +7,9 @@ from its public face (``temporal_ledger.workflows``) or from here, never from it
 private modules (``docs/repository.md``, Imports). Not public API.
 """
 
-from ._interceptor import LedgerWorkflowInterceptor, covers, ordered, read_args, served_by
+from ._interceptor import LedgerWorkflowInterceptor
 from ._keys import step_key
+from ._matching import covers, ordered, read_args, served_by
 from ._options import LedgerOptions
 from ._protocol import (
     ANCHOR_HEADER,
