@@ -74,12 +74,7 @@ def tool(
             or (when decorating) the function is not async, does not take one pydantic
             model or does not return a pydantic model or ``None``.
     """
-    if not isinstance(capability, str) or not capability:
-        raise TypeError("tool(capability=...) needs a dotted capability name")
-    if probe is not None and not inspect.iscoroutinefunction(probe):
-        raise TypeError("tool(probe=...) needs an async function probe(key, arg)")
-    if probe_absence_conclusive and probe is None:
-        raise TypeError("tool(probe_absence_conclusive=True) needs a probe=")
+    _check_declaration(capability, probe, probe_absence_conclusive)
     declared = no_effect_errors_of(no_effect_errors)
 
     def decorate(fn: Callable[[ArgT], Awaitable[OutT]]) -> Tool[ArgT, OutT]:
@@ -113,6 +108,15 @@ def tool(
         return ledgered
 
     return decorate
+
+
+def _check_declaration(capability: Any, probe: Probe | None, conclusive: bool) -> None:
+    if not isinstance(capability, str) or not capability:
+        raise TypeError("tool(capability=...) needs a dotted capability name")
+    if probe is not None and not inspect.iscoroutinefunction(probe):
+        raise TypeError("tool(probe=...) needs an async function probe(key, arg)")
+    if conclusive and probe is None:
+        raise TypeError("tool(probe_absence_conclusive=True) needs a probe=")
 
 
 def _tool_call(spec: ToolSpec[Any, Any], raw: Any) -> ToolCall:
