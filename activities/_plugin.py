@@ -37,6 +37,7 @@ from ..workflows._seam import (
     OPEN_EFFECTS_ATTRIBUTE,
     LedgerOptions,
     LedgerWorkflowInterceptor,
+    covers,
     ordered,
 )
 from ._attempt import HeartbeatDetails, ask_only_attempt, heartbeat_details
@@ -44,7 +45,7 @@ from ._delivered import keeps_delivered_payloads, with_delivered_payloads
 from ._generic import execute_through_ledger
 from ._policy import Policy
 from ._reconcile import approve_call, probe_effect, reconcile_effect
-from ._rules import LedgeredActivity, rule_matches
+from ._rules import LedgeredActivity
 from ._runtime import Runtime, _runtime
 from ._starting import listed_attributes, open_logged, stop_unstarted, warn_of_unnamed_probes
 
@@ -410,7 +411,7 @@ class _ActivityInbound(ActivityInboundInterceptor):
                 (
                     r
                     for r in self._plugin.ledger_activities
-                    if rule_matches(r, activity_type, input.fn, input.args)
+                    if covers(r, activity_type, input.args, input.fn)
                 ),
                 None,
             )

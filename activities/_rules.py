@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..workflows._seam import AsReturned, ResultShape, covers
+from ..workflows._seam import AsReturned, ResultShape
 from ._failures import no_effect_errors_of
 from ._probe import Probe
 
@@ -203,19 +203,8 @@ def _activity_name(fn: Callable[..., Any] | str) -> str:
     if not callable(fn) or not isinstance(name, str):
         raise TypeError(f"{fn!r} is not an @activity.defn function: cannot ledger it")
     # The function's own name, as @activity.defn names it by default. One given with
-    # name=... is matched by the function itself where the activity runs (rule_matches).
+    # name=... is matched by the function itself where the activity runs (covers).
     return name
-
-
-def rule_matches(
-    rule: LedgeredActivity, activity_type: str, fn: Any = None, args: Sequence[Any] | None = None
-) -> bool:
-    """Whether ``rule`` covers the activity ``activity_type`` (run by ``fn`` on ``args``):
-    a rule made from a function matches that function under whatever name it runs."""
-    target = getattr(rule, "fn", None)
-    if target is not None and fn is not None and target == fn:
-        return covers(dataclasses.replace(rule, pattern="*"), activity_type, args)
-    return covers(rule, activity_type, args)
 
 
 def capability_for(activity_type: str) -> str:

@@ -146,18 +146,18 @@ def test_plugins_combine_in_either_order_and_keep_adks_converter() -> None:
 def test_adks_model_activity_is_told_from_one_of_the_same_name() -> None:
     """Strands' model activity is ``invoke_model`` too: the rule takes ADK's by its
     argument's type, on both sides."""
-    from temporal_ledger.activities._rules import rule_matches
+    from temporal_ledger.workflows._seam import covers
 
     [model, streaming] = [r for r in rules() if r.pattern.startswith("invoke_model")]
     request = LlmRequest(model=MODEL)
-    assert rule_matches(model, "invoke_model", None, [request])
-    assert not rule_matches(model, "invoke_model", None, [{"messages": []}])
-    assert not rule_matches(model, "invoke_model", None, ["a prompt", {}])
+    assert covers(model, "invoke_model", [request])
+    assert not covers(model, "invoke_model", [{"messages": []}])
+    assert not covers(model, "invoke_model", ["a prompt", {}])
 
     class Streaming:
         llm_request = request
 
-    assert rule_matches(streaming, "invoke_model_streaming", None, [Streaming()])
+    assert covers(streaming, "invoke_model_streaming", [Streaming()])
 
 
 async def test_reset_of_finished_agent_run_replays_model_and_tool(

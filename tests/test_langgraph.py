@@ -236,15 +236,14 @@ def test_every_node_and_task_of_the_plugin_is_covered_by_default() -> None:
     """A node nobody listed parks on an unknown effect; so does any activity the plugin
     registers (a Functional API ``@task``, named ``module.qualname``), told by its
     argument, after every rule that names an activity."""
-    from temporal_ledger.activities._rules import rule_matches
-    from temporal_ledger.workflows._seam import ordered
+    from temporal_ledger.workflows._seam import covers, ordered
     from temporalio.langgraph._activity import ActivityInput
 
     call = [ActivityInput(args=({"messages": []},), kwargs={}, langgraph_config={})]
     rules = ordered([*activity_rules("g", model_nodes=["agent"]), *activity_rules("h")])
 
     def covering(activity_type: str, args: list[Any] | None = call) -> Any:
-        return next((r for r in rules if rule_matches(r, activity_type, None, args)), None)
+        return next((r for r in rules if covers(r, activity_type, args)), None)
 
     assert covering("g.agent").retry_safe
     forgotten = covering("g.forgotten")

@@ -57,8 +57,7 @@ def test_a_placeholder_left_in_the_output_is_found_at_any_depth() -> None:
 def test_the_openai_rules_name_the_integrations_activities() -> None:
     async def issue_refund() -> None: ...
 
-    from temporal_ledger.activities._rules import rule_matches
-    from temporal_ledger.workflows._seam import served_by
+    from temporal_ledger.workflows._seam import covers, served_by
     from temporalio import activity
 
     renamed = activity.defn(name="refund")(issue_refund)
@@ -69,10 +68,10 @@ def test_the_openai_rules_name_the_integrations_activities() -> None:
     # side matches its own name.
     tool = patterns["issue_refund"]
     assert not tool.retry_safe
-    assert rule_matches(tool, "refund", renamed) and not rule_matches(tool, "refund", len)
+    assert covers(tool, "refund", None, renamed) and not covers(tool, "refund", None, len)
 
     def covering(activity_type: str) -> Any:
-        return next((r for r in rules if rule_matches(r, activity_type)), None)
+        return next((r for r in rules if covers(r, activity_type)), None)
 
     # Every MCP server the plugin registers is covered, named by the pattern's "*".
     listing = covering("temporalio.mcp.n.list-tools")

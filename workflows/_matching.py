@@ -39,12 +39,20 @@ def ordered(rules: Iterable[R]) -> tuple[R, ...]:
     return tuple(sorted(rules, key=lambda rule: rule.pattern == "*"))
 
 
-def covers(rule: WorkflowRule, activity_type: str, args: Sequence[Any] | None = None) -> bool:
-    """Whether ``rule`` covers a call of ``activity_type``: its pattern matches the type,
-    and a rule that also reads the arguments' types (an ``accepts`` predicate: two
-    libraries may name their activities alike) takes these arguments (the objects the
-    workflow passes and the activity function receives). Both sides ask it."""
-    if not fnmatch.fnmatchcase(activity_type, rule.pattern):
+def covers(
+    rule: WorkflowRule,
+    activity_type: str,
+    args: Sequence[Any] | None = None,
+    fn: Callable[..., Any] | None = None,
+) -> bool:
+    """Whether ``rule`` covers a call of ``activity_type`` (run by ``fn`` where the activity
+    runs): its pattern matches the type, or its function is ``fn`` (a rule made from an
+    activity function matches it under whatever name ``@activity.defn`` gave it); and a
+    rule that also reads the arguments' types (an ``accepts`` predicate: two libraries may
+    name their activities alike) takes these arguments (the objects the workflow passes
+    and the activity function receives). Both sides ask it."""
+    own = getattr(rule, "fn", None)
+    if not (own is not None and own == fn) and not fnmatch.fnmatchcase(activity_type, rule.pattern):
         return False
     accepts = getattr(rule, "accepts", None)
     if accepts is None or args is None:
