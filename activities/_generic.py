@@ -42,6 +42,7 @@ import contextvars
 import dataclasses
 import fnmatch
 import json
+import re
 import typing
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -71,7 +72,7 @@ from . import _mcp
 from ._attempt import Attempt, LostReply, call_context, run_attempt
 from ._delivered import delivered_arguments
 from ._failures import failed_before_acting
-from ._rules import LedgeredActivity, capability_for
+from ._rules import LedgeredActivity
 from ._runtime import Runtime
 
 
@@ -103,6 +104,19 @@ enclosing: contextvars.ContextVar[Enclosing | None] = contextvars.ContextVar(
 
 
 # -- the activity side -----------------------------------------------------------------
+
+
+def capability_for(activity_type: str) -> str:
+    """``agent__support__model_request`` -> ``activity.agent.support.model_request``."""
+    parts = []
+    for segment in re.split(r"__|\.", activity_type):
+        segment = re.sub(r"[^A-Za-z0-9_-]", "_", segment)
+        if not segment:
+            continue
+        if not re.match(r"[A-Za-z_]", segment):
+            segment = "_" + segment
+        parts.append(segment)
+    return ".".join(["activity", *parts])
 
 
 def _hints_from(headers: typing.Mapping[str, Payload]) -> ToolHints | None:

@@ -25,8 +25,7 @@ from ..workflows._seam import (
 )
 from ..workflows._seam import InnerCall as _InnerCallDetails
 from ._attempt import Attempt, call_context, run_attempt
-from ._generic import Enclosing, enclosing
-from ._rules import capability_for
+from ._generic import Enclosing, capability_for, enclosing
 
 if TYPE_CHECKING:
     from langchain_core.messages import ToolMessage

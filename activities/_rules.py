@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -205,16 +204,3 @@ def _activity_name(fn: Callable[..., Any] | str) -> str:
     # The function's own name, as @activity.defn names it by default. One given with
     # name=... is matched by the function itself where the activity runs (covers).
     return name
-
-
-def capability_for(activity_type: str) -> str:
-    """``agent__support__model_request`` -> ``activity.agent.support.model_request``."""
-    parts = []
-    for segment in re.split(r"__|\.", activity_type):
-        segment = re.sub(r"[^A-Za-z0-9_-]", "_", segment)
-        if not segment:
-            continue
-        if not re.match(r"[A-Za-z_]", segment):
-            segment = "_" + segment
-        parts.append(segment)
-    return ".".join(["activity", *parts])

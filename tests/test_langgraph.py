@@ -29,8 +29,8 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from temporal_ledger.activities import LedgerPlugin, Policy
+from temporal_ledger.activities._generic import capability_for
 from temporal_ledger.activities._langgraph_state import NodeReturn, normalize
-from temporal_ledger.activities._rules import capability_for
 from temporal_ledger.activities.langgraph import activity_rules
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent

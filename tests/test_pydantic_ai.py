@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy, step_key
-from temporal_ledger.activities._generic import execute_through_ledger
-from temporal_ledger.activities._rules import capability_for
+from temporal_ledger.activities._generic import capability_for, execute_through_ledger
 from temporal_ledger.activities._runtime import Runtime
 from temporal_ledger.activities.pydantic_ai import activity_rules
 from temporal_ledger.ledger import Ledger
