@@ -39,25 +39,23 @@ def tool(
     """Make a ledgered activity of ``async def fn(arg: Model) -> Output | None``.
 
     Every attempt goes through the ledger: an identical call under the same key replays
-    the recorded outcome, a different one is refused, and an unknown effect parks the
-    workflow step for an operator. Temporal's retry policy no longer decides whether to
-    act again: the ledger does.
+    the recorded outcome, a different one is refused, an unknown effect parks the step for
+    an operator. The ledger, not Temporal's retry policy, decides whether to act again.
 
     Args:
         capability: The dotted capability the call needs (e.g. ``files.append``): the
             policy grants it to performers.
         retry_safe: The far side deduplicates by the idempotency key (see
             :func:`tool_context`), so an unknown effect may be tried again under it.
-        state: ``state(arg)``, sync or async, reads the current state that a call's
-            ``precondition`` is compared with before it acts.
+        state: ``state(arg)`` (sync or async) reads the state a ``precondition`` is held to.
         name: The activity's name; default: the function's.
         requires_approval: Each execution waits for a person's approval of its exact
             request (update ``approve``).
         probe: ``async def probe(key, arg)`` that looks the key up on the far side without
             acting and answers ``ProbeAnswer.present``, ``.absent`` or ``.inconclusive``;
             it runs before an unknown effect parks.
-        probe_absence_conclusive: The probe's ``absent`` frees the key to act again (the
-            far side would show any operation under it).
+        probe_absence_conclusive: The far side shows any operation under a key: ``absent``
+            frees it to act again.
         no_effect_errors: Exception types the function raises only before it acts (e.g.
             a ``ConnectionRefusedError`` of its client, or
             :class:`NonRetryableApplicationError` for its ``ApplicationError`` s raised
@@ -69,10 +67,9 @@ def tool(
         A decorator that turns the function into a :class:`Tool`.
 
     Raises:
-        TypeError: The capability is not a dotted name, the probe is not an async
-            function, ``no_effect_errors`` holds something that is not an exception class,
-            or (when decorating) the function is not async, does not take one pydantic
-            model or does not return a pydantic model or ``None``.
+        TypeError: The capability is not a dotted name, the probe not an async function,
+            ``no_effect_errors`` not exception classes, or (when decorating) the function
+            is not async, or does not take one pydantic model and return one or ``None``.
     """
     _check_declaration(capability, probe, probe_absence_conclusive)
     declared = no_effect_errors_of(no_effect_errors)

@@ -116,9 +116,8 @@ def activity_rules(
     per_call: bool = False,
     no_effect_errors: Iterable[type[BaseException]] = (),
 ) -> list[LedgeredActivity]:
-    """The ledgered activities of ``temporalio-langgraph``, for
-    ``LedgerPlugin(ledger_activities=...)``: every node and every Functional API ``@task``
-    that ``LangGraphPlugin`` runs as an activity, named or not.
+    """The ledgered activities of ``temporalio-langgraph``: every node and every Functional
+    API ``@task`` that ``LangGraphPlugin`` runs as an activity, named or not.
 
     Put the plugin on ``Client.connect(plugins=[...])`` (workers inherit it) next to
     ``LangGraphPlugin``; a worker that runs only workflows needs it too, because it stamps
