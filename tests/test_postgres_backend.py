@@ -655,8 +655,10 @@ def test_a_pooled_connection_is_handed_out_without_a_round_trip(postgres_url: st
             tx.save(tx.record or KeyRecord(key=tx.key))
 
         # The proxy sees TCP reads: on a loaded machine a turn can land in the window
-        # beside its own (seen once in CI: (1, 3, 1)). The three together are always 5
-        # turns; each alone is checked on up to three keys until one run is undisturbed.
+        # beside its own (seen in CI: (1, 3, 1)), or a message split across two reads
+        # around a reply can count as one more ((1, 2, 3), beside two lanes of tests). A
+        # round trip the code makes shows in every run: up to three keys are tried, and
+        # one of them must show exactly one turn to read and two to write each.
         seen = []
         for key in ("k1", "k2", "k3"):
             with counter.counting() as read:
@@ -666,7 +668,6 @@ def test_a_pooled_connection_is_handed_out_without_a_round_trip(postgres_url: st
             with counter.counting() as written:
                 recorder.transact(key, three_events)
             seen.append((read[0], empty[0], written[0]))
-            assert sum(seen[-1]) == 5, seen
             assert [e.type for e in recorder.events(key)] == ["test.event"] * 3
             record = recorder.get(key)
             assert record is not None and record.events == 3
