@@ -16,11 +16,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ..ledger import (
-    ApprovalRefused,
+    DecisionRefused,
     InvalidRequest,
     Ledger,
     LedgerUnavailable,
-    ReconciliationRefused,
     Verdict,
 )
 from ..ledger._seam import model_json
@@ -172,9 +171,8 @@ def _ledger_answers(*, refused: ErrorType, first: ErrorType) -> Iterator[None]:
     unreachable ledger is retried."""
     try:
         yield
-    except (ReconciliationRefused, ApprovalRefused) as exc:
-        settled = exc.effect if isinstance(exc, ReconciliationRefused) else exc.decided
-        kind = first if settled is not None else refused
+    except DecisionRefused as exc:
+        kind = first if exc.decided is not None else refused
         raise ApplicationError(str(exc), type=kind, non_retryable=True) from None
     except InvalidRequest as exc:
         raise ApplicationError(str(exc), type=refused, non_retryable=True) from None
@@ -267,8 +265,8 @@ async def probe_effect(probe: ProbeInput) -> ProbeResult:
         verdict, output = Verdict.STILL_UNKNOWN, None
         basis = f"the probe found the operation, but its output was unusable: {exc}"
         await _record(runtime, probe.key, verdict, actor, basis, answer.evidence, None)
-    except ReconciliationRefused as exc:
-        if exc.effect is None:
+    except DecisionRefused as exc:
+        if exc.decided is None:
             raise ApplicationError(
                 str(exc), type=ErrorType.RECONCILE_REFUSED, non_retryable=True
             ) from None

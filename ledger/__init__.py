@@ -11,13 +11,12 @@ shared suite in :mod:`temporal_ledger.ledger.testing`.
 
 from ._errors import (
     ActionInProgressError,
-    ApprovalRefused,
+    DecisionRefused,
     IdempotencyConflictError,
     InvalidRequest,
     LedgerError,
     LedgerUnavailable,
     NoEffect,
-    ReconciliationRefused,
 )
 from ._ledger import Ledger
 from ._models import (
@@ -36,14 +35,13 @@ __all__ = [
     "ActionResult",
     "ActionState",
     "ActionStatus",
-    "ApprovalRefused",
     "Authority",
+    "DecisionRefused",
     "IdempotencyConflictError",
     "InvalidRequest",
     "Ledger",
     "LedgerError",
     "LedgerUnavailable",
     "NoEffect",
-    "ReconciliationRefused",
     "Verdict",
 ]

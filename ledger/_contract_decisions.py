@@ -9,12 +9,11 @@ import pytest
 from temporal_ledger.ledger import (
     ActionRequest,
     ActionStatus,
-    ApprovalRefused,
+    DecisionRefused,
     IdempotencyConflictError,
     InvalidRequest,
     Ledger,
     NoEffect,
-    ReconciliationRefused,
     Verdict,
 )
 
@@ -129,7 +128,7 @@ class DecisionContract:
     async def test_reconciling_what_is_not_unknown_is_refused_durably(self, ledger: Ledger) -> None:
         await _execute(ledger, "done")
         for key in ("done", "never-seen"):
-            with pytest.raises(ReconciliationRefused) as refused:
+            with pytest.raises(DecisionRefused) as refused:
                 await ledger.reconcile(key, "no_effect_confirmed", "ops", "looked")
             assert refused.value.key == key
             assert ledger.events(key)[-1].type == "action.reconcile_refused"
@@ -232,7 +231,7 @@ class DecisionContract:
         await _execute(ledger, "k", far_side, requires_approval=True)
         approved = request("k").fingerprint()
         changed = request("k", payload={"line": "refund 2000"})
-        with pytest.raises(ApprovalRefused, match="fingerprint"):
+        with pytest.raises(DecisionRefused, match="fingerprint"):
             await ledger.approve("k", fingerprint=changed.fingerprint(), actor="alice", basis="ok")
         await ledger.approve("k", fingerprint=approved, actor="alice", basis="ok")
         with pytest.raises(IdempotencyConflictError) as conflict:
@@ -255,7 +254,7 @@ class DecisionContract:
         assert again.error_type == FailureType.APPROVAL_REQUIRED  # ...under an approval of its own
         assert ledger.state("k").next_operation is NextOperation.AWAIT_APPROVAL
         assert len(far_side.calls) == 1
-        with pytest.raises(ApprovalRefused):
+        with pytest.raises(DecisionRefused):
             await ledger.approve("k", fingerprint=fingerprint, actor="agent-1", basis="mine")
         await ledger.approve("k", fingerprint=fingerprint, actor="bob", basis="once more")
         far_side.raise_after = None
@@ -264,7 +263,7 @@ class DecisionContract:
 
     async def test_a_performer_never_approves_its_own_call(self, ledger: Ledger) -> None:
         await _execute(ledger, "k", requires_approval=True)
-        with pytest.raises(ApprovalRefused, match="performer"):
+        with pytest.raises(DecisionRefused, match="performer"):
             await ledger.approve(
                 "k", fingerprint=request("k").fingerprint(), actor="agent-1", basis="trust me"
             )
@@ -286,7 +285,7 @@ class DecisionContract:
             and again.error_type == FailureType.APPROVAL_REJECTED
         )
         assert "too much" in (again.error or "")
-        with pytest.raises(ApprovalRefused, match="already rejected"):
+        with pytest.raises(DecisionRefused, match="already rejected"):
             await ledger.approve("k", fingerprint=fingerprint, actor="bob", basis="fine by me")
         assert far_side.calls == []
 

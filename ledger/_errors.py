@@ -116,46 +116,26 @@ class ActionInProgressError(LedgerError):
 
 
 @_rebuilt_by_arguments
-class ReconciliationRefused(LedgerError):
-    """A reconciliation was refused (unknown key, or an effect that is not unknown).
-
-    The refusal itself was recorded as ``action.reconcile_refused``.
-
-    Args:
-        key: The idempotency key.
-        reason: Why the verdict was refused.
-        effect: The key's effect when it is already known (``observed`` or ``none``):
-            somebody reconciled it first, and its outcome stands.
-    """
-
-    def __init__(self, key: str, reason: str, *, effect: str | None = None) -> None:
-        self.key = key
-        self.reason = reason
-        self.effect = effect
-        super().__init__(f"cannot reconcile {key!r}: {reason}")
-
-
-@_rebuilt_by_arguments
-class ApprovalRefused(LedgerError):
-    """An approval decision was refused: nothing awaits approval under the key, the
-    decision names another fingerprint, or the approver is the call's own performer.
-
-    The refusal itself was recorded as ``action.approval_refused``.
+class DecisionRefused(LedgerError):
+    """An operator's decision was refused, and the refusal recorded
+    (``action.reconcile_refused`` or ``action.approval_refused``): a verdict on a key with
+    no execution, a live one or an effect that is not unknown; an approval when no call
+    awaits one under the key, the decision names another fingerprint, or the approver is
+    the call's own performer.
 
     Args:
         key: The idempotency key.
         reason: Why the decision was refused.
-        decided: The call's approval state when somebody decided it first
-            (``approved``, ``rejected`` or ``consumed``): that decision stands.
+        decided: What somebody decided first, which stands: the key's effect
+            (``observed`` or ``none``) for a verdict, the call's approval state
+            (``approved``, ``rejected`` or ``consumed``) for an approval.
     """
 
     def __init__(self, key: str, reason: str, *, decided: str | None = None) -> None:
         self.key = key
         self.reason = reason
-        #: The call's approval state when somebody decided it first (``approved``,
-        #: ``rejected`` or ``consumed``): that decision stands.
         self.decided = decided
-        super().__init__(f"cannot decide the approval of {key!r}: {reason}")
+        super().__init__(f"decision on {key!r} refused: {reason}")
 
 
 @_rebuilt_by_arguments

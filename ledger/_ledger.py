@@ -15,7 +15,7 @@ from ._answers import project
 from ._call import Adapter, CallPath, StateResolver, check_arguments, lease_seconds
 from ._canonical import check_json, check_text, model_json
 from ._decisions import compact_key, decide_approval, reconcile_key
-from ._errors import ApprovalRefused, InvalidRequest, ReconciliationRefused
+from ._errors import DecisionRefused, InvalidRequest
 from ._models import (
     ActionRequest,
     ActionResult,
@@ -275,7 +275,7 @@ class Ledger(CallPath):
                 ``actor``, ``basis`` or ``evidence`` (``YOUR-NAME``, ``WHY``, ``<...>``),
                 or a ``probe:`` verdict that settles the effect without evidence;
                 nothing is recorded.
-            ReconciliationRefused: The key has no execution, its effect is not unknown,
+            DecisionRefused: The key has no execution, its effect is not unknown,
                 or ``action_id`` is another action's (the refusal is recorded).
         """
         validate_key(key)
@@ -313,7 +313,7 @@ class Ledger(CallPath):
             ),
         )
         if refused is not None:
-            raise ReconciliationRefused(key, refused[0], effect=refused[1])
+            raise DecisionRefused(key, refused[0], decided=refused[1])
         return await self._run(self.state, key)
 
     async def approve(
@@ -350,7 +350,7 @@ class Ledger(CallPath):
             InvalidRequest: Bad input, or a placeholder of a printed template left in
                 ``actor`` or ``basis`` (``YOUR-NAME``, ``WHY``, ``<...>``); nothing is
                 recorded.
-            ApprovalRefused: No call awaits approval under the key, the fingerprint is
+            DecisionRefused: No call awaits approval under the key, the fingerprint is
                 another request's, the actor is the performer, or the call was already
                 decided (the refusal is recorded).
         """
@@ -372,7 +372,7 @@ class Ledger(CallPath):
             ),
         )
         if reason is not None:
-            raise ApprovalRefused(key, reason, decided=approval.state if approval else None)
+            raise DecisionRefused(key, reason, decided=approval.state if approval else None)
         assert approval is not None
         return approval
 

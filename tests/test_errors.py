@@ -7,12 +7,11 @@ import pickle
 import pytest
 from temporal_ledger.ledger import (
     ActionInProgressError,
-    ApprovalRefused,
+    DecisionRefused,
     IdempotencyConflictError,
     InvalidRequest,
     LedgerUnavailable,
     NoEffect,
-    ReconciliationRefused,
 )
 from temporal_ledger.ledger._errors import DuplicateActionId
 
@@ -28,9 +27,9 @@ ERRORS = [
         action_id="a2",
     ),
     ActionInProgressError(key="k", holder_action_id="a1", lease_remaining=1.5, action_id="a2"),
-    ReconciliationRefused("k", "its effect is observed, not unknown", effect="observed"),
-    ReconciliationRefused("k", "no execution is recorded for this key"),
-    ApprovalRefused("k", "already approved", decided="approved"),
+    DecisionRefused("k", "its effect is observed, not unknown", decided="observed"),
+    DecisionRefused("k", "no execution is recorded for this key"),
+    DecisionRefused("k", "already approved", decided="approved"),
     LedgerUnavailable("connection lost", maybe_committed=True),
     NoEffect("429 Too Many Requests", retryable=True, retry_after=2.0),
     NoEffect(),

@@ -379,7 +379,7 @@ def test_reconciling_a_success_is_refused_durably(populated: Populated) -> None:
     before = event_count(populated.path)
     done = cli(populated.url, "reconcile", "sent", "--verdict", "no_effect_confirmed", *RECONCILE)
     assert done.returncode == 1
-    assert "cannot reconcile 'sent'" in done.stderr
+    assert "decision on 'sent' refused" in done.stderr
     assert "observed, not unknown" in done.stderr
     assert done.stdout == ""
     assert event_count(populated.path) == before + 1
