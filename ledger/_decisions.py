@@ -1,26 +1,45 @@
-"""The rule's transactions for people's decisions on a key: an approval or rejection of
-the call that waits for one, a verdict on an unknown effect, and compaction of an outcome
-past its retention. Pure, like the rest of the rule (:mod:`._rule`): each runs inside one
-storage transaction."""
+"""People's decisions on a key, and the ledger's face for them and for reading it: an
+approval or rejection of the call that waits for one, a verdict on an unknown effect,
+compaction of an outcome past its retention, a key's state, the log and its verification.
+The transactions are pure, like the rest of the rule (:mod:`._rule`): each runs inside
+one storage transaction; :class:`Decisions` checks the input and runs them."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import functools
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
+
+from ._answers import project
+from ._canonical import check_json, check_text, model_json
 from ._completion import is_expired, recover_expired
-from ._errors import InvalidRequest
+from ._errors import DecisionRefused, InvalidRequest
 from ._models import (
+    ActionState,
     Approval,
     ApprovalState,
     Decision,
     EffectState,
     EventType,
+    LedgerEvent,
+    NextOperation,
     Reconciliation,
     Verdict,
+    new_action_id,
+    validate_key,
 )
+from ._open import Opened
 from ._schema import output_misfit
-from ._transaction import KeyRecord, Phase, Transaction
+from ._signatures import PROBE_ACTOR_PREFIX, DecisionSignature, Signers, recorded_problems
+from ._template_text import refuse_placeholders
+from ._transaction import KeyRecord, Phase, Transaction, iso
+from ._verify import VerifyReport, verify_ledger
+
+T = TypeVar("T")
+E = TypeVar("E", Verdict, Decision)
 
 
 def compact_key(tx: Transaction, *, cutoff: str) -> int:
@@ -63,12 +82,11 @@ def decide_approval(
     basis: str,
     approval_id: str,
     signature: dict[str, Any] | None = None,
-) -> tuple[str | None, Approval | None]:
+) -> Approval | DecisionRefused:
     """Record a person's decision on the call awaiting approval under the key.
 
-    Returns ``(None, approval)``, or for a refusal (recorded as
-    ``action.approval_refused``) the reason and the approval if somebody decided it
-    already. The same decision by the same actor again (a retried activity) is
+    Returns the approval, or the refusal to raise (recorded as
+    ``action.approval_refused``). The same decision by the same actor again (a retried activity) is
     answered with what was recorded, and records nothing. ``signature`` (its author's
     proof, see ``_signatures``) is recorded with the decision.
     """
@@ -87,7 +105,7 @@ def decide_approval(
     elif actor == approval.performer:
         reason = f"{actor!r} is the call's performer, and a performer never approves its own call"
     elif approval.state == decided and approval.actor == actor:
-        return None, approval
+        return approval
     elif approval.state != ApprovalState.REQUESTED:
         by = f" by {approval.actor!r}" if approval.actor else ""
         reason = f"the call's approval is already {approval.state}{by}"
@@ -96,8 +114,9 @@ def decide_approval(
     )
     if reason is not None:
         _refuse(tx, EventType.APPROVAL_REFUSED, body, reason)
-        settled = approval is not None and approval.state != ApprovalState.REQUESTED
-        return reason, approval if settled else None
+        standing = None if approval is None else approval.state
+        first = None if standing == ApprovalState.REQUESTED else standing
+        return DecisionRefused(tx.key, reason, decided=first)
     assert record is not None and approval is not None
     approval = approval.model_copy(
         update={
@@ -121,7 +140,7 @@ def decide_approval(
     )
     record.approval = approval
     tx.save(record)
-    return None, approval
+    return approval
 
 
 def reconcile_key(
@@ -134,9 +153,9 @@ def reconcile_key(
     output: Any,
     action_id: str | None = None,
     signature: dict[str, Any] | None = None,
-) -> tuple[str, str | None] | None:
-    """Append a verdict on the key's unknown effect; the refusal's reason (recorded as
-    ``action.reconcile_refused``) and the effect if it is known. ``action_id``: the
+) -> DecisionRefused | None:
+    """Append a verdict on the key's unknown effect, or return the refusal to raise
+    (recorded as ``action.reconcile_refused``). ``action_id``: the
     action the verdict is about, refused if the unknown effect is another's;
     ``signature`` (its author's proof) is recorded with the verdict."""
     record = tx.record
@@ -152,7 +171,7 @@ def reconcile_key(
             raise InvalidRequest(misfit)
     if reason is not None:
         _refuse(tx, EventType.RECONCILE_REFUSED, body, reason)
-        return reason, known_effect
+        return DecisionRefused(tx.key, reason, decided=known_effect)
     assert record is not None and record.outcome is not None
     outcome = dataclasses.replace(record.outcome, verdict=verdict.value)
     if verdict is Verdict.EFFECT_CONFIRMED:
@@ -215,3 +234,259 @@ def _unknown_effect_of(
             outcome.effect,
         )
     return None, None
+
+
+class Decisions(Opened):
+    """The part of :class:`~temporal_ledger.ledger.Ledger` that people use: a key's state,
+    its unknown effects, verdicts and approvals, the log, its verification and compaction."""
+
+    def state(self, key: str) -> ActionState:
+        """The key's history projected: status, effect, next operation.
+
+        Args:
+            key: The idempotency key.
+
+        Returns:
+            The key's state (status ``none`` for a key with no records).
+        """
+        validate_key(key)
+        return project(key, self._recorder.get(key), self._recorder.now())
+
+    def open_effects(self) -> list[ActionState]:
+        """Every key whose effect is unknown and unresolved (including expired executions).
+
+        Returns:
+            Their states.
+        """
+        now = self._recorder.now()
+        states = [project(r.key, r, now) for r in self._recorder.candidate_open_effects()]
+        return [s for s in states if s.next_operation is NextOperation.RECONCILE_EFFECT]
+
+    async def reconcile(
+        self,
+        key: str,
+        verdict: Verdict | str,
+        actor: str,
+        basis: str,
+        evidence: Sequence[Any] = (),
+        output: Any = None,
+        *,
+        action_id: str | None = None,
+        signature: DecisionSignature | dict[str, Any] | None = None,
+    ) -> ActionState:
+        """Append an operator's verdict beside the key's history; never rewrite it.
+
+        Args:
+            key: The key whose effect is unknown.
+            verdict: ``effect_confirmed``, ``no_effect_confirmed`` (the key may act
+                once more) or ``still_unknown``.
+            actor: Who inspected the world.
+            basis: What the verdict rests on.
+            evidence: What was seen (JSON values).
+            output: With ``effect_confirmed``: the observed output, which later
+                requests get; it must fit the recorded output schema.
+            action_id: The action the verdict is about, optional; refused if it is not
+                the one whose effect is unknown.
+            signature: Its author's proof, recorded with the verdict; the ledger does
+                not judge it (it holds no keys): the caller checks it, and
+                ``verify(signers=...)`` checks it again.
+
+        Returns:
+            The key's state after the verdict.
+
+        Raises:
+            InvalidRequest: Bad input, a placeholder of a printed template left in
+                ``actor``, ``basis`` or ``evidence`` (``YOUR-NAME``, ``WHY``, ``<...>``),
+                or a ``probe:`` verdict that settles the effect without evidence;
+                nothing is recorded.
+            DecisionRefused: The key has no execution, its effect is not unknown,
+                or ``action_id`` is another action's (the refusal is recorded).
+        """
+        validate_key(key)
+        verdict = _one_of(Verdict, verdict, "verdict")
+        _non_empty(actor=actor, basis=basis)
+        evidence = list(evidence) if isinstance(evidence, (list, tuple)) else evidence
+        if not isinstance(evidence, list):
+            raise InvalidRequest("evidence must be a list")
+        check_json(evidence, where="evidence")
+        probe = actor.startswith(PROBE_ACTOR_PREFIX)
+        # A probe's evidence is the far side's answer as it came (HTML included).
+        refuse_placeholders(actor=actor, basis=basis, **({} if probe else {"evidence": evidence}))
+        if probe and verdict is not Verdict.STILL_UNKNOWN and not evidence:
+            raise InvalidRequest(
+                f"{actor}: a probe's verdict that settles an effect rests on evidence "
+                "(the far side's answer); none was given"
+            )
+        if isinstance(output, BaseModel):
+            output = model_json(output)
+        check_json(output, where="output")
+        if action_id is not None:
+            _non_empty(action_id=action_id)
+        signed = DecisionSignature.parse(signature)
+        refused = await self._transact(
+            key,
+            functools.partial(
+                reconcile_key,
+                verdict=verdict,
+                actor=actor,
+                basis=basis,
+                evidence=evidence,
+                output=output,
+                action_id=action_id,
+                signature=None if signed is None else signed.model_dump(),
+            ),
+        )
+        if refused is not None:
+            raise refused
+        return await self._run(self.state, key)
+
+    async def approve(
+        self,
+        key: str,
+        *,
+        fingerprint: str,
+        actor: str,
+        basis: str,
+        decision: Decision | str = Decision.APPROVE,
+        signature: DecisionSignature | dict[str, Any] | None = None,
+    ) -> Approval:
+        """Record a person's decision on the call that awaits approval under ``key``.
+
+        The decision holds for the exact request it names only, and an approval lets
+        exactly one execution start. The same decision by the same actor again records
+        nothing.
+
+        Args:
+            key: The key of the call that awaits approval.
+            fingerprint: The fingerprint of the request that was shown (see
+                ``ActionState.approval``).
+            actor: Who decides (never the call's own performer).
+            basis: What the decision rests on.
+            decision: ``approve`` or ``reject``.
+            signature: Its author's proof, recorded with the decision; as with
+                :meth:`reconcile`, the caller checks it against the actor's keys and
+                ``verify(signers=...)`` checks it again.
+
+        Returns:
+            The approval as recorded.
+
+        Raises:
+            InvalidRequest: Bad input, or a placeholder of a printed template left in
+                ``actor`` or ``basis`` (``YOUR-NAME``, ``WHY``, ``<...>``); nothing is
+                recorded.
+            DecisionRefused: No call awaits approval under the key, the fingerprint is
+                another request's, the actor is the performer, or the call was already
+                decided (the refusal is recorded).
+        """
+        validate_key(key)
+        decision = _one_of(Decision, decision, "decision")
+        _non_empty(fingerprint=fingerprint, actor=actor, basis=basis)
+        refuse_placeholders(actor=actor, basis=basis)
+        signed = DecisionSignature.parse(signature)
+        approval = await self._transact(
+            key,
+            functools.partial(
+                decide_approval,
+                fingerprint=fingerprint,
+                decision=decision,
+                actor=actor,
+                basis=basis,
+                approval_id=new_action_id(),
+                signature=None if signed is None else signed.model_dump(),
+            ),
+        )
+        if isinstance(approval, DecisionRefused):
+            raise approval
+        return approval
+
+    # -- reading, integrity, retention ------------------------------------------
+
+    def events(
+        self, key: str | None = None, *, after: int = 0, limit: int | None = None
+    ) -> list[LedgerEvent]:
+        """The log in order, optionally for one key.
+
+        Args:
+            key: Only this key's events.
+            after: Only events after this sequence number.
+            limit: At most this many.
+
+        Returns:
+            The events.
+        """
+        if key is not None:
+            validate_key(key)
+        return self._recorder.events(key, after=after, limit=limit)
+
+    def verify(self, *, gated: Sequence[str] = (), signers: Signers | None = None) -> VerifyReport:
+        """Recompute the hash chains and the invariants; name every problem found.
+
+        Every execution of a call that needed approval must hold exactly one approval of
+        its fingerprint, recorded before its started marker.
+
+        Args:
+            gated: Capability glob patterns whose every execution is held to that,
+                whatever its caller declared.
+            signers: The policy's keys: re-checks the signature of every recorded
+                decision and person's verdict. The hash chain proves order and
+                integrity, a signature proves who decided, even against somebody who
+                wrote the tables and recomputed the chain.
+
+        Returns:
+            The report: ``ok``, and every problem found.
+
+        Raises:
+            InvalidRequest: ``gated`` or ``signers`` is not what it should be.
+        """
+        if isinstance(gated, str) or not all(isinstance(g, str) and g for g in gated):
+            raise InvalidRequest("gated must be a list of capability patterns")
+        if signers is not None and not isinstance(signers, Signers):
+            raise InvalidRequest(f"signers must be Signers, not {type(signers).__name__}")
+        report = verify_ledger(self._recorder, gated=tuple(gated))
+        if signers is None:
+            return report
+        problems = report.problems + recorded_problems(self._recorder.events(), signers)
+        return report.model_copy(update={"ok": not problems, "problems": problems})
+
+    async def compact(self, *, older_than: float) -> int:
+        """Drop the bodies of final outcomes settled more than ``older_than`` seconds ago.
+
+        A tombstone (key, fingerprint, status) stays, so a late identical request is
+        answered and a late different one refused, never executed again. Unknown effects
+        are never compacted.
+
+        Args:
+            older_than: Seconds since the outcome was settled.
+
+        Returns:
+            The number of keys compacted.
+
+        Raises:
+            InvalidRequest: ``older_than`` is negative or not a number.
+        """
+        if not (isinstance(older_than, (int, float)) and older_than >= 0):
+            raise InvalidRequest(f"older_than must be >= 0 seconds, got {older_than!r}")
+        cutoff = iso(await self._run(self._recorder.now) - older_than)
+        keys = await self._run(self._recorder.compactable, cutoff)
+        done = 0
+        for key in keys:
+            done += await self._transact(key, functools.partial(compact_key, cutoff=cutoff))
+        return done
+
+
+def _one_of(kind: type[E], value: Any, name: str) -> E:
+    """``value`` as a member of ``kind``, or bad input naming the choices."""
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(member.value for member in kind)
+        raise InvalidRequest(f"unknown {name} {value!r}: use one of {choices}") from None
+
+
+def _non_empty(**values: Any) -> None:
+    """Bad input naming the first of ``values`` that is not a non-empty string the ledger
+    can record."""
+    for name, value in values.items():
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidRequest(f"{name} must be a non-empty string")
+        check_text(value, where=name)

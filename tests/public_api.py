@@ -91,7 +91,7 @@ def _describe(obj: griffe.Object | griffe.Alias, *, top: bool = False) -> Any:
             "bases": [str(base) for base in target.bases],
             "members": {
                 name: _describe(member)
-                for name, member in sorted(target.members.items())
+                for name, member in sorted(target.all_members.items())
                 if _public_member(name)
             },
         }

@@ -16,7 +16,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from temporal_ledger.ledger import ActionRequest, ActionStatus, Authority, Verdict
+from temporal_ledger.ledger import ActionRequest, ActionStatus, Authority, DecisionRefused, Verdict
 from temporal_ledger.ledger._answers import failure_fields, success_fields
 from temporal_ledger.ledger._completion import complete
 from temporal_ledger.ledger._decisions import decide_approval, reconcile_key
@@ -320,7 +320,7 @@ def test_a_gated_key_acts_only_under_a_fresh_approval_of_its_exact_request(
                 held.approval, held.decided_by = decided, actor
                 held.approved_fingerprint = fingerprint
                 approvals[key] = approvals.get(key, 0) + (decision is Decision.APPROVE)
-            reason, _ = store.transact(
+            answer = store.transact(
                 key,
                 now,
                 functools.partial(
@@ -328,7 +328,8 @@ def test_a_gated_key_acts_only_under_a_fresh_approval_of_its_exact_request(
                     basis="looked", approval_id=f"ap-{now}",
                 ),
             )  # fmt: skip
-            assert ("refused" if reason else "recorded") == expected, (op, reason)
+            got = "refused" if isinstance(answer, DecisionRefused) else "recorded"
+            assert got == expected, (op, answer)
             continue
         _, key, variant, allowed, kind = op
         ask = Ask.of(
