@@ -19,14 +19,7 @@ from ._errors import (
     NoEffect,
 )
 from ._ledger import Ledger
-from ._models import (
-    ActionRequest,
-    ActionResult,
-    ActionState,
-    ActionStatus,
-    Authority,
-    Verdict,
-)
+from ._models import ActionRequest, ActionResult, ActionState, ActionStatus, Authority, Verdict
 from ._version import __version__ as __version__
 
 __all__ = [

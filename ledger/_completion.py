@@ -14,12 +14,7 @@ from ._transaction import KeyRecord, Outcome, Phase, Transaction, iso
 
 
 def mark_started(
-    tx: Transaction,
-    *,
-    action_id: str,
-    token: int,
-    failure: Stop | None,
-    lease: float,
+    tx: Transaction, *, action_id: str, token: int, failure: Stop | None, lease: float
 ) -> ActionResult | ActionInProgressError | None:
     record = tx.record
     if record is None or record.token != token or record.phase != Phase.CLAIMED:

@@ -6,41 +6,24 @@ caller can tell "the ledger refused" from "the adapter blew up".
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
-from typing import Any, TypeVar
-
-E = TypeVar("E", bound=type[BaseException])
+from typing import Any
 
 
-def _rebuilt_by_arguments(kind: E) -> E:
-    """Make an error pickle as the call that made it. ``Exception`` pickles its ``args``
-    (here the message), which an error with keyword-only fields cannot be rebuilt from:
-    across a process boundary it would fail to unpickle, or lose its fields."""
-    init = kind.__init__
-
-    @functools.wraps(init)
-    def __init__(self: BaseException, *args: Any, **kwargs: Any) -> None:
-        self._arguments = (args, kwargs)  # type: ignore[attr-defined]  # added to any error class
-        init(self, *args, **kwargs)
-
-    def __reduce__(self: BaseException) -> tuple[Any, ...]:
-        arguments = self._arguments  # type: ignore[attr-defined]  # set by __init__ above
-        return (_by_arguments, (type(self), *arguments))
-
-    kind.__init__ = __init__  # type: ignore[method-assign]  # patching is the purpose
-    kind.__reduce__ = __reduce__  # type: ignore[method-assign,assignment]  # likewise
-    return kind
-
-
-def _by_arguments(
-    kind: type[BaseException], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> BaseException:
-    return kind(*args, **kwargs)
+def _restored(kind: type[BaseException], args: tuple[Any, ...], fields: dict[str, Any]) -> Any:
+    error = kind.__new__(kind, *args)  # its args set, its __init__ not called
+    error.__dict__.update(fields)
+    return error
 
 
 class LedgerError(Exception):
     """Base class of every error the ledger raises on purpose."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as its message and fields: ``Exception`` would rebuild it by calling it
+        # with its ``args`` (the message), which keyword-only fields cannot be given, so
+        # across a process boundary it would fail to unpickle, or lose its fields.
+        return (_restored, (type(self), self.args, self.__dict__))
 
 
 class InvalidRequest(LedgerError, ValueError):
@@ -51,7 +34,6 @@ class DuplicateActionId(InvalidRequest):
     """This ``action_id`` was submitted before (the log's unique index refused it again)."""
 
 
-@_rebuilt_by_arguments
 class IdempotencyConflictError(LedgerError):
     """The key is already bound to a different operation.
 
@@ -86,7 +68,6 @@ class IdempotencyConflictError(LedgerError):
         )
 
 
-@_rebuilt_by_arguments
 class ActionInProgressError(LedgerError):
     """A live execution holds the key; this request was deferred (and recorded as such).
 
@@ -115,7 +96,6 @@ class ActionInProgressError(LedgerError):
         )
 
 
-@_rebuilt_by_arguments
 class DecisionRefused(LedgerError):
     """An operator's decision was refused, and the refusal recorded
     (``action.reconcile_refused`` or ``action.approval_refused``): a verdict on a key with
@@ -138,7 +118,6 @@ class DecisionRefused(LedgerError):
         super().__init__(f"decision on {key!r} refused: {reason}")
 
 
-@_rebuilt_by_arguments
 class LedgerUnavailable(LedgerError):
     """The ledger's storage could not be reached or lost its connection.
 
@@ -155,7 +134,6 @@ class LedgerUnavailable(LedgerError):
         super().__init__(message)
 
 
-@_rebuilt_by_arguments
 class NoEffect(Exception):
     """Raised by an adapter that knows its attempt had no effect.
 
@@ -170,6 +148,8 @@ class NoEffect(Exception):
     Raises:
         ValueError: ``retry_after`` is not a finite number of seconds >= 0.
     """
+
+    __reduce__ = LedgerError.__reduce__
 
     def __init__(
         self,
