@@ -46,19 +46,6 @@ def result_of(outcome: Outcome, *, key: str, action_id: str, replayed: bool) -> 
     )
 
 
-def answer_of(body: dict[str, Any], *, key: str, action_id: str, compacted: bool) -> ActionResult:
-    """The answer an ``action.completed`` event (its ``body``) gave its own submission."""
-    answer = result_of(Outcome.of(body), key=key, action_id=action_id, replayed=False)
-    # A replay's body names the action it reused; the event, whether it was compacted.
-    return answer.model_copy(
-        update={
-            "replayed": bool(body.get("replayed")),
-            "reused_from_action_id": body.get("reused_from_action_id"),
-            "compacted": compacted,
-        }
-    )
-
-
 def resubmission_answer(
     events: list[LedgerEvent], record: KeyRecord | None, *, request: ActionRequest, fingerprint: str
 ) -> ActionResult | None:
@@ -90,8 +77,13 @@ def resubmission_answer(
             body = event.payload
             if event.compacted and record is not None and record.outcome is not None:
                 body = {**record.outcome.body(), "replayed": True}
-            return answer_of(
-                body, key=request.key, action_id=request.action_id, compacted=event.compacted
+            answer = result_of(
+                Outcome.of(body), key=request.key, action_id=request.action_id, replayed=False
+            )
+            # A replay's body names the action it reused; the event, whether it was compacted.
+            update = {"replayed": bool(body.get("replayed")), "compacted": event.compacted}
+            return answer.model_copy(
+                update={**update, "reused_from_action_id": body.get("reused_from_action_id")}
             )
         if event.type == EventType.REPLAY_REFUSED:
             raise IdempotencyConflictError(

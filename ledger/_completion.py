@@ -50,11 +50,17 @@ def complete(
     tx: Transaction, *, action_id: str, token: int, fields: dict[str, Any]
 ) -> ActionResult | ActionInProgressError:
     record = tx.record
-    if record is not None and holds_own_completion(record, action_id=action_id, token=token):
-        # An earlier try committed and its answer was lost: answer what it recorded
-        # rather than resolve the action a second time.
-        assert record.outcome is not None
-        return result_of(record.outcome, key=tx.key, action_id=action_id, replayed=False)
+    outcome = None if record is None else record.outcome
+    # An earlier try committed and its answer was lost: answer what it recorded rather
+    # than resolve the action a second time. The one other outcome ever recorded under a
+    # started attempt's action id and token is the interruption a recovery writes once
+    # its lease expired: not the attempt's report.
+    if (
+        outcome is not None
+        and (outcome.action_id, outcome.token) == (action_id, token)
+        and not outcome.interrupted
+    ):
+        return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
     if record is None or record.token != token or record.phase != Phase.RUNNING:
         # A stale fencing token: the lease was lost and the key moved on. Keep what
         # this attempt saw as evidence for the operator; it is not the outcome.
@@ -149,22 +155,6 @@ def release_unused_claim(tx: Transaction, *, action_id: str) -> None:
         error_type=FailureType.LEDGER_UNAVAILABLE,
     )
     tx.save(record)
-
-
-def holds_own_completion(record: KeyRecord, *, action_id: str, token: int) -> bool:
-    """Whether the key's outcome is already this attempt's report.
-
-    A retried completion finds it when an earlier try committed but its answer was lost.
-    The one other outcome ever recorded under a started attempt's action id and token is
-    the interruption a recovery writes once its lease expired: not the attempt's report.
-    """
-    outcome = record.outcome
-    return (
-        outcome is not None
-        and outcome.action_id == action_id
-        and outcome.token == token
-        and not outcome.interrupted
-    )
 
 
 def recover_expired(tx: Transaction, record: KeyRecord) -> None:
