@@ -137,17 +137,34 @@ def admit(
             return own
     if first:
         _record_request(tx, ask)
-    if (first or resubmitted) and not ask.authority.allows(request.capability):
+    authority = ask.authority
+    if (first or resubmitted) and not authority.allows(request.capability):
         # Refused before any lookup: the answer has the same shape whatever the key holds.
-        return _refuse_authority(tx, record, ask)
+        refused = {
+            "principal": authority.principal,
+            "capability": request.capability,
+            "granted": list(authority.capabilities),
+        }
+        tx.append(EventType.AUTHORIZATION_REFUSED, request.action_id, refused)
+        error = f"{authority.principal!r} may not use capability {request.capability!r}"
+        return _deny(tx, record, request, error=error, error_type=FailureType.DENIED)
     answered = _bind_or_answer(tx, record, ask, first=first, give_up=give_up)
     if answered is not None:
         return answered
     approval_id: str | None = None
     if ask.requires_approval:
-        approval_id = _consume_approval(record, ask)
-        if approval_id is None:
+        # Only an approval of this exact request, consumed by this execution alone
+        # (another one under the key needs a new approval).
+        approval = record.approval
+        if (
+            approval is None
+            or approval.state != ApprovalState.APPROVED
+            or approval.fingerprint != ask.fingerprint
+        ):
             return await_approval(tx, record, ask)
+        consumed = {"state": ApprovalState.CONSUMED, "consumed_by": request.action_id}
+        record.approval = approval.model_copy(update=consumed)
+        approval_id = approval.approval_id
     return _claim(tx, record, ask, approval_id=approval_id)
 
 
@@ -167,26 +184,6 @@ def _record_request(tx: Transaction, ask: Ask) -> None:
             "fingerprint_version": FINGERPRINT_VERSION,
             "dimensions": ask.dimensions,
         },
-    )
-
-
-def _refuse_authority(tx: Transaction, record: KeyRecord, ask: Ask) -> Answer:
-    authority, capability = ask.authority, ask.request.capability
-    tx.append(
-        EventType.AUTHORIZATION_REFUSED,
-        ask.request.action_id,
-        {
-            "principal": authority.principal,
-            "capability": capability,
-            "granted": list(authority.capabilities),
-        },
-    )
-    return _deny(
-        tx,
-        record,
-        ask.request,
-        error=f"{authority.principal!r} may not use capability {capability!r}",
-        error_type=FailureType.DENIED,
     )
 
 
@@ -311,22 +308,6 @@ def _replay(tx: Transaction, record: KeyRecord, request: ActionRequest) -> Answe
     )
     tx.save(record)
     return Answer(result_of(outcome, key=request.key, action_id=request.action_id, replayed=True))
-
-
-def _consume_approval(record: KeyRecord, ask: Ask) -> str | None:
-    """The id of the approval of this exact request, now consumed by this execution alone
-    (another one under the key needs a new approval); ``None`` when there is none."""
-    approval = record.approval
-    if (
-        approval is None
-        or approval.state != ApprovalState.APPROVED
-        or approval.fingerprint != ask.fingerprint
-    ):
-        return None
-    record.approval = approval.model_copy(
-        update={"state": ApprovalState.CONSUMED, "consumed_by": ask.request.action_id}
-    )
-    return approval.approval_id
 
 
 def _claim(tx: Transaction, record: KeyRecord, ask: Ask, *, approval_id: str | None) -> Claimed:
