@@ -6,7 +6,7 @@ reads ``tx.record`` and ``tx.now``, appends events and saves the record, and doe
 else: no I/O of its own, no clock, no asyncio. This module admits a call (:func:`admit`)
 or records one that acted first (:func:`record_acted`); :mod:`._completion` carries a
 claim to its outcome, :mod:`._decisions` records people's decisions, and :mod:`._answers`
-says what a key answers. ``Ledger`` (the async shell, :mod:`._call`) loads the state, runs
+says what a key answers. ``Ledger`` (the async shell, :mod:`._ledger`) loads the state, runs
 these in transactions, and runs the adapter between them.
 """
 
