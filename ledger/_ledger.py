@@ -115,25 +115,12 @@ class Ledger(Decisions):
 
         Raises:
             InvalidRequest: Bad input; nothing is recorded.
-            IdempotencyConflictError: The key holds a different request (refusal
-                recorded).
+            IdempotencyConflictError: The key holds a different request (refusal recorded).
             ActionInProgressError: A live execution holds the key (deferral recorded).
             LedgerUnavailable: The database could not be reached.
         """
         request = ActionRequest.parse(request)
-        if not isinstance(authority, Authority):
-            raise InvalidRequest(f"authority must be an Authority, not {type(authority).__name__}")
-        if not callable(adapter):
-            raise InvalidRequest("adapter must be callable")
-        if state is not None and not callable(state):
-            raise InvalidRequest("state must be a callable that reads the current state")
-        if request.precondition is not None and state is None:
-            raise InvalidRequest(
-                "the request has a precondition but no state resolver: a precondition that "
-                "cannot be checked is refused, not skipped"
-            )
-        if not (isinstance(wait, (int, float)) and wait >= 0):
-            raise InvalidRequest(f"wait must be >= 0 seconds, got {wait!r}")
+        _check_arguments(request, authority, adapter, state, wait)
         ask = Ask.of(
             request,
             authority,
@@ -142,8 +129,7 @@ class Ledger(Decisions):
             lease=self.lease if lease is None else lease_seconds(lease),
             sync_replays=self.replay_audit == "durable",
         )
-        # A replay from a read where the ledger answers replays so, acting first where the
-        # call is retry-safe, else the admission and then the adapter under the claim.
+        # A replay from a read, acting first, or the admission and the adapter under a claim.
         if self.replay_audit == "batched" or (
             self.replay_audit == "committed" and self._recorder.reads_now
         ):
@@ -386,14 +372,11 @@ class Ledger(Decisions):
                     await renewal
 
     async def _release_unused_claim(self, key: str, action_id: str) -> None:
-        """After a lost connection, settle a claim this request may hold as no effect
-        (:func:`release_unused_claim`): a retryable no-effect failure, not an unknown
-        effect left for an operator. Best effort: if the ledger is still unreachable,
-        lease expiry settles the claim conservatively.
-        """
-        # Retried like a completion: a claim that did land and is never released holds a
-        # started marker (without a precondition), and its lease would expire into an
-        # interrupted, unknown effect, parking a step whose adapter never ran.
+        """After a lost connection, settle a claim this request may hold as a retryable
+        no-effect failure (:func:`release_unused_claim`). Retried like a completion: a
+        claim that landed and is never released would expire into an unknown effect,
+        parking a step whose adapter never ran; if the ledger stays unreachable, that
+        conservative expiry is what settles it."""
         with contextlib.suppress(LedgerError):
             await self._transact_durably(
                 key,
@@ -468,6 +451,24 @@ class Ledger(Decisions):
         if queued is None:
             return await self._run(self._recorder.transact, key, fn)
         return await queued
+
+
+def _check_arguments(
+    request: ActionRequest, authority: Any, adapter: Any, state: Any, wait: Any
+) -> None:
+    if not isinstance(authority, Authority):
+        raise InvalidRequest(f"authority must be an Authority, not {type(authority).__name__}")
+    if not callable(adapter):
+        raise InvalidRequest("adapter must be callable")
+    if state is not None and not callable(state):
+        raise InvalidRequest("state must be a callable that reads the current state")
+    if request.precondition is not None and state is None:
+        raise InvalidRequest(
+            "the request has a precondition but no state resolver: a precondition that "
+            "cannot be checked is refused, not skipped"
+        )
+    if not (isinstance(wait, (int, float)) and wait >= 0):
+        raise InvalidRequest(f"wait must be >= 0 seconds, got {wait!r}")
 
 
 def _recordable_instead(
