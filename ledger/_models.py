@@ -116,33 +116,21 @@ class Decision(StrEnum):
 _CAPABILITY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*(\.[A-Za-z_][A-Za-z0-9_-]*)*$")
 
 
-class _RandomPool:
-    """OS randomness drawn 4 KiB at a time. One ``os.urandom`` call per id would release
-    the GIL on every request, and the ledger's writer thread would take it until its next
-    statement; a forked child starts with an empty pool, never its parent's bytes."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._bytes = b""
-        self._at = 0
-
-    def take(self, n: int) -> bytes:
-        with self._lock:
-            if self._at + n > len(self._bytes):
-                self._bytes, self._at = os.urandom(4096), 0
-            chunk = self._bytes[self._at : self._at + n]
-            self._at += n
-            return chunk
-
-    def clear(self) -> None:
-        self._lock = threading.Lock()
-        self._bytes, self._at = b"", 0
+# OS randomness drawn 4 KiB at a time. One ``os.urandom`` call per id would release the
+# GIL on every request, and the ledger's writer thread would take it until its next
+# statement; a forked child starts with an empty pool, never its parent's bytes.
+_pool = bytearray()
+_pool_lock = threading.Lock()
 
 
-_POOL = _RandomPool()
-_random_bytes = _POOL.take
+def _forked() -> None:
+    global _pool_lock
+    _pool_lock = threading.Lock()
+    _pool.clear()
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_POOL.clear)
+    os.register_at_fork(after_in_child=_forked)
 
 
 def new_action_id() -> str:
@@ -152,7 +140,12 @@ def new_action_id() -> str:
     at its end, where its pages are already cached, instead of at a random leaf of a
     large ledger.
     """
-    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(_random_bytes(10), "big")
+    with _pool_lock:
+        if len(_pool) < 10:
+            _pool[:] = os.urandom(4096)
+        random = int.from_bytes(_pool[:10], "big")
+        del _pool[:10]
+    value = (time.time_ns() // 1_000_000) << 80 | random
     value = value & ~(0xF << 76) | 0x7 << 76  # version 7
     value = value & ~(0x3 << 62) | 0x2 << 62  # RFC 4122 variant
     return f"{value:032x}"
