@@ -326,17 +326,11 @@ class Authority(_Frozen):
         except ValidationError as exc:
             raise InvalidRequest(_describe(exc)) from exc
 
-    @field_validator("principal", mode="after")
+    @field_validator("principal", "capabilities", mode="after")
     @classmethod
-    def _principal(cls, value: str) -> str:
-        check_text(value, where="principal")
-        return value
-
-    @field_validator("capabilities", mode="after")
-    @classmethod
-    def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for pattern in value:
-            check_text(pattern, where="capabilities")
+    def _recordable(cls, value: Any, info: Any) -> Any:
+        for text in (value,) if isinstance(value, str) else value:
+            check_text(text, where=info.field_name)
         return value
 
     def allows(self, capability: str) -> bool:
