@@ -155,24 +155,21 @@ def reconcile_key(
     signature: dict[str, Any] | None = None,
 ) -> DecisionRefused | None:
     """Append a verdict on the key's unknown effect, or return the refusal to raise
-    (recorded as ``action.reconcile_refused``). ``action_id``: the
-    action the verdict is about, refused if the unknown effect is another's;
-    ``signature`` (its author's proof) is recorded with the verdict."""
+    (recorded as ``action.reconcile_refused``). ``action_id``: the action the verdict is
+    about, refused if the unknown effect is another's; ``signature`` (its author's
+    proof) is recorded with the verdict."""
     record = tx.record
     reason, known_effect = _unknown_effect_of(tx, record, action_id=action_id)
     body = _signed(signature, verdict=verdict.value, actor=actor, basis=basis)
-    if reason is None and verdict is Verdict.EFFECT_CONFIRMED:
-        assert record is not None
-        misfit = (
-            None if record.output_schema is None else output_misfit(record.output_schema, output)
-        )
-        if misfit:
-            # Bad input, not a refusal: raising rolls the transaction back, nothing kept.
-            raise InvalidRequest(misfit)
     if reason is not None:
         _refuse(tx, EventType.RECONCILE_REFUSED, body, reason)
         return DecisionRefused(tx.key, reason, decided=known_effect)
     assert record is not None and record.outcome is not None
+    if verdict is Verdict.EFFECT_CONFIRMED and record.output_schema is not None:
+        misfit = output_misfit(record.output_schema, output)
+        if misfit:
+            # Bad input, not a refusal: raising rolls the transaction back, nothing kept.
+            raise InvalidRequest(misfit)
     outcome = dataclasses.replace(record.outcome, verdict=verdict.value)
     if verdict is Verdict.EFFECT_CONFIRMED:
         outcome = dataclasses.replace(outcome, effect=EffectState.OBSERVED, output=output)
