@@ -28,12 +28,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from temporal_ledger.activities import LedgerPlugin, Policy  # noqa: E402
 from temporalio import activity, workflow  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
 
-from temporal_ledger.activities import LedgerPlugin, Policy  # noqa: E402
 from worker import free_port, temporal_binary  # noqa: E402
 
 CALL_TOOL = "temporalio.mcp.notes.call-tool"
