@@ -69,7 +69,7 @@ from ..workflows._seam import (
     step_key,
 )
 from . import _mcp
-from ._attempt import Attempt, LostReply, call_context, run_attempt
+from ._attempt import Attempt, LostReply, call_context
 from ._delivered import delivered_arguments
 from ._failures import failed_before_acting
 from ._rules import LedgeredActivity
@@ -210,18 +210,16 @@ def _delivered_json(activity_type: str, values: Sequence[Any]) -> list[Any]:
         raise _refuse(f"{activity_type}: arguments are not JSON: {exc}") from None
 
 
-async def execute_through_ledger(
+def activity_attempt(
     runtime: Runtime,
     input: ExecuteActivityInput,
     next: ActivityInboundInterceptor,
-    *,
-    rule: LedgeredActivity | None = None,
-) -> Any:
-    """Run one attempt of an activity through the ledger (``_attempt.run_attempt``): act
-    once (``next.execute_activity(input)``, its return value recorded as JSON), replay
+    rule: LedgeredActivity,
+) -> Attempt:
+    """One attempt of an activity as ``_attempt.run_attempt`` runs it: act once
+    (``next.execute_activity(input)``, its return value recorded as JSON), replay
     afterwards (the recorded value decoded to the activity's return type)."""
     info = activity.info()
-    rule = rule or LedgeredActivity(info.activity_type)
     anchor = _anchor_from(input.headers)
     if info.workflow_id is None or anchor is None:
         raise _refuse(
@@ -256,7 +254,7 @@ async def execute_through_ledger(
         **({"tool": tool} if tool else {}),
         **({"hints": hints.model_dump(by_alias=True)} if hints else {}),
     )
-    attempt = Attempt(
+    return Attempt(
         spec=_spec(info.activity_type, rule),
         # The tool's name and its server's hints are recorded, never fingerprinted.
         request={
@@ -286,7 +284,6 @@ async def execute_through_ledger(
         # the attempt only asks, the node runs and each of its calls only asks.
         ask_only=False if rule.calls_inside else None,
     )
-    return await run_attempt(runtime, attempt)
 
 
 @dataclasses.dataclass

@@ -40,9 +40,9 @@ from ..workflows._seam import (
     covers,
     ordered,
 )
-from ._attempt import HeartbeatDetails, ask_only_attempt, heartbeat_details
+from ._attempt import HeartbeatDetails, ask_only_attempt, heartbeat_details, run_attempt
 from ._delivered import keeps_delivered_payloads, with_delivered_payloads
-from ._generic import execute_through_ledger
+from ._generic import activity_attempt
 from ._policy import Policy
 from ._reconcile import approve_call, probe_effect, reconcile_effect
 from ._rules import LedgeredActivity
@@ -418,7 +418,8 @@ class _ActivityInbound(ActivityInboundInterceptor):
             if rule is None:
                 return await self.next.execute_activity(input)
             runtime = await self._plugin._open_runtime()
-            return await execute_through_ledger(runtime, input, self.next, rule=rule)
+            # The call is described here and run by _attempt, the one path of every call.
+            return await run_attempt(runtime, activity_attempt(runtime, input, self.next, rule))
         token = _runtime.set(await self._plugin._open_runtime())
         try:
             return await self.next.execute_activity(input)

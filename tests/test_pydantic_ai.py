@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy, step_key
-from temporal_ledger.activities._generic import capability_for, execute_through_ledger
+from temporal_ledger.activities._attempt import run_attempt
+from temporal_ledger.activities._generic import activity_attempt, capability_for
+from temporal_ledger.activities._rules import LedgeredActivity
 from temporal_ledger.activities._runtime import Runtime
 from temporal_ledger.activities.pydantic_ai import activity_rules
 from temporal_ledger.ledger import Ledger
@@ -267,7 +269,8 @@ async def test_activity_without_run_anchor_is_refused_before_acting(tmp_path: Pa
         with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
             runtime = Runtime(ledger=ledger, policy=POLICY)
             call = ExecuteActivityInput(fn=attempt, args=["x"], executor=None, headers={})
-            return await execute_through_ledger(runtime, call, Next())
+            rule = LedgeredActivity("attempt")
+            return await run_attempt(runtime, activity_attempt(runtime, call, Next(), rule))
 
     with pytest.raises(ApplicationError) as refused:
         await ActivityEnvironment().run(attempt)
