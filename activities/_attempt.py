@@ -12,7 +12,7 @@ import contextvars
 import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
@@ -31,42 +31,10 @@ from ..ledger import (
 )
 from ..ledger._seam import EffectState, ExecutionContext, FailureType, NextOperation
 from ..workflows._seam import ConflictDetails, ErrorType, ToolHints, ToolOutcome, ToolSpec
-from ._failures import declared_no_effect
 from ._metrics import CallOutcome, count_call
 from ._outcomes import outcome_or_raise, record_outcome
-from ._runtime import Runtime
+from ._runtime import Runtime, final
 from ._tracing import call_span, current_call, describe_request
-
-SpecT = TypeVar("SpecT", bound=ToolSpec[Any, Any])
-
-
-def treated(
-    spec: SpecT,
-    runtime: Runtime,
-    *,
-    tool: str | None = None,
-    hints: ToolHints | None = None,
-    server: str | None = None,
-) -> SpecT:
-    """The spec as the policy has it handled: the tool's declaration, weighed against its
-    hints (those that relax only where the policy trusts them), with the ``[tools]``
-    table's last word."""
-    treatment = runtime.policy.treatment(
-        capability=spec.capability,
-        retry_safe=spec.retry_safe,
-        requires_approval=spec.requires_approval,
-        tool=tool or spec.name,
-        hints=hints,
-        server=server,
-    )
-    if (treatment.retry_safe, treatment.requires_approval) == (
-        spec.retry_safe,
-        spec.requires_approval,
-    ):
-        return spec
-    return dataclasses.replace(
-        spec, retry_safe=treatment.retry_safe, requires_approval=treatment.requires_approval
-    )
 
 
 class LostReply(Exception):
@@ -127,31 +95,27 @@ class Attempt:
 
 
 async def run_attempt(runtime: Runtime, attempt: Attempt) -> Any:
-    """Run one attempt of a call through the ledger: the policy's treatment of it, its
-    span, the ledger's rule (acting at most once per key), and the ledger's answer as
-    the caller's result or as the typed error that tells the workflow what comes next.
-
-    Args:
-        runtime: The worker's ledger and policy.
-        attempt: The call, as its rule describes it.
-
-    Returns:
-        What the caller gets: a fresh result, or one read from the ledger's answer.
-
-    Raises:
-        ApplicationError: The ledger's answer that ends or defers the call.
-        BaseException: The call's own exception, where the ledger lets the key act again
-            (see :attr:`Attempt.hand_back`).
+    """Run one attempt of a call through the ledger (the policy's treatment, a span, the
+    rule that acts at most once per key): the caller's result (fresh, or read from the
+    ledger's answer), or the typed ``ApplicationError`` that tells the workflow what comes
+    next, or the call's own exception where the key may act again (:attr:`Attempt.hand_back`).
     """
-    spec = treated(
-        attempt.spec, runtime, tool=attempt.tool, hints=attempt.hints, server=attempt.server
+    # The tool's declaration, weighed against its hints (those that relax only where the
+    # policy trusts them), with the policy's [tools] table's last word.
+    treatment = runtime.policy.treatment(
+        capability=attempt.spec.capability,
+        retry_safe=attempt.spec.retry_safe,
+        requires_approval=attempt.spec.requires_approval,
+        tool=attempt.tool or attempt.spec.name,
+        hints=attempt.hints,
+        server=attempt.server,
     )
+    spec = dataclasses.replace(attempt.spec, **treatment.model_dump())
     request = attempt.request
-    if attempt.output_schema is not None and not spec.retry_safe:
-        # Computed only for a call that may park: the ledger records it and checks verdicts.
-        schema = attempt.output_schema()
-        if schema is not None:
-            request = {**request, "output_schema": schema}
+    # Computed only for a call that may park: the ledger records it and checks verdicts.
+    schema = attempt.output_schema() if attempt.output_schema and not spec.retry_safe else None
+    if schema is not None:
+        request = {**request, "output_schema": schema}
     #: What this attempt's call gave, if it ran: what the caller gets, or its exception.
     ran: dict[str, Any] = {}
 
@@ -166,7 +130,7 @@ async def run_attempt(runtime: Runtime, attempt: Attempt) -> Any:
             if declared or attempt.hand_back:
                 ran["error"] = exc
             if declared:
-                raise declared_no_effect(exc) from exc
+                raise NoEffect(f"{type(exc).__name__}: {exc}", retryable=True) from exc
             raise
         try:
             ran["value"], recorded = attempt.record(value)
@@ -179,19 +143,14 @@ async def run_attempt(runtime: Runtime, attempt: Attempt) -> Any:
     with call_span(attempt.span, request["key"], content=runtime.trace_content) as span:
         describe_request(span, request)
         result = await execute_ledgered(
-            runtime,
-            request,
-            spec=spec,
-            performer=request["performer"],
-            adapter=adapter,
-            state=attempt.state,
-            ask_only=attempt.ask_only,
+            runtime, request, spec, adapter, attempt.state, attempt.ask_only
         )
         fresh = not result.replayed
         if fresh and attempt.fresh and "value" in ran and result.status is ActionStatus.SUCCEEDED:
             record_outcome(spec, result)
             return ran["value"]
-        if fresh and "error" in ran and _may_act_again(result, spec):
+        unknown = result.effect is EffectState.UNKNOWN
+        if fresh and "error" in ran and (result.retryable or (unknown and spec.retry_safe)):
             # The ledger lets this key act again: Temporal (and the framework's own error
             # mapping on the workflow side) gets the call's exception, as without the ledger.
             record_outcome(spec, result)
@@ -200,18 +159,11 @@ async def run_attempt(runtime: Runtime, attempt: Attempt) -> Any:
     try:
         return attempt.read(outcome)
     except Exception as exc:
-        raise ApplicationError(
+        raise final(
             f"{spec.name}: the recorded output of {request['key']!r} does not fit the "
             f"call's result: {exc}",
-            type=ErrorType.FAILED,
-            non_retryable=True,
+            ErrorType.FAILED,
         ) from None
-
-
-def _may_act_again(result: ActionResult, spec: ToolSpec[Any, Any]) -> bool:
-    if result.retryable:
-        return True
-    return result.effect is EffectState.UNKNOWN and spec.retry_safe
 
 
 def call_context(info: activity.Info, **extra: Any) -> dict[str, Any]:
@@ -229,41 +181,46 @@ def call_context(info: activity.Info, **extra: Any) -> dict[str, Any]:
 async def execute_ledgered(
     runtime: Runtime,
     request: dict[str, Any],
-    *,
     spec: ToolSpec[Any, Any],
-    performer: str,
     adapter: Callable[[ActionRequest, ExecutionContext], Any],
-    state: Callable[[ActionRequest], Any] | None = None,
-    ask_only: bool | None = None,
+    state: Callable[[ActionRequest], Any] | None,
+    ask_only: bool | None,
 ) -> ActionResult:
-    """One activity attempt through the ledger, heartbeating while it runs. The ledger's
-    refusals become typed ``ApplicationError`` s: final ones non-retryable, an
-    in-progress key or an unreachable ledger retryable.
+    """One activity attempt through the ledger, heartbeating while it runs; the ledger's
+    refusals as typed ``ApplicationError`` s (an in-progress key or an unreachable ledger
+    retryable). An attempt that only asks (``ask_only``, by default as the workflow
+    scheduled it: :data:`ask_only_attempt`) never acts: where the ledger would let the
+    call act (:func:`_free_to_act`) it fails with ``ATTEMPTS_SPENT`` at once, without
+    writing; otherwise it gets the ledger's answer (a replay, an unknown effect, a live
+    claim) with an adapter that refuses to act."""
+    spent = ApplicationError(
+        f"{spec.name}: {_NOT_TRIED}",
+        type=ErrorType.ATTEMPTS_SPENT,
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,
+    )
+    refused = False
+    ask_only = ask_only_attempt.get() if ask_only is None else ask_only
 
-    An attempt that only asks (``ask_only``; by default, as the workflow scheduled the
-    attempt: :data:`ask_only_attempt`) never acts, and records nothing where there is
-    nothing to answer: it reads the key first, and where the ledger would let the call
-    act (see :func:`_free_to_act`) it fails with ``ATTEMPTS_SPENT`` at once. Otherwise
-    it goes through the ledger for its answer (a replay, an unknown effect, a live
-    claim), with an adapter that refuses to act, in case another attempt freed the key
-    between the read and the ledger's admission.
-    """
-    refused: list[str] = []
-    if ask_only is None:
-        ask_only = ask_only_attempt.get()
-    if ask_only:
-        adapter = _refusing(refused)
+    async def refuse(request: ActionRequest, ctx: ExecutionContext) -> Any:
+        # The race the read of the key cannot see: another attempt freed the key between
+        # that read and the ledger's admission. Recorded as what it is, a failure with no
+        # effect that leaves the key free to act again (a reset run may).
+        nonlocal refused
+        refused = True
+        raise NoEffect(_NOT_TRIED, retryable=True)
+
     every = activity.info().heartbeat_timeout
     heartbeat = asyncio.create_task(_heartbeat(every))
     try:
         if ask_only:
             standing = await asyncio.to_thread(runtime.ledger.state, request["key"])
             if _free_to_act(standing, retry_safe=spec.retry_safe):
-                raise _attempts_spent(spec)
+                raise spent
         result = await runtime.ledger.execute(
             request,
-            authority=runtime.policy.authority_for(performer),
-            adapter=adapter,
+            authority=runtime.policy.authority_for(request["performer"]),
+            adapter=refuse if ask_only else adapter,
             state=state,
             retry_safe=spec.retry_safe,
             requires_approval=spec.requires_approval,
@@ -279,9 +236,7 @@ async def execute_ledgered(
             dimensions=list(exc.dimensions),
             fingerprint_version=exc.fingerprint_version,
         )
-        raise ApplicationError(
-            str(exc), details.model_dump(), type=ErrorType.CONFLICT, non_retryable=True
-        ) from None
+        raise final(str(exc), ErrorType.CONFLICT, details.model_dump()) from None
     except ActionInProgressError as exc:
         raise ApplicationError(
             str(exc),
@@ -291,20 +246,16 @@ async def execute_ledgered(
         ) from None
     except InvalidRequest as exc:
         count_call(spec.name, CallOutcome.FAILED)
-        raise ApplicationError(
-            f"{spec.name}: {exc}", type=ErrorType.INVALID_REQUEST, non_retryable=True
-        ) from None
+        raise final(f"{spec.name}: {exc}", ErrorType.INVALID_REQUEST) from None
     except LedgerUnavailable as exc:
         raise ApplicationError(str(exc), type=ErrorType.LEDGER_UNAVAILABLE) from None
     finally:
         heartbeat.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await heartbeat
-    if ask_only and result.error_type == FailureType.APPROVAL_REQUIRED:
-        # Approved, the call would act: nobody is asked to approve what will not run.
-        refused.append(_NOT_TRIED)
-    if refused:
-        raise _attempts_spent(spec)
+    # Approved, the call would act: nobody is asked to approve what will not run.
+    if refused or (ask_only and result.error_type == FailureType.APPROVAL_REQUIRED):
+        raise spent
     return result
 
 
@@ -315,23 +266,11 @@ def _free_to_act(standing: ActionState, *, retry_safe: bool) -> bool:
     a denial), a call that waits for a person's approval to act, or an unknown effect of
     a retry-safe call (which the ledger tries again). The rule's own test is
     ``may_act_again``; this reads it off the key's projection, without writing."""
-    if standing.next_operation in (NextOperation.START_ACTION, NextOperation.AWAIT_APPROVAL):
-        return True
-    if standing.status is ActionStatus.DENIED:
-        return True
+    operation = standing.next_operation
     return (
-        retry_safe
-        and standing.retry_safe
-        and standing.next_operation is NextOperation.RECONCILE_EFFECT
-    )
-
-
-def _attempts_spent(spec: ToolSpec[Any, Any]) -> ApplicationError:
-    return ApplicationError(
-        f"{spec.name}: {_NOT_TRIED}",
-        type=ErrorType.ATTEMPTS_SPENT,
-        non_retryable=True,
-        category=ApplicationErrorCategory.BENIGN,
+        operation in (NextOperation.START_ACTION, NextOperation.AWAIT_APPROVAL)
+        or standing.status is ActionStatus.DENIED
+        or (retry_safe and standing.retry_safe and operation is NextOperation.RECONCILE_EFFECT)
     )
 
 
@@ -341,24 +280,10 @@ ask_only_attempt: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "ledger_ask_only", default=False
 )
 
-
 _NOT_TRIED = (
     "not tried again: the retry policy's attempts or time were spent on an attempt that "
     "timed out, and the ledger holds no outcome of it to give back"
 )
-
-
-def _refusing(refused: list[str]) -> Callable[[ActionRequest, ExecutionContext], Any]:
-    """The adapter of an attempt that only asks, for the race its read of the key cannot
-    see: another attempt freed the key (no effect) between that read and the ledger's
-    admission. It does not act. Recorded as what it is, a failure with no effect that
-    leaves the key free to act again (a reset run may)."""
-
-    async def refuse(request: ActionRequest, ctx: ExecutionContext) -> Any:
-        refused.append(_NOT_TRIED)
-        raise NoEffect(_NOT_TRIED, retryable=True)
-
-    return refuse
 
 
 def _lease(ledger_lease: float, heartbeat_timeout: timedelta | None) -> float:

@@ -47,12 +47,9 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import ValidationError
 from temporalio import activity
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
-from temporalio.converter import PayloadConverter
-from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 
 from ..ledger._seam import ExecutionContext, canonical_dump
@@ -73,7 +70,7 @@ from ._attempt import Attempt, LostReply, call_context
 from ._delivered import delivered_arguments
 from ._failures import failed_before_acting
 from ._rules import LedgeredActivity
-from ._runtime import Runtime
+from ._runtime import Runtime, final
 
 
 @dataclasses.dataclass
@@ -119,23 +116,12 @@ def capability_for(activity_type: str) -> str:
     return ".".join(["activity", *parts])
 
 
-def _hints_from(headers: typing.Mapping[str, Payload]) -> ToolHints | None:
-    payload = headers.get(HINTS_HEADER)
-    if payload is None:
-        return None
+def _header(headers: typing.Mapping[str, Payload], name: str, parse: Callable[[bytes], Any]) -> Any:
+    """The header ``name`` as ``parse`` reads it; ``None`` if absent or unreadable."""
+    payload = headers.get(name)
     try:
-        return ToolHints.parse(json.loads(payload.data))
-    except ValueError:
-        return None
-
-
-def _anchor_from(headers: typing.Mapping[str, Payload]) -> RunAnchor | None:
-    payload = headers.get(ANCHOR_HEADER)
-    if payload is None:
-        return None
-    try:
-        return RunAnchor.model_validate_json(payload.data)
-    except ValidationError:
+        return None if payload is None else parse(payload.data)
+    except ValueError:  # pydantic's ValidationError and JSON's errors are ValueErrors
         return None
 
 
@@ -184,21 +170,18 @@ def _output_schema(rule: LedgeredActivity, fn: Callable[..., Any], args: list[An
         return None
 
 
-def _refuse(message: str) -> ApplicationError:
-    return ApplicationError(message, type=ErrorType.INVALID_REQUEST, non_retryable=True)
-
-
 def _delivered_json(activity_type: str, values: Sequence[Any]) -> list[Any]:
     """The activity's arguments as JSON, read from the payloads Temporal delivered: never
     by encoding ``values`` again, which would consume a value that can be read once (see
     ``_delivered``) and hand the activity what is left of it."""
     payloads = delivered_arguments(values)
     if payloads is None:
-        raise _refuse(
+        raise final(
             f"{activity_type}: cannot be ledgered: the payloads Temporal delivered its "
             "arguments in were not seen, so the call cannot be fingerprinted as it was sent. "
             "Put the ledger plugin on the client (its workers inherit it), after any plugin "
-            "that replaces the whole data converter."
+            "that replaces the whole data converter.",
+            ErrorType.INVALID_REQUEST,
         )
     try:
         # Sets in canonical order; the ledger refuses what JSON cannot hold exactly (a NaN).
@@ -207,7 +190,9 @@ def _delivered_json(activity_type: str, values: Sequence[Any]) -> list[Any]:
             for value, payload in zip(values, payloads, strict=True)
         ]
     except Exception as exc:
-        raise _refuse(f"{activity_type}: arguments are not JSON: {exc}") from None
+        raise final(
+            f"{activity_type}: arguments are not JSON: {exc}", ErrorType.INVALID_REQUEST
+        ) from None
 
 
 def activity_attempt(
@@ -220,61 +205,65 @@ def activity_attempt(
     (``next.execute_activity(input)``, its return value recorded as JSON), replay
     afterwards (the recorded value decoded to the activity's return type)."""
     info = activity.info()
-    anchor = _anchor_from(input.headers)
+    name = info.activity_type
+    anchor: RunAnchor | None = _header(input.headers, ANCHOR_HEADER, RunAnchor.model_validate_json)
     if info.workflow_id is None or anchor is None:
-        raise _refuse(
-            f"{info.activity_type}: cannot be ledgered: the activity carries no "
-            f"{ANCHOR_HEADER!r} header, so no key that survives a reset yet is unique per "
-            "execution can be formed. Register the ledger plugin on the worker that runs the "
-            "workflow too (put it on the client: its workers inherit it)."
+        raise final(
+            f"{name}: cannot be ledgered: the activity carries no {ANCHOR_HEADER!r} header, "
+            "so no key that survives a reset yet is unique per execution can be formed. "
+            "Register the ledger plugin on the worker that runs the workflow too (put it on "
+            "the client: its workers inherit it).",
+            ErrorType.INVALID_REQUEST,
         )
-    args = _delivered_json(info.activity_type, input.args)
-    mcp_call = is_mcp_call(info.activity_type)
+    args = _delivered_json(name, input.args)
     step = anchor.call or info.activity_id
-    key = step_key(info.workflow_id, anchor.first, step, continued_from=anchor.continued)
     performer = info.workflow_type or "unknown-workflow"
     tool = read_args(rule.tool_name, args)
     tool = tool if isinstance(tool, str) else None
-    hints = ToolHints.parse(read_args(rule.hints, args)) or _hints_from(input.headers)
-    inside = Enclosing(
-        runtime=runtime,
-        info=info,
-        anchor=anchor,
-        step=step,
-        performer=performer,
-        loop=asyncio.get_running_loop(),
-        calls_inside=rule.calls_inside,
+    hints = ToolHints.parse(read_args(rule.hints, args)) or _header(
+        input.headers, HINTS_HEADER, lambda data: ToolHints.parse(json.loads(data))
     )
-    call = _ActivityCall(input, next, rule, inside, activity.payload_converter(), mcp_call)
+    loop = asyncio.get_running_loop()
+    inside = Enclosing(runtime, info, anchor, step, performer, loop, calls_inside=rule.calls_inside)
+    call = _ActivityCall(input, next, rule, inside, is_mcp_call(name))
+    # The tool's name and its server's hints are recorded, never fingerprinted.
     context = call_context(
         info,
         first_execution_run_id=anchor.first,
         continued_run_id=anchor.continued,
-        activity_type=info.activity_type,
+        activity_type=name,
         **({"tool": tool} if tool else {}),
         **({"hints": hints.model_dump(by_alias=True)} if hints else {}),
     )
+    # An MCP call's request metadata is not what the tool is asked to do.
+    plain = _mcp.without_meta(args) if call.mcp else args
+    capability = capability_for(name)
     return Attempt(
-        spec=_spec(info.activity_type, rule),
-        # The tool's name and its server's hints are recorded, never fingerprinted.
+        # The activity as a tool, as the rule declares it (before the policy's word).
+        spec=ToolSpec(
+            name=name,
+            capability=capability,
+            retry_safe=rule.retry_safe,
+            arg_type=dict,  # only name/capability/retry_safe are read
+            output_type=None,
+            has_probe=rule.probe is not None,
+            probe_absence_conclusive=rule.probe_absence_conclusive,
+        ),
         request={
-            "key": key,
-            "capability": capability_for(info.activity_type),
-            "instruction": info.activity_type,
-            "payload": rule.normalize(info.activity_type, args)
-            if rule.normalize
-            # An MCP call's request metadata is not what the tool is asked to do.
-            else {"args": _mcp.without_meta(args) if mcp_call else args},
+            "key": step_key(info.workflow_id, anchor.first, step, continued_from=anchor.continued),
+            "capability": capability,
+            "instruction": name,
+            "payload": rule.normalize(name, args) if rule.normalize else {"args": plain},
             "performer": performer,
             "context": context,
         },
         act=call.act,
         record=call.record,
         read=call.read,
-        span=tool or info.activity_type,
+        span=tool or name,
         tool=tool,
         hints=hints,
-        server=served_by(rule, info.activity_type),
+        server=served_by(rule, name),
         # What an operator's output must fit, by the activity's real result type (only
         # this side knows it).
         output_schema=lambda: _output_schema(rule, input.fn, args),
@@ -295,18 +284,23 @@ class _ActivityCall:
     next: ActivityInboundInterceptor
     rule: LedgeredActivity
     inside: Enclosing
-    converter: PayloadConverter
-    mcp_call: bool
+    #: An MCP tool call whose argument carries ``meta``.
+    mcp: bool
 
     async def act(self, ctx: ExecutionContext) -> Any:
         # The key (and the span's traceparent) reach an MCP server in the request's _meta:
         # added here, where the key is known, after the fingerprint was taken.
-        current = _mcp.enter(ctx.key)
+        ours = _mcp.request_meta(ctx.key)
+        current = _mcp.current.set(ours)
         entered = enclosing.set(self.inside)
         scope = getattr(self.rule, "scope", None)
+        input = self.input
         try:
+            if self.mcp and input.args:
+                first = _mcp.with_meta(input.args[0], ours)
+                input = dataclasses.replace(input, args=[first, *input.args[1:]])
             with scope(ctx.key) if scope is not None else contextlib.nullcontext():
-                value = await self.next.execute_activity(_stamped(self.input, self.mcp_call))
+                value = await self.next.execute_activity(input)
             if self.inside.failure is not None:
                 # A call inside had the ledger's answer that ends this attempt (an unknown
                 # effect, an approval to wait for, another try); the code around it (a
@@ -315,13 +309,13 @@ class _ActivityCall:
             return value
         finally:
             enclosing.reset(entered)
-            _mcp.leave(current)
+            _mcp.current.reset(current)
 
     def record(self, value: Any) -> tuple[Any, Any]:
         # Recorded through the same converter Temporal would use to send it to the
         # workflow, so decoding it on replay gives the workflow the same object (a set's
         # items in canonical order; a NaN makes the output one the ledger cannot record).
-        sent = self.converter.to_payload(value)
+        sent = activity.payload_converter().to_payload(value)
         recorded = canonical_dump(value, _to_json(sent))
         lost = getattr(self.rule, "lost_reply", None)
         reason = lost(recorded) if lost is not None else None
@@ -336,7 +330,9 @@ class _ActivityCall:
         # activity returns the framework's record of it.
         output = outcome.output
         recorded = self.rule.output.result(output) if outcome.reconciled else output
-        return self.converter.from_payload(_from_json(recorded), _return_type(self.input.fn))
+        return activity.payload_converter().from_payload(
+            _from_json(recorded), _return_type(self.input.fn)
+        )
 
     def before_acting(self, exc: BaseException) -> bool:
         """Declared by the rule as raised before acting (never a call inside's answer)."""
@@ -352,27 +348,3 @@ _MCP_CALLS = ("temporalio.mcp.*.call-tool", "*-stateless-call-tool-v2", "*-state
 def is_mcp_call(activity_type: str) -> bool:
     """Whether ``activity_type`` is an MCP tool call whose argument carries ``meta``."""
     return any(fnmatch.fnmatchcase(activity_type, pattern) for pattern in _MCP_CALLS)
-
-
-def _stamped(input: ExecuteActivityInput, mcp_call: bool) -> ExecuteActivityInput:
-    """The activity's input, with the ledger's fields in an MCP call's ``meta``."""
-    ours = _mcp.current_meta()
-    if not mcp_call or ours is None or not input.args:
-        return input
-    first = _mcp.with_meta(input.args[0], ours)
-    if first is input.args[0]:
-        return input
-    return dataclasses.replace(input, args=[first, *input.args[1:]])
-
-
-def _spec(activity_type: str, rule: LedgeredActivity) -> ToolSpec[Any, Any]:
-    """The activity as a tool, as the rule declares it (before the policy's word)."""
-    return ToolSpec(
-        name=activity_type,
-        capability=capability_for(activity_type),
-        retry_safe=rule.retry_safe,
-        arg_type=dict,  # only name/capability/retry_safe are read
-        output_type=None,
-        has_probe=rule.probe is not None,
-        probe_absence_conclusive=rule.probe_absence_conclusive,
-    )

@@ -46,7 +46,7 @@ KEY_FIELD = "temporal-ledger/key"
 TRACEPARENT_FIELD = "traceparent"
 
 #: The ``_meta`` fields of the ledgered call running now (set by the activity side).
-_current: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+current: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
     "temporal_ledger_mcp_meta", default=None
 )
 
@@ -126,21 +126,6 @@ def _without_descriptions(schema: Any) -> Any:
     }
 
 
-def enter(key: str) -> contextvars.Token[dict[str, str] | None]:
-    """Make ``key``'s fields the current call's, for a hook that runs inside the activity."""
-    return _current.set(request_meta(key))
-
-
-def leave(token: contextvars.Token[dict[str, str] | None]) -> None:
-    """Undo :func:`enter`."""
-    _current.reset(token)
-
-
-def current_meta() -> dict[str, str] | None:
-    """The ledger's ``_meta`` fields of the ledgered call running now, if any."""
-    return _current.get()
-
-
 #: pydantic-ai's ``ProcessToolCallback``: ``(ctx, call_tool, name, tool_args)``.
 ProcessToolCall = Callable[[Any, Any, str, dict[str, Any]], Awaitable[Any]]
 
@@ -154,7 +139,7 @@ class LedgerMetaHook:
         self.wrapped = wrapped
 
     async def __call__(self, ctx: Any, call_tool: Any, name: str, tool_args: dict[str, Any]) -> Any:
-        ours = current_meta()
+        ours = current.get()
         if ours is None:
             tool = call_tool
         else:

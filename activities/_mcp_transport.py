@@ -8,7 +8,7 @@ writes its requests to. The MCP SDK's transports (``stdio_client``,
 ``streamablehttp_client``, ...) are async context managers giving
 ``(read_stream, write_stream, ...)``; the session sends each request with
 ``write_stream.send`` in the task that made the call, which is the ledgered activity's,
-so the call's fields (``_mcp.current_meta``) are in its context there. Needs the MCP SDK
+so the call's fields (``_mcp.current``) are in its context there. Needs the MCP SDK
 1.x (``SessionMessage`` holding a ``JSONRPCMessage``), which temporalio-strands-agents
 requires; imported only by the integration that uses it.
 """
@@ -23,7 +23,7 @@ from typing import Any
 
 from anyio.abc import ObjectSendStream
 
-from ._mcp import current_meta, merged
+from ._mcp import current, merged
 
 #: The MCP method of a tool call.
 _CALL_TOOL = "tools/call"
@@ -52,7 +52,7 @@ class _KeyedSendStream(ObjectSendStream[Any]):
         self._inner = inner
 
     async def send(self, item: Any) -> None:
-        ours = current_meta()
+        ours = current.get()
         await self._inner.send(_stamped(item, ours) if ours is not None else item)
 
     async def aclose(self) -> None:

@@ -13,7 +13,7 @@ from ..ledger import ActionRequest, ActionResult, ActionStatus, Verdict
 from ..ledger._seam import EffectState, FailureType, may_act_again
 from ..workflows._seam import ApprovalNeeded, ErrorType, ToolOutcome, ToolSpec, UnknownEffect
 from ._metrics import CallOutcome, count_call
-from ._runtime import Runtime
+from ._runtime import Runtime, final
 from ._tracing import current_call, describe_result
 
 
@@ -31,38 +31,30 @@ def outcome_or_raise(
     record_outcome(spec, result)
     if result.status is ActionStatus.DENIED:
         raise _denied(spec, result, runtime, request)
-    outcome = ToolOutcome(
-        key=result.key,
-        action_id=result.action_id,
-        output=result.output,
-        replayed=result.replayed,
-        reused_from_action_id=result.reused_from_action_id,
-    )
     if result.compacted and spec.output_type is not None:
         # The step happened long ago and its output is gone: answer, never act again,
         # and say so instead of handing the workflow an output that is not there.
-        raise ApplicationError(
+        raise final(
             f"{spec.name}: the outcome of {result.key!r} ({result.status.value}) was compacted; "
             "its output is no longer recorded",
-            type=ErrorType.OUTPUT_COMPACTED,
-            non_retryable=True,
+            ErrorType.OUTPUT_COMPACTED,
         )
-    if result.status is ActionStatus.SUCCEEDED:
-        return outcome
-    if result.verdict is Verdict.EFFECT_CONFIRMED:
-        return outcome.model_copy(update={"reconciled": True})
-    if may_act_again(
-        status=result.status,
-        effect=result.effect,
-        retryable=result.retryable,
-        retry_safe=spec.retry_safe,
-    ):
+    confirmed = result.verdict is Verdict.EFFECT_CONFIRMED
+    if result.status is ActionStatus.SUCCEEDED or confirmed:
+        return ToolOutcome(
+            key=result.key,
+            action_id=result.action_id,
+            output=result.output,
+            replayed=result.replayed,
+            reused_from_action_id=result.reused_from_action_id,
+            reconciled=confirmed and result.status is not ActionStatus.SUCCEEDED,
+        )
+    status, effect, retryable = result.status, result.effect, result.retryable
+    if may_act_again(status=status, effect=effect, retryable=retryable, retry_safe=spec.retry_safe):
         raise _another_attempt(result)
     if result.effect is EffectState.UNKNOWN:
-        raise _unknown(spec, result, runtime, output_schema=request.get("output_schema"))
-    raise ApplicationError(
-        f"{spec.name}: {result.error or 'failed'}", type=ErrorType.FAILED, non_retryable=True
-    )
+        raise _unknown(spec, result, runtime, request.get("output_schema"))
+    raise final(f"{spec.name}: {result.error or 'failed'}", ErrorType.FAILED)
 
 
 def _denied(
@@ -84,37 +76,26 @@ def _denied(
         )
         return _hand_over(f"{spec.name}: {result.error}", needed, ErrorType.AWAITING_APPROVAL)
     if result.error_type == FailureType.APPROVAL_REJECTED:
-        return ApplicationError(
-            f"{spec.name}: {result.error}", type=ErrorType.REJECTED, non_retryable=True
-        )
+        return final(f"{spec.name}: {result.error}", ErrorType.REJECTED)
     # The key is not used up, but the policy that denied this performer still stands.
-    return ApplicationError(result.error or "denied", type=ErrorType.DENIED, non_retryable=True)
+    return final(result.error or "denied", ErrorType.DENIED)
 
 
 def _another_attempt(result: ActionResult) -> ApplicationError:
-    """The ledger lets the key act again: Temporal's retry policy schedules the attempt."""
-    if result.effect is EffectState.UNKNOWN:
-        # The far side deduplicates by key: another attempt under it is safe.
-        return ApplicationError(
-            result.error or "effect unknown",
-            type=ErrorType.EFFECT_UNKNOWN_RETRY_SAFE,
-            category=ApplicationErrorCategory.BENIGN,
-        )
-    delay = timedelta(seconds=result.retry_after) if result.retry_after else None
+    """The ledger lets the key act again: Temporal's retry policy schedules the attempt
+    (for an unknown effect, because the far side deduplicates by key)."""
+    unknown = result.effect is EffectState.UNKNOWN
+    delay = None if unknown or not result.retry_after else timedelta(seconds=result.retry_after)
     return ApplicationError(
-        result.error or "no effect",
-        type=ErrorType.NO_EFFECT_RETRYABLE,
+        result.error or ("effect unknown" if unknown else "no effect"),
+        type=ErrorType.EFFECT_UNKNOWN_RETRY_SAFE if unknown else ErrorType.NO_EFFECT_RETRYABLE,
         next_retry_delay=delay,
         category=ApplicationErrorCategory.BENIGN,
     )
 
 
 def _unknown(
-    spec: ToolSpec[Any, Any],
-    result: ActionResult,
-    runtime: Runtime,
-    *,
-    output_schema: dict[str, Any] | None = None,
+    spec: ToolSpec[Any, Any], result: ActionResult, runtime: Runtime, output_schema: Any
 ) -> ApplicationError:
     policy = runtime.policy
     details = UnknownEffect(
@@ -138,10 +119,4 @@ def _hand_over(message: str, details: BaseModel, kind: ErrorType) -> Application
     """The call waits for a person: the workflow (run_tool, or the plugin's interceptor
     for a ledger_activities call) waits for the answer and says so once. The activity's
     failure is that expected hand-over, not an error to log with a traceback."""
-    return ApplicationError(
-        message,
-        details.model_dump(),
-        type=kind,
-        non_retryable=True,
-        category=ApplicationErrorCategory.BENIGN,
-    )
+    return final(message, kind, details.model_dump(), category=ApplicationErrorCategory.BENIGN)

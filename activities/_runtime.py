@@ -39,15 +39,19 @@ _runtime: contextvars.ContextVar[Runtime] = contextvars.ContextVar("ledger_runti
 _execution: contextvars.ContextVar[ExecutionContext] = contextvars.ContextVar("ledger_execution")
 
 
+def final(message: str, kind: ErrorType, *details: Any, **fields: Any) -> ApplicationError:
+    """The ledger's answer ``kind`` as an error that Temporal does not retry."""
+    return ApplicationError(message, *details, type=kind, non_retryable=True, **fields)
+
+
 def current_runtime() -> Runtime:
     try:
         return _runtime.get()
     except LookupError:
-        raise ApplicationError(
+        raise final(
             "no ledger: register LedgerPlugin(ledger=...) on the Client or Worker that runs "
             "ledgered tools",
-            type=ErrorType.LEDGER_UNAVAILABLE,
-            non_retryable=True,
+            ErrorType.LEDGER_UNAVAILABLE,
         ) from None
 
 
