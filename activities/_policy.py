@@ -180,33 +180,11 @@ class Policy(BaseModel):
                 f"policy file {path}: unknown section(s) {sorted(unknown)}; "
                 "expected [performers], [reconcile], [approve], [hints], [keys] and [tools]"
             )
-        hints = data.get("hints", {})
-        if not isinstance(hints, dict) or set(hints) - {"trust"}:
-            raise InvalidRequest(
-                f"policy file {path}: [hints] takes only trust = [...] (tool names or "
-                "server/tool patterns)"
-            )
-        reconcile = data.get("reconcile", {})
-        if not isinstance(reconcile, dict) or set(reconcile) - {
-            "actors",
-            "probes",
-            "require_signature",
-        }:
-            raise InvalidRequest(
-                f"policy file {path}: [reconcile] takes only actors = [...], probes = [...] "
-                "and require_signature = true|false"
-            )
-        approve = data.get("approve", {})
-        if not isinstance(approve, dict) or set(approve) - {
-            "actors",
-            "capabilities",
-            "destructive",
-            "require_signature",
-        }:
-            raise InvalidRequest(
-                f"policy file {path}: [approve] takes only capabilities = [...], "
-                "actors = [...], destructive = true|false and require_signature = true|false"
-            )
+        for section, (keys, takes) in _SECTIONS.items():
+            table = data.get(section, {})
+            if not isinstance(table, dict) or set(table) - keys:
+                raise InvalidRequest(f"policy file {path}: [{section}] takes only {takes}")
+        hints, reconcile, approve = (data.get(name, {}) for name in _SECTIONS)
         # The ledger's own reading of the signing part, so that `temporal-ledger verify
         # --policy` and the workers judge the same keys the same way.
         signers = Signers.from_policy(data, where=f"policy file {path}")
@@ -237,11 +215,15 @@ class Policy(BaseModel):
             The ledger's :class:`~temporal_ledger.ledger.Authority` for the performer:
             every capability pattern of every ``[performers]`` pattern it matches.
         """
-        capabilities: list[str] = []
-        for pattern, granted in self.performers.items():
-            if fnmatch.fnmatchcase(performer, pattern):
-                capabilities.extend(granted)
-        return Authority(performer, capabilities)
+        return Authority(
+            performer,
+            [
+                capability
+                for pattern, granted in self.performers.items()
+                if fnmatch.fnmatchcase(performer, pattern)
+                for capability in granted
+            ],
+        )
 
     def may_reconcile(self, actor: str) -> bool:
         """Whether ``actor`` may give a verdict on an unknown effect.
@@ -344,13 +326,27 @@ class Policy(BaseModel):
             if self.trusts_hints_of(tool, server=server):
                 retry_safe = retry_safe or hints.retry_safe
             requires_approval = requires_approval or (self.gate_destructive and hints.may_destroy)
+        treatment = Treatment(retry_safe=retry_safe, requires_approval=requires_approval)
         for pattern, rule in self.tools.items():
             if tool is not None and fnmatch.fnmatchcase(tool, pattern):
-                if rule.retry_safe is not None:
-                    retry_safe = rule.retry_safe
-                if rule.requires_approval is not None:
-                    requires_approval = rule.requires_approval
-        return Treatment(retry_safe=retry_safe, requires_approval=requires_approval)
+                # The rule's last word where it has one.
+                treatment = treatment.model_copy(update=rule.model_dump(exclude_none=True))
+        return treatment
+
+
+#: The keys each table of a policy file takes, and how its error says so.
+_SECTIONS = {
+    "hints": ({"trust"}, "trust = [...] (tool names or server/tool patterns)"),
+    "reconcile": (
+        {"actors", "probes", "require_signature"},
+        "actors = [...], probes = [...] and require_signature = true|false",
+    ),
+    "approve": (
+        {"actors", "capabilities", "destructive", "require_signature"},
+        "capabilities = [...], actors = [...], destructive = true|false and "
+        "require_signature = true|false",
+    ),
+}
 
 
 def _matches(name: str, patterns: list[str]) -> bool:

@@ -4,10 +4,10 @@ an unknown effect, a probe's finding, an approver's decision."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fnmatch
+import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -16,6 +16,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ..ledger import (
+    ActionState,
     DecisionRefused,
     InvalidRequest,
     Ledger,
@@ -39,7 +40,7 @@ from ..workflows._seam import (
 from ._metrics import count_approval, count_reconciliation
 from ._policy import Policy
 from ._probe import Finding, ProbeAnswer
-from ._runtime import Runtime, current_runtime
+from ._runtime import Runtime, current_runtime, final
 from ._tool import argument_of
 
 logger = logging.getLogger(__name__)
@@ -73,28 +74,18 @@ async def reconcile_effect(verdict: ReconcileInput) -> ReconcileResult:
     except ApplicationError as err:
         if err.type != ErrorType.RECONCILE_ALREADY_RESOLVED:
             raise
-        standing = await asyncio.to_thread(current_runtime().ledger.state, verdict.key)
-        recorded = standing.reconciliations[-1].verdict if standing.reconciliations else None
-        if recorded is None:
+        state = await asyncio.to_thread(current_runtime().ledger.state, verdict.key)
+        if not state.reconciliations:
             raise
-        result = ReconcileResult(
-            key=standing.key,
-            verdict=recorded,
-            effect=standing.effect,
-            next_operation=standing.next_operation,
-        )
-        raise ApplicationError(
-            err.message,
-            result.model_dump(mode="json"),
-            type=err.type,
-            non_retryable=True,
-        ) from None
+        standing = _result(state, state.reconciliations[-1].verdict)
+        raise final(err.message, err.type, standing.model_dump(mode="json")) from None
     count_reconciliation(verdict.verdict, actor="operator")
+    return _result(state, verdict.verdict)
+
+
+def _result(state: ActionState, verdict: Verdict) -> ReconcileResult:
     return ReconcileResult(
-        key=state.key,
-        verdict=verdict.verdict,
-        effect=state.effect,
-        next_operation=state.next_operation,
+        key=state.key, verdict=verdict, effect=state.effect, next_operation=state.next_operation
     )
 
 
@@ -114,16 +105,16 @@ class _AnswerKind:
 _VERDICTS = _AnswerKind(
     Policy.may_reconcile,
     "reconcile effects",
-    not_allowed=ErrorType.RECONCILE_NOT_ALLOWED,
-    refused=ErrorType.RECONCILE_REFUSED,
-    first=ErrorType.RECONCILE_ALREADY_RESOLVED,
+    ErrorType.RECONCILE_NOT_ALLOWED,
+    ErrorType.RECONCILE_REFUSED,
+    ErrorType.RECONCILE_ALREADY_RESOLVED,
 )
 _DECISIONS = _AnswerKind(
     Policy.may_approve,
     "approve calls",
-    not_allowed=ErrorType.APPROVE_NOT_ALLOWED,
-    refused=ErrorType.APPROVE_REFUSED,
-    first=ErrorType.APPROVE_ALREADY_DECIDED,
+    ErrorType.APPROVE_NOT_ALLOWED,
+    ErrorType.APPROVE_REFUSED,
+    ErrorType.APPROVE_ALREADY_DECIDED,
 )
 
 
@@ -133,49 +124,35 @@ async def _record_answer(
     record: Callable[[Ledger], Awaitable[_Recorded]],
 ) -> _Recorded:
     """Check the person, then record their answer, with the ledger's refusals as
-    non-retryable errors."""
+    non-retryable errors: ``first`` when somebody else answered first (that answer
+    stands), ``refused`` for the rest and for bad input; an unreachable ledger is retried.
+
+    The person is checked against this worker's policy: may they do this, and does the
+    signature (where one is given or required) prove them, for the run Temporal says the
+    input came from. The workflow's validator checked both already; this holds an input
+    that reached the activity some other way (an older workflow worker) to the policy too.
+    """
     # One heartbeat at once: the workflow's short heartbeat timeout then notices a worker
     # that died here within seconds instead of at the start-to-close timeout.
     activity.heartbeat()
     runtime = current_runtime()
-    _check_person(runtime, given, kind)
-    with _ledger_answers(refused=kind.refused, first=kind.first):
-        return await record(runtime.ledger)
-
-
-def _check_person(
-    runtime: Runtime, given: ReconcileInput | ApproveInput, kind: _AnswerKind
-) -> None:
-    """The person against this worker's policy: may they do this, and does the signature
-    (where one is given or required) prove them, for the run Temporal says the input came
-    from. The workflow's validator checked both already; this holds an input that reached
-    the activity some other way (an older workflow worker) to the policy too."""
     if not kind.allowed(runtime.policy, given.actor):
-        raise ApplicationError(
+        raise final(
             f"actor {given.actor!r} may not {kind.doing} under this worker's policy",
-            type=kind.not_allowed,
-            non_retryable=True,
+            kind.not_allowed,
         )
     info = activity.info()
     problem = given.signature_problem(
         runtime.policy.signers(), workflow_id=info.workflow_id, namespace=info.workflow_namespace
     )
     if problem is not None:
-        raise ApplicationError(problem, type=kind.not_allowed, non_retryable=True)
-
-
-@contextlib.contextmanager
-def _ledger_answers(*, refused: ErrorType, first: ErrorType) -> Iterator[None]:
-    """The ledger's refusals as non-retryable errors: ``first`` when somebody else
-    answered first (that answer stands), ``refused`` for the rest and for bad input; an
-    unreachable ledger is retried."""
+        raise final(problem, kind.not_allowed)
     try:
-        yield
+        return await record(runtime.ledger)
     except DecisionRefused as exc:
-        kind = first if exc.decided is not None else refused
-        raise ApplicationError(str(exc), type=kind, non_retryable=True) from None
+        raise final(str(exc), kind.refused if exc.decided is None else kind.first) from None
     except InvalidRequest as exc:
-        raise ApplicationError(str(exc), type=refused, non_retryable=True) from None
+        raise final(str(exc), kind.refused) from None
     except LedgerUnavailable as exc:
         raise ApplicationError(str(exc), type=ErrorType.LEDGER_UNAVAILABLE) from None
 
@@ -220,27 +197,24 @@ async def probe_effect(probe: ProbeInput) -> ProbeResult:
     runtime = current_runtime()
     found = _probe_for(runtime, probe)
     if found is None:
-        raise ApplicationError(
+        raise final(
             f"no probe for tool {probe.tool!r} on this worker: register the @tool with probe= "
             "(or the ledgered activity's rule with probe=) on the workers of its task queue",
-            type=ErrorType.PROBE_UNAVAILABLE,
-            non_retryable=True,
+            ErrorType.PROBE_UNAVAILABLE,
         )
     if not runtime.policy.may_probe(probe.tool):
-        raise ApplicationError(
+        raise final(
             f"the policy names no probe for tool {probe.tool!r}, so its probe may not give a "
             "verdict: add the tool to [reconcile] probes in the policy file (Policy(probes=[...]))",
-            type=ErrorType.PROBE_UNAVAILABLE,
-            non_retryable=True,
+            ErrorType.PROBE_UNAVAILABLE,
         )
     run, arg, conclusive, check_output = found
     answer = await run(probe.key, arg)
     if not isinstance(answer, ProbeAnswer):
-        raise ApplicationError(
+        raise final(
             f"{probe.tool}'s probe returned {type(answer).__name__}; it must return "
             "ProbeAnswer.present(...), .absent(...) or .inconclusive(...)",
-            type=ErrorType.PROBE_UNAVAILABLE,
-            non_retryable=True,
+            ErrorType.PROBE_UNAVAILABLE,
         )
     verdict, basis, output = _verdict_for(answer, conclusive)
     if verdict is not Verdict.STILL_UNKNOWN and not answer.evidence:
@@ -251,30 +225,32 @@ async def probe_effect(probe: ProbeInput) -> ProbeResult:
         try:
             check_output(output)
         except ValueError as exc:
-            raise ApplicationError(
+            raise final(
                 f"{probe.tool}'s probe found the operation, but its output is not one: {exc}",
-                type=ErrorType.PROBE_UNAVAILABLE,
-                non_retryable=True,
+                ErrorType.PROBE_UNAVAILABLE,
             ) from None
     actor = f"probe:{probe.tool}"
+    record = functools.partial(runtime.ledger.reconcile, probe.key, actor=actor)
     try:
-        await _record(runtime, probe.key, verdict, actor, basis, answer.evidence, output)
-    except InvalidRequest as exc:
-        # An output that does not fit the tool's: the finding cannot settle the step.
-        logger.warning("%s: the probe's finding for %r was not usable: %s", actor, probe.key, exc)
-        verdict, output = Verdict.STILL_UNKNOWN, None
-        basis = f"the probe found the operation, but its output was unusable: {exc}"
-        await _record(runtime, probe.key, verdict, actor, basis, answer.evidence, None)
+        try:
+            await record(verdict, basis=basis, evidence=answer.evidence, output=output)
+        except InvalidRequest as exc:
+            # An output that does not fit the tool's: the finding cannot settle the step.
+            logger.warning(
+                "%s: the probe's finding for %r was not usable: %s", actor, probe.key, exc
+            )
+            verdict, output = Verdict.STILL_UNKNOWN, None
+            basis = f"the probe found the operation, but its output was unusable: {exc}"
+            await record(verdict, basis=basis, evidence=answer.evidence, output=None)
     except DecisionRefused as exc:
         if exc.decided is None:
-            raise ApplicationError(
-                str(exc), type=ErrorType.RECONCILE_REFUSED, non_retryable=True
-            ) from None
+            raise final(str(exc), ErrorType.RECONCILE_REFUSED) from None
         # Settled meanwhile: that outcome stands.
         return ProbeResult(finding=ProbeOutcome.RESOLVED)
+    except LedgerUnavailable as exc:
+        raise ApplicationError(str(exc), type=ErrorType.LEDGER_UNAVAILABLE) from None
     count_reconciliation(verdict, actor=actor)
-    finding = _RECORDED[verdict]
-    return ProbeResult(finding=finding, verdict=verdict, output=output)
+    return ProbeResult(finding=_RECORDED[verdict], verdict=verdict, output=output)
 
 
 #: What the workflow is told, by the verdict recorded for the probe's answer.
@@ -319,18 +295,3 @@ def _probe_for(
             args = (probe.arg or {}).get("args", [])
             return rule.probe, args, rule.probe_absence_conclusive, rule.output.result
     return None
-
-
-async def _record(
-    runtime: Runtime,
-    key: str,
-    verdict: Verdict,
-    actor: str,
-    basis: str,
-    evidence: list[Any],
-    output: Any,
-) -> None:
-    try:
-        await runtime.ledger.reconcile(key, verdict, actor, basis, evidence=evidence, output=output)
-    except LedgerUnavailable as exc:
-        raise ApplicationError(str(exc), type=ErrorType.LEDGER_UNAVAILABLE) from None

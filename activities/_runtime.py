@@ -39,7 +39,7 @@ _runtime: contextvars.ContextVar[Runtime] = contextvars.ContextVar("ledger_runti
 _execution: contextvars.ContextVar[ExecutionContext] = contextvars.ContextVar("ledger_execution")
 
 
-def final(message: str, kind: ErrorType, *details: Any, **fields: Any) -> ApplicationError:
+def final(message: str, kind: str, *details: Any, **fields: Any) -> ApplicationError:
     """The ledger's answer ``kind`` as an error that Temporal does not retry."""
     return ApplicationError(message, *details, type=kind, non_retryable=True, **fields)
 
