@@ -124,7 +124,7 @@ def with_delivered_payloads(converter: DataConverter) -> DataConverter:
     return dataclasses.replace(converter, payload_codec=DeliveredPayloads(converter.payload_codec))
 
 
-def keeps_delivered_payloads(converter: DataConverter) -> bool:
+def keeps_delivered(converter: DataConverter) -> bool:
     """Whether activities decoded with ``converter`` leave their payloads to the ledger."""
     return isinstance(converter.payload_codec, DeliveredPayloads)
 

@@ -41,7 +41,7 @@ from ..workflows._seam import (
     ordered,
 )
 from ._attempt import HeartbeatDetails, ask_only_attempt, heartbeat_details, run_attempt
-from ._delivered import keeps_delivered_payloads, with_delivered_payloads
+from ._delivered import keeps_delivered, with_delivered_payloads
 from ._generic import activity_attempt
 from ._policy import Policy
 from ._reconcile import approve_call, probe_effect, reconcile_effect
@@ -68,21 +68,11 @@ PASSTHROUGH_MODULES = (
 
 def _pydantic_converter(existing: DataConverter | None) -> DataConverter:
     if existing is None or existing is DataConverter.default:
-        return with_delivered_payloads(pydantic_data_converter)
-    if _uses_pydantic(existing):
-        # e.g. pydantic-ai's or the OpenAI Agents SDK's: keep what it adds
-        return with_delivered_payloads(existing)
-    return with_delivered_payloads(
-        dataclasses.replace(
-            existing, payload_converter_class=pydantic_data_converter.payload_converter_class
-        )
-    )
-
-
-def _converter_for_later_plugin(existing: DataConverter | None) -> DataConverter:
-    """The default converter with the ledger's codec: a plugin after this one that installs
-    a converter class of its own replaces the class and keeps the codec."""
-    return with_delivered_payloads(existing or DataConverter.default)
+        existing = pydantic_data_converter
+    elif not _uses_pydantic(existing):  # pydantic-ai's or the OpenAI Agents SDK's: kept
+        kind = pydantic_data_converter.payload_converter_class
+        existing = dataclasses.replace(existing, payload_converter_class=kind)
+    return with_delivered_payloads(existing)
 
 
 def _uses_pydantic(converter: DataConverter) -> bool:
@@ -101,19 +91,12 @@ def _uses_pydantic(converter: DataConverter) -> bool:
     return isinstance(json_converter, PydanticJSONPlainPayloadConverter)
 
 
-def _brings_own_converter(plugin: object) -> bool:
-    return isinstance(plugin, SimplePlugin) and plugin.data_converter is not None
-
-
 def _sandbox(existing: WorkflowRunner | None) -> WorkflowRunner:
-    if existing is None:
-        existing = SandboxedWorkflowRunner()
-    if isinstance(existing, SandboxedWorkflowRunner):
-        return dataclasses.replace(
-            existing,
-            restrictions=existing.restrictions.with_passthrough_modules(*PASSTHROUGH_MODULES),
-        )
-    return existing
+    existing = existing or SandboxedWorkflowRunner()
+    if not isinstance(existing, SandboxedWorkflowRunner):
+        return existing
+    passed = existing.restrictions.with_passthrough_modules(*PASSTHROUGH_MODULES)
+    return dataclasses.replace(existing, restrictions=passed)
 
 
 class LedgerPlugin(SimplePlugin):
@@ -188,9 +171,8 @@ class LedgerPlugin(SimplePlugin):
         self._open_lock = asyncio.Lock()
         self._owned: Ledger | None = None
         self._workers = 0
-        self._address: str | None = None
-        self._open_effects_attribute = False
-        self._awaiting_approval_attribute = False
+        #: The worker client's address and the search attributes its namespace has.
+        self._namespace: dict[str, Any] = {}
         #: Every @tool on this plugin's workers, by name: the probe activity finds them here.
         self._tools: dict[str, Any] = {}
         #: The tools whose probe the policy does not name, warned of at a worker's start.
@@ -223,7 +205,8 @@ class LedgerPlugin(SimplePlugin):
         later = later[later.index(self) + 1 :] if self in later else []
         existing = config.get("data_converter")
         defer = (existing is None or existing is DataConverter.default) and any(
-            _brings_own_converter(plugin) for plugin in later
+            isinstance(plugin, SimplePlugin) and plugin.data_converter is not None
+            for plugin in later
         )
         config = super().configure_client(config)
         if defer:
@@ -231,7 +214,7 @@ class LedgerPlugin(SimplePlugin):
             # integration's, which refuses any other): leave the class to it, with the
             # codec that shows the ledger what Temporal delivered (_delivered). A worker
             # still checks that the result speaks pydantic (configure_worker).
-            config["data_converter"] = _converter_for_later_plugin(existing)
+            config["data_converter"] = with_delivered_payloads(existing or DataConverter.default)
         return config
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
@@ -261,7 +244,8 @@ class LedgerPlugin(SimplePlugin):
             if spec is not None:
                 self._tools[spec.name] = fn
         client = config.get("client")
-        if client is not None and not _uses_pydantic(client.data_converter):
+        converter = client.data_converter if client is not None else None
+        if converter is not None and not _uses_pydantic(converter):
             # A worker encodes with its client's converter, and the plugin does not
             # make clients of its own: the user's client has to speak pydantic.
             raise ValueError(
@@ -271,11 +255,7 @@ class LedgerPlugin(SimplePlugin):
                 "or connect with "
                 "data_converter=temporalio.contrib.pydantic.pydantic_data_converter."
             )
-        if (
-            client is not None
-            and self.ledger_activities
-            and not keeps_delivered_payloads(client.data_converter)
-        ):
+        if converter is not None and self.ledger_activities and not keeps_delivered(converter):
             # ledger_activities are fingerprinted from the payloads Temporal delivered,
             # which only the client's converter, as the plugin configures it, shows.
             raise ValueError(
@@ -302,11 +282,12 @@ class LedgerPlugin(SimplePlugin):
             LedgerUnavailable: The ledger's database cannot be reached.
             InvalidRequest: The ledger or the policy cannot be used as given.
         """
-        client = worker.client
-        self._address = client.service_client.config.target_host
-        listed = await listed_attributes(client, self.search_attributes)
-        self._open_effects_attribute = OPEN_EFFECTS_ATTRIBUTE in listed
-        self._awaiting_approval_attribute = AWAITING_APPROVAL_ATTRIBUTE in listed
+        listed = await listed_attributes(worker.client, self.search_attributes)
+        self._namespace = {
+            "address": worker.client.service_client.config.target_host,
+            "open_effects_attribute": OPEN_EFFECTS_ATTRIBUTE in listed,
+            "awaiting_approval_attribute": AWAITING_APPROVAL_ATTRIBUTE in listed,
+        }
         async with self._worker_running():
             if self._ledger_source is not None and not worker.config().get("no_remote_activities"):
                 try:
@@ -314,11 +295,7 @@ class LedgerPlugin(SimplePlugin):
                 except Exception:
                     await stop_unstarted(worker, next)
                     raise
-                declared = [
-                    name
-                    for name, fn in self._tools.items()
-                    if getattr(fn, "__ledger_probe__", None) is not None
-                ]
+                declared = [n for n, fn in self._tools.items() if fn.__ledger_probe__]
                 declared += [r.pattern for r in self.ledger_activities if r.probe is not None]
                 warn_of_unnamed_probes(
                     runtime.policy, declared, warned=self._warned_probes, source=self._policy_source
@@ -342,34 +319,26 @@ class LedgerPlugin(SimplePlugin):
             return self._runtime
         async with self._open_lock:
             if self._runtime is None:
-                policy = await asyncio.to_thread(self._load_policy)  # may read a file
+                policy = self._policy_source
+                if policy is None:
+                    policy = Policy.permissive()
+                elif not isinstance(policy, Policy):
+                    policy = await asyncio.to_thread(Policy.load, policy)  # reads a file
                 source = self._ledger_source
                 if source is None:
                     raise RuntimeError("LedgerPlugin has no ledger: pass ledger=URL or a Ledger")
                 if isinstance(source, str):
-                    self._owned = await asyncio.to_thread(open_logged, source, self.options.lease)
-                    ledger = self._owned
-                else:
-                    ledger = source
+                    source = await asyncio.to_thread(open_logged, source, self.options.lease)
+                    self._owned = source
                 self._runtime = Runtime(
-                    ledger=ledger,
-                    policy=policy,
-                    address=self._address,
-                    open_effects_attribute=self._open_effects_attribute,
-                    awaiting_approval_attribute=self._awaiting_approval_attribute,
+                    source,
+                    policy,
+                    **self._namespace,
                     tools=self._tools,
                     rules=self.ledger_activities,
                     trace_content=self._trace_content,
                 )
         return self._runtime
-
-    def _load_policy(self) -> Policy:
-        source = self._policy_source
-        if isinstance(source, Policy):
-            return source
-        if source is None:
-            return Policy.permissive()
-        return Policy.load(source)
 
 
 def _add_once(*fns: Callable[..., Any]) -> Callable[[Sequence[Any] | None], Sequence[Any]]:
@@ -405,27 +374,17 @@ class _ActivityInbound(ActivityInboundInterceptor):
         # The workflow's interceptor marks an attempt scheduled after the user's retry
         # policy was spent: it asks the ledger and never acts (_attempt.execute_ledgered).
         ask_only_attempt.set(ASK_ONLY_HEADER in input.headers)
-        if not _is_ledgered(input.fn):
-            activity_type = activity.info().activity_type
-            rule = next(
-                (
-                    r
-                    for r in self._plugin.ledger_activities
-                    if covers(r, activity_type, input.args, input.fn)
-                ),
-                None,
-            )
-            if rule is None:
+        fn, plugin = input.fn, self._plugin
+        if hasattr(fn, "__ledger_tool__") or fn in _LEDGER_ACTIVITIES:
+            token = _runtime.set(await plugin._open_runtime())
+            try:
                 return await self.next.execute_activity(input)
-            runtime = await self._plugin._open_runtime()
-            # The call is described here and run by _attempt, the one path of every call.
-            return await run_attempt(runtime, activity_attempt(runtime, input, self.next, rule))
-        token = _runtime.set(await self._plugin._open_runtime())
-        try:
+            finally:
+                _runtime.reset(token)
+        name = activity.info().activity_type
+        rule = next((r for r in plugin.ledger_activities if covers(r, name, input.args, fn)), None)
+        if rule is None:
             return await self.next.execute_activity(input)
-        finally:
-            _runtime.reset(token)
-
-
-def _is_ledgered(fn: Callable[..., Any]) -> bool:
-    return hasattr(fn, "__ledger_tool__") or fn in _LEDGER_ACTIVITIES
+        runtime = await plugin._open_runtime()
+        # The call is described by _generic and run by _attempt, the one path of every call.
+        return await run_attempt(runtime, activity_attempt(runtime, input, self.next, rule))
