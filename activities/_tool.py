@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from ..ledger import ActionRequest
 from ..ledger._seam import ExecutionContext
@@ -19,7 +18,7 @@ from ..workflows._seam import ErrorType, Tool, ToolCall, ToolOutcome, ToolSpec
 from ._attempt import Attempt, call_context, run_attempt
 from ._failures import failed_before_acting, no_effect_errors_of
 from ._probe import Probe
-from ._runtime import _execution, current_runtime
+from ._runtime import _execution, current_runtime, final
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
 OutT = TypeVar("OutT")
@@ -91,10 +90,8 @@ def tool(
         # Fail at decoration, not in the first workflow, if the name is not a capability.
         ActionRequest(key="k", capability=capability, instruction=spec.name, performer="p")
 
-        # The argument is taken as plain JSON so that a call that did not come from
-        # run_tool is answered with what to do instead of a conversion error retried forever.
         async def run(call: Any) -> ToolOutcome:
-            return await _run_ledgered(spec, fn, state, _tool_call(spec, call), declared)
+            return await _run_ledgered(spec, fn, state, call, declared)
 
         run.__name__ = run.__qualname__ = spec.name
         run.__doc__ = fn.__doc__
@@ -116,28 +113,13 @@ def _check_declaration(capability: Any, probe: Probe | None, conclusive: bool) -
         raise TypeError("tool(probe_absence_conclusive=True) needs a probe=")
 
 
-def _tool_call(spec: ToolSpec[Any, Any], raw: Any) -> ToolCall:
-    try:
-        return ToolCall.model_validate(raw)
-    except ValidationError:
-        raise ApplicationError(
-            f"{spec.name} is a ledgered @tool: call it from a workflow with "
-            f"temporal_ledger.workflows.run_tool({spec.name}, arg, step=..., performer=...), "
-            "not with workflow.execute_activity",
-            type=ErrorType.INVALID_REQUEST,
-            non_retryable=True,
-        ) from None
-
-
 def argument_of(spec: ToolSpec[ArgT, Any], raw: Any, *, refused: ErrorType) -> ArgT:
     """The tool's argument model from its JSON; a non-retryable ``refused`` if it does not fit."""
     try:
         return spec.arg_type.model_validate(raw or {})
     except ValidationError as exc:
-        raise ApplicationError(
-            f"{spec.name}: argument does not fit {spec.arg_type.__name__}: {exc}",
-            type=refused,
-            non_retryable=True,
+        raise final(
+            f"{spec.name}: argument does not fit {spec.arg_type.__name__}: {exc}", refused
         ) from None
 
 
@@ -161,11 +143,23 @@ async def _run_ledgered(
     spec: ToolSpec[Any, Any],
     fn: Callable[[Any], Awaitable[Any]],
     state: Callable[[Any], Any] | None,
-    call: ToolCall,
-    no_effect_errors: tuple[type[BaseException], ...] = (),
+    raw: Any,
+    no_effect_errors: tuple[type[BaseException], ...],
 ) -> ToolOutcome:
     """One attempt of a ``@tool``: its request to the ledger, the function as the call
-    the ledger runs at most once per key, and the ledger's answer as the outcome."""
+    the ledger runs at most once per key, and the ledger's answer as the outcome.
+
+    The call is taken as plain JSON so that one that did not come from ``run_tool`` is
+    answered with what to do instead of a conversion error retried forever."""
+    try:
+        call = ToolCall.model_validate(raw)
+    except ValidationError:
+        raise final(
+            f"{spec.name} is a ledgered @tool: call it from a workflow with "
+            f"temporal_ledger.workflows.run_tool({spec.name}, arg, step=..., performer=...), "
+            "not with workflow.execute_activity",
+            ErrorType.INVALID_REQUEST,
+        ) from None
     runtime = current_runtime()
     arg = argument_of(spec, call.arg, refused=ErrorType.INVALID_REQUEST)
 
@@ -182,11 +176,9 @@ async def _run_ledgered(
         return None, output
 
     async def read_state(request: ActionRequest) -> Any:
-        assert state is not None
-        value = state(arg)
+        value = state(arg)  # type: ignore[misc]  # passed only with a state
         return await value if inspect.isawaitable(value) else value
 
-    info = activity.info()
     request = {
         "key": call.key,
         "capability": spec.capability,
@@ -195,22 +187,18 @@ async def _run_ledgered(
         "precondition": call.precondition,
         "performer": call.performer,
         "output_schema": spec.output_schema,
-        "context": call_context(info, step=call.step),
+        "context": call_context(activity.info(), step=call.step),
     }
     attempt = Attempt(
         spec=spec,
         request=request,
         act=act,
         record=record,
-        read=_as_answered,
+        read=lambda outcome: outcome,
         span=spec.name,
         before_acting=functools.partial(failed_before_acting, declared=no_effect_errors),
         fresh=False,  # the outcome names the action: read from the ledger's answer
         state=read_state if state is not None else None,
     )
-    result: ToolOutcome = await run_attempt(runtime, attempt)
-    return result
-
-
-def _as_answered(outcome: ToolOutcome) -> ToolOutcome:
+    outcome: ToolOutcome = await run_attempt(runtime, attempt)
     return outcome
