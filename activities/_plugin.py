@@ -1,15 +1,24 @@
-"""``LedgerPlugin``: the ledger, the reconcile activity, the pydantic converter, the sandbox."""
+"""``LedgerPlugin``: the ledger, the reconcile activity, the pydantic converter, the sandbox,
+and what it does as a worker starts, before it polls: read which of the ledger's search
+attributes the namespace has, open the ledger saying which one, warn of probes the policy
+does not name, and stop a worker that must not run without hanging."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+import json
+import logging
+import shlex
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import temporalio.client
 from temporalio import activity
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import ClientConfig
 from temporalio.contrib.pydantic import (
     PydanticJSONPlainPayloadConverter,
@@ -18,6 +27,7 @@ from temporalio.contrib.pydantic import (
 )
 from temporalio.converter import CompositePayloadConverter, DataConverter
 from temporalio.plugin import SimplePlugin
+from temporalio.service import RPCError
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ActivityOutboundInterceptor,
@@ -31,6 +41,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from ..ledger import Ledger
 from ..ledger._seam import opener as ledger_opener
+from ..ledger._seam import path_from_url, shown_url
 from ..workflows._seam import (
     ASK_ONLY_HEADER,
     AWAITING_APPROVAL_ATTRIBUTE,
@@ -47,7 +58,8 @@ from ._policy import Policy
 from ._reconcile import approve_call, probe_effect, reconcile_effect
 from ._rules import LedgeredActivity
 from ._runtime import Runtime, _runtime
-from ._starting import listed_attributes, open_logged, stop_unstarted, warn_of_unnamed_probes
+
+logger = logging.getLogger(__name__)
 
 #: The plugin's own activities, added to every worker; they record answers in the ledger.
 _LEDGER_ACTIVITIES = (reconcile_effect, approve_call, probe_effect)
@@ -282,7 +294,7 @@ class LedgerPlugin(SimplePlugin):
             LedgerUnavailable: The ledger's database cannot be reached.
             InvalidRequest: The ledger or the policy cannot be used as given.
         """
-        listed = await listed_attributes(worker.client, self.search_attributes)
+        listed = await _listed_attributes(worker.client, self.search_attributes)
         self._namespace = {
             "address": worker.client.service_client.config.target_host,
             "open_effects_attribute": OPEN_EFFECTS_ATTRIBUTE in listed,
@@ -293,16 +305,15 @@ class LedgerPlugin(SimplePlugin):
                 try:
                     runtime = await self._open_runtime()
                 except Exception:
-                    await stop_unstarted(worker, next)
+                    await _stop_unstarted(worker, next)
                     raise
                 declared = [n for n, fn in self._tools.items() if fn.__ledger_probe__]
                 declared += [r.pattern for r in self.ledger_activities if r.probe is not None]
-                warn_of_unnamed_probes(
-                    runtime.policy, declared, warned=self._warned_probes, source=self._policy_source
-                )
+                warned, source = self._warned_probes, self._policy_source
+                _warn_of_unnamed_probes(runtime.policy, declared, warned, source)
             await next(worker)
 
-    @asynccontextmanager
+    @contextlib.asynccontextmanager
     async def _worker_running(self) -> AsyncIterator[None]:
         self._workers += 1
         try:
@@ -328,7 +339,7 @@ class LedgerPlugin(SimplePlugin):
                 if source is None:
                     raise RuntimeError("LedgerPlugin has no ledger: pass ledger=URL or a Ledger")
                 if isinstance(source, str):
-                    source = await asyncio.to_thread(open_logged, source, self.options.lease)
+                    source = await asyncio.to_thread(_open_logged, source, self.options.lease)
                     self._owned = source
                 self._runtime = Runtime(
                     source,
@@ -388,3 +399,97 @@ class _ActivityInbound(ActivityInboundInterceptor):
         runtime = await plugin._open_runtime()
         # The call is described by _generic and run by _attempt, the one path of every call.
         return await run_attempt(runtime, activity_attempt(runtime, input, self.next, rule))
+
+
+# -- as a worker starts: the namespace's search attributes, the ledger, the probes --
+
+
+def _warn_of_unnamed_probes(
+    policy: Policy, declared: Iterable[str], warned: set[str], source: Any
+) -> None:
+    """Warn, once for each tool (or rule pattern) in ``declared``, of a declared probe the
+    policy does not let decide; ``warned`` holds those warned of already.
+
+    Only the tools that ``[reconcile] probes`` names may have their probe settle an
+    unknown effect; any other's probe is refused when it would run, and its unknown
+    effects park for a person, as if it had none. Declaring ``probe=`` says the
+    opposite is wanted, so a worker that starts this way says so, with the fix.
+    """
+    unnamed = [n for n in dict.fromkeys(declared) if n not in warned and not policy.may_probe(n)]
+    if not unnamed:
+        return
+    warned.update(unnamed)
+    probes = json.dumps([*policy.probes, *unnamed])  # a TOML array as well
+    fix = (
+        f"put this line under [reconcile] in {source} (in place of its probes line, "
+        f"if any): probes = {probes}"
+        if isinstance(source, (str, Path))
+        else f"give the policy probes={probes} ([reconcile] probes = [...] in its file)"
+    )
+    logger.warning(
+        "ledger policy: the probes of tools %s may not settle an unknown effect: [reconcile] "
+        "probes does not name them, so each unknown effect of theirs parks for a person, "
+        "unprobed; to let them decide, %s",
+        ", ".join(repr(name) for name in unnamed),
+        fix,
+    )
+
+
+async def _listed_attributes(
+    client: temporalio.client.Client, attributes: tuple[str, ...]
+) -> set[str]:
+    """The ledger's search attributes the namespace lists as Int; warns once for each not."""
+    request = ListSearchAttributesRequest(namespace=client.namespace)
+    listed: Mapping[str, Any] = {}
+    why = ""
+    try:
+        listed = (await client.operator_service.list_search_attributes(request)).custom_attributes
+    except RPCError as exc:
+        why = f"its search attributes could not be listed ({exc.message})"
+    found = {a for a in attributes if listed.get(a) == IndexedValueType.INDEXED_VALUE_TYPE_INT}
+    for name in attributes:
+        if name in found:
+            continue
+        command = shlex.join(
+            [
+                "temporal", "operator", "search-attribute", "create",
+                "--address", client.service_client.config.target_host,
+                "--namespace", client.namespace,
+                "--name", name, "--type", "Int",
+            ]
+        )  # fmt: skip
+        logger.warning(
+            "namespace %r: %s; steps still wait, but `temporal workflow list --query "
+            "'%s > 0'` will not list them; register it with: %s (then restart this "
+            "worker: it looks once, at start)",
+            client.namespace,
+            why or f"it has no Int search attribute {name}",
+            name,
+            command,
+        )
+    return found
+
+
+def _open_logged(url: str, lease: float) -> Ledger:
+    """Open the ledger, saying which one: a mistyped path must not pass for an empty ledger."""
+    path = path_from_url(url).resolve() if url.startswith("sqlite:///") else None
+    existed = path is not None and path.exists()
+    ledger = Ledger.open(url, lease=lease)
+    if path is None:
+        logger.info("ledger: %s", shown_url(url))
+    elif existed:
+        logger.info("ledger: SQLite file %s", path)
+    else:
+        logger.warning("ledger: created a new, empty SQLite ledger at %s", path)
+    return ledger
+
+
+async def _stop_unstarted(worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+    """End a worker that must not run as one that ran and stopped: ``async with Worker``
+    (and ``shutdown()``) waits for the end of a run, for ever if none comes. Asked to shut
+    down before it runs, it stops as soon as it has started."""
+    stopping = asyncio.ensure_future(worker.shutdown())
+    await asyncio.sleep(0)  # the request to shut down is made before the run begins
+    with contextlib.suppress(Exception):  # its own trouble says less than the ledger's
+        await next(worker)
+    await stopping
