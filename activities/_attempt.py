@@ -31,8 +31,7 @@ from ..ledger import (
 )
 from ..ledger._seam import EffectState, ExecutionContext, FailureType, NextOperation
 from ..workflows._seam import ConflictDetails, ErrorType, ToolHints, ToolOutcome, ToolSpec
-from ._metrics import CallOutcome, count_call
-from ._outcomes import outcome_or_raise, record_outcome
+from ._outcomes import CallOutcome, count_call, outcome_or_raise, record_outcome
 from ._runtime import Runtime, final
 from ._tracing import call_span, current_call, describe_request
 

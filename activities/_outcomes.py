@@ -1,20 +1,60 @@
 """What the ledger answered a call, as the activity's result or as the typed error that
-tells the workflow what to do: go on, wait for a person, retry, or end the step."""
+tells the workflow what to do: go on, wait for a person, retry, or end the step; counted
+through the worker runtime's metric meter, by outcome."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel
+from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ..ledger import ActionRequest, ActionResult, ActionStatus, Verdict
 from ..ledger._seam import EffectState, FailureType, may_act_again
 from ..workflows._seam import ApprovalNeeded, ErrorType, ToolOutcome, ToolSpec, UnknownEffect
-from ._metrics import CallOutcome, count_call
 from ._runtime import Runtime, final
 from ._tracing import current_call, describe_result
+
+
+class CallOutcome(StrEnum):
+    """What a ledgered tool call came to, as counted by the ``ledger_tool_calls`` metric."""
+
+    ACTED = "acted"
+    REPLAYED = "replayed"
+    REFUSED = "refused"
+    DENIED = "denied"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    AWAITING_APPROVAL = "awaiting_approval"
+
+    @classmethod
+    def of(cls, result: ActionResult) -> CallOutcome:
+        """What the ledger's answer to a call counts as."""
+        if result.replayed:
+            return cls.REPLAYED
+        if (
+            result.status is ActionStatus.DENIED
+            and result.error_type == FailureType.APPROVAL_REQUIRED
+        ):
+            return cls.AWAITING_APPROVAL
+        if result.status is ActionStatus.DENIED:
+            return cls.DENIED
+        if result.effect is EffectState.UNKNOWN:
+            return cls.UNKNOWN
+        if result.status is ActionStatus.SUCCEEDED:
+            return cls.ACTED
+        return cls.FAILED
+
+
+def count_call(tool: str, outcome: CallOutcome) -> None:
+    """One tool call by outcome: the metric, and the call's span."""
+    activity.metric_meter().create_counter(
+        "ledger_tool_calls", "ledgered tool calls by outcome"
+    ).add(1, {"tool": tool, "outcome": outcome.value})
+    current_call().set("outcome", outcome.value)
 
 
 def record_outcome(spec: ToolSpec[Any, Any], result: ActionResult) -> None:

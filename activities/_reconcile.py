@@ -37,7 +37,6 @@ from ..workflows._seam import (
     ReconcileInput,
     ReconcileResult,
 )
-from ._metrics import count_approval, count_reconciliation
 from ._policy import Policy
 from ._probe import Finding, ProbeAnswer
 from ._runtime import Runtime, current_runtime, final
@@ -173,7 +172,9 @@ async def approve_call(decision: ApproveInput) -> ApproveResult:
             signature=decision.signature,
         ),
     )
-    count_approval(decision.decision)
+    activity.metric_meter().create_counter(
+        "ledger_approvals", "approvers' decisions recorded in the ledger"
+    ).add(1, {"decision": decision.decision.value})
     return ApproveResult(
         key=decision.key,
         fingerprint=approval.fingerprint,
@@ -295,3 +296,10 @@ def _probe_for(
             args = (probe.arg or {}).get("args", [])
             return rule.probe, args, rule.probe_absence_conclusive, rule.output.result
     return None
+
+
+def count_reconciliation(verdict: Verdict, *, actor: str) -> None:
+    """One verdict recorded, by verdict and by who gave it (``operator`` or ``probe:<tool>``)."""
+    activity.metric_meter().create_counter(
+        "ledger_reconciliations", "verdicts on unknown effects recorded in the ledger"
+    ).add(1, {"verdict": verdict.value, "actor": actor})
