@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import json
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -35,30 +36,27 @@ _current: contextvars.ContextVar[CallSpan | None] = contextvars.ContextVar(
 )
 
 
+@dataclasses.dataclass
 class CallSpan:
     """The span of one ledgered call, or nothing where tracing is off."""
 
-    def __init__(self, span: Any = None, *, content: bool = False) -> None:
-        self._span = span
-        self.content = content
-
-    @property
-    def recording(self) -> bool:
-        return self._span is not None and self._span.is_recording()
+    span: Any = None
+    #: Record the call's arguments and output (opt-in GenAI content attributes).
+    content: bool = False
 
     def set(self, name: str, value: Any) -> None:
         """A ``temporal_ledger.<name>`` attribute (lists of strings as they are)."""
-        if self._span is not None and value is not None:
-            self._span.set_attribute(f"{NAMESPACE}.{name}", _attribute(value))
+        if self.span is None or value is None:
+            return
+        plain = isinstance(value, (str, bool, int, float)) or (
+            isinstance(value, Sequence) and all(isinstance(v, str) for v in value)
+        )
+        self.span.set_attribute(f"{NAMESPACE}.{name}", value if plain else _json(value))
 
     def set_content(self, name: str, value: Any) -> None:
         """An opt-in GenAI content attribute (``gen_ai.tool.call.arguments``, ``.result``)."""
-        if self._span is not None and self.content:
-            self._span.set_attribute(f"gen_ai.tool.call.{name}", _json(value))
-
-    def failed(self, error_type: str) -> None:
-        if self._span is not None:
-            self._span.set_attribute("error.type", error_type)
+        if self.span is not None and self.content:
+            self.span.set_attribute(f"gen_ai.tool.call.{name}", _json(value))
 
 
 @contextlib.contextmanager
@@ -67,27 +65,24 @@ def call_span(tool: str, key: str, *, content: bool = False) -> Iterator[CallSpa
     if trace is None:
         yield CallSpan()
         return
-    tracer = trace.get_tracer("temporal_ledger")
     attributes = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": tool,
         "gen_ai.tool.call.id": key,
         f"{NAMESPACE}.key": key,
     }
-    with tracer.start_as_current_span(
+    with trace.get_tracer("temporal_ledger").start_as_current_span(
         f"execute_tool {tool}",
         kind=trace.SpanKind.INTERNAL,
         attributes=attributes,
         record_exception=False,
         set_status_on_exception=False,
     ) as span:
-        call = CallSpan(span, content=content)
-        token = _current.set(call)
+        token = _current.set(call := CallSpan(span, content))
         try:
             yield call
         except BaseException as exc:
-            error_type = getattr(exc, "type", None) or type(exc).__name__
-            call.failed(str(error_type))
+            span.set_attribute("error.type", str(getattr(exc, "type", None) or type(exc).__name__))
             raise
         finally:
             _current.reset(token)
@@ -96,14 +91,6 @@ def call_span(tool: str, key: str, *, content: bool = False) -> Iterator[CallSpa
 def current_call() -> CallSpan:
     """The span of the ledgered call running now (a span that records nothing if none)."""
     return _current.get() or CallSpan()
-
-
-def _attribute(value: Any) -> Any:
-    if isinstance(value, (str, bool, int, float)):
-        return value
-    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
-        return list(value)
-    return _json(value)
 
 
 def _json(value: Any) -> str:
@@ -115,7 +102,7 @@ def _json(value: Any) -> str:
 
 def describe_request(span: CallSpan, request: dict[str, Any]) -> None:
     """What the call asks for, on its span: the fingerprint, and the arguments if opted in."""
-    if span.recording:
+    if span.span is not None and span.span.is_recording():
         span.set("fingerprint", ActionRequest.parse(request).fingerprint())
         span.set_content("arguments", request.get("payload"))
 
