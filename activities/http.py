@@ -21,6 +21,7 @@ read/write timeout, reset after sending,  ``HttpEffectUnknown``: the effect may
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import email.utils
 import functools
@@ -174,14 +175,14 @@ async def request_json(
     """
     method = method.upper()
     key = idempotency_key if idempotency_key is not None else tool_context().key
-    send_headers = dict(headers or {})
-    if any(name.lower() == _IDEMPOTENCY_HEADER.lower() for name in send_headers):
+    sent = dict(headers or {})
+    if any(name.lower() == _IDEMPOTENCY_HEADER.lower() for name in sent):
         raise NoEffect(
             f"{method} {url}: not sent: the {_IDEMPOTENCY_HEADER} header is the ledger's key; "
             "pass idempotency_key= instead",
             retryable=False,
         )
-    send_headers[_IDEMPOTENCY_HEADER] = wire_key(key)
+    sent[_IDEMPOTENCY_HEADER] = wire_key(key)
     content: bytes | None = None
     if json is not None:
         # Serialised here so that a body JSON cannot carry fails before anything is sent.
@@ -189,13 +190,15 @@ async def request_json(
             content = jsonlib.dumps(json, allow_nan=False).encode()
         except (TypeError, ValueError) as exc:
             raise NoEffect(f"{method} {url}: not sent: body is not JSON: {exc}") from exc
-        send_headers.setdefault("Content-Type", "application/json")
+        sent.setdefault("Content-Type", "application/json")
     try:
-        if client is None:
-            async with httpx.AsyncClient(timeout=timeout, verify=_tls()) as own:
-                response = await _send(own, method, url, content, send_headers, timeout)
-        else:
-            response = await _send(client, method, url, content, send_headers, timeout)
+        async with contextlib.AsyncExitStack() as stack:
+            if client is None:
+                client = httpx.AsyncClient(timeout=timeout, verify=_tls())
+                await stack.enter_async_context(client)
+            response = await client.request(
+                method, url, content=content, headers=sent, timeout=timeout, follow_redirects=False
+            )
     except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
         raise NoEffect(
             f"{method} {url}: not sent: {type(exc).__name__}: {exc}", retryable=True
@@ -224,19 +227,6 @@ def _names_key(result: HttpResult, key: str) -> bool:
 def _tls() -> ssl.SSLContext:
     # Loading the CA bundle costs about a quarter second; a context is safe to share.
     return httpx.create_ssl_context()
-
-
-async def _send(
-    client: httpx.AsyncClient,
-    method: str,
-    url: str,
-    content: bytes | None,
-    headers: dict[str, str],
-    http_timeout: float | httpx.Timeout,
-) -> httpx.Response:
-    return await client.request(
-        method, url, content=content, headers=headers, timeout=http_timeout, follow_redirects=False
-    )
 
 
 def _classify(method: str, url: str, response: httpx.Response) -> HttpResult:
