@@ -83,29 +83,21 @@ async def replay_histories(
     replayer = Replayer(workflows=list(workflows), plugins=list(plugins), runtime=quiet)
     reports = []
     for path in map(Path, paths):
-        workflow_id = path.stem
+        report = ReplayReport(path=str(path), workflow_id=path.stem, ok=False)
         try:
-            history = WorkflowHistory.from_json(workflow_id, path.read_text(encoding="utf-8"))
+            history = WorkflowHistory.from_json(path.stem, path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            reports.append(
-                ReplayReport(
-                    path=str(path),
-                    workflow_id=workflow_id,
-                    ok=False,
-                    error=f"cannot read history: {exc}",
-                )
-            )
+            reports.append(report.model_copy(update={"error": f"cannot read history: {exc}"}))
             continue
         with _worker_logs_muted():
-            result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        failure = result.replay_failure
+            failure = (
+                await replayer.replay_workflow(history, raise_on_replay_failure=False)
+            ).replay_failure
+        # Temporal's own words for an unregistered type do not say what to do.
         error = None
         if failure is not None:
-            # Temporal's own words for an unregistered type do not say what to do.
             error = _unregistered(history, str(failure)) or f"{type(failure).__name__}: {failure}"
-        reports.append(
-            ReplayReport(path=str(path), workflow_id=workflow_id, ok=failure is None, error=error)
-        )
+        reports.append(report.model_copy(update={"ok": failure is None, "error": error}))
     return reports
 
 
@@ -130,10 +122,9 @@ def _unregistered(history: WorkflowHistory, failure: str) -> str | None:
     if not started.HasField("workflow_execution_started_event_attributes"):
         return None
     name = started.workflow_execution_started_event_attributes.workflow_type.name
-    given = found.group(1).strip() or "none"
     return (
-        f"workflow type {name!r} is not registered (given: {given}); register the class "
-        f"that defines it: --workflow MODULE:CLASS (temporal-ledger replay) or "
+        f"workflow type {name!r} is not registered (given: {found.group(1).strip() or 'none'}); "
+        f"register the class that defines it: --workflow MODULE:CLASS (temporal-ledger replay) or "
         f"Replayer(workflows=[...])"
     )
 
@@ -143,8 +134,7 @@ def _load(spec: str) -> type:
     if not attr:
         raise argparse.ArgumentTypeError(f"expected module:Class, got {spec!r}")
     try:
-        module = importlib.import_module(module_name)
-        workflow_class: type = getattr(module, attr)
+        workflow_class: type = getattr(importlib.import_module(module_name), attr)
         return workflow_class
     except (ImportError, AttributeError) as exc:
         raise argparse.ArgumentTypeError(f"cannot load {spec!r}: {exc}") from None
@@ -170,11 +160,9 @@ def replay_command(histories: Sequence[Path], workflow_specs: Sequence[str]) -> 
     for report in reports:
         if report.error and "\n" not in report.error:
             print(f"FAIL {report.path}: {report.error}")
-            continue
-        print(
-            f"{'ok  ' if report.ok else 'FAIL'} {report.path}"
-            + (f"\n     {report.error}" if report.error else "")
-        )
+        else:
+            shown = f"\n     {report.error}" if report.error else ""
+            print(f"{'ok  ' if report.ok else 'FAIL'} {report.path}{shown}")
     failed = sum(not r.ok for r in reports)
     print(f"{len(reports) - failed} replayed, {failed} failed")
     return 1 if failed else 0
