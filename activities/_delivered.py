@@ -40,18 +40,10 @@ from temporalio.converter import (
     WithSerializationContext,
 )
 
-
-@dataclasses.dataclass
-class _Decoded:
-    """What the codec bound to one activity task decoded, in order."""
-
-    context: ActivitySerializationContext
-    batches: list[list[Payload]]
-
-
-#: Set in an activity task's coroutine by the codec bound to that task.
-_decoded: contextvars.ContextVar[_Decoded | None] = contextvars.ContextVar(
-    "ledger_delivered_payloads", default=None
+#: Set in an activity task's coroutine by the codec bound to that task: its context, and
+#: the batches of payloads it decoded, in order.
+_decoded: contextvars.ContextVar[tuple[ActivitySerializationContext, list[list[Payload]]]] = (
+    contextvars.ContextVar("ledger_delivered_payloads")
 )
 
 
@@ -92,11 +84,11 @@ class DeliveredPayloads(PayloadCodec, WithSerializationContext):
         """
         decoded = await self.inner.decode(payloads) if self.inner else list(payloads)
         if self._context is not None:
-            seen = _decoded.get()
-            if seen is None or seen.context is not self._context:
-                seen = _Decoded(self._context, [])
-                _decoded.set(seen)
-            seen.batches.append(list(decoded))
+            context, batches = _decoded.get((self._context, []))
+            if context is not self._context or not batches:
+                batches = []
+                _decoded.set((self._context, batches))
+            batches.append(list(decoded))
         return decoded
 
     def with_context(self, context: SerializationContext) -> DeliveredPayloads:
@@ -141,25 +133,16 @@ def delivered_arguments(values: Sequence[Any]) -> list[Payload] | None:
     """
     if not values:
         return []
-    seen = _decoded.get()
-    if seen is None:
-        return None
+    context, batches = _decoded.get((None, []))
     info = activity.info()
-    context = seen.context
-    if (context.activity_id, context.activity_type, context.workflow_id or None) != (
-        info.activity_id,
-        info.activity_type,
-        info.workflow_id,
-    ):
+    if context is None or (
+        context.activity_id,
+        context.activity_type,
+        context.workflow_id or None,
+    ) != (info.activity_id, info.activity_type, info.workflow_id):
         return None
-    return next(
-        (
-            batch
-            for batch in seen.batches
-            if len(batch) == len(values) and not any(map(_is_reference, batch))
-        ),
-        None,
-    )
+    fits = (b for b in batches if len(b) == len(values) and not any(map(_is_reference, b)))
+    return next(fits, None)
 
 
 def _is_reference(payload: Payload) -> bool:
