@@ -105,14 +105,8 @@ enclosing: contextvars.ContextVar[Enclosing | None] = contextvars.ContextVar(
 
 def capability_for(activity_type: str) -> str:
     """``agent__support__model_request`` -> ``activity.agent.support.model_request``."""
-    parts = []
-    for segment in re.split(r"__|\.", activity_type):
-        segment = re.sub(r"[^A-Za-z0-9_-]", "_", segment)
-        if not segment:
-            continue
-        if not re.match(r"[A-Za-z_]", segment):
-            segment = "_" + segment
-        parts.append(segment)
+    segments = (re.sub(r"[^A-Za-z0-9_-]", "_", s) for s in re.split(r"__|\.", activity_type))
+    parts = [s if re.match(r"[A-Za-z_]", s) else "_" + s for s in segments if s]
     return ".".join(["activity", *parts])
 
 
