@@ -66,8 +66,3 @@ def failed_before_acting(exc: BaseException, declared: Sequence[type[BaseExcepti
     if isinstance(exc, ApplicationError) and exc.type in _LEDGER_ERRORS:
         return False
     return isinstance(exc, tuple(declared))
-
-
-def declared_no_effect(exc: BaseException) -> NoEffect:
-    """The ledger's record of a declared failure: no effect, and the key may act again."""
-    return NoEffect(f"{type(exc).__name__}: {exc}", retryable=True)

@@ -1,7 +1,8 @@
 """Activities not written with ``@tool`` (e.g. pydantic-ai's), put through the ledger.
 
-``LedgerPlugin(ledger_activities=[...])`` routes every activity whose type matches one
-of its glob patterns to :func:`execute_through_ledger`. The activity's arguments (as the
+``LedgerPlugin(ledger_activities=[...])`` runs every activity whose type matches one of
+its glob patterns as the :func:`activity_attempt` it describes (through
+``_attempt.run_attempt``, the one path of every ledgered call). The activity's arguments (as the
 JSON of the payloads Temporal delivered, see ``_delivered``) become the request, its
 return value (as JSON, through the worker's payload converter) the recorded outcome, and
 a later attempt under the same key gets the recorded value back, decoded to the

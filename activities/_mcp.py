@@ -61,11 +61,8 @@ def request_meta(key: str) -> dict[str, str]:
         ``{"temporal-ledger/key": wire_key(key)}``, with ``"traceparent"`` when there is a
         span.
     """
-    meta = {KEY_FIELD: wire_key(key)}
     parent = traceparent()
-    if parent:
-        meta[TRACEPARENT_FIELD] = parent
-    return meta
+    return {KEY_FIELD: wire_key(key), **({TRACEPARENT_FIELD: parent} if parent else {})}
 
 
 def merged(meta: Mapping[str, Any] | None, ours: Mapping[str, str]) -> dict[str, Any]:
@@ -117,13 +114,13 @@ def _without_descriptions(schema: Any) -> Any:
     """``schema`` without its prose (recorded with every call: kept short)."""
     if isinstance(schema, list):
         return [_without_descriptions(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    return {
-        name: _without_descriptions(value)
-        for name, value in schema.items()
-        if not (name == "description" and isinstance(value, str))
-    }
+    if isinstance(schema, dict):
+        return {
+            name: _without_descriptions(value)
+            for name, value in schema.items()
+            if not (name == "description" and isinstance(value, str))
+        }
+    return schema
 
 
 #: pydantic-ai's ``ProcessToolCallback``: ``(ctx, call_tool, name, tool_args)``.
@@ -140,15 +137,13 @@ class LedgerMetaHook:
 
     async def __call__(self, ctx: Any, call_tool: Any, name: str, tool_args: dict[str, Any]) -> Any:
         ours = current.get()
-        if ours is None:
-            tool = call_tool
-        else:
 
-            async def tool(
-                name: str, args: dict[str, Any], *, metadata: dict[str, Any] | None = None
-            ) -> Any:
-                return await call_tool(name, args, metadata=merged(metadata, ours))
+        async def keyed(
+            name: str, args: dict[str, Any], *, metadata: dict[str, Any] | None = None
+        ) -> Any:
+            return await call_tool(name, args, metadata=merged(metadata, ours or {}))
 
+        tool = call_tool if ours is None else keyed
         if self.wrapped is not None:
             return await self.wrapped(ctx, tool, name, tool_args)
         return await tool(name, tool_args)

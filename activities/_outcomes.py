@@ -35,18 +35,12 @@ class CallOutcome(StrEnum):
         """What the ledger's answer to a call counts as."""
         if result.replayed:
             return cls.REPLAYED
-        if (
-            result.status is ActionStatus.DENIED
-            and result.error_type == FailureType.APPROVAL_REQUIRED
-        ):
-            return cls.AWAITING_APPROVAL
         if result.status is ActionStatus.DENIED:
-            return cls.DENIED
+            waits = result.error_type == FailureType.APPROVAL_REQUIRED
+            return cls.AWAITING_APPROVAL if waits else cls.DENIED
         if result.effect is EffectState.UNKNOWN:
             return cls.UNKNOWN
-        if result.status is ActionStatus.SUCCEEDED:
-            return cls.ACTED
-        return cls.FAILED
+        return cls.ACTED if result.status is ActionStatus.SUCCEEDED else cls.FAILED
 
 
 def count_call(tool: str, outcome: CallOutcome) -> None:

@@ -252,9 +252,8 @@ class LedgerPlugin(SimplePlugin):
             ledger_opener(self._ledger_source)
         config = super().configure_worker(config)
         for fn in config.get("activities") or ():
-            spec = getattr(fn, "__ledger_tool__", None)
-            if spec is not None:
-                self._tools[spec.name] = fn
+            if hasattr(fn, "__ledger_tool__"):
+                self._tools[fn.__ledger_tool__.name] = fn
         client = config.get("client")
         converter = client.data_converter if client is not None else None
         if converter is not None and not _uses_pydantic(converter):
