@@ -85,8 +85,10 @@ class InnerCall(Generic[_T]):
     refused: str | None = None
 
 
-def enclosing_node(what: str, *, instead: str | None = None) -> Enclosing:
-    """The ledgered node activity around the caller; a sync caller must be off its loop."""
+def run_inside(what: str, call: InnerCall[Any], *, blocking: bool) -> Any:
+    """``call`` in the ledgered node activity around the caller: a coroutine to await, or,
+    ``blocking`` (a sync caller, on a thread of its own), its result, run on the
+    activity's event loop."""
     inside = enclosing.get()
     if inside is None:
         raise RuntimeError(
@@ -94,14 +96,16 @@ def enclosing_node(what: str, *, instead: str | None = None) -> Enclosing:
             "no ledgered activity is running: list the node in "
             "activity_rules(..., tool_nodes=[...], per_call=True) for LedgerPlugin"
         )
-    if instead is not None:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            raise RuntimeError(f"{what} was called on the event loop: use {instead} there")
-    return inside
+    if not blocking:
+        return ledgered_call(inside, call)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run_coroutine_threadsafe(ledgered_call(inside, call), inside.loop).result()
+    raise RuntimeError(
+        f"{what} was called on the event loop with a function that is not async: give the "
+        "ToolNode awrap_tool_call=ledger_tool_calls too"
+    )
 
 
 def tool_call(

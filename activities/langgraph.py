@@ -45,7 +45,7 @@ with ``per_call=True``: a ``ToolNode``'s tool calls with the ledger's wrappers, 
 other call (a tool or an API called from the node's own code) with :func:`ledger_call`::
 
     tool_node = ToolNode(
-        tools, awrap_tool_call=ledger_tool_calls, wrap_tool_call=ledger_tool_calls_sync
+        tools, awrap_tool_call=ledger_tool_calls, wrap_tool_call=ledger_tool_calls
     )
 
     async def tools(state):  # the graph's tool node, run as an activity
@@ -79,8 +79,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 from pydantic import BaseModel
 
@@ -89,7 +90,7 @@ from ..workflows._seam import (
 )
 from . import _rules
 from ._failures import no_effect_errors_of
-from ._langgraph_calls import enclosing_node, ledgered_call, named_call, tool_call
+from ._langgraph_calls import named_call, run_inside, tool_call
 from ._langgraph_state import NodeReturn, normalize
 from ._rules import LedgeredActivity
 
@@ -101,9 +102,7 @@ if TYPE_CHECKING:
 __all__ = [
     "activity_rules",
     "ledger_call",
-    "ledger_call_sync",
     "ledger_tool_calls",
-    "ledger_tool_calls_sync",
 ]
 
 
@@ -221,14 +220,28 @@ _T = TypeVar("_T")
 _M = TypeVar("_M", bound=BaseModel)
 
 
-async def ledger_tool_calls(
+@overload
+def ledger_tool_calls(
     request: ToolCallRequest,
     execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
-) -> ToolMessage:
+) -> Awaitable[ToolMessage]: ...
+
+
+@overload
+def ledger_tool_calls(
+    request: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
+) -> ToolMessage: ...
+
+
+def ledger_tool_calls(
+    request: ToolCallRequest,
+    execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]]
+    | Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+) -> Awaitable[ToolMessage] | ToolMessage:
     """Run one tool call of a LangGraph ``ToolNode`` through the ledger, under a key of its
-    own; pass it as ``ToolNode(tools, awrap_tool_call=ledger_tool_calls,
-    wrap_tool_call=ledger_tool_calls_sync)`` in a tool node listed with
-    ``activity_rules(..., per_call=True)``.
+    own; pass it as both of the ``ToolNode``'s wrappers, ``ToolNode(tools,
+    awrap_tool_call=ledger_tool_calls, wrap_tool_call=ledger_tool_calls)``, in a tool
+    node listed with ``activity_rules(..., per_call=True)``.
 
     The key is the node activity's key with the call's ``tool_call_id`` appended
     (``{workflow id}/{first run}/{call}/{tool_call_id}``): the id comes from the model
@@ -239,6 +252,12 @@ async def ledger_tool_calls(
     answers with the call's output (``{"content": ...}``), and the node then runs again,
     every call replaying or running under its own key.
 
+    Given the ``ToolNode``'s async ``execute`` (its ``ainvoke``), it returns an awaitable.
+    Given its sync one (``temporalio-langgraph`` runs a ``ToolNode`` that is itself a
+    graph node synchronously, on a thread), it returns the message: the call goes
+    through the ledger on the activity's event loop, and the tool runs on a thread of
+    its own.
+
     The capability is ``activity.<graph>.<node>.<tool>`` and the performer the
     workflow's type; the policy's ``[tools]`` table names the tool by its own name.
 
@@ -247,57 +266,48 @@ async def ledger_tool_calls(
         execute: Runs the tool call (the ``ToolNode``'s own execution).
 
     Returns:
-        The call's ``ToolMessage``, run or replayed.
+        The call's ``ToolMessage``, run or replayed (an awaitable of it for an async
+        ``execute``).
 
     Raises:
-        RuntimeError: Not inside a ledgered node activity.
+        RuntimeError: Not inside a ledgered node activity, or a sync ``execute`` on the
+            event loop (give the ``ToolNode`` ``awrap_tool_call=ledger_tool_calls`` too).
         temporalio.exceptions.ApplicationError: The ledger's answer that ends the node's
             attempt (an unknown effect, an approval to wait for, a refusal, a retry).
     """
-    inside = enclosing_node("ledger_tool_calls")
-    return await ledgered_call(inside, tool_call(request, lambda: execute(request)))
-
-
-def ledger_tool_calls_sync(
-    request: ToolCallRequest,
-    execute: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
-) -> ToolMessage:
-    """:func:`ledger_tool_calls` for a ``ToolNode`` that runs synchronously: its
-    ``wrap_tool_call``. ``temporalio-langgraph`` runs a ``ToolNode`` that is itself a
-    graph node synchronously, on a thread; the call goes through the ledger on the
-    activity's event loop, and the tool runs on a thread of its own.
-
-    Args:
-        request: The ``ToolNode``'s request (the model's tool call and the tool).
-        execute: Runs the tool call (the ``ToolNode``'s own execution).
-
-    Returns:
-        The call's ``ToolMessage``, run or replayed.
-
-    Raises:
-        RuntimeError: Not inside a ledgered node activity, or called on the event loop
-            (give the ``ToolNode`` ``awrap_tool_call=ledger_tool_calls`` too).
-    """
-    inside = enclosing_node("ledger_tool_calls_sync", instead="awrap_tool_call=ledger_tool_calls")
-    call = tool_call(request, lambda: asyncio.to_thread(execute, request))
-    return asyncio.run_coroutine_threadsafe(ledgered_call(inside, call), inside.loop).result()
+    if inspect.iscoroutinefunction(execute):
+        call = tool_call(request, lambda: execute(request))
+        return run_inside("ledger_tool_calls", call, blocking=False)  # type: ignore[no-any-return]
+    sync = cast("Callable[[ToolCallRequest], ToolMessage | Command[Any]]", execute)
+    call = tool_call(request, lambda: asyncio.to_thread(sync, request))
+    return run_inside("ledger_tool_calls", call, blocking=True)  # type: ignore[no-any-return]
 
 
 @overload
-async def ledger_call(
+def ledger_call(
     name: str, fn: Callable[[], Awaitable[_T]], *, request: object, output: None = None
-) -> _T: ...
+) -> Awaitable[_T]: ...
 
 
 @overload
-async def ledger_call(
+def ledger_call(  # type: ignore[overload-overlap]  # an awaitable is an object too
     name: str, fn: Callable[[], Awaitable[object]], *, request: object, output: type[_M]
+) -> Awaitable[_M]: ...
+
+
+@overload
+def ledger_call(name: str, fn: Callable[[], _T], *, request: object, output: None = None) -> _T: ...
+
+
+@overload
+def ledger_call(
+    name: str, fn: Callable[[], object], *, request: object, output: type[_M]
 ) -> _M: ...
 
 
-async def ledger_call(
+def ledger_call(
     name: str,
-    fn: Callable[[], Awaitable[Any]],
+    fn: Callable[[], Any],
     *,
     request: object,
     output: type[BaseModel] | None = None,
@@ -306,6 +316,12 @@ async def ledger_call(
     ledger, under a key of its own, so that a node making several calls repeats none of
     them when a later one fails. The node must be listed with
     ``activity_rules(..., tool_nodes=[...], per_call=True)``.
+
+    In an ``async`` node, ``fn`` returns an awaitable and so does ``ledger_call``: ``await
+    ledger_call(...)``. In a node that is not ``async`` (``temporalio-langgraph`` runs it
+    on a thread), ``fn`` is a plain function and ``ledger_call`` returns its result: the
+    call goes through the ledger on the activity's event loop, and ``fn`` runs on a
+    thread of its own.
 
     The key is the node activity's key with ``name`` appended (``{workflow id}/{first
     run}/{call}/{name}``), the same on a retry of the node, after a worker crash and after
@@ -335,53 +351,17 @@ async def ledger_call(
         output: A pydantic model of the call's result.
 
     Returns:
-        The call's result: an ``output`` instance, or the JSON ``fn`` returned.
+        The call's result: an ``output`` instance, or the JSON ``fn`` returned (in an
+        ``async`` node, an awaitable of it).
 
     Raises:
         RuntimeError: Not inside a ledgered node activity.
         temporalio.exceptions.ApplicationError: The ledger's answer that ends the node's
             attempt (an unknown effect, an approval to wait for, a refusal, a retry).
     """
-    inside = enclosing_node("ledger_call")
-    return await ledgered_call(inside, named_call(name, fn, request, output))
-
-
-@overload
-def ledger_call_sync(
-    name: str, fn: Callable[[], _T], *, request: object, output: None = None
-) -> _T: ...
-
-
-@overload
-def ledger_call_sync(
-    name: str, fn: Callable[[], object], *, request: object, output: type[_M]
-) -> _M: ...
-
-
-def ledger_call_sync(
-    name: str,
-    fn: Callable[[], Any],
-    *,
-    request: object,
-    output: type[BaseModel] | None = None,
-) -> Any:
-    """:func:`ledger_call` for a node function that is not ``async``:
-    ``temporalio-langgraph`` runs such a node on a thread, where this goes through the
-    ledger on the activity's event loop and runs ``fn`` on a thread of its own.
-
-    Args:
-        name: The call's name within the node (see :func:`ledger_call`).
-        fn: Makes the call; run only if the ledger lets the key act.
-        request: What the call asks for, as exact JSON.
-        output: A pydantic model of the call's result.
-
-    Returns:
-        The call's result: an ``output`` instance, or the JSON ``fn`` returned.
-
-    Raises:
-        RuntimeError: Not inside a ledgered node activity, or called on the event loop
-            (an ``async`` node uses :func:`ledger_call`).
-    """
-    inside = enclosing_node("ledger_call_sync", instead="await ledger_call(...)")
-    call = named_call(name, lambda: asyncio.to_thread(fn), request, output)
-    return asyncio.run_coroutine_threadsafe(ledgered_call(inside, call), inside.loop).result()
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # a sync node, on a thread of its own
+        call = named_call(name, lambda: asyncio.to_thread(fn), request, output)
+        return run_inside("ledger_call", call, blocking=True)
+    return run_inside("ledger_call", named_call(name, fn, request, output), blocking=False)

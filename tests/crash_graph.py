@@ -14,7 +14,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode
-from temporal_ledger.activities.langgraph import ledger_tool_calls, ledger_tool_calls_sync
+from temporal_ledger.activities.langgraph import ledger_tool_calls
 
 from tests.crash_points import act
 
@@ -36,7 +36,7 @@ async def crash_lg_append(cell: str) -> str:
 
 
 _TOOL_NODE = ToolNode(
-    [crash_lg_append], awrap_tool_call=ledger_tool_calls, wrap_tool_call=ledger_tool_calls_sync
+    [crash_lg_append], awrap_tool_call=ledger_tool_calls, wrap_tool_call=ledger_tool_calls
 )
 
 

@@ -5,10 +5,11 @@ Its own module so the workflow sandbox imports little (the file effect and the n
 options are ``tests/langgraph_graph.py``'s). The node runs as an activity on the host,
 where the counters below are the truth about what happened. The prompt says what the
 node does: ``boom`` makes the third call append its line and then fail (a lost
-reply), ``sync`` runs the node as a plain function (``ledger_call_sync``), ``flaky``
-makes the second call refuse once with no effect (the node is retried), ``drift`` puts
-the node's run count in the first call's request (a retry asks for something else under
-the same name), ``twice`` makes the node use one name for two calls.
+reply), ``sync`` runs the node as a plain function (``ledger_call`` on the plugin's
+thread), ``flaky`` makes the second call refuse once with no effect (the node is
+retried), ``drift`` puts the node's run count in the first call's request (a retry asks
+for something else under the same name), ``twice`` makes the node use one name for two
+calls.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 from pydantic import BaseModel
-from temporal_ledger.activities.langgraph import ledger_call, ledger_call_sync
+from temporal_ledger.activities.langgraph import ledger_call
 from temporal_ledger.ledger import NoEffect
 from temporalio import workflow
 
@@ -103,15 +104,13 @@ def three_calls_sync(state: State) -> State:
     prompt, path = state["prompt"], state["path"]
     NODE_RUNS[prompt] = NODE_RUNS.get(prompt, 0) + 1
     (one, a), (two, b), (three, c) = _plan(state)
-    first = ledger_call_sync(
-        one, lambda: {"line": append(path, a)}, request=_first_request(state, a)
-    )
-    second = ledger_call_sync(
+    first = ledger_call(one, lambda: {"line": append(path, a)}, request=_first_request(state, a))
+    second = ledger_call(
         two,
         lambda: _second(prompt, path, b),
         request={"path": path, "text": b},
     )
-    third = ledger_call_sync(
+    third = ledger_call(
         three,
         lambda: Appended(line=append(path, c), text=c),
         request={"path": path, "text": c},

@@ -23,7 +23,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
-from temporal_ledger.activities.langgraph import ledger_tool_calls, ledger_tool_calls_sync
+from temporal_ledger.activities.langgraph import ledger_tool_calls
 from temporal_ledger.ledger import NoEffect
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -191,7 +191,7 @@ async def _held_then_ledgered(
 _TOOL_NODE = ToolNode(
     [append_line, flaky_append],
     awrap_tool_call=_held_then_ledgered,
-    wrap_tool_call=ledger_tool_calls_sync,
+    wrap_tool_call=ledger_tool_calls,
 )
 
 
@@ -311,7 +311,7 @@ async def note_tools(state: MessagesState) -> dict[str, Any]:
 
 
 _LEDGERED_NOTES = ToolNode(
-    [append_note], awrap_tool_call=ledger_tool_calls, wrap_tool_call=ledger_tool_calls_sync
+    [append_note], awrap_tool_call=ledger_tool_calls, wrap_tool_call=ledger_tool_calls
 )
 
 

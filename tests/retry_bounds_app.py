@@ -23,7 +23,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode
 from pydantic import BaseModel
 from temporal_ledger.activities import tool
-from temporal_ledger.activities.langgraph import ledger_tool_calls, ledger_tool_calls_sync
+from temporal_ledger.activities.langgraph import ledger_tool_calls
 from temporal_ledger.workflows import run_tool
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -102,7 +102,7 @@ async def stalling_append(prompt: str, path: str) -> str:
 
 
 _TOOL_NODE = ToolNode(
-    [stalling_append], awrap_tool_call=ledger_tool_calls, wrap_tool_call=ledger_tool_calls_sync
+    [stalling_append], awrap_tool_call=ledger_tool_calls, wrap_tool_call=ledger_tool_calls
 )
 
 

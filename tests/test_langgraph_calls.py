@@ -10,6 +10,7 @@ under the same name is refused.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import uuid
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 from temporal_ledger.activities import Policy
-from temporal_ledger.activities.langgraph import activity_rules, ledger_call, ledger_call_sync
+from temporal_ledger.activities.langgraph import activity_rules, ledger_call
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
@@ -285,5 +286,5 @@ async def test_outside_a_ledgered_node_the_calls_refuse_to_run() -> None:
     with pytest.raises(RuntimeError, match="per_call=True"):
         await ledger_call("refund", act, request={})
     with pytest.raises(RuntimeError, match="per_call=True"):
-        ledger_call_sync("refund", lambda: ran.append("sync"), request={})
+        await asyncio.to_thread(ledger_call, "refund", lambda: ran.append("sync"), request={})
     assert ran == []

@@ -74,10 +74,10 @@ def test_the_face_has_38_names_and_one_per_integration(
     current: dict[str, dict[str, object]],
 ) -> None:
     """38 names, and one (``activity_rules``) per framework integration; LangGraph adds
-    the two wrappers of a ``ToolNode``'s tool calls (its async and sync hook) and the
-    call a node's own code makes through the ledger (async and sync), because a key per
-    call is made inside the node activity, where only LangGraph's own extension point or
-    the node's code reaches; Strands adds the wrapper of an MCP client's transport,
+    the wrapper of a ``ToolNode``'s tool calls (its async and sync hook) and the call a
+    node's own code makes through the ledger (from an async or a sync node), because a
+    key per call is made inside the node activity, where only LangGraph's own extension
+    point or the node's code reaches; Strands adds the wrapper of an MCP client's transport,
     because its MCP activity sends no caller's ``_meta`` and the transport is the one
     thing of that call its user hands over."""
     counts = {module: len(names) for module, names in current.items()}
@@ -94,9 +94,7 @@ def test_the_face_has_38_names_and_one_per_integration(
 HOOKS = {
     "temporal_ledger.activities.langgraph": (
         "ledger_call",
-        "ledger_call_sync",
         "ledger_tool_calls",
-        "ledger_tool_calls_sync",
     ),
     "temporal_ledger.activities.strands": ("ledger_transport",),
 }

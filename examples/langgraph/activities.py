@@ -36,7 +36,7 @@ from langchain_core.messages import (
 from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
-from temporal_ledger.activities.langgraph import ledger_tool_calls, ledger_tool_calls_sync
+from temporal_ledger.activities.langgraph import ledger_tool_calls
 from temporalio.common import RetryPolicy
 
 from examples import lose_the_reply_if_asked, work_dir
@@ -102,7 +102,7 @@ async def agent(state: MessagesState) -> dict[str, list[AnyMessage]]:
 #: Runs each tool call through the ledger under a key of its own (the tool node is
 #: listed with ``activity_rules(..., per_call=True)``).
 LEDGERED_TOOLS = ToolNode(
-    TOOLS, awrap_tool_call=ledger_tool_calls, wrap_tool_call=ledger_tool_calls_sync
+    TOOLS, awrap_tool_call=ledger_tool_calls, wrap_tool_call=ledger_tool_calls
 )
 #: Runs the tool calls as they are, for the worker's ``--no-ledger``: ``ledger_tool_calls``
 #: refuses to run outside a ledgered node.
