@@ -82,8 +82,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 try:
     from google.adk.models.llm_request import LlmRequest
@@ -95,10 +95,8 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from ..ledger._seam import wire_key
 from ..workflows._seam import PLACEHOLDER
-from . import _rules
+from . import _agent_rules, _rules
 from ._mcp import KEY_FIELD, content_schema
-from ._probe import Probe
-from ._rules import LedgeredActivity
 
 __all__ = ["activity_rules"]
 
@@ -109,53 +107,6 @@ _GRACEFUL_ERRORS = ("MCP tool execution failed: ", "Unexpected error during MCP 
 _TOOL_CONTEXT = "tool_context"
 #: The fields of a ``ToolContextSnapshot``, as JSON.
 _SNAPSHOT_FIELDS = frozenset({"state", "function_call_id"})
-
-
-def activity_rules(
-    *,
-    tools: Iterable[Callable[..., Any] | str] = (),
-    models: bool = True,
-    probes: Mapping[str, Probe] | None = None,
-    no_effect_errors: Iterable[type[BaseException]] = (),
-) -> list[LedgeredActivity]:
-    """The ledgered activities of a Google ADK app: every MCP call the integration's
-    toolset providers register, the model calls, and the ``activity_as_tool`` tools.
-
-    Put the plugin on ``Client.connect(plugins=[...])`` beside ``GoogleAdkPlugin``
-    (workers inherit it); a worker that runs only workflows needs it too, because it
-    numbers the calls the keys are built from and lets a parked call wait in its run.
-
-    Args:
-        tools: The activities the agents call through ``activity_as_tool``: the
-            functions (matched by the function itself where the activity runs, under
-            whatever name ``@activity.defn`` gave it), or their activity type names.
-            The workflow side sees only names: for a function renamed with
-            ``@activity.defn(name=...)``, pass the name too (``tools=[fn, "name"]``).
-        models: Record the model calls too (retry-safe).
-        probes: Per tool (activity) name, a read-only ``async def probe(key, args)`` that
-            looks the call's key up on the far side before an unknown effect parks
-            (``args``: the activity's arguments as JSON); ``present(output)`` gives the
-            tool's return value. Its ``absent`` is taken as conclusive.
-        no_effect_errors: Exception types that the ``tools`` raise only before they act
-            (e.g. ``(NonRetryableApplicationError,)`` for ``raise ApplicationError(...,
-            non_retryable=True)``): recorded as no effect and failing the call as the
-            integration reports a tool's failure, instead of parking it as an unknown
-            effect (what every other exception does).
-
-    Returns:
-        One rule per activity type pattern, for ``LedgerPlugin(ledger_activities=...)``.
-
-    Raises:
-        TypeError: A tool that is not a named activity, a probe for a tool not listed, or
-            ``no_effect_errors`` that are not exception classes.
-    """
-    return [
-        *(_MODELS if models else ()),
-        *_rules.tools(
-            tools, probes=probes, no_effect_errors=no_effect_errors, normalize=_tool_normalizer
-        ),
-        *_MCP,
-    ]
 
 
 # -- model calls ------------------------------------------------------------------------
@@ -339,10 +290,7 @@ class _McpToolResult:
 #: ``TemporalModel``'s activities (Strands' model activity has the same name: ADK's
 #: argument is an ``LlmRequest``).
 _MODELS = _rules.models(
-    "invoke_model",
-    "invoke_model_streaming",
-    normalize=_normalize_model,
-    accepts=_is_adk_model_call,
+    "invoke_model", "invoke_model_streaming", normalize=_normalize_model, accepts=_is_adk_model_call
 )
 #: Every toolset's MCP activities: ``TemporalMcpToolSetProvider(name, ...)``'s, and the
 #: nested worker's of a ``TemporalStatefulMcpToolSetProvider(name, ...)`` (first, so that
@@ -360,3 +308,8 @@ _MCP = _rules.mcp(
     # both name the activity {server}-call-tool.
     accepts=lambda args: len(args) == 1 and hasattr(args[0], "tool_context"),
 )
+
+if TYPE_CHECKING:
+    from ._agent_rules import activity_rules
+else:
+    activity_rules = _agent_rules.bind(_MODELS, _MCP, _tool_normalizer)

@@ -55,14 +55,11 @@ integration's plugin first.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..workflows._seam import PLACEHOLDER
-from . import _rules
+from . import _agent_rules, _rules
 from ._mcp import content_schema
-from ._probe import Probe
-from ._rules import LedgeredActivity
 
 __all__ = ["activity_rules"]
 
@@ -124,48 +121,6 @@ class _McpContent:
         return content_schema()
 
 
-def activity_rules(
-    *,
-    tools: Iterable[Callable[..., Any] | str] = (),
-    models: bool = True,
-    probes: Mapping[str, Probe] | None = None,
-    no_effect_errors: Iterable[type[BaseException]] = (),
-) -> list[LedgeredActivity]:
-    """The ledgered activities of an OpenAI Agents app: every MCP and sandbox call the
-    integration's plugin registers, the model calls, and the ``activity_as_tool`` tools.
-
-    Args:
-        tools: The activities the agents call through ``activity_as_tool``: the
-            functions (matched by the function itself where the activity runs, under
-            whatever name ``@activity.defn`` gave it), or their activity type names.
-            The workflow side sees only names: for a function renamed with
-            ``@activity.defn(name=...)``, pass the name too (``tools=[fn, "name"]``) to
-            let its unknown effects park the run, and key its probe by that name.
-        models: Record the model calls too (retry-safe).
-        probes: Per tool (activity) name, a read-only ``async def probe(key, args)`` that
-            looks the call's key up on the far side before an unknown effect parks
-            (``args``: the activity's arguments as JSON); ``present(output)`` gives the
-            tool's return value. Its ``absent`` is taken as conclusive.
-        no_effect_errors: Exception types that the ``tools`` raise only before they act,
-            e.g. ``(NonRetryableApplicationError,)`` for a tool's ``raise
-            ApplicationError("No weather", non_retryable=True)``: recorded as no effect,
-            and failing the call as the integration reports a tool's failure, instead of
-            parking it as an unknown effect (what every other exception does).
-
-    Returns:
-        One rule per activity type pattern, for ``LedgerPlugin(ledger_activities=...)``.
-
-    Raises:
-        TypeError: A tool that is not a named activity, a probe for a tool not listed, or
-            ``no_effect_errors`` that are not exception classes.
-    """
-    return [
-        *(_MODELS if models else ()),
-        *_rules.tools(tools, probes=probes, no_effect_errors=no_effect_errors),
-        *_CALLS,
-    ]
-
-
 #: The integration's model activities (``ModelActivity`` methods).
 _MODELS = _rules.models("invoke_model_activity", "invoke_model_activity_streaming")
 #: What the plugin registers that acts: every MCP server's calls (``temporal_mcp_server``,
@@ -185,3 +140,8 @@ _CALLS = [
     ),
     *(_rules.rule(f"*-sandbox_session_{io}") for io in ("exec", "read", "write")),
 ]
+
+if TYPE_CHECKING:
+    from ._agent_rules import activity_rules
+else:
+    activity_rules = _agent_rules.bind(_MODELS, _CALLS)

@@ -54,14 +54,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..workflows._seam import PLACEHOLDER
-from . import _rules
-from ._probe import Probe
-from ._rules import LedgeredActivity
+from . import _agent_rules, _rules
 
 __all__ = ["activity_rules", "ledger_transport"]
 
@@ -78,46 +76,6 @@ _MODEL_FIELDS = (
     "tool_choice",
     "system_prompt_content",
 )
-
-
-def activity_rules(
-    *,
-    tools: Iterable[Callable[..., Any] | str] = (),
-    models: bool = True,
-    probes: Mapping[str, Probe] | None = None,
-    no_effect_errors: Iterable[type[BaseException]] = (),
-) -> list[LedgeredActivity]:
-    """The ledgered activities of a Strands app on Temporal: every MCP call the
-    integration's plugin registers, the model calls, and the ``activity_as_tool`` tools.
-
-    Args:
-        tools: The activities the agents call through ``activity_as_tool``: the
-            functions (matched by the function itself where the activity runs), or
-            their activity type names. For a function renamed with
-            ``@activity.defn(name=...)``, pass the name too (``tools=[fn, "name"]``).
-        models: Record the model calls too (retry-safe).
-        probes: Per tool (activity) name, a read-only ``async def probe(key, args)`` that
-            looks the call's key up on the far side before an unknown effect parks;
-            ``present(output)`` gives the tool's return value. Its ``absent`` is taken as
-            conclusive.
-        no_effect_errors: Exception types that the ``tools`` raise only before they act
-            (e.g. ``(NonRetryableApplicationError,)`` for ``raise ApplicationError(...,
-            non_retryable=True)``): recorded as no effect and failing the call as the
-            integration reports a tool's failure, instead of parking it as an unknown
-            effect (what every other exception does).
-
-    Returns:
-        One rule per activity type pattern, for ``LedgerPlugin(ledger_activities=...)``.
-
-    Raises:
-        TypeError: A tool that is not a named activity, a probe for a tool not listed, or
-            ``no_effect_errors`` that are not exception classes.
-    """
-    return [
-        *(_MODELS if models else ()),
-        *_rules.tools(tools, probes=probes, no_effect_errors=no_effect_errors),
-        *_MCP,
-    ]
 
 
 def _normalize_model(activity_type: str, args: list[Any]) -> dict[str, Any]:
@@ -281,3 +239,8 @@ _MCP = _rules.mcp(
     normalize=_normalize_mcp_call,
     lost_reply=_failed_call,
 )
+
+if TYPE_CHECKING:
+    from ._agent_rules import activity_rules
+else:
+    activity_rules = _agent_rules.bind(_MODELS, _MCP)
