@@ -9,20 +9,14 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, RootModel
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ..ledger import NoEffect
 from ..ledger._seam import check_json, model_json, output_template
-from ..workflows._seam import (
-    PLACEHOLDER,
-    ErrorType,
-    ToolSpec,
-    UnknownEffect,
-    step_key,
-)
+from ..workflows._seam import PLACEHOLDER, ErrorType, ToolSpec, UnknownEffect, step_key
 from ..workflows._seam import InnerCall as _InnerCallDetails
 from ._attempt import Attempt, call_context, run_attempt
 from ._generic import Enclosing, capability_for, enclosing
@@ -123,20 +117,12 @@ def tool_call(
                 f"{name} returned {type(message).__name__}, not a ToolMessage: "
                 "ledger_tool_calls records ToolMessages only"
             )
-        recorded = _ToolCallOutput(
-            content=message.content, artifact=message.artifact, status=message.status
-        )
-        return message, recorded.model_dump(mode="json")
+        fields = {field: getattr(message, field) for field in _ToolCallOutput.model_fields}
+        return message, _ToolCallOutput(**fields).model_dump(mode="json")
 
     def read(recorded: Any) -> ToolMessage:
         output = _ToolCallOutput.model_validate(recorded)
-        return ToolMessage(
-            content=output.content,
-            artifact=output.artifact,
-            status=output.status,
-            tool_call_id=call_id,
-            name=name,
-        )
+        return ToolMessage(**dict(output), tool_call_id=call_id, name=name)
 
     return InnerCall(
         tool=name,
@@ -154,10 +140,7 @@ def tool_call(
 
 
 def named_call(
-    name: str,
-    fn: Callable[[], Awaitable[Any]],
-    request: object,
-    output: type[BaseModel] | None,
+    name: str, fn: Callable[[], Awaitable[Any]], request: object, output: type[BaseModel] | None
 ) -> InnerCall[Any]:
     """A call that node code makes with :func:`ledger_call`, keyed by its name."""
     refused = None
@@ -169,9 +152,7 @@ def named_call(
         output = None
 
     def read(recorded: Any) -> Any:
-        if output is None:
-            return recorded
-        return output.model_validate(recorded)
+        return recorded if output is None else output.model_validate(recorded)
 
     def record(value: Any) -> tuple[Any, Any]:
         if output is None:
@@ -218,11 +199,9 @@ async def ledgered_call(inside: Enclosing, call: InnerCall[_T]) -> _T:
                 f"{info.activity_type}: a call with a key of its own needs the node listed "
                 "with activity_rules(..., tool_nodes=[...], per_call=True); nothing was run"
             )
-        refused = None
+        refused = call.refused and f"{info.activity_type}: {call.refused}"
         if not call.call_id:
             refused = f"{name}: the call has no id, so it has no key of its own"
-        elif call.refused:
-            refused = f"{info.activity_type}: {call.refused}"
         elif call.call_id in inside.call_ids:
             refused = (
                 f"{name}: a second call named {call.call_id!r} in one node call would share "
@@ -238,10 +217,11 @@ async def ledgered_call(inside: Enclosing, call: InnerCall[_T]) -> _T:
             f"{inside.step}/{call.call_id}",
             continued_from=inside.anchor.continued,
         )
+        capability = capability_for(name)
         attempt = Attempt(
             spec=ToolSpec(
                 name=name,
-                capability=capability_for(name),
+                capability=capability,
                 retry_safe=False,
                 arg_type=dict,  # only name/capability/retry_safe are read
                 # Every call has an output: one compacted away is said so, never read as None.
@@ -249,7 +229,7 @@ async def ledgered_call(inside: Enclosing, call: InnerCall[_T]) -> _T:
             ),
             request={
                 "key": key,
-                "capability": capability_for(name),
+                "capability": capability,
                 "instruction": call.tool,
                 "payload": call.payload,
                 "performer": inside.performer,
@@ -268,8 +248,7 @@ async def ledgered_call(inside: Enclosing, call: InnerCall[_T]) -> _T:
             span=call.tool,
             tool=call.tool,
         )
-        result: _T = await run_attempt(inside.runtime, attempt)
-        return result
+        return cast(_T, await run_attempt(inside.runtime, attempt))
     except (ApplicationError, NoEffect) as err:
         failure = _naming_the_call(err, call) if isinstance(err, ApplicationError) else err
         if inside.failure is None:

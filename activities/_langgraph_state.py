@@ -54,23 +54,15 @@ class NodeReturn:
         state = _node_state(args)
         if state is None:
             return None
-        found = _pending_tool_calls(state)
-        key, pending = found if found is not None else (None, [])
+        key, pending = _pending_tool_calls(state) or (None, [])
         allowed = frozenset(state) | _graph_channels(self.graph)
-        template = {
-            key: [
-                {
-                    "type": "tool",
-                    "tool_call_id": call["id"],
-                    "name": call["name"],
-                    "content": PLACEHOLDER,
-                }
-                for call in pending
-            ]
-        }
+        answers = [
+            {"type": "tool", "tool_call_id": c["id"], "name": c["name"], "content": PLACEHOLDER}
+            for c in pending
+        ]
         asked = [
-            {"name": call["name"], "arguments": call.get("args"), "tool_call_id": call["id"]}
-            for call in pending
+            {"name": c["name"], "arguments": c.get("args"), "tool_call_id": c["id"]}
+            for c in pending
         ]
 
         def misfit(output: Any) -> str | None:
@@ -90,7 +82,7 @@ class NodeReturn:
             return problem
 
         return Answer(
-            template=template if pending else PLACEHOLDER,
+            template={key: answers} if pending else PLACEHOLDER,
             tool_calls=asked,
             misfit=misfit,
             unusable=unusable,
@@ -104,28 +96,25 @@ def _not_an_update(output: Any) -> str:
     )
 
 
+#: JSON's kinds of value: their Python types, what an error calls them, their schema type.
+_KINDS = (
+    (bool, "a boolean", "boolean"),
+    ((int, float), "a number", "number"),
+    (str, "a string", "string"),
+    (dict, "an object", "object"),
+    (list, "an array", "array"),
+)
+
+
 def _json_kind(value: Any) -> str:
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, dict):
-        return "an object"
-    return "an array" if isinstance(value, list) else f"a {type(value).__name__}"
+    kinds = (said for types, said, _ in _KINDS if isinstance(value, types))
+    return next(kinds, f"a {type(value).__name__}")
 
 
-#: JSON schema types of state values, by :func:`_json_kind`.
-_SCHEMA_TYPES = {
-    "a boolean": "boolean",
-    "a number": "number",
-    "a string": "string",
-    "an object": "object",
-    "an array": "array",
-}
+_SCHEMA_TYPES = {said: schema for _, said, schema in _KINDS}
+
 
 #: The ``type`` of every langchain message but a tool message, as a dict gives it.
 _OTHER_MESSAGE_TYPES = [
@@ -150,30 +139,16 @@ def _update_schema(state: dict[str, Any]) -> dict[str, Any]:
     if found is not None and found[1]:
         key, pending = found
         content = {"type": ["string", "array"]}
-        properties[key] = {
-            "type": "array",
-            "items": {
-                "anyOf": [
-                    {
-                        "type": "object",
-                        "properties": {
-                            "type": {"const": "tool"},
-                            "content": content,
-                            # Not an enum: a message's tag is its type alone, so a
-                            # wrong id is named as such.
-                            "tool_call_id": {"anyOf": [{"const": c["id"]} for c in pending]},
-                        },
-                        "required": ["type", "content", "tool_call_id"],
-                    },
-                    {
-                        "type": "object",
-                        "properties": {"type": {"enum": _OTHER_MESSAGE_TYPES}, "content": content},
-                        "required": ["type", "content"],
-                    },
-                ]
-            },
-        }
+        # Not an enum: a message's tag is its type alone, so a wrong id is named as such.
+        ids = {"anyOf": [{"const": call["id"]} for call in pending]}
+        tool = _object(type={"const": "tool"}, content=content, tool_call_id=ids)
+        other = _object(type={"enum": _OTHER_MESSAGE_TYPES}, content=content)
+        properties[key] = {"type": "array", "items": {"anyOf": [tool, other]}}
     return {"type": ["object", "null"], "properties": properties}
+
+
+def _object(**properties: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": list(properties)}
 
 
 def _graph_channels(graph: str) -> frozenset[str]:
@@ -195,14 +170,12 @@ def _graph_channels(graph: str) -> frozenset[str]:
 def _type_problem(state: dict[str, Any], update: dict[str, Any]) -> str | None:
     """Why a value of ``update`` cannot go where the state holds another JSON type: the
     channel's reducer (``operator.add``, ``add_messages``) would fail on it."""
-    for name, value in update.items():
-        current = state.get(name)
-        if current is not None and _json_kind(value) != _json_kind(current):
-            return (
-                f"{_shown_key(name)}: {_json_kind(value)}, where the state holds "
-                f"{_json_kind(current)}"
-            )
-    return None
+    wrong = (
+        f"{_shown_key(name)}: {_json_kind(value)}, where the state holds {_json_kind(current)}"
+        for name, value in update.items()
+        if (current := state.get(name)) is not None and _json_kind(value) != _json_kind(current)
+    )
+    return next(wrong, None)
 
 
 def _shown_key(name: Any) -> str:
@@ -230,9 +203,9 @@ def _pending_tool_calls(state: dict[str, Any]) -> tuple[str, list[dict[str, Any]
         if not (isinstance(value, list) and value and all(_is_message(m) for m in value)):
             continue
         answered = {m.get("tool_call_id") for m in value if m["type"] == "tool"}
-        asking = next((m for m in reversed(value) if m["type"] in _AI_TYPES), None)
-        calls = asking.get("tool_calls") if asking is not None else None
-        pending = [
+        asking: dict[str, Any] = next((m for m in reversed(value) if m["type"] in _AI_TYPES), {})
+        calls = asking.get("tool_calls")
+        return key, [
             call
             for call in (calls if isinstance(calls, list) else [])
             if isinstance(call, dict)
@@ -240,7 +213,6 @@ def _pending_tool_calls(state: dict[str, Any]) -> tuple[str, list[dict[str, Any]
             and isinstance(call.get("name"), str)
             and call["id"] not in answered
         ]
-        return key, pending
     return None
 
 
@@ -261,12 +233,10 @@ def _answer_problem(
         return None
     if not isinstance(output, dict):
         return _not_an_update(output)
-    for name in output:
-        if name not in allowed:
-            return (
-                f"{_shown_key(name)}: not a key of the graph's state "
-                f"(its keys: {', '.join(sorted(allowed))})"
-            )
+    unknown = next((name for name in output if name not in allowed), None)
+    if unknown is not None:
+        keys = ", ".join(sorted(allowed))
+        return f"{_shown_key(unknown)}: not a key of the graph's state (its keys: {keys})"
     problem = _type_problem(state, output)
     if problem is not None or key is None or key not in output:
         # An update without the messages key is the node's own business (e.g. a node
@@ -279,16 +249,18 @@ def _answer_problem(
 
     given = output[key] if isinstance(output[key], list) else [output[key]]
     ids = {call["id"]: call["name"] for call in pending}
-    answered: set[str] = set()
-    for i, message in enumerate(convert_to_messages(given)):
-        if not isinstance(message, ToolMessage):
-            continue
-        if message.tool_call_id not in ids:
+    answers = [
+        (i, m.tool_call_id)
+        for i, m in enumerate(convert_to_messages(given))
+        if isinstance(m, ToolMessage)
+    ]
+    for i, call_id in answers:
+        if call_id not in ids:
             return (
-                f"{key}[{i}].tool_call_id: {message.tool_call_id!r} is not a pending call "
-                f"of this node (pending: {', '.join(sorted(ids))})"
+                f"{key}[{i}].tool_call_id: {call_id!r} is not a pending call of this node "
+                f"(pending: {', '.join(sorted(ids))})"
             )
-        answered.add(message.tool_call_id)
+    answered = {call_id for _, call_id in answers}
     missing = [f"{call_id} ({name})" for call_id, name in ids.items() if call_id not in answered]
     if missing:
         return f"{key}: no tool message answers the call {', '.join(missing)}"
@@ -313,9 +285,8 @@ def _messages_problem(state: dict[str, Any], key: str, value: Any) -> str | None
             return f"{key}[{i}].{where}: {error['msg']}"
         except Exception as exc:  # langchain's coercion errors: their first line says it
             return f"{key}[{i}]: {_first_line(exc)}"
-    current: Any  # a list of messages: what add_messages takes
-    try:
-        current = convert_to_messages(state[key])
+    try:  # a list of messages: what add_messages takes
+        current: Any = convert_to_messages(state[key])
     except Exception:  # the workflow holds them as messages already; check the answer
         current = []
     try:

@@ -85,9 +85,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 from pydantic import BaseModel
 
-from ..workflows._seam import (
-    PLACEHOLDER,
-)
+from ..workflows._seam import PLACEHOLDER
 from . import _rules
 from ._failures import no_effect_errors_of
 from ._langgraph_calls import named_call, run_inside, tool_call
@@ -99,11 +97,7 @@ if TYPE_CHECKING:
     from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.types import Command
 
-__all__ = [
-    "activity_rules",
-    "ledger_call",
-    "ledger_tool_calls",
-]
+__all__ = ["activity_rules", "ledger_call", "ledger_tool_calls"]
 
 
 def activity_rules(
@@ -306,11 +300,7 @@ def ledger_call(
 
 
 def ledger_call(
-    name: str,
-    fn: Callable[[], Any],
-    *,
-    request: object,
-    output: type[BaseModel] | None = None,
+    name: str, fn: Callable[[], Any], *, request: object, output: type[BaseModel] | None = None
 ) -> Any:
     """Run one call with an effect (a tool, an API) from a node function through the
     ledger, under a key of its own, so that a node making several calls repeats none of

@@ -55,19 +55,6 @@ from ._rules import LedgeredActivity
 __all__ = ["activity_rules"]
 
 
-def _agent_name(agent: Any) -> str:
-    name: object
-    if isinstance(agent, str):
-        name = agent
-    else:
-        name = getattr(agent, "name", None)
-    if not isinstance(name, str) or not name:
-        raise TypeError(
-            f"an agent needs a name to be ledgered (its activity types use it): {agent!r}"
-        )
-    return name
-
-
 def activity_rules(
     *agents: Any,
     tools_retry_safe: bool = False,
@@ -111,7 +98,11 @@ def activity_rules(
             exception classes.
     """
     for agent in agents:
-        _agent_name(agent)
+        name = agent if isinstance(agent, str) else getattr(agent, "name", None)
+        if not isinstance(name, str) or not name:
+            raise TypeError(
+                f"an agent needs a name to be ledgered (its activity types use it): {agent!r}"
+            )
         install_hooks(agent)
     return [
         *_rules.models(
@@ -122,15 +113,11 @@ def activity_rules(
             retry_safe=tools_retry_safe,
             normalize=_normalize,
             output=ToolReturn(),
-            tool_name=_tool_name,
+            tool_name=lambda args: args[0]["name"],
             hints=_tool_annotations,
             no_effect_errors=no_effect_errors,
         ),
     ]
-
-
-def _tool_name(args: list[Any]) -> Any:
-    return args[0]["name"]
 
 
 def _tool_annotations(args: list[Any]) -> Any:
