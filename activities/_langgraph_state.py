@@ -262,9 +262,7 @@ def _answer_problem(
             )
     answered = {call_id for _, call_id in answers}
     missing = [f"{call_id} ({name})" for call_id, name in ids.items() if call_id not in answered]
-    if missing:
-        return f"{key}: no tool message answers the call {', '.join(missing)}"
-    return None
+    return f"{key}: no tool message answers the call {', '.join(missing)}" if missing else None
 
 
 def _messages_problem(state: dict[str, Any], key: str, value: Any) -> str | None:

@@ -151,35 +151,26 @@ def _tool_normalizer(fn: Callable[..., Any] | None) -> Callable[[str, list[Any]]
     call id left out of the ``ToolContextSnapshot`` (the snapshot's session state stays:
     the tool reads it). For a function, the snapshot is the argument in the position of
     its ``tool_context`` parameter; for a name, an argument of the snapshot's shape."""
-    position: int | None = None
-    if fn is not None:
-        try:
-            names = list(inspect.signature(fn).parameters)
-        except (TypeError, ValueError):
-            names = []
-        position = names.index(_TOOL_CONTEXT) if _TOOL_CONTEXT in names else -1
+    names: list[str] = []
+    with contextlib.suppress(TypeError, ValueError):
+        names = list(inspect.signature(fn).parameters) if fn is not None else []
+
+    def is_snapshot(i: int, arg: Any) -> bool:
+        if fn is not None:
+            return i < len(names) and names[i] == _TOOL_CONTEXT and isinstance(arg, dict)
+        return isinstance(arg, dict) and "function_call_id" in arg and set(arg) <= _SNAPSHOT_FIELDS
 
     def normalize(activity_type: str, args: list[Any]) -> dict[str, Any]:
         return {
             "args": [
-                _without_call_id(arg)
-                if (i == position if position is not None else _is_snapshot(arg))
+                {k: v for k, v in arg.items() if k != "function_call_id"}
+                if is_snapshot(i, arg)
                 else arg
                 for i, arg in enumerate(args)
             ]
         }
 
     return normalize
-
-
-def _is_snapshot(arg: Any) -> bool:
-    return isinstance(arg, dict) and "function_call_id" in arg and set(arg) <= _SNAPSHOT_FIELDS
-
-
-def _without_call_id(arg: Any) -> Any:
-    if isinstance(arg, dict):
-        return {k: v for k, v in arg.items() if k != "function_call_id"}
-    return arg
 
 
 # -- MCP toolsets -----------------------------------------------------------------------
@@ -262,14 +253,12 @@ class _McpToolResult:
                 '{"content": [{"type": "text", "text": "..."}]}, or a string for one text '
                 "block"
             )
-        return {
-            "result": output,
-            "tool_context": {
-                "tool_confirmation": None,
-                "function_call_id": None,
-                "event_actions": {},
-            },
+        context: dict[str, Any] = {
+            "tool_confirmation": None,
+            "function_call_id": None,
+            "event_actions": {},
         }
+        return {"result": output, "tool_context": context}
 
     def output_schema(self, result_type: Any, args: list[Any]) -> dict[str, Any] | None:
         """What an operator's output must fit: an MCP tool's result, or one string.

@@ -163,21 +163,18 @@ def activity_rules(
     both = sorted(set(models) & set(tools))
     if both:
         raise ValueError(f"nodes listed as both model and tool nodes: {both}")
+    # Every other node of the graph: parks on an unknown effect.
+    other = LedgeredActivity(f"{graph}.*", normalize=normalize, output=NodeReturn(graph))
+    tool = dataclasses.replace(
+        other,
+        retry_safe=tools_retry_safe or per_call,
+        calls_inside=per_call,
+        no_effect_errors=declared,
+    )
     return [
         *_rules.models(*(f"{graph}.{node}" for node in models), normalize=normalize),
-        *(
-            LedgeredActivity(
-                f"{graph}.{node}",
-                retry_safe=tools_retry_safe or per_call,
-                normalize=normalize,
-                output=NodeReturn(graph),
-                calls_inside=per_call,
-                no_effect_errors=declared,
-            )
-            for node in tools
-        ),
-        # Every other node of the graph: parks on an unknown effect.
-        LedgeredActivity(f"{graph}.*", normalize=normalize, output=NodeReturn(graph)),
+        *(dataclasses.replace(tool, pattern=f"{graph}.{node}") for node in tools),
+        other,
         _EVERY_ACTIVITY,
     ]
 

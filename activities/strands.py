@@ -69,13 +69,8 @@ _FAILED_CALLS = ("Tool execution failed: ", "Tool execution cancelled locally")
 #: The fields of Strands' model input that are the request; ``invocation_state`` and the
 #: streaming topic and interval are not.
 _MODEL_FIELDS = (
-    "model_name",
-    "messages",
-    "tool_specs",
-    "system_prompt",
-    "tool_choice",
-    "system_prompt_content",
-)
+    "model_name", "messages", "tool_specs", "system_prompt", "tool_choice", "system_prompt_content",
+)  # fmt: skip
 
 
 def _normalize_model(activity_type: str, args: list[Any]) -> dict[str, Any]:
