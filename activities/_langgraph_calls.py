@@ -207,26 +207,18 @@ async def ledgered_call(inside: Enclosing, call: InnerCall[_T]) -> _T:
                 f"{name}: a second call named {call.call_id!r} in one node call would share "
                 "the first one's key: give each call a name of its own"
             )
-        if refused is not None:
+        if refused:
             raise ApplicationError(refused, type=ErrorType.INVALID_REQUEST, non_retryable=True)
         inside.call_ids.add(call.call_id)
         assert info.workflow_id is not None
-        key = step_key(
-            info.workflow_id,
-            inside.anchor.first,
-            f"{inside.step}/{call.call_id}",
-            continued_from=inside.anchor.continued,
-        )
+        step, anchor = f"{inside.step}/{call.call_id}", inside.anchor
+        key = step_key(info.workflow_id, anchor.first, step, continued_from=anchor.continued)
         capability = capability_for(name)
         attempt = Attempt(
-            spec=ToolSpec(
-                name=name,
-                capability=capability,
-                retry_safe=False,
-                arg_type=dict,  # only name/capability/retry_safe are read
-                # Every call has an output: one compacted away is said so, never read as None.
-                output_type=call.output_type,
-            ),
+            # Not retry-safe; only name, capability and retry_safe are read (the argument
+            # type is not). Every call has an output: one compacted away is said so, never
+            # read as None.
+            spec=ToolSpec(name, capability, False, dict, call.output_type),
             request={
                 "key": key,
                 "capability": capability,
@@ -236,8 +228,8 @@ async def ledgered_call(inside: Enclosing, call: InnerCall[_T]) -> _T:
                 "output_schema": call.output_schema,
                 "context": call_context(
                     info,
-                    first_execution_run_id=inside.anchor.first,
-                    continued_run_id=inside.anchor.continued,
+                    first_execution_run_id=anchor.first,
+                    continued_run_id=anchor.continued,
                     activity_type=info.activity_type,
                     **call.context,
                 ),

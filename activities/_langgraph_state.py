@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 from typing import Any
 
 from pydantic import ValidationError
@@ -65,14 +66,9 @@ class NodeReturn:
             for c in pending
         ]
 
-        def misfit(output: Any) -> str | None:
-            return _answer_problem(state, allowed, key, pending, output)
-
         def unusable(result: Any) -> str | None:
-            if not isinstance(result, dict) or result.get("langgraph_command") is not None:
-                return None
-            update = result.get("result")
-            if not isinstance(update, dict):
+            update = result.get("result") if isinstance(result, dict) else None
+            if not isinstance(update, dict) or result.get("langgraph_command") is not None:
                 return None
             # Keys the graph has no channel for are dropped by LangGraph: not a failure.
             # A node's own update may give add_messages one message, not a list.
@@ -84,7 +80,7 @@ class NodeReturn:
         return Answer(
             template={key: answers} if pending else PLACEHOLDER,
             tool_calls=asked,
-            misfit=misfit,
+            misfit=functools.partial(_answer_problem, state, allowed, key, pending),
             unusable=unusable,
         )
 
