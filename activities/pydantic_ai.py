@@ -160,6 +160,8 @@ _VOLATILE_PART_FIELDS = frozenset({"timestamp"})
 #: (run id, conversation id, deadline from the workflow clock, capability ids made
 #: from object ids) or telemetry.
 _TOOL_CONTEXT_FIELDS = ("tool_call_id", "tool_name", "retry", "tool_call_approved")
+#: What of a model request's parameters, beside its messages, is the request.
+_MODEL_FIELDS = ("model_settings", "model_request_parameters", "model_id")
 
 
 def _normalize(activity_type: str, args: list[Any]) -> dict[str, Any]:
@@ -181,13 +183,9 @@ def _normalize(activity_type: str, args: list[Any]) -> dict[str, Any]:
                 "deps": deps,
             }
         if "messages" in params and isinstance(params["messages"], list):
-            return {
-                "messages": [_strip_message(m) for m in params["messages"]],
-                "model_settings": params.get("model_settings"),
-                "model_request_parameters": params.get("model_request_parameters"),
-                "model_id": params.get("model_id"),
-                "deps": deps,
-            }
+            messages = [_strip_message(m) for m in params["messages"]]
+            request = {field: params.get(field) for field in _MODEL_FIELDS}
+            return {"messages": messages, **request, "deps": deps}
     return {"args": args}
 
 
