@@ -44,7 +44,7 @@ _TOOL_CALL_SCHEMA = _ToolCallOutput.model_json_schema()
 
 
 class _JsonOutput(RootModel[Any]):
-    """The output of a :func:`ledger_call` without an ``output`` model: any JSON."""
+    """A call's output, as its spec has it: any JSON."""
 
 
 _TOOL_CALL_TEMPLATE = {"content": PLACEHOLDER}
@@ -69,8 +69,7 @@ class InnerCall(Generic[_T]):
     act: Callable[[], Awaitable[Any]]
     record: Callable[[Any], tuple[_T, Any]]
     read: Callable[[Any], _T]
-    #: The output's model, and what an operator's output must fit, and the template of it.
-    output_type: type[BaseModel]
+    #: What an operator's output must fit, and the template of it.
     output_schema: dict[str, Any] | None
     template: Any
     #: Recorded with the request, never fingerprinted.
@@ -132,7 +131,6 @@ def tool_call(
         act=run,
         record=record,
         read=read,
-        output_type=_ToolCallOutput,
         output_schema=_TOOL_CALL_SCHEMA,
         template=_TOOL_CALL_TEMPLATE,
         context={"tool": name, "tool_call_id": call_id},
@@ -178,7 +176,6 @@ def named_call(
         act=fn,
         record=record,
         read=read,
-        output_type=output or _JsonOutput,
         output_schema=schema,
         template=PLACEHOLDER if schema is None else output_template(schema),
         context={"call": name},
@@ -215,10 +212,10 @@ async def ledgered_call(inside: Enclosing, call: InnerCall[_T]) -> _T:
         key = step_key(info.workflow_id, anchor.first, step, continued_from=anchor.continued)
         capability = capability_for(name)
         attempt = Attempt(
-            # Not retry-safe; only name, capability and retry_safe are read (the argument
-            # type is not). Every call has an output: one compacted away is said so, never
-            # read as None.
-            spec=ToolSpec(name, capability, False, dict, call.output_type),
+            # Not retry-safe; only name, capability and retry_safe are read, and that there
+            # is an output model: every call has an output, and one compacted away is said
+            # so, never read as None.
+            spec=ToolSpec(name, capability, False, dict, _JsonOutput),
             request={
                 "key": key,
                 "capability": capability,
