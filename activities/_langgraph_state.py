@@ -150,8 +150,6 @@ def _object(**properties: Any) -> dict[str, Any]:
 def _graph_channels(graph: str) -> frozenset[str]:
     """The channels of the graph registered as ``graph``, read in the workflow; none
     outside one (an answer's keys are then those of the node's input state)."""
-    if not graph:
-        return frozenset()
     try:
         from temporalio.langgraph import graph as registered
 
@@ -159,7 +157,7 @@ def _graph_channels(graph: str) -> frozenset[str]:
         # keeps the running graph's.
         builder = contextvars.copy_context().run(registered, graph)
         return frozenset(name for name in builder.channels if isinstance(name, str))
-    except Exception:  # not in a workflow, or no such graph
+    except Exception:  # not in a workflow, or no such graph (or none named)
         return frozenset()
 
 
