@@ -3,6 +3,7 @@ preconditions and approvals."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -18,69 +19,47 @@ from temporal_ledger.ledger import (
 )
 
 from ._models import ApprovalState, EffectState, FailureType, NextOperation
-from ._testing_child import (
-    _approval_state,
-    _CountingAdapter,
-    _execute,
-    _types,
-    request,
-)
+from ._testing_child import _approval_state, _CountingAdapter, _execute, _types, request
 
 
 class DecisionContract:
     """People's decisions (mixed into ``LedgerContract``, whose fixtures it uses)."""
 
     # 8 -------------------------------------------------------------------------------
-    async def _unknown(self, ledger: Ledger, key: str) -> _CountingAdapter:
+    @pytest.mark.parametrize(
+        ("verdict", "effect", "next_operation"),
+        [
+            (Verdict.EFFECT_CONFIRMED, "observed", "none"),  # a verdict, or its name
+            ("no_effect_confirmed", "none", "start_action"),
+            ("still_unknown", "unknown", "reconcile_effect"),
+        ],
+    )
+    async def test_a_verdict_settles_an_unknown_effect(
+        self, ledger: Ledger, verdict: Verdict | str, effect: str, next_operation: str
+    ) -> None:
+        """Recorded after what it settles: an effect confirmed replays the operator's
+        output, no effect confirmed acts exactly once more, still unknown keeps it open."""
         far_side = _CountingAdapter(raise_after=ConnectionResetError("reset"))
-        result = await _execute(ledger, key, far_side)
-        assert result.effect is EffectState.UNKNOWN
-        return far_side
-
-    async def test_effect_confirmed_returns_the_operators_output(self, ledger: Ledger) -> None:
-        far_side = await self._unknown(ledger, "k")
+        assert (await _execute(ledger, "k", far_side)).effect is EffectState.UNKNOWN
         before = ledger.events("k")
-        state = await ledger.reconcile(
-            "k",
-            Verdict.EFFECT_CONFIRMED,
-            actor="ops@example",
-            basis="line found in file",
-            evidence=["file:/tmp/out.txt#L3"],
-            output={"line": 3},
-        )
-        assert (state.effect, state.status, state.next_operation) == (
-            EffectState.OBSERVED,
-            ActionStatus.FAILED,
-            NextOperation.NONE,
-        )
+        output = {"line": 3} if effect == "observed" else None
+        evidence = ["file:/tmp/out.txt#L3"]
+        state = await ledger.reconcile("k", verdict, "ops@example", "looked", evidence, output)
+        assert (state.status, state.effect) == (ActionStatus.FAILED, EffectState(effect))
+        assert state.next_operation is NextOperation(next_operation)
         assert state.reconciliations[0].actor == "ops@example"
         assert ledger.events("k")[: len(before)] == before
-        assert ledger.open_effects() == []
-        later = await _execute(ledger, "k", far_side)
-        assert later.replayed and later.output == {"line": 3}
-        assert later.status is ActionStatus.FAILED and later.effect is EffectState.OBSERVED
-        assert later.verdict is Verdict.EFFECT_CONFIRMED
-        assert len(far_side.calls) == 1
-
-    async def test_no_effect_confirmed_acts_exactly_once_more(self, ledger: Ledger) -> None:
-        far_side = await self._unknown(ledger, "k")
-        state = await ledger.reconcile("k", "no_effect_confirmed", "ops", "file unchanged")
-        assert state.next_operation is NextOperation.START_ACTION
+        assert [s.key for s in ledger.open_effects()] == (["k"] if effect == "unknown" else [])
         far_side.raise_after = None
-        again = await _execute(ledger, "k", far_side)
-        assert again.status is ActionStatus.SUCCEEDED and not again.replayed
-        once_more = await _execute(ledger, "k", far_side)
-        assert once_more.replayed
-        assert len(far_side.calls) == 2
-
-    async def test_still_unknown_keeps_the_effect_open(self, ledger: Ledger) -> None:
-        far_side = await self._unknown(ledger, "k")
-        state = await ledger.reconcile("k", "still_unknown", "ops", "far side unreachable")
-        assert state.effect is EffectState.UNKNOWN
-        assert state.next_operation is NextOperation.RECONCILE_EFFECT
-        assert [s.key for s in ledger.open_effects()] == ["k"]
-        replay = await _execute(ledger, "k", far_side)
-        assert replay.replayed and len(far_side.calls) == 1
+        later = await _execute(ledger, "k", far_side)
+        if next_operation == "start_action":
+            assert later.status is ActionStatus.SUCCEEDED and not later.replayed
+            assert (await _execute(ledger, "k", far_side)).replayed
+        else:
+            assert later.replayed and (later.status, later.effect) == (state.status, state.effect)
+            assert later.output == output
+            assert later.verdict is Verdict(verdict)
+        assert len(far_side.calls) == 1 + (next_operation == "start_action")
 
     async def test_effect_confirmed_must_carry_an_output_that_fits_the_recorded_schema(
         self, ledger: Ledger
@@ -104,26 +83,8 @@ class DecisionContract:
                 await ledger.reconcile("k", "effect_confirmed", "ops", "saw it", output=output)
             assert problem in str(bad.value)
             assert ledger.events("k") == before  # nothing recorded, nothing changed
-        state = await ledger.reconcile(
-            "k", "effect_confirmed", "ops", "saw it", output={"entry": 2}
-        )
+        state = await ledger.reconcile("k", "effect_confirmed", "ops", "saw", output={"entry": 2})
         assert state.effect is EffectState.OBSERVED and state.output == {"entry": 2}
-
-    async def test_the_same_submission_again_gets_its_recorded_answer(self, ledger: Ledger) -> None:
-        far_side = _CountingAdapter({"line": 1})
-        first = await _execute(ledger, request("k", action_id="act-1"), far_side)
-        events = ledger.events("k")
-        again = await _execute(ledger, request("k", action_id="act-1"), far_side)
-        assert again == first and len(far_side.calls) == 1
-        assert ledger.events("k") == events  # a resubmission is not a new request
-        replay = await _execute(ledger, request("k", action_id="act-2"), far_side)
-        replay_again = await _execute(ledger, request("k", action_id="act-2"), far_side)
-        assert replay_again == replay and replay.reused_from_action_id == "act-1"
-        with pytest.raises(InvalidRequest, match="for a different request"):
-            await _execute(
-                ledger, request("k", action_id="act-1", payload={"line": "other"}), far_side
-            )
-        assert len(far_side.calls) == 1
 
     async def test_reconciling_what_is_not_unknown_is_refused_durably(self, ledger: Ledger) -> None:
         await _execute(ledger, "done")
@@ -139,46 +100,32 @@ class DecisionContract:
             await ledger.reconcile("done", "still_unknown", "", "looked")
 
     # 9 -------------------------------------------------------------------------------
-    async def test_precondition_drift_is_refused_before_any_effect(self, ledger: Ledger) -> None:
-        far_side = _CountingAdapter()
-        result = await _execute(
-            ledger, request("k", precondition={"size": 3}), far_side, state=lambda req: {"size": 4}
-        )
-        assert (result.status, result.effect) == (ActionStatus.FAILED, EffectState.NONE)
-        assert result.error_type == "PreconditionDrift"
-        assert ledger.state("k").next_operation is NextOperation.FIX_INPUTS
-        assert far_side.calls == []
-        assert "action.execution_started" not in _types(ledger, "k")
-
     @pytest.mark.parametrize(
-        ("failure", "retryable", "next_operation"),
+        ("world", "error_type", "retryable", "next_operation"),
         [
-            (ConnectionRefusedError("state store down"), True, NextOperation.START_ACTION),
-            (TypeError("bug in the resolver"), False, NextOperation.FIX_INPUTS),
+            ({"size": 4}, "PreconditionDrift", False, "fix_inputs"),
+            (ConnectionRefusedError("store down"), "ConnectionRefusedError", True, "start_action"),
+            (TypeError("bug in the resolver"), "TypeError", False, "fix_inputs"),
         ],
-        ids=["io-error", "bug"],
+        ids=["drift", "io-error", "bug"],
     )
-    async def test_a_failing_state_resolver_acts_nothing(
-        self,
-        ledger: Ledger,
-        failure: Exception,
-        retryable: bool,
-        next_operation: NextOperation,
+    async def test_a_precondition_not_met_is_refused_before_any_effect(
+        self, ledger: Ledger, world: Any, error_type: str, retryable: bool, next_operation: str
     ) -> None:
+        """The world drifted from the precondition, or the state resolver failed."""
+
         def read_state(req: ActionRequest) -> Any:
-            raise failure
+            if isinstance(world, Exception):
+                raise world
+            return world
 
         far_side = _CountingAdapter()
-        result = await _execute(
-            ledger, request("k", precondition={"size": 1}), far_side, state=read_state
-        )
-        assert (result.status, result.effect, result.retryable) == (
-            ActionStatus.FAILED,
-            EffectState.NONE,
-            retryable,
-        )
-        assert ledger.state("k").next_operation is next_operation
-        assert far_side.calls == []
+        req = request("k", precondition={"size": 3})
+        result = await _execute(ledger, req, far_side, state=read_state)
+        assert (result.status, result.effect) == (ActionStatus.FAILED, EffectState.NONE)
+        assert (result.error_type, result.retryable) == (error_type, retryable)
+        assert ledger.state("k").next_operation is NextOperation(next_operation)
+        assert far_side.calls == [] and "action.execution_started" not in _types(ledger, "k")
 
     async def test_replay_does_not_reevaluate_the_precondition(self, ledger: Ledger) -> None:
         world = {"size": 3}
@@ -192,13 +139,10 @@ class DecisionContract:
             world["size"] += 1
             return dict(world)
 
-        first = await _execute(
-            ledger, request("k", precondition={"size": 3}), grow, state=read_state
-        )
+        req = functools.partial(request, "k", precondition={"size": 3})
+        first = await _execute(ledger, req(), grow, state=read_state)
         assert first.status is ActionStatus.SUCCEEDED and world == {"size": 4}
-        replay = await _execute(
-            ledger, request("k", precondition={"size": 3}), grow, state=read_state
-        )
+        replay = await _execute(ledger, req(), grow, state=read_state)
         assert replay.replayed and replay.status is ActionStatus.SUCCEEDED
         assert resolver_calls == ["k"] and world == {"size": 4}
 
@@ -206,6 +150,7 @@ class DecisionContract:
     async def test_an_approved_call_acts_once_and_replays_without_a_new_approval(
         self, ledger: Ledger
     ) -> None:
+        """Approved by someone else: a performer never approves its own call."""
         far_side = _CountingAdapter()
         waiting = await _execute(ledger, "k", far_side, requires_approval=True)
         assert (waiting.status, waiting.effect) == (ActionStatus.DENIED, EffectState.NONE)
@@ -213,10 +158,14 @@ class DecisionContract:
         state = ledger.state("k")
         assert state.next_operation is NextOperation.AWAIT_APPROVAL
         assert state.approval is not None and state.approval.state is ApprovalState.REQUESTED
-        assert state.approval.fingerprint == request("k").fingerprint()
-        approval = await ledger.approve(
-            "k", fingerprint=request("k").fingerprint(), actor="alice", basis="looked right"
-        )
+        fingerprint = request("k").fingerprint()
+        assert state.approval.fingerprint == fingerprint
+        with pytest.raises(DecisionRefused, match="performer"):
+            await ledger.approve("k", fingerprint=fingerprint, actor="agent-1", basis="trust me")
+        refused = [e for e in ledger.events("k") if e.type == "action.approval_refused"]
+        assert refused[0].payload["actor"] == "agent-1"
+        assert _approval_state(ledger, "k") is ApprovalState.REQUESTED
+        approval = await ledger.approve("k", fingerprint=fingerprint, actor="alice", basis="ok")
         assert approval.state is ApprovalState.APPROVED and approval.actor == "alice"
         first = await _execute(ledger, "k", far_side, requires_approval=True)
         assert first.ok and not first.replayed and len(far_side.calls) == 1
@@ -253,23 +202,12 @@ class DecisionContract:
         again = await _execute(ledger, "k", far_side, requires_approval=True)
         assert again.error_type == FailureType.APPROVAL_REQUIRED  # ...under an approval of its own
         assert ledger.state("k").next_operation is NextOperation.AWAIT_APPROVAL
-        assert len(far_side.calls) == 1
         with pytest.raises(DecisionRefused):
             await ledger.approve("k", fingerprint=fingerprint, actor="agent-1", basis="mine")
         await ledger.approve("k", fingerprint=fingerprint, actor="bob", basis="once more")
         far_side.raise_after = None
         assert (await _execute(ledger, "k", far_side, requires_approval=True)).ok
         assert len(far_side.calls) == 2
-
-    async def test_a_performer_never_approves_its_own_call(self, ledger: Ledger) -> None:
-        await _execute(ledger, "k", requires_approval=True)
-        with pytest.raises(DecisionRefused, match="performer"):
-            await ledger.approve(
-                "k", fingerprint=request("k").fingerprint(), actor="agent-1", basis="trust me"
-            )
-        refused = [e for e in ledger.events("k") if e.type == "action.approval_refused"]
-        assert refused[0].payload["actor"] == "agent-1"
-        assert _approval_state(ledger, "k") is ApprovalState.REQUESTED
 
     async def test_a_rejection_ends_the_call_with_no_effect(self, ledger: Ledger) -> None:
         far_side = _CountingAdapter()
@@ -280,10 +218,8 @@ class DecisionContract:
         )
         assert rejection.state is ApprovalState.REJECTED
         again = await _execute(ledger, "k", far_side, requires_approval=True)
-        assert (
-            again.status is ActionStatus.DENIED
-            and again.error_type == FailureType.APPROVAL_REJECTED
-        )
+        assert again.status is ActionStatus.DENIED
+        assert again.error_type == FailureType.APPROVAL_REJECTED
         assert "too much" in (again.error or "")
         with pytest.raises(DecisionRefused, match="already rejected"):
             await ledger.approve("k", fingerprint=fingerprint, actor="bob", basis="fine by me")

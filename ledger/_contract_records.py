@@ -4,25 +4,14 @@ transactions, and values at the limits of what it records."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from temporal_ledger.ledger import (
-    ActionStatus,
-    IdempotencyConflictError,
-    Ledger,
-)
+from temporal_ledger.ledger import ActionStatus, IdempotencyConflictError, Ledger
 
 from ._models import EffectState
 from ._rule import Answer, Ask, admit
-from ._testing_child import (
-    AUTHORITY,
-    _CountingAdapter,
-    _execute,
-    _types,
-    request,
-)
+from ._testing_child import AUTHORITY, Opener, _CountingAdapter, _execute, _types, request
 
 
 class RecordContract:
@@ -79,25 +68,8 @@ class RecordContract:
         assert ledger.verify().ok
 
     # Hostile values: what tool arguments and outputs written by models can hold --------
-    async def test_an_output_holding_nul_replays_for_ever(
-        self, ledger: Ledger, open_ledger: Callable[..., Ledger]
-    ) -> None:
-        """A NUL in an output is recorded like any character: the key replays, also after
-        the ledger is reopened (no write of the same output is refused later)."""
-        output = {"ok": "a\u0000b", "\u0000key": ["\u0000"]}
-        far_side = _CountingAdapter(output)
-        first = await _execute(ledger, "k", far_side)
-        again = await _execute(ledger, "k", far_side)
-        assert first.ok and first.output == output
-        assert again.replayed and again.output == output
-        async with open_ledger() as reopened:
-            third = await _execute(reopened, "k", far_side)
-        assert third.replayed and third.output == output
-        assert len(far_side.calls) == 1
-        assert ledger.state("k").output == output
-
     async def test_an_output_that_cannot_be_recorded_is_an_observed_effect(
-        self, ledger: Ledger, open_ledger: Callable[..., Ledger]
+        self, ledger: Ledger, open_ledger: Opener
     ) -> None:
         """The adapter acted; its output is too deep (or not JSON) to record. The outcome is
         FAILED with its effect observed, naming the output's hash, and the key answers that
@@ -108,11 +80,8 @@ class RecordContract:
         for key, output in (("deep", deep), ("nan", {"x": float("nan")}), ("set", {1, 2})):
             far_side = _CountingAdapter(output)
             first = await _execute(ledger, key, far_side)
-            assert (first.status, first.effect, first.error_type) == (
-                ActionStatus.FAILED,
-                EffectState.OBSERVED,
-                "UnrecordableOutput",
-            )
+            assert (first.status, first.effect) == (ActionStatus.FAILED, EffectState.OBSERVED)
+            assert first.error_type == "UnrecordableOutput"
             assert first.error is not None and "sha256 " in first.error
             again = await _execute(ledger, key, far_side)
             assert again.replayed and again.error == first.error
@@ -135,9 +104,12 @@ class RecordContract:
         again = await _execute(ledger, "k", far_side)
         assert again.replayed and again.error == first.error
 
-    async def test_sql_like_text_round_trips_exactly(
-        self, ledger: Ledger, open_ledger: Callable[..., Ledger]
+    async def test_hostile_text_round_trips_exactly(
+        self, ledger: Ledger, open_ledger: Opener
     ) -> None:
+        """SQL-like text in every field, and NULs in an output, are recorded like any
+        character: the key replays, also after the ledger is reopened (no write of the
+        same output is refused later)."""
         texts = [
             "'); DROP TABLE ledger_events; --",
             "$$; DROP TABLE ledger_keys; $$",
@@ -148,23 +120,21 @@ class RecordContract:
         ]
         key = "k'\\;--$$ E'\\x41'"
         payload = {text: [text, {"nested": text}] for text in texts}
-        far_side = _CountingAdapter({"echo": texts})
-        first = await _execute(
-            ledger,
-            request(key, instruction=texts[0], payload=payload, performer=texts[3]),
-            far_side,
+        req = functools.partial(
+            request, key, instruction=texts[0], payload=payload, performer=texts[3]
         )
-        assert first.ok and first.output == {"echo": texts}
+        output = {"echo": texts, "ok": "a\u0000b", "\u0000key": ["\u0000"]}
+        far_side = _CountingAdapter(output)
+        first = await _execute(ledger, req(), far_side)
+        assert first.ok and first.output == output
+        again = await _execute(ledger, req(), far_side)
+        assert again.replayed and again.output == output
         async with open_ledger() as reopened:
-            again = await _execute(
-                reopened,
-                request(key, instruction=texts[0], payload=payload, performer=texts[3]),
-                far_side,
-            )
+            third = await _execute(reopened, req(), far_side)
             requested = reopened.events(key)[0]
-        assert again.replayed and again.output == {"echo": texts}
+        assert third.replayed and third.output == output
         assert requested.payload["payload"] == payload
         assert requested.payload["instruction"] == texts[0]
-        assert len(far_side.calls) == 1
-        assert {s.key for s in ledger.open_effects()} == set()
-        assert [e.key for e in ledger.events(key)] == [key] * len(ledger.events(key))
+        assert len(far_side.calls) == 1 and ledger.state(key).output == output
+        assert ledger.open_effects() == []
+        assert {e.key for e in ledger.events(key)} == {key}

@@ -1,5 +1,5 @@
 """What the contract suite (:mod:`.testing`) and the processes it starts share: the suite's
-request and far side, and workers that crash, stall or race in child processes.
+request and far side, and workers that act, stall or race in child processes.
 
 Effects are counted outside the ledger, as lines appended to a file, so a test can
 compare what the world saw with what the ledger recorded.
@@ -8,13 +8,15 @@ compare what the world saw with what the ledger recorded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import random
-import signal
-import subprocess
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -29,83 +31,14 @@ from temporal_ledger.ledger import (
 from ._models import ApprovalState
 
 AUTHORITY = Authority("tester", ["files.*"])
+Opener = Callable[..., Ledger]  # the ``open_ledger`` fixture's type
+_REQUEST = {"capability": "files.append", "instruction": "append one line", "performer": "agent-1"}
+# Children start afresh (no fork of a process running an event loop and threads).
+_SPAWN = multiprocessing.get_context("spawn")
 
 
 def request(key: str, /, **changes: Any) -> ActionRequest:
-    fields: dict[str, Any] = {
-        "key": key,
-        "capability": "files.append",
-        "instruction": "append one line",
-        "payload": {"line": key},
-        "performer": "agent-1",
-    }
-    fields.update(changes)
-    return ActionRequest(**fields)
-
-
-def append_effect(path: Path, key: str) -> None:
-    # O_APPEND writes of one short line are atomic across processes.
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{key}\n".encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def count_effects(path: Path) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            counts[line] = counts.get(line, 0) + 1
-    return counts
-
-
-async def _act_then_hang(url: str, key: str, effects: Path, lease: float) -> None:
-    """Cause the effect, say so on stdout, then hang until killed (or continued)."""
-
-    def adapter(req: ActionRequest, ctx: Any) -> dict[str, Any]:
-        append_effect(effects, req.key)
-        print("ACTED", flush=True)
-        time.sleep(3600 if os.environ.get("HANG_FOREVER") else float(os.environ["HANG_FOR"]))
-        return {"late": True}
-
-    async with Ledger.open(url, lease=lease) as ledger:
-        result = await ledger.execute(request(key), authority=AUTHORITY, adapter=adapter)
-        print("RESULT", result.model_dump_json(), flush=True)
-
-
-def hammer_worker(
-    url: str, keys: list[str], effects: str, barrier: Any, results: Any, seed: int
-) -> None:
-    """One of several processes racing on shared keys, started together by a barrier."""
-    tally = {"fresh": 0, "replayed": 0, "deferred": 0, "errors": 0}
-    order = list(keys)
-    random.Random(seed).shuffle(order)
-
-    def adapter(req: ActionRequest, ctx: Any) -> dict[str, Any]:
-        append_effect(Path(effects), req.key)
-        return {"by": os.getpid()}
-
-    async def run() -> None:
-        async with Ledger.open(url) as ledger:
-            barrier.wait()
-            for key in order:
-                try:
-                    result = await ledger.execute(
-                        request(key), authority=AUTHORITY, adapter=adapter
-                    )
-                except ActionInProgressError:
-                    tally["deferred"] += 1
-                    continue
-                except Exception as exc:  # reported, so the test fails with the reason
-                    tally["errors"] += 1
-                    print(f"hammer error: {exc!r}", file=sys.stderr, flush=True)
-                    continue
-                tally["replayed" if result.replayed else "fresh"] += 1
-
-    asyncio.run(run())
-    results.put(tally)
+    return ActionRequest(**{"key": key, "payload": {"line": key}, **_REQUEST, **changes})
 
 
 class _CountingAdapter:
@@ -145,87 +78,94 @@ def _approval_state(ledger: Ledger, key: str) -> ApprovalState | None:
     return None if approval is None else approval.state
 
 
-def _crash_after_acting(url: str, key: str, effects: Path, lease: float) -> None:
-    """A worker in another process claims ``key``, acts, and is killed before it reports."""
-    child = _spawn_hanging_child(url, key, effects, lease, forever=True)
+def append_effect(path: str | Path, key: str) -> None:
+    # Opened to append (O_APPEND), one short line is one write: atomic across processes.
+    with open(path, "a") as effects:
+        effects.write(f"{key}\n")
+
+
+def count_effects(path: Path) -> Counter[str]:
+    return Counter(path.read_text().splitlines() if path.exists() else [])
+
+
+def _act_then_hang(
+    url: str, key: str, effects: str, lease: float, hang_for: float, acted: Any
+) -> None:
+    """In a child process: claim ``key``, cause the effect, set ``acted``, then hang for
+    ``hang_for`` seconds (unless killed first) before the outcome is reported."""
+
+    def adapter(req: ActionRequest, ctx: Any) -> dict[str, Any]:
+        append_effect(effects, req.key)
+        acted.set()
+        time.sleep(hang_for)
+        return {"late": True}
+
+    async def run() -> None:
+        async with Ledger.open(url, lease=lease) as ledger:
+            await _execute(ledger, key, adapter)
+
+    asyncio.run(run())
+
+
+@contextlib.contextmanager
+def acting_child(
+    url: str, key: str, effects: Path, *, lease: float, hang_for: float = 3600
+) -> Iterator[BaseProcess]:
+    """A worker in another process that claims ``key`` and acts (see :func:`_act_then_hang`):
+    yielded once it acted, killed after the block (SIGKILL, which ends a stopped one too)."""
+    acted = _SPAWN.Event()
+    args = (url, key, str(effects), lease, hang_for, acted)
+    child = _SPAWN.Process(target=_act_then_hang, args=args)
+    child.start()
     try:
-        _wait_for_line(child, "ACTED")
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=10)
+        assert acted.wait(30), "the child never acted"
+        yield child
     finally:
-        _reap(child)
-
-
-def _spawn_hanging_child(
-    url: str, key: str, effects: Path, lease: float, *, forever: bool, hang_for: float = 0
-) -> subprocess.Popen[str]:
-    env = dict(os.environ)
-    env["HANG_FOREVER" if forever else "HANG_FOR"] = "1" if forever else str(hang_for)
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "temporal_ledger.ledger._testing_child",
-            "act-then-hang",
-            url,
-            key,
-            str(effects),
-            str(lease),
-        ],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def _wait_for_line(child: subprocess.Popen[str], expected: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    assert child.stdout is not None
-    lines = []
-    while time.monotonic() < deadline:
-        line = child.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if line.strip() == expected:
-            return
-    raise AssertionError(f"child never printed {expected!r}: {''.join(lines)}")
-
-
-def _reap(child: subprocess.Popen[str]) -> None:
-    if child.poll() is None:
-        child.send_signal(signal.SIGCONT)
         child.kill()
-        child.wait(timeout=10)
+        child.join(10)
+
+
+def _hammer(url: str, keys: list[str], effects: str, start: Any, tallies: Any, seed: int) -> None:
+    """One of several processes racing on shared keys, started together by ``start``."""
+    tally = dict.fromkeys(["fresh", "replayed", "deferred", "errors"], 0)
+    random.Random(seed).shuffle(keys)
+
+    def adapter(req: ActionRequest, ctx: Any) -> dict[str, Any]:
+        append_effect(effects, req.key)
+        return {"by": os.getpid()}
+
+    async def run() -> None:
+        async with Ledger.open(url) as ledger:
+            start.wait()
+            for key in keys:
+                try:
+                    result = await _execute(ledger, key, adapter)
+                except ActionInProgressError:
+                    tally["deferred"] += 1
+                except Exception as exc:  # reported, so the test fails with the reason
+                    tally["errors"] += 1
+                    print(f"hammer error: {exc!r}", file=sys.stderr, flush=True)
+                else:
+                    tally["replayed" if result.replayed else "fresh"] += 1
+
+    asyncio.run(run())
+    tallies.put(tally)
 
 
 def _run_hammer(
     url: str, keys: list[str], effects: Path, *, processes: int
 ) -> list[dict[str, int]]:
     """Start ``processes`` workers together on ``keys``; return their tallies."""
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(processes)
-    results = ctx.Queue()
+    start, tallies = _SPAWN.Barrier(processes), _SPAWN.Queue()
     workers = [
-        ctx.Process(target=hammer_worker, args=(url, keys, str(effects), barrier, results, seed))
+        _SPAWN.Process(target=_hammer, args=(url, keys, str(effects), start, tallies, seed))
         for seed in range(processes)
     ]
     for worker in workers:
         worker.start()
     try:
-        tallies = [results.get(timeout=300) for _ in workers]
+        return [tallies.get(timeout=300) for _ in workers]
     finally:
         for worker in workers:
             worker.join(timeout=30)
-            if worker.is_alive():
-                worker.kill()
-    return tallies
-
-
-if __name__ == "__main__":
-    mode, url, key, effects, lease = sys.argv[1:6]
-    if mode == "act-then-hang":
-        asyncio.run(_act_then_hang(url, key, Path(effects), float(lease)))
-    else:
-        raise SystemExit(f"unknown mode {mode!r}")
+            worker.kill()
