@@ -61,9 +61,10 @@ class DecisionContract:
             assert later.verdict is Verdict(verdict)
         assert len(far_side.calls) == 1 + (next_operation == "start_action")
 
-    async def test_effect_confirmed_must_carry_an_output_that_fits_the_recorded_schema(
-        self, ledger: Ledger
-    ) -> None:
+    async def test_a_reconciliation_is_checked_before_it_is_recorded(self, ledger: Ledger) -> None:
+        """Effect confirmed needs an output that fits the schema the request recorded; a
+        key whose effect is not unknown is refused durably; so are unknown verdicts and
+        missing actors."""
         schema = {
             "title": "Sent",
             "type": "object",
@@ -85,8 +86,6 @@ class DecisionContract:
             assert ledger.events("k") == before  # nothing recorded, nothing changed
         state = await ledger.reconcile("k", "effect_confirmed", "ops", "saw", output={"entry": 2})
         assert state.effect is EffectState.OBSERVED and state.output == {"entry": 2}
-
-    async def test_reconciling_what_is_not_unknown_is_refused_durably(self, ledger: Ledger) -> None:
         await _execute(ledger, "done")
         for key in ("done", "never-seen"):
             with pytest.raises(DecisionRefused) as refused:
@@ -94,10 +93,9 @@ class DecisionContract:
             assert refused.value.key == key
             assert ledger.events(key)[-1].type == "action.reconcile_refused"
         assert ledger.state("done").effect is EffectState.OBSERVED
-        with pytest.raises(InvalidRequest, match="verdict"):
-            await ledger.reconcile("done", "maybe", "ops", "looked")
-        with pytest.raises(InvalidRequest, match="actor"):
-            await ledger.reconcile("done", "still_unknown", "", "looked")
+        for verdict, actor, bad in (("maybe", "ops", "verdict"), ("still_unknown", "", "actor")):
+            with pytest.raises(InvalidRequest, match=bad):
+                await ledger.reconcile("done", verdict, actor, "looked")
 
     # 9 -------------------------------------------------------------------------------
     @pytest.mark.parametrize(
@@ -147,10 +145,9 @@ class DecisionContract:
         assert resolver_calls == ["k"] and world == {"size": 4}
 
     # 14 ------------------------------------------------------------------------------
-    async def test_an_approved_call_acts_once_and_replays_without_a_new_approval(
-        self, ledger: Ledger
-    ) -> None:
-        """Approved by someone else: a performer never approves its own call."""
+    async def test_an_approved_call_acts_once_then_replays(self, ledger: Ledger) -> None:
+        """Without a new approval. Approved by someone else: a performer never approves its own
+        call."""
         far_side = _CountingAdapter()
         waiting = await _execute(ledger, "k", far_side, requires_approval=True)
         assert (waiting.status, waiting.effect) == (ActionStatus.DENIED, EffectState.NONE)
@@ -174,6 +171,12 @@ class DecisionContract:
         started = [e for e in ledger.events("k") if e.type == "action.execution_started"]
         assert [e.payload["approval_id"] for e in started] == [approval.approval_id]
         assert _approval_state(ledger, "k") is ApprovalState.CONSUMED
+        # Verify names an execution that bypassed its gate.
+        await _execute(ledger, "gated", requires_approval=False)
+        assert ledger.verify().ok and ledger.verify(gated=["tickets.*"]).ok
+        report = ledger.verify(gated=["files.*"])
+        assert not report.ok
+        assert any("without an approval" in p and "'gated'" in p for p in report.problems)
 
     async def test_an_approval_holds_only_for_the_exact_request(self, ledger: Ledger) -> None:
         far_side = _CountingAdapter()
@@ -190,9 +193,8 @@ class DecisionContract:
         assert _approval_state(ledger, "k") is ApprovalState.APPROVED
         assert "action.approval_refused" in _types(ledger, "k")
 
-    async def test_a_consumed_approval_does_not_start_a_second_execution(
-        self, ledger: Ledger
-    ) -> None:
+    async def test_a_consumed_approval_does_not_act_again(self, ledger: Ledger) -> None:
+        """It does not start a second execution."""
         far_side = _CountingAdapter(raise_after=NoEffect("429 busy", retryable=True))
         await _execute(ledger, "k", far_side, requires_approval=True)
         fingerprint = request("k").fingerprint()
@@ -224,11 +226,3 @@ class DecisionContract:
         with pytest.raises(DecisionRefused, match="already rejected"):
             await ledger.approve("k", fingerprint=fingerprint, actor="bob", basis="fine by me")
         assert far_side.calls == []
-
-    async def test_verify_names_an_execution_that_bypassed_its_gate(self, ledger: Ledger) -> None:
-        await _execute(ledger, "gated", requires_approval=False)
-        assert ledger.verify().ok
-        report = ledger.verify(gated=["files.*"])
-        assert not report.ok
-        assert any("without an approval" in p and "'gated'" in p for p in report.problems)
-        assert ledger.verify(gated=["tickets.*"]).ok

@@ -12,18 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_ledger.ledger import (
-    ActionInProgressError,
-    ActionRequest,
-    ActionResult,
-    ActionStatus,
-    IdempotencyConflictError,
-    InvalidRequest,
-    Ledger,
-    NoEffect,
-)
 
-from ._models import EffectState, NextOperation
+from ._errors import ActionInProgressError, IdempotencyConflictError, InvalidRequest, NoEffect
+from ._ledger import Ledger
+from ._models import ActionRequest, ActionResult, ActionStatus, EffectState, NextOperation
 from ._testing_child import (
     Opener,
     _CountingAdapter,
@@ -82,11 +74,10 @@ class EffectContract:
         if first_safe:  # retry-safe calls act before they record anything: no claim, no token
             assert [c.fencing_token for c in far_side.calls] == [0, 0]
 
-    async def test_a_retry_safe_call_records_its_request_and_outcome_in_one_write(
-        self, ledger: Ledger, open_ledger: Opener
-    ) -> None:
-        """And the same submission sent again to a process that never saw the key (its
-        worker died after the commit, before it answered) gets that outcome."""
+    async def test_a_retry_safe_call_writes_once(self, ledger: Ledger, open_ledger: Opener) -> None:
+        """It records its request and outcome in one write. The same submission sent
+        again to a process that never saw the key (its worker died after the commit,
+        before it answered) gets that outcome."""
         req = request("k")
         first = await _execute(ledger, req, _CountingAdapter({"n": 1}), retry_safe=True)
         assert first.output == {"n": 1} and not first.replayed
@@ -104,10 +95,8 @@ class EffectContract:
         assert replay.replayed and replay.output == {"n": 1}
         assert ledger.state("k").output == {"n": 1} and far_side.calls == []
 
-    async def test_two_retry_safe_attempts_may_both_act_and_the_first_recorded_wins(
-        self, ledger: Ledger
-    ) -> None:
-        first_recorded = asyncio.Event()
+    async def test_of_two_retry_safe_attempts_the_first_recorded_wins(self, ledger: Ledger) -> None:
+        """Both may act; what the later one did is kept as evidence, not as the outcome."""
         both_acting = asyncio.Barrier(2)
 
         async def quick(req: ActionRequest, ctx: Any) -> dict[str, str]:
@@ -116,50 +105,20 @@ class EffectContract:
 
         async def slow(req: ActionRequest, ctx: Any) -> dict[str, str]:
             await both_acting.wait()
-            await first_recorded.wait()
+            while ledger.state("k").output is None:  # until the quick one is recorded
+                await asyncio.sleep(0.01)
             return {"by": "slow"}
 
-        async def recorded_first() -> ActionResult:
-            try:
-                return await _execute(ledger, "k", quick, retry_safe=True)
-            finally:
-                first_recorded.set()
-
-        slow_result, quick_result = await asyncio.gather(
-            _execute(ledger, "k", slow, retry_safe=True), recorded_first()
-        )
+        attempts = (_execute(ledger, "k", adapter, retry_safe=True) for adapter in (slow, quick))
+        slow_result, quick_result = await asyncio.gather(*attempts)
         assert quick_result.output == {"by": "quick"} and not quick_result.replayed
         assert slow_result.replayed and slow_result.output == {"by": "quick"}
         assert slow_result.reused_from_action_id == quick_result.action_id
-        # What the later attempt did is kept as evidence, not as the outcome.
         late = [e for e in ledger.events("k") if e.type == "action.late_completion"]
         assert [(e.action_id, e.payload["output"]) for e in late] == [
             (slow_result.action_id, {"by": "slow"})
         ]
         assert ledger.state("k").output == {"by": "quick"}
-
-    async def test_a_retry_safe_call_does_not_act_on_a_key_another_call_holds(
-        self, ledger: Ledger
-    ) -> None:
-        release = asyncio.Event()
-
-        async def held(req: ActionRequest, ctx: Any) -> str:
-            await release.wait()
-            return "held"
-
-        holder = asyncio.create_task(_execute(ledger, "k", held))
-        while ledger.state("k").next_operation is not NextOperation.WAIT:
-            await asyncio.sleep(0.01)
-        far_side = _CountingAdapter()
-        with pytest.raises(ActionInProgressError):
-            await _execute(ledger, "k", far_side, retry_safe=True)
-        with pytest.raises(IdempotencyConflictError):
-            await _execute(ledger, request("k", payload={"n": 2}), far_side, retry_safe=True)
-        release.set()
-        assert (await holder).output == "held"
-        replayed = await _execute(ledger, "k", far_side, retry_safe=True)
-        assert replayed.replayed and replayed.output == "held"
-        assert far_side.calls == []
 
     # 7 -------------------------------------------------------------------------------
     @pytest.mark.parametrize("first_back", ["holder", "deferred", "new"])
@@ -204,15 +163,13 @@ class EffectContract:
             assert later.replayed and later.reused_from_action_id == holder
             assert later.effect is EffectState.UNKNOWN
             assert [s.key for s in ledger.open_effects()] == ["k"]
-            report = ledger.verify()
-            assert report.ok, report.problems
+            assert (report := ledger.verify()).ok, report.problems
         assert far_side.calls == [] and count_effects(effects) == {"k": 1}
 
     async def test_a_request_during_the_live_execution_is_deferred(self, ledger: Ledger) -> None:
         """A request is deferred, or waits for the outcome; one that stops waiting stays
-        recorded as deferred."""
-        release = threading.Event()
-        started = threading.Event()
+        recorded as deferred. A retry-safe call does not act on the held key either."""
+        release, started = threading.Event(), threading.Event()
 
         def slow(req: ActionRequest, ctx: Any) -> str:
             started.set()
@@ -225,6 +182,11 @@ class EffectContract:
             await _execute(ledger, "k")
         assert busy.value.holder_action_id == ledger.state("k").holder_action_id
         assert ledger.events("k")[-1].type == "action.deferred"
+        far_side = _CountingAdapter()
+        with pytest.raises(ActionInProgressError):
+            await _execute(ledger, "k", far_side, retry_safe=True)
+        with pytest.raises(IdempotencyConflictError):
+            await _execute(ledger, request("k", payload={"n": 2}), far_side, retry_safe=True)
         waiting = asyncio.create_task(_execute(ledger, "k", wait=10))
         quitter = request("k")
         quitting = asyncio.create_task(_execute(ledger, quitter, wait=30))
@@ -239,10 +201,10 @@ class EffectContract:
         assert second.replayed and second.reused_from_action_id == first.action_id
         quitted = [e.type for e in ledger.events("k") if e.action_id == quitter.action_id]
         assert quitted == ["action.requested", "action.deferred"]
+        replayed = await _execute(ledger, "k", far_side, retry_safe=True)
+        assert replayed.replayed and replayed.output == "slow" and far_side.calls == []
 
-    async def test_a_lease_is_renewed_while_the_adapter_runs(
-        self, ledger: Ledger, open_ledger: Opener
-    ) -> None:
+    async def test_leases_are_renewed(self, ledger: Ledger, open_ledger: Opener) -> None:
         """The ledger's lease (0.6 s on one ledger) and a call's own (0.6 s on the 2 s
         ledger) hold the key while a sync or an async adapter runs past them."""
         release = threading.Event()
@@ -280,8 +242,7 @@ class EffectContract:
         is held. (Their precondition makes both claim the key: a retry-safe call without
         one acts before it records anything and holds no claim.)"""
         lease = 0.6
-        a_result: dict[str, Any] = {}
-        a_req, b_req = (request("k", precondition={"size": 3}) for _ in "ab")
+        release = asyncio.Event()
 
         def size(req: ActionRequest) -> dict[str, int]:
             return {"size": 3}
@@ -290,36 +251,33 @@ class EffectContract:
             time.sleep(lease * 3)  # blocks A's loop: no lease renewal happens
             return {"a": True}
 
-        async def attempt_a() -> None:
-            async with open_ledger(lease=lease) as a:
-                try:
-                    await _execute(a, a_req, stalled, state=size, retry_safe=True)
-                except ActionInProgressError as exc:
-                    a_result["error"] = exc
-
-        thread = threading.Thread(target=asyncio.run, args=(attempt_a(),))
-        thread.start()
-        release = threading.Event()
-
-        def held(req: ActionRequest, ctx: Any) -> dict[str, bool]:
-            release.wait(10)
+        async def held(req: ActionRequest, ctx: Any) -> dict[str, bool]:
+            await release.wait()
             return {"b": True}
 
+        async def attempt(ledger: Ledger, adapter: Any) -> ActionResult:
+            req = request("k", precondition={"size": 3})
+            return await _execute(ledger, req, adapter, state=size, retry_safe=True)
+
+        async def attempt_a() -> None:  # on a loop of its own, in another thread
+            async with open_ledger(lease=lease) as a:
+                with pytest.raises(ActionInProgressError):
+                    await attempt(a, stalled)
+
+        a_done = asyncio.create_task(asyncio.to_thread(asyncio.run, attempt_a()))
         async with open_ledger(lease=lease) as b:
             await asyncio.sleep(lease * 1.5)
-            running = asyncio.create_task(_execute(b, b_req, held, state=size, retry_safe=True))
-            await asyncio.to_thread(thread.join, 10)
+            b_running = asyncio.create_task(attempt(b, held))
+            await a_done
             release.set()
-            b_outcome = await running
-            events = b.events("k")
+            b_outcome = await b_running
+            late = [e for e in b.events("k") if e.type == "action.late_completion"]
             assert b.verify().ok
-        assert "error" in a_result
-        late = [e for e in events if e.type == "action.late_completion"]
         assert len(late) == 1 and late[0].payload["output"] == {"a": True}
         assert b_outcome.output == {"b": True} and not b_outcome.replayed
 
     # 10 ------------------------------------------------------------------------------
-    def test_concurrent_processes_cause_one_effect_per_key(
+    def test_processes_cause_one_effect_per_key(
         self, ledger_url: str, open_ledger: Opener, tmp_path: Path
     ) -> None:
         keys = [f"key-{i:03d}" for i in range(200)]
@@ -332,8 +290,7 @@ class EffectContract:
         assert sum(t["fresh"] for t in tallies) == 200
         assert sum(t["replayed"] + t["deferred"] for t in tallies) == 7 * 200
         with open_ledger() as ledger:
-            report = ledger.verify()
-            assert report.ok, report.problems
+            assert (report := ledger.verify()).ok, report.problems
 
     # 11 ------------------------------------------------------------------------------
     async def test_a_completion_under_a_stale_token_is_only_evidence(

@@ -20,15 +20,9 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from temporal_ledger.ledger import (
-    ActionInProgressError,
-    ActionRequest,
-    ActionResult,
-    Authority,
-    Ledger,
-)
-
-from ._models import ApprovalState
+from ._errors import ActionInProgressError
+from ._ledger import Ledger
+from ._models import ActionRequest, ActionResult, ApprovalState, Authority
 
 AUTHORITY = Authority("tester", ["files.*"])
 Opener = Callable[..., Ledger]  # the ``open_ledger`` fixture's type
