@@ -7,18 +7,10 @@ import functools
 from typing import Any
 
 import pytest
-from temporal_ledger.ledger import (
-    ActionRequest,
-    ActionStatus,
-    DecisionRefused,
-    IdempotencyConflictError,
-    InvalidRequest,
-    Ledger,
-    NoEffect,
-    Verdict,
-)
+from temporal_ledger.ledger import ActionRequest, InvalidRequest, Ledger, NoEffect, Verdict
 
-from ._models import ApprovalState, EffectState, FailureType, NextOperation
+from ._errors import DecisionRefused, IdempotencyConflictError
+from ._models import ActionStatus, ApprovalState, EffectState, FailureType, NextOperation
 from ._testing_child import _approval_state, _CountingAdapter, _execute, _types, request
 
 

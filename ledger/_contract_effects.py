@@ -16,16 +16,7 @@ import pytest
 from ._errors import ActionInProgressError, IdempotencyConflictError, InvalidRequest, NoEffect
 from ._ledger import Ledger
 from ._models import ActionRequest, ActionResult, ActionStatus, EffectState, NextOperation
-from ._testing_child import (
-    Opener,
-    _CountingAdapter,
-    _execute,
-    _run_hammer,
-    _types,
-    acting_child,
-    count_effects,
-    request,
-)
+from ._testing_child import Opener, _CountingAdapter, _execute, _run_hammer, acting_child, request
 
 
 class EffectContract:
@@ -82,7 +73,7 @@ class EffectContract:
         first = await _execute(ledger, req, _CountingAdapter({"n": 1}), retry_safe=True)
         assert first.output == {"n": 1} and not first.replayed
         # No claim and no started marker: the request and its outcome, written together.
-        assert _types(ledger, "k") == ["action.requested", "action.completed"]
+        assert [e.type for e in ledger.events("k")] == ["action.requested", "action.completed"]
         assert len({e.recorded_at for e in ledger.events("k")}) == 1
         async with open_ledger() as reopened:
             # Busy with other keys, as a worker is: a backend may then expect a key it
@@ -129,9 +120,8 @@ class EffectContract:
         submission again too) are deferred; once it expired, the first back settles the
         gap (failed, effect unknown): the holder's own submission as its interruption,
         another (a deferred one again, or a new one) as a replay of it. Nothing acts."""
-        effects = tmp_path / "effects.txt"
         lease = 3.0  # long enough to be deferred first, on a slow machine too
-        with acting_child(ledger_url, "k", effects, lease=lease):
+        with acting_child(ledger_url, "k", tmp_path / "effects.txt", lease=lease):
             pass  # killed once it acted, before it reported
         far_side = _CountingAdapter()
         async with open_ledger(lease=lease) as ledger:
@@ -164,7 +154,7 @@ class EffectContract:
             assert later.effect is EffectState.UNKNOWN
             assert [s.key for s in ledger.open_effects()] == ["k"]
             assert (report := ledger.verify()).ok, report.problems
-        assert far_side.calls == [] and count_effects(effects) == {"k": 1}
+        assert far_side.calls == []
 
     async def test_a_request_during_the_live_execution_is_deferred(self, ledger: Ledger) -> None:
         """A request is deferred, or waits for the outcome; one that stops waiting stays
@@ -281,11 +271,10 @@ class EffectContract:
         self, ledger_url: str, open_ledger: Opener, tmp_path: Path
     ) -> None:
         keys = [f"key-{i:03d}" for i in range(200)]
-        effects = tmp_path / "effects.txt"
         with open_ledger():
             pass  # create the schema before the race
-        tallies = _run_hammer(ledger_url, keys, effects, processes=8)
-        assert count_effects(effects) == dict.fromkeys(keys, 1)
+        tallies, effects = _run_hammer(ledger_url, keys, tmp_path / "effects.txt", processes=8)
+        assert effects == dict.fromkeys(keys, 1)
         assert sum(t["errors"] for t in tallies) == 0
         assert sum(t["fresh"] for t in tallies) == 200
         assert sum(t["replayed"] + t["deferred"] for t in tallies) == 7 * 200
@@ -296,9 +285,8 @@ class EffectContract:
     async def test_a_completion_under_a_stale_token_is_only_evidence(
         self, ledger_url: str, open_ledger: Opener, tmp_path: Path
     ) -> None:
-        effects = tmp_path / "effects.txt"
         lease = 1.0
-        with acting_child(ledger_url, "k", effects, lease=lease, hang_for=0.5) as child:
+        with acting_child(ledger_url, "k", tmp_path / "e.txt", lease=lease, hang_for=0.5) as child:
             assert child.pid is not None
             os.kill(child.pid, signal.SIGSTOP)  # a stalled worker: it cannot renew its lease
             await asyncio.sleep(lease + 0.5)
@@ -310,10 +298,8 @@ class EffectContract:
             assert child.exitcode == 0
         async with open_ledger(lease=lease) as ledger:
             late = [e for e in ledger.events("k") if e.type == "action.late_completion"]
-            assert [(e.payload["status"], e.payload["output"]) for e in late] == [
-                ("succeeded", {"late": True})
-            ]
+            assert [e.payload["output"] for e in late] == [{"late": True}]
+            assert late[0].payload["status"] == "succeeded"
             state = ledger.state("k")
             assert (state.status, state.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
             assert ledger.verify().ok
-        assert count_effects(effects) == {"k": 1}

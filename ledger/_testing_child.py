@@ -106,7 +106,8 @@ def acting_child(
     url: str, key: str, effects: Path, *, lease: float, hang_for: float = 3600
 ) -> Iterator[BaseProcess]:
     """A worker in another process that claims ``key`` and acts (see :func:`_act_then_hang`):
-    yielded once it acted, killed after the block (SIGKILL, which ends a stopped one too)."""
+    yielded once it acted, killed after the block (SIGKILL, which ends a stopped one too).
+    The world then saw its one effect, and no other on ``key``."""
     acted = _SPAWN.Event()
     args = (url, key, str(effects), lease, hang_for, acted)
     child = _SPAWN.Process(target=_act_then_hang, args=args)
@@ -117,6 +118,7 @@ def acting_child(
     finally:
         child.kill()
         child.join(10)
+    assert count_effects(effects) == {key: 1}
 
 
 def _hammer(url: str, keys: list[str], effects: str, start: Any, tallies: Any, seed: int) -> None:
@@ -148,8 +150,9 @@ def _hammer(url: str, keys: list[str], effects: str, start: Any, tallies: Any, s
 
 def _run_hammer(
     url: str, keys: list[str], effects: Path, *, processes: int
-) -> list[dict[str, int]]:
-    """Start ``processes`` workers together on ``keys``; return their tallies."""
+) -> tuple[list[dict[str, int]], Counter[str]]:
+    """Start ``processes`` workers together on ``keys``; return their tallies and the
+    effects the world saw."""
     start, tallies = _SPAWN.Barrier(processes), _SPAWN.Queue()
     workers = [
         _SPAWN.Process(target=_hammer, args=(url, keys, str(effects), start, tallies, seed))
@@ -158,7 +161,7 @@ def _run_hammer(
     for worker in workers:
         worker.start()
     try:
-        return [tallies.get(timeout=300) for _ in workers]
+        return [tallies.get(timeout=300) for _ in workers], count_effects(effects)
     finally:
         for worker in workers:
             worker.join(timeout=30)
