@@ -25,6 +25,7 @@ class DecisionContract:
             ("no_effect_confirmed", "none", "start_action"),
             ("still_unknown", "unknown", "reconcile_effect"),
         ],
+        ids=["effect_confirmed", "no_effect_confirmed", "still_unknown"],
     )
     async def test_a_verdict_settles_an_unknown_effect(
         self, ledger: Ledger, verdict: Verdict | str, effect: str, next_operation: str

@@ -28,8 +28,7 @@ _CHANGES: dict[str, Any] = {
 
 
 class IdentityContract:
-    """What binds a key and what the storage keeps (mixed into ``LedgerContract``, whose
-    fixtures it uses)."""
+    """What binds a key (mixed into ``LedgerContract``, whose fixtures it uses)."""
 
     # 1 -------------------------------------------------------------------------------
     async def test_fresh_success_records_marker_before_the_effect(self, ledger: Ledger) -> None:
@@ -137,6 +136,10 @@ class IdentityContract:
         assert granted.status is ActionStatus.SUCCEEDED and not granted.replayed
         assert (await _execute(ledger, "unused", far_side)).replayed
         assert len(far_side.calls) == 2
+
+
+class RecordContract:
+    """What the storage keeps (mixed into ``LedgerContract``, whose fixtures it uses)."""
 
     # 13 ------------------------------------------------------------------------------
     async def test_compaction_keeps_a_tombstone(self, ledger: Ledger) -> None:

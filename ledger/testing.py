@@ -42,7 +42,7 @@ from temporal_ledger.ledger import Ledger
 
 from ._contract_decisions import DecisionContract
 from ._contract_effects import EffectContract
-from ._contract_identity import IdentityContract
+from ._contract_identity import IdentityContract, RecordContract
 
 # Backends' own tests use the suite's far side too.
 from ._testing_child import _CountingAdapter as _CountingAdapter
@@ -50,7 +50,7 @@ from ._testing_child import _CountingAdapter as _CountingAdapter
 __all__ = ["LedgerContract"]
 
 
-class LedgerContract(IdentityContract, EffectContract, DecisionContract):
+class LedgerContract(IdentityContract, EffectContract, DecisionContract, RecordContract):
     """Behaviour every backend must show. Subclasses provide ``ledger_url`` or
     ``open_ledger`` (see the module's docstring)."""
 
