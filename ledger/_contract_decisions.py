@@ -86,8 +86,8 @@ class DecisionContract:
             assert refused.value.key == key
             assert ledger.events(key)[-1].type == "action.reconcile_refused"
         assert ledger.state("done").effect is EffectState.OBSERVED
-        for verdict, actor, bad in (("maybe", "ops", "verdict"), ("still_unknown", "", "actor")):
-            with pytest.raises(InvalidRequest, match=bad):
+        for verdict, actor, field in (("maybe", "ops", "verdict"), ("still_unknown", "", "actor")):
+            with pytest.raises(InvalidRequest, match=field):
                 await ledger.reconcile("done", verdict, actor, "looked")
 
     # 9 -------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ class EffectContract:
     """Effects that fail, may repeat, crash or race (mixed into ``LedgerContract``)."""
 
     # 5, 6 ----------------------------------------------------------------------------
+    # retry_safe: declared on neither call, on both, or on the second ("later") only.
     @pytest.mark.parametrize(
         ("failure", "retry_safe", "error", "next_operation"),
         [
