@@ -209,7 +209,7 @@ def test_the_readmes_test_command_uses_the_local_postgresql_and_says_why_it_skip
     env.pop("CI", None)
     done = subprocess.run(
         ["bash", "scripts/test", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inner'}",
-         f"{contract}::test_async_adapter_is_awaited",
+         f"{contract}::test_fresh_success_records_marker_before_the_effect",
          str(skipping)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
