@@ -11,7 +11,6 @@ from ._errors import (
     ToolDeniedError,
     ToolError,
     ToolFailedError,
-    ToolRejectedError,
 )
 from ._run_tool import run_tool
 
@@ -20,6 +19,5 @@ __all__ = [
     "ToolDeniedError",
     "ToolError",
     "ToolFailedError",
-    "ToolRejectedError",
     "run_tool",
 ]

@@ -67,29 +67,21 @@ class ToolConflictError(ToolError):
 
 
 class ToolDeniedError(ToolError):
-    """The performer may not use the tool's capability under the current policy.
+    """The call may not run: the performer may not use the tool's capability under the
+    current policy (type ``ToolDenied``), or a person rejected the call
+    (``action.approval_rejected`` recorded, type ``ToolRejected``). It had no effect.
 
     Args:
         message: The refusal.
         key: The step's idempotency key.
         step: The step's name.
+        error_type: ``'ToolDenied'`` or ``'ToolRejected'``.
     """
 
-    def __init__(self, message: str, *, key: str, step: str) -> None:
-        super().__init__(message, type=ErrorType.DENIED, key=key, step=step)
-
-
-class ToolRejectedError(ToolError):
-    """A person rejected the call (``action.approval_rejected`` recorded); it had no effect.
-
-    Args:
-        message: The rejection.
-        key: The step's idempotency key.
-        step: The step's name.
-    """
-
-    def __init__(self, message: str, *, key: str, step: str) -> None:
-        super().__init__(message, type=ErrorType.REJECTED, key=key, step=step)
+    def __init__(
+        self, message: str, *, key: str, step: str, error_type: str = ErrorType.DENIED
+    ) -> None:
+        super().__init__(message, type=error_type, key=key, step=step)
 
 
 class ToolFailedError(ToolError):

@@ -16,7 +16,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from ..ledger import InvalidRequest
 from ..ledger._seam import output_misfit, output_template
-from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError, ToolRejectedError
+from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError
 from ._interceptor import current_run
 from ._keys import step_key
 from ._options import activity_config
@@ -90,8 +90,8 @@ async def run_tool(
 
     Raises:
         ToolConflictError: The key is bound to a different request.
-        ToolDeniedError: The policy does not let ``performer`` use the capability.
-        ToolRejectedError: A person rejected the call.
+        ToolDeniedError: The policy does not let ``performer`` use the capability
+            (type ``ToolDenied``), or a person rejected the call (``ToolRejected``).
         ToolFailedError: The tool failed for good (with no effect, or with one the
             ledger recorded), the argument does not fit, or the recorded output no
             longer fits the tool's output model.
@@ -225,10 +225,8 @@ def _final_error(cause: ApplicationError, *, key: str, step: str) -> Exception:
             original_action_id=details.original_action_id,
             dimensions=details.dimensions,
         )
-    if cause.type == ErrorType.DENIED:
-        return ToolDeniedError(cause.message, key=key, step=step)
-    if cause.type == ErrorType.REJECTED:
-        return ToolRejectedError(cause.message, key=key, step=step)
+    if cause.type in (ErrorType.DENIED, ErrorType.REJECTED):
+        return ToolDeniedError(cause.message, key=key, step=step, error_type=cause.type)
     return ToolFailedError(
         cause.message, key=key, step=step, error_type=cause.type or ErrorType.FAILED
     )
