@@ -97,12 +97,8 @@ class Ledgered:
         self._face = face
         self._inbox = inbox
         self._attempts = Attempts(calls_inside=face.calls_inside)
-        self._attempt = next.start_activity(input)
-
-    @property
-    def first(self) -> workflow.ActivityHandle[Any]:
-        """The handle of the call's first attempt."""
-        return self._attempt
+        #: The handle of the call's first attempt.
+        self.first = self._attempt = next.start_activity(input)
 
     def as_handle(self) -> workflow.ActivityHandle[Any]:
         """The whole call as the handle a framework awaits: its result, or its error."""
@@ -166,10 +162,9 @@ class Ledgered:
         its key (no effect, or the key settled elsewhere: the ledger answers that try)."""
         if unknown.probe:
             found = await self._ask_probe(unknown)
-            if found is not None and found.finding is ProbeOutcome.PRESENT:
-                return True, found.output
-            if found is not None and found.runs_again:
-                return False, None
+            # Absent or resolved: the call runs again, to act or to read the outcome.
+            if found is not None and found.finding is not ProbeOutcome.INCONCLUSIVE:
+                return found.finding is ProbeOutcome.PRESENT, found.output
         verdict = await self._inbox.park(call, unknown)
         if verdict is not None and verdict.verdict is Verdict.EFFECT_CONFIRMED:
             return True, verdict.output
@@ -219,15 +214,8 @@ class Ledgered:
 def _rejected(err: ActivityError, key: str) -> ActivityError:
     """The error of a call a person rejected: the failure the ledger gives every attempt
     under ``key`` from now on, without an attempt to fetch it."""
-    rejected = ActivityError(
-        err.message,
-        scheduled_event_id=err.scheduled_event_id,
-        started_event_id=err.started_event_id,
-        identity=err.identity,
-        activity_type=err.activity_type,
-        activity_id=err.activity_id,
-        retry_state=err.retry_state,
-    )
+    kept = "scheduled_event_id started_event_id identity activity_type activity_id retry_state"
+    rejected = ActivityError(err.message, **{name: getattr(err, name) for name in kept.split()})
     rejected.__cause__ = ApplicationError(  # as the ledger fails every later attempt
         f"{err.activity_type}: the call under {key!r} was rejected",
         type=ErrorType.REJECTED,

@@ -16,12 +16,8 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, ClassVar, Self
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
 
 from ..ledger import InvalidRequest, Verdict
 from ..ledger._seam import (
@@ -59,25 +55,17 @@ PLACEHOLDER = "<what the tool returned>"
 
 
 def holds_placeholder(output: Any, template: Any) -> bool:
-    """Whether ``output`` still holds a placeholder string of ``template``."""
-    placeholders = set(_strings(template, placeholders_only=True))
-    return any(text in placeholders for text in _strings(output, placeholders_only=False))
+    """Whether ``output`` still holds a placeholder string (``<...>``) of ``template``."""
+    placeholders = {s for s in _strings(template) if s.startswith("<") and s.endswith(">")}
+    return not placeholders.isdisjoint(_strings(output))
 
 
-def _strings(value: Any, *, placeholders_only: bool) -> list[str]:
+def _strings(value: Any) -> list[str]:
+    """Every string in a JSON value."""
     if isinstance(value, str):
-        if placeholders_only and not (value.startswith("<") and value.endswith(">")):
-            return []
         return [value]
-    if isinstance(value, dict):
-        return [
-            s
-            for item in value.values()
-            for s in _strings(item, placeholders_only=placeholders_only)
-        ]
-    if isinstance(value, list):
-        return [s for item in value for s in _strings(item, placeholders_only=placeholders_only)]
-    return []
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    return [s for item in items for s in _strings(item)]
 
 
 class ErrorType(StrEnum):
@@ -188,15 +176,8 @@ class ToolHints(BaseModel):
         ``None`` for anything that is not a JSON object."""
         if not isinstance(value, dict):
             return None
-        aliases = {
-            "read_only_hint": "readOnlyHint",
-            "destructive_hint": "destructiveHint",
-            "idempotent_hint": "idempotentHint",
-            "open_world_hint": "openWorldHint",
-        }
-        known = {aliases.get(k, k): v for k, v in value.items() if v is not None}
         try:
-            return cls.model_validate(known)
+            return cls.model_validate({to_camel(k): v for k, v in value.items() if v is not None})
         except ValueError:
             return None
 
@@ -301,8 +282,7 @@ class ConflictDetails(_Payload):
 class _PersonsAnswer(_Payload):
     """A person's answer to a waiting call, which its signature may prove."""
 
-    #: The fields the signature covers, and the ``Signers`` check of them.
-    _SIGNED: ClassVar[tuple[str, ...]]
+    #: The ``Signers`` check of the answer's fields (every one but the signature).
     _CHECK: ClassVar[str]
 
     @model_validator(mode="after")
@@ -327,12 +307,7 @@ class _PersonsAnswer(_Payload):
         """Why this answer does not prove its actor to ``signers`` in the given run, or
         ``None`` (pure computation: the workflow's validator runs it)."""
         check: Callable[..., str | None] = getattr(signers, self._CHECK)
-        return check(
-            **{name: getattr(self, name) for name in self._SIGNED},
-            signature=getattr(self, "signature", None),
-            workflow_id=workflow_id,
-            namespace=namespace,
-        )
+        return check(**dict(self), workflow_id=workflow_id, namespace=namespace)
 
 
 class ReconcileInput(_PersonsAnswer):
@@ -350,15 +325,6 @@ class ReconcileInput(_PersonsAnswer):
     #: Proof that ``actor`` gave this verdict, in this run (``temporal-ledger sign``).
     signature: DecisionSignature | None = None
 
-    _SIGNED: ClassVar[tuple[str, ...]] = (
-        "key",
-        "action_id",
-        "verdict",
-        "actor",
-        "basis",
-        "evidence",
-        "output",
-    )
     _CHECK: ClassVar[str] = "verdict_problem"
 
 
@@ -398,7 +364,6 @@ class ApproveInput(_PersonsAnswer):
     #: Proof that ``actor`` took this decision, in this run (``temporal-ledger sign``).
     signature: DecisionSignature | None = None
 
-    _SIGNED: ClassVar[tuple[str, ...]] = ("key", "fingerprint", "decision", "actor", "basis")
     _CHECK: ClassVar[str] = "decision_problem"
 
 
@@ -441,8 +406,3 @@ class ProbeResult(_Payload):
     finding: ProbeOutcome
     verdict: Verdict | None = None
     output: Any = None
-
-    @property
-    def runs_again(self) -> bool:
-        """The step schedules its tool again: to act (absent) or to read the outcome."""
-        return self.finding in (ProbeOutcome.ABSENT, ProbeOutcome.RESOLVED)
