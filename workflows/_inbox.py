@@ -11,9 +11,10 @@ that the plugin ledgers wait here alike. Deterministic and sandbox-safe.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fnmatch
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
@@ -51,14 +52,14 @@ InT = TypeVar("InT", ReconcileInput, ApproveInput)
 ResultT = TypeVar("ResultT", ReconcileResult, ApproveResult)
 
 
+@dataclasses.dataclass
 class _Pending(Generic[InT, ResultT]):
     """An operator's input waiting to be recorded, and what the ledger answered."""
 
-    def __init__(self, given: InT) -> None:
-        self.given: InT = given
-        self.done = False
-        self.error: str | None = None
-        self.result: ResultT | None = None
+    given: InT
+    done: bool = False
+    error: str | None = None
+    result: ResultT | None = None
 
 
 class Inbox:
@@ -88,18 +89,14 @@ class Inbox:
         """Register the queries, signal and updates (once); returns the inbox."""
         if not self._installed:
             self._installed = True
-            workflow.set_query_handler(QUERY_OPEN, self.query_open)
-            workflow.set_query_handler(QUERY_REJECTED, self.query_rejected)
+            workflow.set_query_handler(QUERY_OPEN, lambda: list(self.open.values()))
+            workflow.set_query_handler(QUERY_REJECTED, lambda: list(self.rejections))
             workflow.set_signal_handler(RECONCILE_SIGNAL, self.on_signal)
-            on_update, validate = _update(
-                self.check_verdict, self.verdicts, ErrorType.RECONCILE_REJECTED
+            _update(
+                RECONCILE_UPDATE, self.check_verdict, self.verdicts, ErrorType.RECONCILE_REJECTED
             )
-            workflow.set_update_handler(RECONCILE_UPDATE, on_update, validator=validate)
-            workflow.set_query_handler(QUERY_APPROVALS, self.query_approvals)
-            on_approve, validate = _update(
-                self.check_decision, self.decisions, ErrorType.APPROVE_REJECTED
-            )
-            workflow.set_update_handler(APPROVE_UPDATE, on_approve, validator=validate)
+            workflow.set_query_handler(QUERY_APPROVALS, lambda: list(self.approvals.values()))
+            _update(APPROVE_UPDATE, self.check_decision, self.decisions, ErrorType.APPROVE_REJECTED)
         return self
 
     def install_at_start(self) -> None:
@@ -124,15 +121,6 @@ class Inbox:
             workflow.logger.warning(f"reconcile signal rejected: {reason}")
             return
         self.verdicts[verdict.key].append(_Pending(verdict))
-
-    def query_open(self) -> list[OpenEffect]:
-        return list(self.open.values())
-
-    def query_approvals(self) -> list[PendingApproval]:
-        return list(self.approvals.values())
-
-    def query_rejected(self) -> list[Rejection]:
-        return list(self.rejections)
 
     # -- validation -------------------------------------------------------------------
 
@@ -209,7 +197,7 @@ class Inbox:
             workflow.upsert_search_attributes([AWAITING_APPROVAL.value_set(len(self.approvals))])
         workflow.set_current_details(_render.details(self.approvals.values(), self.open.values()))
         if parked:
-            _PARKED.move(parked)
+            _count_parked(parked)
 
     def reject(self, via: str, raw: Any, reason: str) -> None:
         self.rejections.append(
@@ -351,33 +339,36 @@ def _until_done(done: Callable[[], None]) -> Iterator[None]:
 
 
 def _update(
+    name: str,
     check: Callable[[Any], tuple[InT | None, str | None]],
     queues: dict[str, list[_Pending[InT, ResultT]]],
     rejected: ErrorType,
-) -> tuple[Callable[..., Awaitable[ResultT]], Callable[..., None]]:
-    """An update's handler and validator: input that ``check`` refuses is rejected (with
+) -> None:
+    """Register update ``name``: input that ``check`` refuses is rejected (with
     ``rejected``) before it touches history; the handler answers with what the ledger
     recorded, or why it refused."""
 
-    def validate(raw: Any = None) -> None:
+    def checked(raw: Any) -> InT:
         given, reason = check(raw)
         if given is None:
             # Sending the same input again cannot succeed: say so to the caller.
             raise ApplicationError(reason or "invalid", type=rejected, non_retryable=True)
+        return given
 
     async def handle(raw: Any = None) -> ResultT:
-        given, reason = check(raw)
-        if given is None:  # the state changed between validation and handling
-            raise ApplicationError(reason or "invalid", type=rejected, non_retryable=True)
-        pending: _Pending[InT, ResultT] = _Pending(given)
-        queues[given.key].append(pending)
+        # Checked again: the state may have changed between validation and handling.
+        pending: _Pending[InT, ResultT] = _Pending(checked(raw))
+        queues[pending.given.key].append(pending)
         await workflow.wait_condition(lambda: pending.done)
         if pending.error is not None:
             raise ApplicationError(pending.error, type=rejected, non_retryable=True)
         assert pending.result is not None
         return pending.result
 
-    return handle, validate
+    def validate(raw: Any = None) -> None:
+        checked(raw)
+
+    workflow.set_update_handler(name, handle, validator=validate)
 
 
 def _parse(raw: Any, model: type[InT], what: str) -> tuple[InT | None, str | None]:
@@ -417,16 +408,9 @@ def _signature_problem(given: ReconcileInput | ApproveInput, signers: Signers) -
 
 def _traced(given: ReconcileInput | ApproveInput) -> None:
     """A decision the ledger recorded, as a span event (see ``_tracing``)."""
-    if isinstance(given, ReconcileInput):
-        _tracing.decided("verdict", given.key, verdict=given.verdict.value, actor=given.actor)
-    else:
-        _tracing.decided(
-            "approval",
-            given.key,
-            decision=given.decision.value,
-            actor=given.actor,
-            fingerprint=given.fingerprint,
-        )
+    kind = "verdict" if isinstance(given, ReconcileInput) else "approval"
+    shown = given.model_dump(mode="json", include={"verdict", "decision", "actor", "fingerprint"})
+    _tracing.decided(kind, given.key, **shown)
 
 
 def _standing(cause: BaseException | None, result_type: type[ResultT]) -> ResultT | None:
@@ -454,7 +438,11 @@ def cause_message(err: ActivityError) -> str:
     return cause.message if isinstance(cause, ApplicationError) else str(cause or err)
 
 
-class _ParkedGauge:
+#: The parked steps of the runs this worker process holds, by workflow type and task queue.
+_parked: dict[tuple[str, str], int] = {}
+
+
+def _count_parked(by: int) -> None:
     """``ledger_parked_steps``: the parked steps of the runs this worker process holds.
 
     Counted on replay too, so a restarted worker that replays a parked run counts it
@@ -462,19 +450,14 @@ class _ParkedGauge:
     replaying. Across a cluster, sum it over workers; the search attribute
     ``LedgerOpenEffects`` is the authoritative list.
     """
-
-    def __init__(self) -> None:
-        self.counts: dict[tuple[str, str], int] = {}
-
-    def move(self, by: int) -> None:
-        info = workflow.info()
-        labels = (info.workflow_type, info.task_queue)
-        self.counts[labels] = max(self.counts.get(labels, 0) + by, 0)
-        workflow.metric_meter().create_gauge(
-            "ledger_parked_steps", "steps waiting for an operator's verdict"
-        ).set(self.counts[labels])
+    info = workflow.info()
+    labels = (info.workflow_type, info.task_queue)
+    _parked[labels] = max(_parked.get(labels, 0) + by, 0)
+    gauge = workflow.metric_meter().create_gauge(
+        "ledger_parked_steps", "steps waiting for an operator's verdict"
+    )
+    gauge.set(_parked[labels])
 
 
-_PARKED = _ParkedGauge()
 OPEN_EFFECTS = SearchAttributeKey.for_int(OPEN_EFFECTS_ATTRIBUTE)
 AWAITING_APPROVAL = SearchAttributeKey.for_int(AWAITING_APPROVAL_ATTRIBUTE)

@@ -18,6 +18,7 @@ nothing is kept on the user's workflow object.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import json
 from collections.abc import Callable, Sequence
@@ -157,11 +158,9 @@ class LedgeredRun(WorkflowOutboundInterceptor):
         return started
 
     def start_activity(self, input: StartActivityInput) -> workflow.ActivityHandle[Any]:
-        if scheduling_own():
-            input.headers = {**input.headers, ANCHOR_HEADER: _anchor(None)}
+        call = self._anchor(input)
+        if call is None:
             return self.next.start_activity(input)
-        call = self._number()
-        input.headers = {**input.headers, ANCHOR_HEADER: _anchor(call)}
         step, self._step = self._step, None
         if step is not None:
             self._started = Ledgered(self.next, input, step, self.inbox)
@@ -183,18 +182,16 @@ class LedgeredRun(WorkflowOutboundInterceptor):
         # that can be read once (an iterator) after a first encoding read it.
         input.args = _encoded_once(input)
         tool = read_args(rule.tool_name, _as_json(input.args)) if rule.tool_name else None
+        tool = tool if isinstance(tool, str) else None
         server = served_by(rule, input.activity)
-        hints = self._listed.get((server or "", tool)) if isinstance(tool, str) else None
+        hints = self._listed.get((server or "", tool)) if tool is not None else None
         if hints is not None:
-            data = json.dumps(hints.model_dump(by_alias=True), sort_keys=True).encode()
-            input.headers = {
-                **input.headers,
-                HINTS_HEADER: Payload(metadata={"encoding": b"json/plain"}, data=data),
-            }
+            hinted = _json_payload(hints.model_dump(by_alias=True))
+            input.headers = {**input.headers, HINTS_HEADER: hinted}
         listed = (
             functools.partial(self._remember_tools, server) if rule.lists_tools and server else None
         )
-        face = _Activity(input, rule, call, tool=tool, listed=listed)
+        face = _Activity(input, rule, call, tool, listed)
         return Ledgered(self.next, input, face, self.inbox).as_handle()
 
     def _remember_tools(self, server: str, result: Any) -> None:
@@ -208,13 +205,25 @@ class LedgeredRun(WorkflowOutboundInterceptor):
                     self._listed[(server, tool["name"])] = hints
 
     def start_local_activity(self, input: StartLocalActivityInput) -> workflow.ActivityHandle[Any]:
-        call = None if scheduling_own() else self._number()
-        input.headers = {**input.headers, ANCHOR_HEADER: _anchor(call)}
+        self._anchor(input)
         return self.next.start_local_activity(input)
 
-    def _number(self) -> str:
-        self._calls += 1
-        return str(self._calls)
+    def _anchor(self, input: StartActivityInput | StartLocalActivityInput) -> str | None:
+        """Number the activity, unless it is the ledger's own, and stamp the run anchor on
+        it; returns its number."""
+        call = None
+        if not scheduling_own():
+            self._calls += 1
+            call = str(self._calls)
+        info = workflow.info()
+        anchor = RunAnchor(
+            first=info.first_execution_run_id, continued=info.continued_run_id, call=call
+        )
+        # Plain JSON, not the worker's converter: the header is ours and must read the same
+        # on any worker whatever converter it configures.
+        stamp = _json_payload(anchor.model_dump(exclude_none=True))
+        input.headers = {**input.headers, ANCHOR_HEADER: stamp}
+        return call
 
 
 #: The run whose workflow code runs now: set by its inbound interceptor in the task of
@@ -228,38 +237,22 @@ def current_run() -> LedgeredRun | None:
     return _RUN.get(None)
 
 
-def _anchor(call: str | None) -> Payload:
-    info = workflow.info()
-    anchor = RunAnchor(
-        first=info.first_execution_run_id, continued=info.continued_run_id, call=call
-    )
-    # Plain JSON, not the worker's converter: the header is ours and must read the same
-    # on any worker whatever converter it configures.
-    data = json.dumps(anchor.model_dump(exclude_none=True), sort_keys=True).encode()
-    return Payload(metadata={"encoding": b"json/plain"}, data=data)
-
-
+@dataclasses.dataclass
 class _Activity:
     """A ledgered activity of another library, as :class:`Ledgered` shows and answers it."""
 
-    def __init__(
-        self,
-        input: StartActivityInput,
-        rule: WorkflowRule,
-        call: str,
-        *,
-        tool: Any = None,
-        listed: Callable[[Any], None] | None = None,
-    ) -> None:
-        self._input = input
-        self._rule = rule
-        self._number = call
-        self._tool = tool if isinstance(tool, str) else None
-        self._listed = listed
+    input: StartActivityInput
+    rule: WorkflowRule
+    #: The activity's number among those the run schedules (see ``_scheduling``).
+    number: str
+    #: The tool it calls, where the rule reads one from its arguments.
+    tool: str | None = None
+    #: Takes the result of a call that lists a server's tools.
+    listed: Callable[[Any], None] | None = None
 
     @property
     def calls_inside(self) -> bool:
-        return self._rule.calls_inside
+        return self.rule.calls_inside
 
     @property
     def probe_arg(self) -> Any:
@@ -272,29 +265,38 @@ class _Activity:
         return self._call(None, waiting.output_schema) if inner is None else self._inner_call(inner)
 
     def received(self, result: Any, waited_on: str | None) -> None:
-        if self._listed is not None:
-            self._listed(result)
-        if waited_on is not None:
-            # The attempt after a wait may replay an answer recorded elsewhere
-            # (``temporal-ledger reconcile``), which no validator saw.
-            self._check_usable(result, waited_on)
+        if self.listed is not None:
+            self.listed(result)
+        answer = self._answer
+        if waited_on is None or answer is None:
+            return
+        # The attempt after a wait may replay an answer recorded elsewhere
+        # (``temporal-ledger reconcile``), which no validator saw: fail the step if the
+        # workflow cannot use it (see :meth:`confirmed`).
+        [as_json] = _as_json([result])
+        try:
+            problem = answer.unusable(as_json)
+        except Exception as exc:
+            problem = str(exc)
+        if problem is not None:
+            raise _unusable(self.input.activity, waited_on, problem)
 
     @functools.cached_property
     def _args_json(self) -> list[Any]:
         """The call's arguments as JSON: read once, as every attempt sends the same."""
-        return _as_json(self._input.args)
+        return _as_json(self.input.args)
 
     @functools.cached_property
     def _answer(self) -> Answer | None:
         """What an answer for this call needs, where its arguments say more than its
         result type (a LangGraph tool node's pending tool calls)."""
-        shape = self._rule.output
+        shape = self.rule.output
         if not isinstance(shape, AnswerForCall):
             return None
         try:
             return shape.answer_for(self._args_json)
         except Exception as exc:  # never a workflow task failure: the plain template
-            workflow.logger.warning(f"{self._input.activity}: no answer template: {exc}")
+            workflow.logger.warning(f"{self.input.activity}: no answer template: {exc}")
             return None
 
     def confirmed(self, call: Call, unknown: UnknownEffect, output: Any) -> Any:
@@ -308,53 +310,30 @@ class _Activity:
         problem = call.misfit(output)
         if problem is None:
             try:
-                return self._decode(self._rule.output.result(output))
+                return self._decode(self.rule.output.result(output))
             except Exception as exc:
                 problem = _one_line(exc)
         raise _unusable(call.tool, unknown.key, problem)
 
-    def _check_usable(self, result: Any, key: str) -> None:
-        """Fail the step if the workflow cannot use ``result`` (see :meth:`confirmed`)."""
-        answer = self._answer
-        if answer is None:
-            return
-        [as_json] = _as_json([result])
-        try:
-            problem = answer.unusable(as_json)
-        except Exception as exc:
-            problem = str(exc)
-        if problem is not None:
-            raise _unusable(self._input.activity, key, problem)
-
     def _call(self, arguments: Any, output_schema: dict[str, Any] | None = None) -> Call:
         answer = self._answer
-        template = (
-            answer.template
-            if answer is not None
-            else self._rule.output.template(self._input.ret_type)
-        )
+        template = answer.template if answer else self.rule.output.template(self.input.ret_type)
         if answer is None and template == PLACEHOLDER and output_schema is not None:
             # Frameworks schedule by name: the activity side's schema gives the shape
             # (an answer read from the call's arguments has said what its template is).
             template = output_template(output_schema)
             template = PLACEHOLDER if template is None else template
-        activity = self._input.activity
-        tool = f"{self._tool} ({activity})" if self._tool else activity
+        activity = self.input.activity
+        tool = f"{self.tool} ({activity})" if self.tool else activity
 
         def misfit(output: Any) -> str | None:
-            if holds_placeholder(output, template):
-                return (
-                    f"effect_confirmed: the output still holds the template's placeholder "
-                    f"({PLACEHOLDER!r} or the like): put in what {tool} returned"
-                )
-            if output_schema is not None:
-                problem = output_misfit(output_schema, output, producer=tool)
-                if problem is not None:
-                    return problem
+            problem = _placeholder_left(output, template, tool, output_schema)
+            if problem is not None:
+                return problem
             try:
                 problem = answer.misfit(output) if answer is not None else None
                 if problem is None:
-                    self._decode(self._rule.output.result(output))
+                    self._decode(self.rule.output.result(output))
             except Exception as exc:  # whatever the framework's type refuses
                 problem = _one_line(exc)
             if problem is not None:
@@ -362,7 +341,7 @@ class _Activity:
             return None
 
         return Call(
-            step=f"call {self._number}",
+            step=f"call {self.number}",
             tool=tool,
             arguments=arguments,
             template=template,
@@ -372,24 +351,15 @@ class _Activity:
 
     def _inner_call(self, inner: InnerCall) -> Call:
         """A call inside the activity (its own key), as the operator answers for it."""
-        tool = f"{inner.tool} (call {inner.call_id} in {self._input.activity})"
-
-        def misfit(output: Any) -> str | None:
-            if holds_placeholder(output, inner.template):
-                return (
-                    f"effect_confirmed: the output still holds the template's placeholder "
-                    f"({PLACEHOLDER!r} or the like): put in what {tool} returned"
-                )
-            if inner.output_schema is not None:
-                return output_misfit(inner.output_schema, output, producer=tool)
-            return None
-
+        tool = f"{inner.tool} (call {inner.call_id} in {self.input.activity})"
         return Call(
-            step=f"call {self._number} / {inner.call_id}",
+            step=f"call {self.number} / {inner.call_id}",
             tool=tool,
             arguments=inner.arguments,
             template=inner.template,
-            misfit=misfit,
+            misfit=lambda output: _placeholder_left(
+                output, inner.template, tool, inner.output_schema
+            ),
             tool_calls=[
                 {"name": inner.tool, "arguments": inner.arguments, "tool_call_id": inner.call_id}
             ],
@@ -397,12 +367,31 @@ class _Activity:
 
     def _decode(self, result: Any) -> Any:
         """The activity's result, as the workflow would have received it from the worker."""
-        payload = Payload(metadata={"encoding": b"json/plain"}, data=json.dumps(result).encode())
-        converter, ret_type = workflow.payload_converter(), self._input.ret_type
+        payload = _json_payload(result, sort_keys=False)
+        converter, ret_type = workflow.payload_converter(), self.input.ret_type
         # temporalio's overloads take a type or nothing; its implementation, also None.
         if ret_type is None:
             return converter.from_payload(payload)
         return converter.from_payload(payload, ret_type)
+
+
+def _placeholder_left(
+    output: Any, template: Any, tool: str, output_schema: dict[str, Any] | None
+) -> str | None:
+    """Why ``output`` cannot be the output of a call of ``tool``: it still holds the
+    template's placeholder, or does not fit ``output_schema``; ``None`` if neither."""
+    if holds_placeholder(output, template):
+        return (
+            f"effect_confirmed: the output still holds the template's placeholder "
+            f"({PLACEHOLDER!r} or the like): put in what {tool} returned"
+        )
+    return None if output_schema is None else output_misfit(output_schema, output, producer=tool)
+
+
+def _json_payload(value: Any, *, sort_keys: bool = True) -> Payload:
+    """``value`` as a plain JSON payload, whatever converter the worker uses."""
+    data = json.dumps(value, sort_keys=sort_keys).encode()
+    return Payload(metadata={"encoding": b"json/plain"}, data=data)
 
 
 def _unusable(tool: str, key: str, problem: str) -> ApplicationError:

@@ -65,56 +65,34 @@ def approve_command(
     where: Where, key: str, fingerprint: str, decision: Decision, *, signed: bool = False
 ) -> str:
     """The command that sends a decision; with ``signed``, one that signs it first."""
-    if signed:
-        return where.sign_command(
-            "approve",
-            {
-                "key": key,
-                "fingerprint": fingerprint,
-                "actor": "YOUR-NAME",
-                "basis": "WHY",
-                "reject": decision is Decision.REJECT,
-            },
-        )
-    template = {
-        "key": key,
-        "fingerprint": fingerprint,
-        "decision": decision.value,
-        "actor": "YOUR-NAME",
-        "basis": "WHY",
-    }
-    return where.command("update execute", APPROVE_UPDATE, template)
+    fields = {"key": key, "fingerprint": fingerprint, "decision": decision.value}
+    fields |= {"actor": "YOUR-NAME", "basis": "WHY"}
+    if not signed:
+        return where.command("update execute", APPROVE_UPDATE, fields)
+    del fields["decision"]
+    return where.sign_command("approve", {**fields, "reject": decision is Decision.REJECT})
 
 
 def reconcile_command(
     kind: str, where: Where, key: str, action_id: str, output: Any, *, signed: bool = False
 ) -> str:
     """The command that sends a verdict; with ``signed``, one that signs it first."""
-    if signed:
-        fields = {
-            "key": key,
-            "action_id": action_id,
-            "verdict": Verdict.EFFECT_CONFIRMED.value,
-            "actor": "YOUR-NAME",
-            "basis": "WHAT-YOU-SAW",
-            "output": json.dumps(output),
-        }
-        if kind != "signal":
-            return where.sign_command("reconcile", fields)
-        signing = where.sign_command("reconcile", fields, send=False)
-        command = where.command(kind, RECONCILE_SIGNAL, {})
-        return command[: command.rindex("--input ")] + f'--input "$({signing})"'
-    template = {
+    template: dict[str, Any] = {
         "key": key,
         "action_id": action_id,
         "verdict": Verdict.EFFECT_CONFIRMED.value,
-        "actor": "YOUR-NAME",
-        "basis": "WHAT-YOU-SAW",
-        "evidence": [],
-        "output": output,
     }
-    name = RECONCILE_SIGNAL if kind == "signal" else RECONCILE_UPDATE
-    return where.command(kind, name, template)
+    template |= {"actor": "YOUR-NAME", "basis": "WHAT-YOU-SAW", "evidence": [], "output": output}
+    if not signed:
+        name = RECONCILE_SIGNAL if kind == "signal" else RECONCILE_UPDATE
+        return where.command(kind, name, template)
+    fields = {**template, "output": json.dumps(output)}
+    del fields["evidence"]
+    if kind != "signal":
+        return where.sign_command("reconcile", fields)
+    signing = where.sign_command("reconcile", fields, send=False)
+    command = where.command(kind, RECONCILE_SIGNAL, {})
+    return command[: command.rindex("--input ")] + f'--input "$({signing})"'
 
 
 def details(approvals: Iterable[PendingApproval], parked: Iterable[OpenEffect]) -> str:
@@ -285,25 +263,15 @@ def pending_approval(call: Call, needed: ApprovalNeeded) -> PendingApproval:
     """What query ``pending_approvals`` shows of a call from now on."""
     info = workflow.info()
     where = Where(needed.address, info.namespace, info.workflow_id)
-    signed = needed.signature_required
+    key, fingerprint, signed = needed.key, needed.fingerprint, needed.signature_required
     return PendingApproval(
-        key=needed.key,
+        **needed.model_dump(include=set(PendingApproval.model_fields) - {"arguments"}),
         step=call.step,
         tool=call.tool,
-        capability=needed.capability,
-        performer=needed.performer,
         arguments=call.arguments,
-        fingerprint=needed.fingerprint,
         since=workflow.now().isoformat(),
-        approvers=needed.approvers,
-        signature_required=signed,
-        approve_command=approve_command(
-            where, needed.key, needed.fingerprint, Decision.APPROVE, signed=signed
-        ),
-        reject_command=approve_command(
-            where, needed.key, needed.fingerprint, Decision.REJECT, signed=signed
-        ),
-        keys=needed.keys,
+        approve_command=approve_command(where, key, fingerprint, Decision.APPROVE, signed=signed),
+        reject_command=approve_command(where, key, fingerprint, Decision.REJECT, signed=signed),
     )
 
 
@@ -313,27 +281,16 @@ def open_effect(call: Call, unknown: UnknownEffect) -> OpenEffect:
     where = Where(unknown.address, info.namespace, info.workflow_id)
 
     def command(kind: str) -> str:
-        return reconcile_command(
-            kind,
-            where,
-            unknown.key,
-            unknown.action_id,
-            call.template,
-            signed=unknown.signature_required,
-        )
+        key, action_id, signed = unknown.key, unknown.action_id, unknown.signature_required
+        return reconcile_command(kind, where, key, action_id, call.template, signed=signed)
 
     return OpenEffect(
-        key=unknown.key,
+        **unknown.model_dump(include=set(OpenEffect.model_fields)),
         step=call.step,
         tool=call.tool,
-        capability=unknown.capability,
-        action_id=unknown.action_id,
         since=workflow.now().isoformat(),
         why=unknown.error,
-        reconcilers=unknown.reconcilers,
-        signature_required=unknown.signature_required,
         tool_calls=call.tool_calls,
         signal_command=command("signal"),
         update_command=command("update execute"),
-        keys=unknown.keys,
     )
