@@ -48,6 +48,12 @@ from ._protocol import (
 from ._scheduling import Kind, scheduling, start_own_activity
 from ._waiting import Call, OpenEffect, PendingApproval, Rejection
 
+#: The activity that records each kind of input, its result, and its error type for a
+#: call that somebody settled elsewhere first.
+_RECORDING: dict[str, tuple[str, Any, ErrorType]] = {
+    "reconcile": (RECONCILE_ACTIVITY, ReconcileResult, ErrorType.RECONCILE_ALREADY_RESOLVED),
+    "approve": (APPROVE_ACTIVITY, ApproveResult, ErrorType.APPROVE_ALREADY_DECIDED),
+}
 InT = TypeVar("InT", ReconcileInput, ApproveInput)
 ResultT = TypeVar("ResultT", ReconcileResult, ApproveResult)
 
@@ -220,13 +226,7 @@ class Inbox:
             f"decide with: {self.approvals[key].approve_command}"
         )
         with _until_done(lambda: self._approval_over(key)):
-            pending = await self._record_next(
-                self.decisions[key],
-                APPROVE_ACTIVITY,
-                ApproveResult,
-                "approve",
-                decided_elsewhere=ErrorType.APPROVE_ALREADY_DECIDED,
-            )
+            pending = await self._record_next(self.decisions[key], "approve")
             return None if pending is None else pending.given.decision
 
     def _approval_over(self, key: str) -> None:
@@ -249,22 +249,12 @@ class Inbox:
             f"({unknown.error}); reconcile it with: {self.open[key].update_command}"
         )
         with _until_done(lambda: self._unparked(key)):
-            while True:
-                pending = await self._record_next(
-                    self.verdicts[key],
-                    RECONCILE_ACTIVITY,
-                    ReconcileResult,
-                    "reconcile",
-                    decided_elsewhere=ErrorType.RECONCILE_ALREADY_RESOLVED,
-                )
-                if pending is None:
-                    return None
-                if pending.given.verdict is Verdict.STILL_UNKNOWN:
-                    self.open[key] = self.open[key].model_copy(
-                        update={"last_verdict": Verdict.STILL_UNKNOWN}
-                    )
-                    continue
-                return pending.given
+            while (pending := await self._record_next(self.verdicts[key], "reconcile")) is not None:
+                if pending.given.verdict is not Verdict.STILL_UNKNOWN:
+                    return pending.given
+                update = {"last_verdict": Verdict.STILL_UNKNOWN}
+                self.open[key] = self.open[key].model_copy(update=update)
+            return None
 
     def _unparked(self, key: str) -> None:
         self.open.pop(key, None)
@@ -272,17 +262,12 @@ class Inbox:
         self._drop_leftovers(self.verdicts.pop(key, []), "the step is no longer parked")
 
     async def _record_next(
-        self,
-        queue: list[_Pending[InT, ResultT]],
-        activity: str,
-        result_type: type[ResultT],
-        kind: Kind,
-        *,
-        decided_elsewhere: ErrorType,
+        self, queue: list[_Pending[InT, ResultT]], kind: Kind
     ) -> _Pending[InT, ResultT] | None:
-        """Record the next queued input through ``activity``; answer refused ones and go
-        on. Returns the accepted input, or ``None`` when the ledger says somebody settled
-        it elsewhere first (the call then runs again to read that)."""
+        """Record the next queued input through the ``kind`` activity; answer refused ones
+        and go on. Returns the accepted input, or ``None`` when the ledger says somebody
+        settled it elsewhere first (the call then runs again to read that)."""
+        activity, result_type, decided_elsewhere = _RECORDING[kind]
         while True:
             await workflow.wait_condition(lambda: bool(queue))
             pending = queue.pop(0)

@@ -24,7 +24,6 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
@@ -58,6 +57,7 @@ from ._protocol import (
     ToolHints,
     UnknownEffect,
     holds_placeholder,
+    one_line,
 )
 from ._results import Answer, AnswerForCall
 from ._scheduling import scheduling, scheduling_own
@@ -312,7 +312,7 @@ class _Activity:
             try:
                 return self._decode(self.rule.output.result(output))
             except Exception as exc:
-                problem = _one_line(exc)
+                problem = one_line(exc)
         raise _unusable(call.tool, unknown.key, problem)
 
     def _call(self, arguments: Any, output_schema: dict[str, Any] | None = None) -> Call:
@@ -335,7 +335,7 @@ class _Activity:
                 if problem is None:
                     self._decode(self.rule.output.result(output))
             except Exception as exc:  # whatever the framework's type refuses
-                problem = _one_line(exc)
+                problem = one_line(exc)
             if problem is not None:
                 return f"effect_confirmed: the output is not a result of {tool}: {problem}"
             return None
@@ -403,16 +403,6 @@ def _unusable(tool: str, key: str, problem: str) -> ApplicationError:
         type=ErrorType.OUTPUT_INVALID,
         non_retryable=True,
     )
-
-
-def _one_line(exc: Exception) -> str:
-    """Why a value did not convert, on one line: a validation error's fields and messages."""
-    if isinstance(exc, ValidationError):
-        return "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']) or 'output'}: {error['msg']}"
-            for error in exc.errors()
-        )
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _encoded_once(input: StartActivityInput) -> list[Any]:

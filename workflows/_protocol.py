@@ -16,7 +16,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from ..ledger import InvalidRequest, Verdict
@@ -66,6 +66,16 @@ def _strings(value: Any) -> list[str]:
         return [value]
     items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
     return [s for item in items for s in _strings(item)]
+
+
+def one_line(exc: Exception) -> str:
+    """Why a value did not convert, on one line: a validation error's fields and messages."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'output'}: {error['msg']}"
+            for error in exc.errors()
+        )
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 class ErrorType(StrEnum):

@@ -27,28 +27,12 @@ from ._protocol import (
     ToolCall,
     ToolOutcome,
     UnknownEffect,
+    one_line,
 )
 from ._spec import Tool, ToolSpec, argument_json
 from ._waiting import Call
 
 OutT = TypeVar("OutT")
-
-
-def default_key(step: str) -> str:
-    """The idempotency key of a step of this workflow: workflow id, first run, step.
-
-    The first execution's run id survives worker crashes, reset and continue-as-new,
-    so a reset workflow replays its effects from the ledger instead of repeating them.
-    Call it inside a workflow only.
-
-    Args:
-        step: The step's name, unique within the workflow.
-
-    Returns:
-        The key ``run_tool`` uses for the step when it is given none.
-    """
-    info = workflow.info()
-    return step_key(info.workflow_id, info.first_execution_run_id, step)
 
 
 async def run_tool(
@@ -76,7 +60,8 @@ async def run_tool(
         performer: Who acts, as the policy knows it.
         precondition: The state the call was planned against (JSON), compared with the
             tool's ``state`` before it acts; part of the request's identity.
-        key: The idempotency key; default: :func:`default_key` of ``step``.
+        key: The idempotency key; default: ``{workflow id}/{first execution run id}/{step}``
+            (``step_key``): a reset workflow replays its effects instead of repeating them.
         options: How the tool's activity is scheduled (temporalio's ``ActivityConfig``);
             fields it leaves out come from the plugin's ``LedgerOptions.tool``. Its retry
             policy and timeouts bound the attempts: once they are spent on an attempt
@@ -118,7 +103,18 @@ async def run_tool(
         if isinstance(ended.cause, ApplicationError):
             raise _final_error(ended.cause, key=call.key, step=step) from ended
         raise  # as it is: "raise ... from" would replace its cause
-    return _typed_output(spec, outcome.output, key=call.key, step=step)
+    # The casts say what the spec's types cannot: OutT is None where output_type is.
+    if spec.output_type is None:
+        return cast(OutT, None)
+    try:
+        return cast(OutT, spec.output_type.model_validate(outcome.output))
+    except ValidationError as exc:  # a recorded output that no longer fits: the model changed
+        raise ToolFailedError(
+            f"{spec.name}: the recorded output does not fit {spec.output_type.__name__}: {exc}",
+            key=call.key,
+            step=step,
+            error_type=ErrorType.OUTPUT_INVALID,
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,13 +141,13 @@ class _Step:
         )
 
     def confirmed(self, call: Call, unknown: UnknownEffect, output: Any) -> ToolOutcome:
-        # run_tool checks the output against the tool's model (_typed_output).
+        # run_tool checks the output against the tool's model as it returns it.
         return ToolOutcome(
             key=unknown.key, action_id=unknown.action_id, output=output, reconciled=True
         )
 
     def received(self, result: Any, waited_on: str | None) -> None:
-        pass  # a tool's outcome is checked as run_tool reads it (_typed_output)
+        pass  # a tool's outcome is checked as run_tool returns it
 
 
 def _tool_call(
@@ -178,58 +174,26 @@ def _tool_call(
 
     if not isinstance(step, str) or not step:
         raise invalid("run_tool needs a non-empty step name")
-    key = key or default_key(step)
-    if not isinstance(arg, spec.arg_type):
-        try:
-            arg = spec.arg_type.model_validate(arg)
-        except ValidationError as exc:
-            name = spec.arg_type.__name__
-            raise invalid(f"{spec.name}: argument does not fit {name}: {exc}") from None
+    info = workflow.info()
+    key = key or step_key(info.workflow_id, info.first_execution_run_id, step)
     try:
-        payload = argument_json(arg)
+        payload = argument_json(spec.arg_type.model_validate(arg))  # an instance as it is
+    except ValidationError as exc:
+        name = spec.arg_type.__name__
+        raise invalid(f"{spec.name}: argument does not fit {name}: {exc}") from None
     except InvalidRequest as exc:
         raise invalid(f"{spec.name}: argument cannot be sent: {exc}") from None
-    return ToolCall(
-        key=key,
-        step=step,
-        performer=performer,
-        arg=payload,
-        precondition=precondition,
-    )
-
-
-def _typed_output(spec: ToolSpec[Any, OutT], output: Any, *, key: str, step: str) -> OutT:
-    # OutT is the tool's output model, or None where output_type is None: the spec's types
-    # do not tie the two together, so the casts say it.
-    if spec.output_type is None:
-        return cast(OutT, None)
-    try:
-        return cast(OutT, spec.output_type.model_validate(output))
-    except ValidationError as exc:
-        # A recorded output that no longer fits (the tool's model changed since).
-        raise ToolFailedError(
-            f"{spec.name}: the recorded output does not fit {spec.output_type.__name__}: {exc}",
-            key=key,
-            step=step,
-            error_type=ErrorType.OUTPUT_INVALID,
-        ) from None
+    return ToolCall(key=key, step=step, performer=performer, arg=payload, precondition=precondition)
 
 
 def _final_error(cause: ApplicationError, *, key: str, step: str) -> Exception:
     if cause.type == ErrorType.CONFLICT:
         details = ConflictDetails.model_validate(cause.details[0])
-        return ToolConflictError(
-            cause.message,
-            key=key,
-            step=step,
-            original_action_id=details.original_action_id,
-            dimensions=details.dimensions,
-        )
-    if cause.type in (ErrorType.DENIED, ErrorType.REJECTED):
-        return ToolDeniedError(cause.message, key=key, step=step, error_type=cause.type)
-    return ToolFailedError(
-        cause.message, key=key, step=step, error_type=cause.type or ErrorType.FAILED
-    )
+        differs = details.model_dump(include={"original_action_id", "dimensions"})
+        return ToolConflictError(cause.message, key=key, step=step, **differs)
+    denied = cause.type in (ErrorType.DENIED, ErrorType.REJECTED)
+    error = ToolDeniedError if denied else ToolFailedError
+    return error(cause.message, key=key, step=step, error_type=cause.type or ErrorType.FAILED)
 
 
 def _output_misfit(spec: ToolSpec[Any, Any], output: Any) -> str | None:
@@ -242,8 +206,6 @@ def _output_misfit(spec: ToolSpec[Any, Any], output: Any) -> str | None:
     try:
         spec.output_type.model_validate(output)
     except ValidationError as exc:  # what the schema cannot say (validators, bounds)
-        problems = "; ".join(
-            f"{'.'.join(str(x) for x in e['loc']) or 'output'}: {e['msg']}" for e in exc.errors()
-        )
+        problems = one_line(exc)
         return f"effect_confirmed: the output does not fit {spec.name}'s output model: {problems}"
     return None
