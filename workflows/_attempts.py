@@ -60,16 +60,12 @@ class Attempts:
     """
 
     def __init__(self, *, calls_inside: bool = False) -> None:
-        self._calls_inside = calls_inside
+        #: Whether the call's code runs on the ask-only attempt (see the class).
+        self.calls_inside = calls_inside
         self._wait = _FIRST_WAIT
         #: The attempt that timed out once the user's bounds were spent, while its
         #: outcome is asked of the ledger.
         self._lost: ActivityError | None = None
-
-    @property
-    def calls_inside(self) -> bool:
-        """Whether the call's code runs on the ask-only attempt (see the class)."""
-        return self._calls_inside
 
     @property
     def ask_only(self) -> bool:
@@ -109,7 +105,7 @@ class Attempts:
         if lost is None:
             self._lost = err  # ask now: the ledger's answer does not need a wait
             return
-        if self._calls_inside:
+        if self.calls_inside:
             raise lost
         # The ask-only attempt timed out (its worker died, or the ledger was slow).
         await self._pause(cause)

@@ -25,7 +25,6 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from ..ledger import Verdict
 from ..ledger._seam import Decision, Signers
 from . import _render, _tracing
-from ._options import LedgerOptions
 from ._protocol import (
     APPROVE_ACTIVITY,
     APPROVE_UPDATE,
@@ -45,7 +44,7 @@ from ._protocol import (
     ReconcileResult,
     UnknownEffect,
 )
-from ._scheduling import Kind, scheduling, start_own_activity
+from ._scheduling import Kind, LedgerOptions, scheduling, start_own_activity
 from ._waiting import Call, OpenEffect, PendingApproval, Rejection
 
 #: The activity that records each kind of input, its result, and its error type for a

@@ -41,11 +41,10 @@ from temporalio.worker import (
     WorkflowOutboundInterceptor,
 )
 
-from ..ledger._seam import output_misfit, output_template
+from ..ledger._seam import output_misfit
 from ._inbox import Inbox
 from ._ledgered import Face, Ledgered
 from ._matching import WorkflowRule, covers, ordered, read_args, served_by
-from ._options import LedgerOptions
 from ._protocol import (
     ANCHOR_HEADER,
     HINTS_HEADER,
@@ -59,8 +58,8 @@ from ._protocol import (
     holds_placeholder,
     one_line,
 )
-from ._results import Answer, AnswerForCall
-from ._scheduling import scheduling, scheduling_own
+from ._results import Answer, AnswerForCall, template_of
+from ._scheduling import LedgerOptions, scheduling, scheduling_own
 from ._waiting import Call
 
 
@@ -321,8 +320,7 @@ class _Activity:
         if answer is None and template == PLACEHOLDER and output_schema is not None:
             # Frameworks schedule by name: the activity side's schema gives the shape
             # (an answer read from the call's arguments has said what its template is).
-            template = output_template(output_schema)
-            template = PLACEHOLDER if template is None else template
+            template = template_of(output_schema)
         activity = self.input.activity
         tool = f"{self.tool} ({activity})" if self.tool else activity
 

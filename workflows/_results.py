@@ -82,15 +82,20 @@ class AsReturned:
     function): the operator answers with what the function returns."""
 
     def template(self, result_type: Any) -> Any:
-        schema = result_schema(result_type)
-        template = None if schema is None else output_template(schema)
-        return PLACEHOLDER if template is None else template
+        return template_of(result_schema(result_type))
 
     def result(self, output: Any) -> Any:
         return output
 
     def output_schema(self, result_type: Any, args: list[Any]) -> dict[str, Any] | None:
         return result_schema(result_type)
+
+
+def template_of(schema: dict[str, Any] | None) -> Any:
+    """A value of ``schema``'s shape, with placeholders, for the operator's command; the
+    placeholder itself where the schema says nothing of it."""
+    template = None if schema is None else output_template(schema)
+    return PLACEHOLDER if template is None else template
 
 
 def result_schema(result_type: Any) -> dict[str, Any] | None:
@@ -103,16 +108,12 @@ def result_schema(result_type: Any) -> dict[str, Any] | None:
     if result_type is None or result_type is Any:
         return None
     try:
-        return _cached_schema(result_type)
-    except TypeError:  # an annotation that cannot be a cache key
         return _schema(result_type)
+    except TypeError:  # an annotation that cannot be a cache key
+        return _schema.__wrapped__(result_type)
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_schema(result_type: Any) -> dict[str, Any] | None:
-    return _schema(result_type)
-
-
 def _schema(result_type: Any) -> dict[str, Any] | None:
     try:
         schema: dict[str, Any] = TypeAdapter(result_type).json_schema()

@@ -19,7 +19,6 @@ from ..ledger._seam import output_misfit, output_template
 from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError
 from ._interceptor import current_run
 from ._keys import step_key
-from ._options import activity_config
 from ._protocol import (
     ApprovalNeeded,
     ConflictDetails,
@@ -29,6 +28,7 @@ from ._protocol import (
     UnknownEffect,
     one_line,
 )
+from ._scheduling import activity_config
 from ._spec import Tool, ToolSpec, argument_json
 from ._waiting import Call
 

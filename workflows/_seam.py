@@ -14,7 +14,6 @@ from ._matching import covers as covers
 from ._matching import ordered as ordered
 from ._matching import read_args as read_args
 from ._matching import served_by as served_by
-from ._options import LedgerOptions as LedgerOptions
 from ._protocol import ANCHOR_HEADER as ANCHOR_HEADER
 from ._protocol import APPROVE_ACTIVITY as APPROVE_ACTIVITY
 from ._protocol import ASK_ONLY_HEADER as ASK_ONLY_HEADER
@@ -45,5 +44,6 @@ from ._results import AnswerForCall as AnswerForCall
 from ._results import AsReturned as AsReturned
 from ._results import ResultShape as ResultShape
 from ._results import result_schema as result_schema
+from ._scheduling import LedgerOptions as LedgerOptions
 from ._spec import Tool as Tool
 from ._spec import ToolSpec as ToolSpec
