@@ -90,8 +90,8 @@ class Inbox:
 
     # -- handlers (registered dynamically, so any workflow can use them) ---------------
 
-    def install(self) -> Inbox:
-        """Register the queries, signal and updates (once); returns the inbox."""
+    def install(self) -> None:
+        """Register the queries, signal and updates (once)."""
         if not self._installed:
             self._installed = True
             workflow.set_query_handler(QUERY_OPEN, lambda: list(self.open.values()))
@@ -102,7 +102,6 @@ class Inbox:
             )
             workflow.set_query_handler(QUERY_APPROVALS, lambda: list(self.approvals.values()))
             _update(APPROVE_UPDATE, self.check_decision, self.decisions, ErrorType.APPROVE_REJECTED)
-        return self
 
     def install_at_start(self) -> None:
         """Register the handlers as the run starts, so that they answer before any tool
@@ -160,8 +159,7 @@ class Inbox:
         if verdict.signature is not None and verdict.action_id is None:
             return None, f"a signed verdict names the action it is about: {effect.action_id}"
         signers = Signers(keys=effect.keys, verdicts_signed=effect.signature_required)
-        problem = _signature_problem(verdict, signers)
-        if problem is not None:
+        if (problem := _signature_problem(verdict, signers)) is not None:
             return None, problem
         # The ledger refuses it, too, if another action's effect is unknown by then.
         return verdict.model_copy(update={"action_id": effect.action_id}), None
@@ -189,8 +187,7 @@ class Inbox:
         if not any(fnmatch.fnmatchcase(decision.actor, pattern) for pattern in waiting.approvers):
             return None, f"actor {decision.actor!r} may not approve under the worker's policy"
         signers = Signers(keys=waiting.keys, decisions_signed=waiting.signature_required)
-        problem = _signature_problem(decision, signers)
-        if problem is not None:
+        if (problem := _signature_problem(decision, signers)) is not None:
             return None, problem
         return decision, None
 
@@ -214,24 +211,16 @@ class Inbox:
     async def await_approval(self, call: Call, needed: ApprovalNeeded) -> Decision | None:
         """Wait for a decision that the ledger recorded and return it; ``None`` when the
         call was decided elsewhere (the ledger answers the next attempt with it)."""
-        key = needed.key
-        self.decisions[key] = []
-        self.approvals[key] = _render.pending_approval(call, needed)
         self.approvals_listed = self.approvals_listed or needed.awaiting_approval_attribute
-        self.changed()
+        shown = _render.pending_approval(call, needed)
         workflow.logger.info(
-            f"step {call.step!r} awaits approval of key {key!r} "
-            f"(fingerprint {needed.fingerprint}); "
-            f"decide with: {self.approvals[key].approve_command}"
+            f"step {call.step!r} awaits approval of key {needed.key!r} "
+            f"(fingerprint {needed.fingerprint}); decide with: {shown.approve_command}"
         )
-        with _until_done(lambda: self._approval_over(key)):
-            pending = await self._record_next(self.decisions[key], "approve")
+        why = "the call no longer awaits approval"
+        with self._waiting(needed.key, self.approvals, shown, self.decisions, why) as queue:
+            pending = await self._record_next(queue, "approve")
             return None if pending is None else pending.given.decision
-
-    def _approval_over(self, key: str) -> None:
-        self.approvals.pop(key, None)
-        self.changed()
-        self._drop_leftovers(self.decisions.pop(key, []), "the call no longer awaits approval")
 
     async def park(self, call: Call, unknown: UnknownEffect) -> ReconcileInput | None:
         """Wait for an operator's verdict that the ledger accepted and return it; ``None``
@@ -239,26 +228,54 @@ class Inbox:
         the call should run again to pick up the recorded outcome."""
         key = unknown.key
         self.calls[key] = call
-        self.verdicts[key] = []
-        self.open[key] = _render.open_effect(call, unknown)
         self.listed = self.listed or unknown.open_effects_attribute
-        self.changed(parked=+1)
+        shown = _render.open_effect(call, unknown)
         workflow.logger.warning(
             f"step {call.step!r} parked: the effect of key {key!r} is unknown "
-            f"({unknown.error}); reconcile it with: {self.open[key].update_command}"
+            f"({unknown.error}); reconcile it with: {shown.update_command}"
         )
-        with _until_done(lambda: self._unparked(key)):
-            while (pending := await self._record_next(self.verdicts[key], "reconcile")) is not None:
+        why = "the step is no longer parked"
+        with self._waiting(key, self.open, shown, self.verdicts, why, parked=1) as queue:
+            while (pending := await self._record_next(queue, "reconcile")) is not None:
                 if pending.given.verdict is not Verdict.STILL_UNKNOWN:
                     return pending.given
                 update = {"last_verdict": Verdict.STILL_UNKNOWN}
                 self.open[key] = self.open[key].model_copy(update=update)
             return None
 
-    def _unparked(self, key: str) -> None:
-        self.open.pop(key, None)
-        self.changed(parked=-1)
-        self._drop_leftovers(self.verdicts.pop(key, []), "the step is no longer parked")
+    @contextlib.contextmanager
+    def _waiting(
+        self,
+        key: str,
+        rows: dict[str, Any],
+        row: Any,
+        queues: dict[str, list[_Pending[InT, ResultT]]],
+        why: str,
+        *,
+        parked: int = 0,
+    ) -> Iterator[list[_Pending[InT, ResultT]]]:
+        """A call waiting under ``key``, shown as ``row``, with the queue of its inputs.
+        When the wait ends, however it ends, the row goes, and inputs still queued are
+        refused saying ``why``: a later wait of the same key is a different call or action
+        that nobody has looked at yet, so they are never applied to it. Except when the
+        worker drops the run (eviction closes its coroutines): the next replay rebuilds
+        the wait from history."""
+        rows[key], queues[key] = row, []
+        self.changed(parked=parked)
+        evicted = False
+        try:
+            yield queues[key]
+        except GeneratorExit:
+            evicted = True
+            raise
+        finally:
+            if not evicted:
+                rows.pop(key, None)
+                self.changed(parked=-parked)
+                for leftover in queues.pop(key, []):
+                    leftover.error = f"{why}; the input was not applied"
+                    leftover.done = True
+                    self.reject("ledger", leftover.given.model_dump(), leftover.error)
 
     async def _record_next(
         self, queue: list[_Pending[InT, ResultT]], kind: Kind
@@ -297,29 +314,6 @@ class Inbox:
                 pending.done = True
             _traced(pending.given)
             return pending
-
-    def _drop_leftovers(self, leftovers: list[_Pending[Any, Any]], why: str) -> None:
-        # Inputs still queued were given for this wait; a later wait of the same key is
-        # a different call or action that nobody has looked at yet: never apply them to it.
-        for leftover in leftovers:
-            leftover.error = f"{why}; the input was not applied"
-            leftover.done = True
-            self.reject("ledger", leftover.given.model_dump(), leftover.error)
-
-
-@contextlib.contextmanager
-def _until_done(done: Callable[[], None]) -> Iterator[None]:
-    """Runs ``done`` when a wait ends, however it ends, except when the worker drops the
-    run (eviction closes its coroutines): the next replay rebuilds the wait from history."""
-    try:
-        yield
-    except GeneratorExit:
-        raise
-    except BaseException:
-        done()
-        raise
-    else:
-        done()
 
 
 def _update(

@@ -59,25 +59,20 @@ class Face(Protocol):
     @property
     def calls_inside(self) -> bool:
         """The call's code makes ledgered calls of its own (see ``Attempts``)."""
-        ...
 
     @property
     def probe_arg(self) -> Any:
         """The argument the tool's probe is given."""
-        ...
 
     def shown(self, waiting: ApprovalNeeded | UnknownEffect) -> Call:
         """The call (or the call inside it) as it waits for approval or a verdict."""
-        ...
 
     def confirmed(self, call: Call, unknown: UnknownEffect, output: Any) -> Any:
         """The attempt's result for a confirmed effect's ``output``."""
-        ...
 
     def received(self, result: Any, waited_on: str | None) -> None:
         """Look at an attempt's result before the workflow gets it; ``waited_on``: the key
         the call last waited on for a person, if any."""
-        ...
 
 
 class Ledgered:

@@ -27,12 +27,10 @@ class ResultShape(Protocol):
 
     def template(self, result_type: Any) -> Any:
         """A value of the output's shape, with placeholders, for the operator's command."""
-        ...
 
     def result(self, output: Any) -> Any:
         """The activity's result (as JSON) for the operator's output; ``ValueError`` if
         the output cannot be one."""
-        ...
 
     def output_schema(self, result_type: Any, args: list[Any]) -> dict[str, Any] | None:
         """The JSON schema an operator's output must fit, or ``None`` where any JSON value
@@ -40,7 +38,6 @@ class ResultShape(Protocol):
         ``result_type`` is its return annotation (``None`` if it has none), ``args`` its
         arguments as JSON. The workflow checks an answer against it before recording,
         and the ledger again (so ``temporal-ledger reconcile`` cannot record a misfit)."""
-        ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +70,6 @@ class AnswerForCall(Protocol):
         """What an answer for the call with these arguments (as JSON) needs; ``None``
         when the arguments say nothing more than :meth:`ResultShape.template`. Never
         raises: it runs in the workflow."""
-        ...
 
 
 @dataclasses.dataclass(frozen=True)
