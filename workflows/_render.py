@@ -48,9 +48,7 @@ class Where:
         run, and with ``send`` sends it with update ``KIND``."""
         address = f"--address {shlex.quote(self.address)} " if self.address and send else ""
         options = " ".join(
-            f"--{name.replace('_', '-')} {shlex.quote(str(value))}"
-            if value is not True
-            else f"--{name.replace('_', '-')}"
+            f"--{name.replace('_', '-')}" + ("" if value is True else f" {shlex.quote(str(value))}")
             for name, value in fields.items()
             if value is not None and value is not False
         )
