@@ -41,81 +41,80 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 #: could not read the answer: a broken connection, a reply it cannot parse).
 _FAILED = (ExecStatus.FATAL_ERROR, ExecStatus.BAD_RESPONSE)
 
-#: How a text parameter says NUL is refused: as psycopg's own dumper says it.
-_NUL = "PostgreSQL text fields cannot contain NUL (0x00) bytes"
+class Wire:
+    """A connection lent to the event loop, its socket watched for as long as it is: one
+    reader registered for the loan, not one per wait (most of a wait's work)."""
 
+    __slots__ = ("conn", "fd", "loop", "pgconn", "waiter")
 
-def _text(value: Any) -> bytes | None:
-    """A parameter in PostgreSQL's text format; its type is the function's argument's
-    (the parameters are sent untyped)."""
-    if value is None:
-        return None
-    if value is True:
-        return b"t"
-    if value is False:
-        return b"f"
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise psycopg.DataError(_NUL)
-        return value.encode()
-    if isinstance(value, int):
-        return str(value).encode()
-    if isinstance(value, float):
-        return repr(value).encode()  # the shortest text that reads back exactly
-    raise TypeError(f"a ledger_write parameter is a str, int, float, bool or None: {value!r}")
+    def __init__(self, conn: psycopg.AsyncConnection[Any], loop: asyncio.AbstractEventLoop) -> None:
+        self.conn, self.pgconn, self.loop, self.fd = conn, conn.pgconn, loop, conn.pgconn.socket
+        self.waiter: asyncio.Future[None] | None = None
+        loop.add_reader(self.fd, self._ready)
 
+    def _ready(self) -> None:
+        waiter, self.waiter = self.waiter, None
+        if waiter is None:
+            # Nobody waits: read what came (a notice, the server's goodbye), or the socket
+            # stays readable; a closed one is no longer watched (check_pooled refuses it).
+            try:
+                self.pgconn.consume_input()
+            except psycopg.OperationalError:
+                self.release()
+        elif not waiter.done():
+            waiter.set_result(None)
 
-async def call_one_row(
-    conn: psycopg.AsyncConnection[Any], sql: bytes, params: tuple[Any, ...]
-) -> list[bytes | None]:
-    """Run ``sql`` with ``params`` on ``conn`` (idle, in autocommit or an implicit
-    transaction) and answer its one row's values as text.
+    def release(self) -> None:
+        """Stop watching the socket (before the connection goes back to its pool)."""
+        self.loop.remove_reader(self.fd)
 
-    Args:
-        conn: A connection the caller holds alone.
-        sql: The statement, with ``$n`` placeholders.
-        params: Its parameters.
+    async def _wait(self) -> None:
+        self.waiter = self.loop.create_future()
+        await self.waiter
+        _consume(self.pgconn)
 
-    Returns:
-        The first row's columns, as the server's text (``None`` for NULL).
+    async def call(self, sql: bytes, params: tuple[bytes, ...]) -> list[bytes | None]:
+        """Run ``sql`` with ``params`` (idle connection, autocommit or an implicit
+        transaction) and answer its first row's columns as the server's text (``None``
+        for NULL).
 
-    Raises:
-        psycopg.OperationalError: The connection was lost with nothing said of the
-            statement (no SQLSTATE): it may have committed.
-        psycopg.Error: The server refused the statement (it has a SQLSTATE).
-    """
-    pgconn = conn.pgconn
-    pgconn.send_query_params(sql, [_text(value) for value in params])
-    loop = asyncio.get_running_loop()
-    socket = pgconn.socket
-    while pgconn.flush():  # a large call: wait until libpq has sent it all
-        await _ready(loop, socket, write=True)
+        Raises:
+            psycopg.OperationalError: The connection was lost with nothing said of the
+                statement (no SQLSTATE): it may have committed.
+            psycopg.Error: The server refused the statement (it has a SQLSTATE).
+        """
+        pgconn = self.pgconn
+        pgconn.send_query_params(sql, params)
+        while pgconn.flush():  # a large call: libpq sends the rest as the socket drains
+            self.loop.add_writer(self.fd, self._ready)  # (and reads what the server says)
+            try:
+                await self._wait()
+            finally:
+                self.loop.remove_writer(self.fd)
         _consume(pgconn)
-    _consume(pgconn)
-    while pgconn.is_busy():
-        await _ready(loop, socket, write=False)
-        _consume(pgconn)
-    row: list[bytes | None] | None = None
-    failure: psycopg.Error | None = None
-    # Every result to the end, so the connection is idle again for the pool.
-    while (result := pgconn.get_result()) is not None:
-        if result.status == ExecStatus.TUPLES_OK and row is None and result.ntuples:
-            row = [result.get_value(0, n) for n in range(result.nfields)]
-        elif result.status in _FAILED and failure is None:
-            failure = errors.error_from_result(result, encoding="utf-8")
-        while pgconn.is_busy():
-            await _ready(loop, socket, write=False)
-            _consume(pgconn)
-    if failure is not None:
-        if failure.sqlstate is None:
-            # libpq's own report, not the server's: the connection broke (a reset, a
-            # backend gone before it said why) with nothing said of the statement, which
-            # may have committed. psycopg calls that an OperationalError; so do we.
-            raise psycopg.OperationalError(str(failure))
-        raise failure
-    if row is None:
-        raise psycopg.ProgrammingError(f"the statement answered no row: {sql[:80]!r}")
-    return row
+        row: list[bytes | None] | None = None
+        failure: psycopg.Error | None = None
+        # Every result to the end, so the connection is idle again for the pool.
+        while True:
+            while pgconn.is_busy():
+                await self._wait()
+            result = pgconn.get_result()
+            if result is None:
+                break
+            if result.status == ExecStatus.TUPLES_OK and row is None and result.ntuples:
+                row = [result.get_value(0, n) for n in range(result.nfields)]
+            elif result.status in _FAILED and failure is None:
+                failure = errors.error_from_result(result, encoding="utf-8")
+        if failure is not None:
+            if failure.sqlstate is None:
+                # libpq's own report, not the server's: the connection broke (a reset, a
+                # backend gone before it said why) with nothing said of the statement,
+                # which may have committed. psycopg calls that an OperationalError.
+                raise psycopg.OperationalError(str(failure))
+            raise failure
+        if row is None:
+            raise psycopg.ProgrammingError(f"the statement answered no row: {sql[:80]!r}")
+        return row
 
 
 def _consume(pgconn: PGconn) -> None:
@@ -129,26 +128,6 @@ def _consume(pgconn: PGconn) -> None:
     except psycopg.OperationalError:
         if pgconn.is_busy():
             raise
-
-
-async def _ready(loop: asyncio.AbstractEventLoop, socket: int, *, write: bool) -> None:
-    """Until ``socket`` is readable (or, with ``write``, writable or readable: libpq
-    reads what the server sends while it is still sending)."""
-    ready = loop.create_future()
-
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(socket, wake)
-    if write:
-        loop.add_writer(socket, wake)
-    try:
-        await ready
-    finally:
-        loop.remove_reader(socket)
-        if write:
-            loop.remove_writer(socket)
 
 
 def check_pooled(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
@@ -182,7 +161,7 @@ class LoopPool:
         self._url, self._kwargs, self._size, self._timeout = url, kwargs, size, timeout
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._idle: list[Wire] = []
         self._waiting = 0  # calls of the loop waiting on its pool for a connection
         self._closed = False
 
@@ -213,35 +192,35 @@ class LoopPool:
             with suppress(PoolTimeout):
                 await self._pool.wait(timeout=self._timeout)
 
-    async def call(self, sql: bytes, params: tuple[Any, ...]) -> list[bytes | None] | None:
-        """:func:`call_one_row` on a connection of the pool (the loop's, see :meth:`here`),
+    async def call(self, sql: bytes, param: bytes) -> list[bytes | None] | None:
+        """:meth:`Wire.call` on a connection of the pool (the loop's, see :meth:`here`),
         or ``None`` if none came within the pool's timeout."""
         pool = self._pool
         assert pool is not None
-        conn = await self._take(pool)
-        if conn is None:
+        wire = await self._take(pool)
+        if wire is None:
             return None
         try:
-            return await call_one_row(conn, sql, params)
+            return await wire.call(sql, (param,))
         finally:
-            pgconn = conn.pgconn
+            pgconn = wire.pgconn
             if (
                 self._pool is pool
                 and not self._waiting  # a call waits on the pool: the pool gets it back
                 and pgconn.status == ConnStatus.OK
                 and pgconn.transaction_status == TransactionStatus.IDLE
             ):
-                self._idle.append(conn)
+                self._idle.append(wire)
             else:
-                await pool.putconn(conn)  # it closes a broken one and opens another
+                wire.release()
+                await pool.putconn(wire.conn)  # it closes a broken one and opens another
 
-    async def _take(
-        self, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]]
-    ) -> psycopg.AsyncConnection[Any] | None:
+    async def _take(self, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]]) -> Wire | None:
         deadline = time.monotonic() + self._timeout
         while True:
-            if self._idle:
-                conn = self._idle.pop()
+            wire = self._idle.pop() if self._idle else None
+            if wire is not None:
+                conn = wire.conn
             else:
                 self._waiting += 1
                 try:
@@ -253,9 +232,11 @@ class LoopPool:
             try:
                 check_pooled(conn)
             except psycopg.Error:
+                if wire is not None:
+                    wire.release()
                 await pool.putconn(conn)
                 continue
-            return conn
+            return wire or Wire(conn, asyncio.get_running_loop())
 
     async def close_here(self) -> None:
         """Close the pool from its own loop."""
@@ -288,5 +269,7 @@ class LoopPool:
 
     async def _close(self, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]]) -> None:
         while self._idle:
-            await pool.putconn(self._idle.pop())
+            wire = self._idle.pop()
+            wire.release()
+            await pool.putconn(wire.conn)
         await pool.close()

@@ -386,12 +386,12 @@ class PostgresRecorder(Recorder):
         tx = UnchangedTransaction(key, expected, now)
         result = fn(tx)
         try:
-            sql, params = tx.call()
+            sql, doc = tx.call()
         except KeyMovedOn:
             return False, None
         sent = time.monotonic()
         try:
-            row = await self._on_loop.call(sql.encode(), params)
+            row = await self._on_loop.call(sql.encode(), doc.encode())
         except psycopg.Error as exc:
             if isinstance(exc, CONNECTION_ERRORS) and not _lost(exc):
                 # The server ended the connection before the implicit transaction

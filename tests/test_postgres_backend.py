@@ -31,7 +31,7 @@ from temporal_ledger.ledger import (
     NoEffect,
 )
 from temporal_ledger.ledger._models import EffectState, ExecutionContext
-from temporal_ledger.ledger._pg_loop import call_one_row
+from temporal_ledger.ledger._pg_loop import Wire
 from temporal_ledger.ledger._pg_write import MIGRATIONS
 from temporal_ledger.ledger._postgres import PostgresRecorder
 from temporal_ledger.ledger._recorder import SCHEMA_VERSION
@@ -213,7 +213,8 @@ async def test_a_connection_broken_during_a_call_is_lost_not_refused(postgres_ur
     transaction rolled back. libpq reports this break as a result, not by raising."""
     conn = await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
     try:
-        call = asyncio.create_task(call_one_row(conn, b"SELECT pg_sleep(0.5), 1, 2", ()))
+        wire = Wire(conn, asyncio.get_running_loop())
+        call = asyncio.create_task(wire.call(b"SELECT pg_sleep(0.5), 1, 2", ()))
         await asyncio.sleep(0.1)
         with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
             sock.shutdown(socket.SHUT_RDWR)  # the client's side of a connection reset
@@ -223,6 +224,7 @@ async def test_a_connection_broken_during_a_call_is_lost_not_refused(postgres_ur
         assert "server closed the connection" in str(lost.value)
         assert conn.pgconn.status == psycopg.pq.ConnStatus.BAD
     finally:
+        wire.release()
         await conn.close()
 
 
