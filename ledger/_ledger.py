@@ -169,7 +169,9 @@ class Ledger(Decisions):
             if self._closed:
                 raise LedgerError("the ledger is closed")
             loop = asyncio.get_running_loop()
-            queued = self._recorder.submit_replay_on_loop(key, draft.write, loop, expected=record)
+            queued = self._recorder.submit_on_loop(
+                key, draft.write, loop, durable=False, expected=record
+            )
             try:
                 await (queued or self._run(self._recorder.transact, key, draft.write))
             except DuplicateActionId:

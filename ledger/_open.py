@@ -288,7 +288,7 @@ class Opened:
             return
         loop = asyncio.get_running_loop()
         for key, audit in batch:
-            queued = self._recorder.submit_replay_on_loop(key, audit, loop)
+            queued = self._recorder.submit_on_loop(key, audit, loop, durable=False)
             pending = queued or asyncio.ensure_future(
                 self._run(self._recorder.transact, key, audit)
             )

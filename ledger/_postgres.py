@@ -338,7 +338,13 @@ class PostgresRecorder(Recorder):
         )
 
     def submit_on_loop(
-        self, key: str, fn: Callable[[Transaction], T], loop: asyncio.AbstractEventLoop
+        self,
+        key: str,
+        fn: Callable[[Transaction], T],
+        loop: asyncio.AbstractEventLoop,
+        *,
+        durable: bool = True,
+        expected: KeyRecord | None = None,
     ) -> asyncio.Future[T] | None:
         """:meth:`transact` on one of this recorder's threads, answered on ``loop``: a
         queue and one ``call_soon_threadsafe``, lighter than an executor's future chain."""

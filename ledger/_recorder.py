@@ -80,7 +80,13 @@ class Recorder(ABC):
         return None
 
     def submit_on_loop(
-        self, key: str, fn: Callable[[Transaction], T], loop: asyncio.AbstractEventLoop
+        self,
+        key: str,
+        fn: Callable[[Transaction], T],
+        loop: asyncio.AbstractEventLoop,
+        *,
+        durable: bool = True,
+        expected: KeyRecord | None = None,
     ) -> asyncio.Future[T] | None:
         """Optional: :meth:`submit`, answered on the running event ``loop`` (one
         ``call_soon_threadsafe``, lighter than an executor's future chain).
@@ -89,38 +95,19 @@ class Recorder(ABC):
             key: As for :meth:`transact`.
             fn: As for :meth:`transact`.
             loop: The running event loop.
+            durable: ``False`` for a transaction that records only a replay (it changed
+                nothing in the world): a recorder may commit it without waiting for the
+                disk, so that a power cut may lose it, never a commit made durable
+                before or after it.
+            expected: The settled record a replay was decided on; a recorder may give it
+                to ``fn`` instead of reading the record again when the key's chain head
+                is still the same (every change of a settled key appends an event).
 
         Returns:
             A future of that loop, or ``None`` as for :meth:`submit`.
         """
         queued = self.submit(key, fn)
         return None if queued is None else asyncio.wrap_future(queued, loop=loop)
-
-    def submit_replay_on_loop(
-        self,
-        key: str,
-        fn: Callable[[Transaction], T],
-        loop: asyncio.AbstractEventLoop,
-        *,
-        expected: KeyRecord | None = None,
-    ) -> asyncio.Future[T] | None:
-        """Optional: :meth:`submit_on_loop` for a transaction that records only a replay
-        (it changed nothing in the world): a recorder may commit it without waiting for
-        the disk, so that a power cut may lose it, never a commit made durable before
-        or after it. The default commits it durably, like any other.
-
-        Args:
-            key: As for :meth:`transact`.
-            fn: As for :meth:`transact`.
-            loop: The running event loop.
-            expected: The settled record the replay was decided on; a recorder may give
-                it to ``fn`` instead of reading the record again when the key's chain
-                head is still the same (every change of a settled key appends an event).
-
-        Returns:
-            A future of that loop, or ``None`` as for :meth:`submit`.
-        """
-        return self.submit_on_loop(key, fn, loop)
 
     #: Whether :meth:`read_now` reads on the calling thread (a local file): a replay is
     #: then decided from that read, and only its audit record is written.

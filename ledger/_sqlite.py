@@ -144,28 +144,13 @@ class SQLiteRecorder(Recorder):
         return future
 
     def submit_on_loop(
-        self, key: str, fn: Callable[[Transaction], T], loop: asyncio.AbstractEventLoop
-    ) -> asyncio.Future[T] | None:
-        return self._on_loop(key, fn, loop, durable=True, expected=None)
-
-    def submit_replay_on_loop(
         self,
         key: str,
         fn: Callable[[Transaction], T],
         loop: asyncio.AbstractEventLoop,
         *,
+        durable: bool = True,
         expected: KeyRecord | None = None,
-    ) -> asyncio.Future[T] | None:
-        return self._on_loop(key, fn, loop, durable=False, expected=expected)
-
-    def _on_loop(
-        self,
-        key: str,
-        fn: Callable[[Transaction], T],
-        loop: asyncio.AbstractEventLoop,
-        *,
-        durable: bool,
-        expected: KeyRecord | None,
     ) -> asyncio.Future[T] | None:
         if type(self).submit is not SQLiteRecorder.submit:
             # A subclass that reroutes submit (a test's fault injection) keeps its route.
