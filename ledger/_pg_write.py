@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import functools
 import json
-import select
 from contextlib import suppress
 from typing import Any
 
 import psycopg
-from psycopg import errors
 from psycopg.pq import ConnStatus, ExecStatus, TransactionStatus
 
 from ._transaction import (
@@ -183,7 +181,8 @@ _COMPACT = "UPDATE ledger_events SET payload = %s WHERE key = %s AND seq <= %s A
 
 
 # The types of ``ledger_write``'s arguments before the events' (text, all of them).
-_HEAD_TYPES = ",,boolean,,,,integer,bigint,float8,,,integer,integer,integer,bigint,".split(",")
+_HEAD_TYPES = ("", "", "boolean", "", "", "", "integer", "bigint", "float8", "", "", "integer")
+_HEAD_TYPES += ("integer", "integer", "bigint", "")
 
 
 @functools.cache
@@ -194,7 +193,7 @@ def _write_sql(events: int, *, durable: bool = True) -> str:
     cursor or through libpq, and neither rewrites it. Not ``durable``: alone in its
     implicit transaction, it commits without waiting for the disk (``set_config`` local
     to that transaction, in the same statement)."""
-    types = _HEAD_TYPES + [""] * (len(_EVENT_FIELDS) * events)
+    types = _HEAD_TYPES + ("",) * (len(_EVENT_FIELDS) * events)
     args = ", ".join(f"v[{n}]" + (f"::{t}" if t else "") for n, t in enumerate(types, 1))
     unsynced = "" if durable else ", set_config('synchronous_commit', 'off', true)"
     return (
@@ -380,78 +379,3 @@ def roll_back(conn: psycopg.Connection[Any]) -> None:
     ):
         with suppress(psycopg.Error):
             conn.execute("ROLLBACK", prepare=False)
-
-
-def one_row(conn: psycopg.Connection[Any], sql: str, param: str) -> list[bytes | None]:
-    """Run ``sql`` with its one ``param`` through libpq (psycopg's cursor costs more
-    instructions than the rest of the call) and answer the first row's columns as the
-    server's text. The thread waits on the socket without the GIL. Errors are psycopg's
-    own: what the server said, with its SQLSTATE, or an ``OperationalError`` with none
-    for a connection lost with nothing said of the statement, which may have committed."""
-    pgconn = conn.pgconn
-    pgconn.send_query_params(sql.encode(), [param.encode()])
-    while pgconn.flush():  # a large call: libpq sends the rest as the socket drains
-        _wait(pgconn.socket, write=True)
-        _consume(pgconn)
-    row: list[bytes | None] | None = None
-    failure: psycopg.Error | None = None
-    # Every result to the end, so the connection is idle again for the pool.
-    while True:
-        _consume(pgconn)
-        while pgconn.is_busy():
-            _wait(pgconn.socket)
-            _consume(pgconn)
-        result = pgconn.get_result()
-        if result is None:
-            break
-        if result.status == ExecStatus.TUPLES_OK and row is None and result.ntuples:
-            row = [result.get_value(0, n) for n in range(result.nfields)]
-        elif result.status in _FAILED and failure is None:
-            failure = errors.error_from_result(result, encoding="utf-8")
-    if failure is not None:
-        if failure.sqlstate is None:
-            # libpq's own report, not the server's: the connection broke (a reset, a
-            # backend gone before it said why) with nothing said of the statement.
-            raise psycopg.OperationalError(str(failure))
-        raise failure
-    if row is None:
-        raise psycopg.ProgrammingError(f"the statement answered no row: {sql[:80]!r}")
-    return row
-
-
-#: A result that says the statement failed: the server's error, or libpq's own (it
-#: could not read the answer: a broken connection, a reply it cannot parse).
-_FAILED = (ExecStatus.FATAL_ERROR, ExecStatus.BAD_RESPONSE)
-
-
-def _wait(fd: int, *, write: bool = False) -> None:
-    """Until ``fd`` is readable (or, with ``write``, writable or readable: libpq reads what
-    the server sends while it is still sending), blocking the thread, not the GIL."""
-    if hasattr(select, "poll"):
-        poll = select.poll()
-        poll.register(fd, select.POLLIN | (select.POLLOUT if write else 0))
-        poll.poll()
-    else:  # pragma: no cover - Windows
-        select.select([fd], [fd] if write else [], [])
-
-
-def _consume(pgconn: Any) -> None:
-    """Read what arrived. A server that ends the connection says why first (e.g.
-    "terminating connection due to administrator command", SQLSTATE 57P01) and then
-    closes it: libpq fails the read at the close, but has the error's result ready, and
-    that result (the statement did not commit) is the answer, as psycopg reports it.
-    Only a connection lost with nothing said raises here."""
-    try:
-        pgconn.consume_input()
-    except psycopg.OperationalError:
-        if pgconn.is_busy():
-            raise
-
-
-def check_pooled(conn: psycopg.Connection[Any]) -> None:
-    """Refuse a pooled connection the server has ended while it sat idle (it closed the
-    socket after saying so), without a round trip: only what already arrived is read."""
-    pgconn = conn.pgconn
-    pgconn.consume_input()  # raises when the server closed the connection
-    if pgconn.status != ConnStatus.OK or pgconn.transaction_status != TransactionStatus.IDLE:
-        raise psycopg.OperationalError("the server ended the connection while it was pooled")

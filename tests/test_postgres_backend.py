@@ -31,8 +31,8 @@ from temporal_ledger.ledger import (
     NoEffect,
 )
 from temporal_ledger.ledger._models import EffectState, ExecutionContext
-from temporal_ledger.ledger._pg_write import MIGRATIONS, one_row
-from temporal_ledger.ledger._postgres import PostgresRecorder
+from temporal_ledger.ledger._pg_write import MIGRATIONS
+from temporal_ledger.ledger._postgres import PostgresRecorder, _one_row
 from temporal_ledger.ledger._recorder import SCHEMA_VERSION
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
 from temporal_ledger.ledger._transaction import KeyRecord
@@ -212,7 +212,7 @@ async def test_a_connection_broken_during_a_call_is_lost_not_refused(postgres_ur
     transaction rolled back. libpq reports this break as a result, not by raising."""
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         call = asyncio.create_task(
-            asyncio.to_thread(one_row, conn, "SELECT pg_sleep(0.5), $1::text", "x")
+            asyncio.to_thread(_one_row, conn, "SELECT pg_sleep(0.5), $1::text", "x")
         )
         await asyncio.sleep(0.1)
         with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
