@@ -181,25 +181,33 @@ _COMPACT = "UPDATE ledger_events SET payload = %s WHERE key = %s AND seq <= %s A
 
 
 # The types of ``ledger_write``'s arguments before the events' (text, all of them).
-_HEAD_TYPES = ("", "", "boolean", "", "", "", "integer", "bigint", "float8", "", "", "integer")
-_HEAD_TYPES += ("integer", "integer", "bigint", "")
+# The types of ``ledger_write``'s arguments ("" for text), but for JSON texts (the
+# record, each event's body): those go as parameters of their own, as they are, and the
+# rest as one JSON array the statement unpacks (cheaper to encode than one parameter each).
+_HEAD_TYPES = ",,boolean,,,,integer,bigint,float8,,JSON,integer,integer,integer,bigint,"
+_EVENT_TYPES = ",,JSON,,,"
 
 
 @functools.cache
 def _write_sql(events: int, *, durable: bool = True) -> str:
-    """The call of ``ledger_write`` with ``events`` events (the rest default to none), its
-    arguments sent as ONE parameter, a JSON array the server unpacks (encoding one value
-    costs less than binding each), in the server's own placeholder: it runs on a raw
-    cursor or through libpq, and neither rewrites it. Not ``durable``: alone in its
-    implicit transaction, it commits without waiting for the disk (``set_config`` local
-    to that transaction, in the same statement)."""
-    types = _HEAD_TYPES + ("",) * (len(_EVENT_FIELDS) * events)
-    args = ", ".join(f"v[{n}]" + (f"::{t}" if t else "") for n, t in enumerate(types, 1))
+    """The call of ``ledger_write`` with ``events`` events (the rest default to none), in
+    the server's own placeholders: it runs on a raw cursor or through libpq, and neither
+    rewrites it (parameters: see :meth:`WriteTransaction._calls`). Not ``durable``: alone
+    in its implicit transaction, it commits without waiting for the disk (``set_config``
+    local to that transaction, in the same statement)."""
+    args, scalars, texts = [], 0, 1
+    for kind in ",".join([_HEAD_TYPES] + [_EVENT_TYPES] * events).split(","):
+        if kind == "JSON":
+            texts += 1
+            args.append(f"${texts}")
+        else:
+            scalars += 1
+            args.append(f"v[{scalars}]" + (f"::{kind}" if kind else ""))
     unsynced = "" if durable else ", set_config('synchronous_commit', 'off', true)"
     return (
         f"SELECT o_clock, o_wrote, o_record{unsynced} FROM (SELECT ARRAY(SELECT e FROM"
         " json_array_elements_text($1::json) WITH ORDINALITY AS a (e, n) ORDER BY n) AS v)"
-        f" AS p, ledger_write({args})"
+        f" AS p, ledger_write({', '.join(args)})"
     )
 
 
@@ -271,10 +279,13 @@ class WriteTransaction(Transaction):
         calls: list[tuple[Any, ...]] = []
         chunks = [events[i : i + _EVENTS_PER_CALL] for i in range(0, len(events), _EVENTS_PER_CALL)]
         for chunk in chunks or [[]]:
-            values = list(head)
+            # The arguments but the JSON texts, as one JSON array; then the record, the
+            # bodies.
+            values = [*head[:10], *head[11:]]
             for e in chunk:
-                values += (e.action_id, e.type, e.payload_json, e.body_hash, e.prev_hash, e.hash)
-            calls.append((_write_sql(len(chunk)), (json.dumps(values),)))
+                values += (e.action_id, e.type, e.body_hash, e.prev_hash, e.hash)
+            params = (json.dumps(values), head[10], *[e.payload_json for e in chunk])
+            calls.append((_write_sql(len(chunk)), params))
             # Further events of a long transaction: no record, no tally, same order.
             head = (self.key, None, False, *_NO_RECORD, stripe, 0, 0, 0, self.recorded_at)
         return calls
@@ -322,17 +333,17 @@ class UnchangedTransaction(WriteTransaction):
     def compact_bodies(self, through_seq: int) -> int:
         raise NotImplementedError("compaction reads what it changes: use transact")
 
-    def call(self) -> tuple[str, str]:
+    def call(self) -> tuple[str, list[bytes | None]]:
         """The whole transaction; raises :class:`KeyMovedOn` if it would write nothing,
         or more than one call holds (not worth a shortcut: the caller's usual transaction
         decides again)."""
         if self._saved is None or not self._events or len(self._events) > _EVENTS_PER_CALL:
             raise KeyMovedOn
         events = len(self._events)
-        ((sql, (doc,)),) = self._calls(expected=self._expected_head)
+        ((sql, params),) = self._calls(expected=self._expected_head)
         if not self.durable:
             sql = _write_sql(events, durable=False)
-        return sql, doc
+        return sql, [None if p is None else p.encode() for p in params]
 
 
 class KeyMovedOn(Exception):

@@ -11,9 +11,9 @@ hashed, as in the SQLite backend; nothing on the server parses it, so any text J
 can hold (a NUL escape too) is written as it is, every time.
 
 Every value reaches the server as a bound parameter (of psycopg, or of its libpq
-binding for the one-statement calls: :func:`_one_row`); no SQL text is built from a
-value. A transaction's writes are one call of the server-side function ``ledger_write``
-(``_pg_write``), its arguments one JSON parameter.
+binding for the one-statement calls on the event loop: ``_pg_loop``); no SQL text is
+built from a value. A transaction's writes are one call of the server-side function
+``ledger_write`` (``_pg_write``).
 
 A write transaction that reads first costs two round trips: the rule needs the key's
 record and the database clock before it can decide, and its decision must be committed
@@ -26,7 +26,7 @@ the record it last wrote or read of the key (none, for a key it never met), and 
 database clock estimated from its last reading plus the time elapsed since (never
 ahead of the database's; a reading that took longer than 50 ms to arrive is not kept).
 The rule decides on that expectation, and its writes go out as one ``ledger_write``
-call in an implicit transaction, on the recorder's threads too.
+call in an implicit transaction, on the event loop, through an ``AsyncConnectionPool``.
 If the key was not as expected, nothing is written, and what the call answers is what
 the next try expects. A call that the server answers with an error (a SQLSTATE, even
 "terminating connection") did not commit; only a connection lost without the server's
@@ -40,8 +40,6 @@ another two.
 from __future__ import annotations
 
 import asyncio
-import functools
-import select
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -50,9 +48,7 @@ from typing import Any, Literal
 
 try:
     import psycopg
-    from psycopg import errors
     from psycopg.conninfo import conninfo_to_dict
-    from psycopg.pq import ConnStatus, ExecStatus, TransactionStatus
     from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
@@ -62,6 +58,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from ._errors import InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
+from ._pg_loop import LoopPool, check_pooled
 from ._pg_write import (
     CONNECTION_ERRORS,
     MIGRATION_LOCK,
@@ -172,7 +169,12 @@ class PostgresRecorder(Recorder):
         self._seen_lock = threading.Lock()
         # Transactions submitted from an event loop run on these threads, one per pooled
         # connection, started on first use (see submit_on_loop).
-        self._writers = Writers("ledger-postgres", threads=pool_size)
+        self._writers = Writers(
+            "ledger-postgres", lambda job: self.transact(job.key, job.fn), threads=pool_size
+        )
+        # One-message transactions run on the event loop that first sends one (see
+        # transact_unchanged); a call from another loop takes the usual way.
+        self._on_loop = LoopPool(url, self._kwargs, size=pool_size, timeout=self._timeout)
 
         # One direct connection first: it gives libpq's own error ("connection
         # refused", "database does not exist") instead of a pool timeout.
@@ -351,7 +353,7 @@ class PostgresRecorder(Recorder):
         if self._closed.is_set() or type(self).transact is not PostgresRecorder.transact:
             return None  # closed, or a subclass's own transact: the ledger's executor
         future: asyncio.Future[T] = loop.create_future()
-        self._writers.put(Job(functools.partial(self.transact, key, fn), future, loop))
+        self._writers.put(Job(key, fn, future, loop))
         return future
 
     # -- one-message transactions ----------------------------------------------------
@@ -382,35 +384,29 @@ class PostgresRecorder(Recorder):
     async def transact_unchanged(
         self, key: str, expected: KeyRecord | None, now: float, fn: Callable[[Transaction], T]
     ) -> tuple[Literal[True], T] | tuple[Literal[False], None] | None:
-        """One ``ledger_write`` call, on one of this recorder's threads (``None`` when no
-        connection came in time, or the server ended it before the call ran: the usual
-        way then decides)."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        run = functools.partial(self._unchanged, key, expected, now, fn)
-        self._writers.put(Job(run, future, future.get_loop()))
-        return await future  # type: ignore[no-any-return]
-
-    def _unchanged(
-        self, key: str, expected: KeyRecord | None, now: float, fn: Callable[[Transaction], T]
-    ) -> tuple[Literal[True], T] | tuple[Literal[False], None] | None:
+        """One ``ledger_write`` call on the event loop, on a connection of the loop's pool
+        (``None`` when no connection comes in time, or on another loop than the pool's:
+        the usual way then decides)."""
+        if not await self._on_loop.here(f"ledger {self.where} (event loop)"):
+            return None
         tx = UnchangedTransaction(key, expected, now)
         result = fn(tx)
         try:
-            sql, doc = tx.call()
+            sql, params = tx.call()
         except KeyMovedOn:
             return False, None
         sent = time.monotonic()
         try:
-            with self._taken() as conn:
-                clock, wrote, seen = _one_row(conn, sql, doc)[:3]
-        except PoolTimeout:
-            return None  # the usual way waits, and says why
+            row = await self._on_loop.call(sql.encode(), params)
         except psycopg.Error as exc:
             if isinstance(exc, CONNECTION_ERRORS) and not _lost(exc):
                 # The server ended the connection before the implicit transaction
                 # committed (it said so): nothing ran, and the usual way goes again.
                 return None
             raise self._write_failed(key, exc, committing=_lost(exc)) from exc
+        if row is None:
+            return None  # no connection came in time: the usual way waits, and says why
+        clock, wrote, seen = row[:3]
         received = time.monotonic()
         if received - sent < _CLOCK_LAG_BOUND:
             assert clock is not None
@@ -420,6 +416,10 @@ class PostgresRecorder(Recorder):
             return True, result
         self._remember(key, None if seen is None else seen.decode())
         return False, None
+
+    async def open_on_loop(self) -> None:
+        if await self._on_loop.here(f"ledger {self.where} (event loop)"):
+            await self._on_loop.wait()
 
     def tally(self) -> dict[int, Tally]:
         rows = self._read(
@@ -471,87 +471,16 @@ class PostgresRecorder(Recorder):
         )
         return [key for (key,) in rows]
 
+    async def close_on_loop(self) -> None:
+        await self._on_loop.close_here()
+
     def close(self) -> None:
         if self._closed.is_set():
             return
         self._closed.set()
         self._writers.close()
         self._pool.close()
-
-
-def _one_row(conn: psycopg.Connection[Any], sql: str, param: str) -> list[bytes | None]:
-    """Run ``sql`` with its one ``param`` through libpq (psycopg's cursor costs more
-    instructions than the rest of the call) and answer the first row's columns as the
-    server's text. The thread waits on the socket without the GIL. Errors are psycopg's
-    own: what the server said, with its SQLSTATE, or an ``OperationalError`` with none
-    for a connection lost with nothing said of the statement, which may have committed."""
-    pgconn = conn.pgconn
-    pgconn.send_query_params(sql.encode(), [param.encode()])
-    while pgconn.flush():  # a large call: libpq sends the rest as the socket drains
-        _wait(pgconn.socket, write=True)
-        _consume(pgconn)
-    row: list[bytes | None] | None = None
-    failure: psycopg.Error | None = None
-    # Every result to the end, so the connection is idle again for the pool.
-    while True:
-        _consume(pgconn)
-        while pgconn.is_busy():
-            _wait(pgconn.socket)
-            _consume(pgconn)
-        result = pgconn.get_result()
-        if result is None:
-            break
-        if result.status == ExecStatus.TUPLES_OK and row is None and result.ntuples:
-            row = [result.get_value(0, n) for n in range(result.nfields)]
-        elif result.status in _FAILED and failure is None:
-            failure = errors.error_from_result(result, encoding="utf-8")
-    if failure is not None:
-        if failure.sqlstate is None:
-            # libpq's own report, not the server's: the connection broke (a reset, a
-            # backend gone before it said why) with nothing said of the statement.
-            raise psycopg.OperationalError(str(failure))
-        raise failure
-    if row is None:
-        raise psycopg.ProgrammingError(f"the statement answered no row: {sql[:80]!r}")
-    return row
-
-
-#: A result that says the statement failed: the server's error, or libpq's own (it
-#: could not read the answer: a broken connection, a reply it cannot parse).
-_FAILED = (ExecStatus.FATAL_ERROR, ExecStatus.BAD_RESPONSE)
-
-
-def _wait(fd: int, *, write: bool = False) -> None:
-    """Until ``fd`` is readable (or, with ``write``, writable or readable: libpq reads what
-    the server sends while it is still sending), blocking the thread, not the GIL."""
-    if hasattr(select, "poll"):
-        poll = select.poll()
-        poll.register(fd, select.POLLIN | (select.POLLOUT if write else 0))
-        poll.poll()
-    else:  # pragma: no cover - Windows
-        select.select([fd], [fd] if write else [], [])
-
-
-def _consume(pgconn: Any) -> None:
-    """Read what arrived. A server that ends the connection says why first (e.g.
-    "terminating connection due to administrator command", SQLSTATE 57P01) and then
-    closes it: libpq fails the read at the close, but has the error's result ready, and
-    that result (the statement did not commit) is the answer, as psycopg reports it.
-    Only a connection lost with nothing said raises here."""
-    try:
-        pgconn.consume_input()
-    except psycopg.OperationalError:
-        if pgconn.is_busy():
-            raise
-
-
-def check_pooled(conn: psycopg.Connection[Any]) -> None:
-    """Refuse a pooled connection the server has ended while it sat idle (it closed the
-    socket after saying so), without a round trip: only what already arrived is read."""
-    pgconn = conn.pgconn
-    pgconn.consume_input()  # raises when the server closed the connection
-    if pgconn.status != ConnStatus.OK or pgconn.transaction_status != TransactionStatus.IDLE:
-        raise psycopg.OperationalError("the server ended the connection while it was pooled")
+        self._on_loop.close()
 
 
 def _reason(exc: BaseException) -> str:

@@ -31,8 +31,9 @@ from temporal_ledger.ledger import (
     NoEffect,
 )
 from temporal_ledger.ledger._models import EffectState, ExecutionContext
+from temporal_ledger.ledger._pg_loop import Wire
 from temporal_ledger.ledger._pg_write import MIGRATIONS
-from temporal_ledger.ledger._postgres import PostgresRecorder, _one_row
+from temporal_ledger.ledger._postgres import PostgresRecorder
 from temporal_ledger.ledger._recorder import SCHEMA_VERSION
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
 from temporal_ledger.ledger._transaction import KeyRecord
@@ -210,10 +211,10 @@ async def test_a_connection_broken_during_a_call_is_lost_not_refused(postgres_ur
     with nothing said by the server): the caller must hear a lost connection, which may
     have committed (``OperationalError``, no SQLSTATE), never a refusal that says the
     transaction rolled back. libpq reports this break as a result, not by raising."""
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        call = asyncio.create_task(
-            asyncio.to_thread(_one_row, conn, "SELECT pg_sleep(0.5), $1::text", "x")
-        )
+    conn = await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
+    try:
+        wire = Wire(conn, asyncio.get_running_loop())
+        call = asyncio.create_task(wire.call(b"SELECT pg_sleep(0.5), 1, 2", ()))
         await asyncio.sleep(0.1)
         with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
             sock.shutdown(socket.SHUT_RDWR)  # the client's side of a connection reset
@@ -222,6 +223,9 @@ async def test_a_connection_broken_during_a_call_is_lost_not_refused(postgres_ur
         assert lost.value.sqlstate is None
         assert "server closed the connection" in str(lost.value)
         assert conn.pgconn.status == psycopg.pq.ConnStatus.BAD
+    finally:
+        wire.release()
+        await conn.close()
 
 
 def _open_and_act(url: str, key: str, barrier: Any, results: Any) -> None:
