@@ -55,56 +55,67 @@ class Wire:
         loop.add_reader(self.fd, self._ready)
 
     def _ready(self) -> None:
-        waiter, self.waiter = self.waiter, None
-        if waiter is None:
-            # Nobody waits: read what came (a notice, the server's goodbye), or the socket
-            # stays readable; a closed one is no longer watched (check_pooled refuses it).
-            try:
-                self.pgconn.consume_input()
-            except psycopg.OperationalError:
+        """Read what came; wake the waiting call once its results are all here, or the
+        connection failed. Nobody waiting: what came is a notice or the server's goodbye
+        (a closed socket is watched no more: check_pooled refuses the connection)."""
+        waiter = self.waiter
+        try:
+            self.pgconn.consume_input()
+        except psycopg.OperationalError:
+            if waiter is None:
                 self.release()
-        elif not waiter.done():
+                return
+        else:
+            if waiter is None or self.pgconn.is_busy():
+                return
+        self.waiter = None
+        if not waiter.done():
+            waiter.set_result(None)
+
+    def _wake(self) -> None:
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     def release(self) -> None:
         """Stop watching the socket (before the connection goes back to its pool)."""
         self.loop.remove_reader(self.fd)
 
-    async def _wait(self) -> None:
-        self.waiter = self.loop.create_future()
-        await self.waiter
-        _consume(self.pgconn)
-
     async def call(self, sql: bytes, params: Sequence[bytes | None]) -> list[bytes | None]:
         """Run ``sql`` with ``params`` (idle connection, autocommit or an implicit
-        transaction) and answer its first row's columns as the server's text (``None``
-        for NULL).
+        transaction) and answer its first row's first three columns as the server's text
+        (``None`` for NULL).
 
         Raises:
             psycopg.OperationalError: The connection was lost with nothing said of the
                 statement (no SQLSTATE): it may have committed.
             psycopg.Error: The server refused the statement (it has a SQLSTATE).
         """
-        pgconn = self.pgconn
+        pgconn, loop = self.pgconn, self.loop
         pgconn.send_query_params(sql, params)
         while pgconn.flush():  # a large call: libpq sends the rest as the socket drains
-            self.loop.add_writer(self.fd, self._ready)  # (and reads what the server says)
+            loop.add_writer(self.fd, self._wake)  # (while _ready reads what is said)
+            self.waiter = loop.create_future()
             try:
-                await self._wait()
+                await self.waiter
             finally:
-                self.loop.remove_writer(self.fd)
-        _consume(pgconn)
+                loop.remove_writer(self.fd)
         row: list[bytes | None] | None = None
         failure: psycopg.Error | None = None
-        # Every result to the end, so the connection is idle again for the pool.
+        # Every result to the end, so the connection is idle again for the pool. (What
+        # libpq read while sending is parsed by is_busy; the rest, by _ready.)
         while True:
             while pgconn.is_busy():
-                await self._wait()
+                self.waiter = loop.create_future()
+                await self.waiter
+                if pgconn.is_busy():  # _ready's read failed: raises if nothing was said
+                    _consume(pgconn)
             result = pgconn.get_result()
             if result is None:
                 break
             if result.status == ExecStatus.TUPLES_OK and row is None and result.ntuples:
-                row = [result.get_value(0, n) for n in range(result.nfields)]
+                get = result.get_value
+                row = [get(0, 0), get(0, 1), get(0, 2)]
             elif result.status in _FAILED and failure is None:
                 failure = errors.error_from_result(result, encoding="utf-8")
         if failure is not None:
@@ -135,10 +146,17 @@ def _consume(pgconn: PGconn) -> None:
 def check_pooled(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
     """Refuse a pooled connection the server has ended while it sat idle (it closed the
     socket after saying so), without a round trip: only what already arrived is read."""
-    pgconn = conn.pgconn
-    pgconn.consume_input()  # raises when the server closed the connection
-    if pgconn.status != ConnStatus.OK or pgconn.transaction_status != TransactionStatus.IDLE:
+    if not _usable(conn.pgconn):
         raise psycopg.OperationalError("the server ended the connection while it was pooled")
+
+
+def _usable(pgconn: PGconn) -> bool:
+    """:func:`check_pooled`'s verdict."""
+    try:
+        pgconn.consume_input()  # fails when the server closed the connection
+    except psycopg.OperationalError:
+        return False
+    return pgconn.status == ConnStatus.OK and pgconn.transaction_status == TransactionStatus.IDLE
 
 
 # Event loops psycopg cannot wait on (Windows' default): their calls take the usual way,
@@ -162,7 +180,7 @@ class LoopPool:
     def __init__(self, url: str, kwargs: dict[str, Any], *, size: int, timeout: float) -> None:
         self._url, self._kwargs, self._size, self._timeout = url, kwargs, size, timeout
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._idle: list[Wire] = []
         self._waiting = 0  # calls of the loop waiting on its pool for a connection
         self._closed = False
@@ -170,9 +188,9 @@ class LoopPool:
     async def here(self, name: str) -> bool:
         """Whether the running loop has the pool (opened now if no loop has it yet)."""
         loop = asyncio.get_running_loop()
-        if self._pool is not None and self._loop is loop:
+        if self._pool is not None and self.loop is loop:
             return True
-        if self._closed or self._loop is not None or isinstance(loop, _LOOPS_WITHOUT_READERS):
+        if self._closed or self.loop is not None or isinstance(loop, _LOOPS_WITHOUT_READERS):
             return False  # closed, another loop's, or one psycopg cannot wait on
         self._pool = AsyncConnectionPool(
             self._url,
@@ -183,7 +201,7 @@ class LoopPool:
             timeout=self._timeout,
             name=name,
         )
-        self._loop = loop
+        self.loop = loop
         # Without waiting for connections: getconn waits for the first.
         await self._pool.open(wait=False)
         return True
@@ -198,10 +216,16 @@ class LoopPool:
         """:meth:`Wire.call` on a connection of the pool (the loop's, see :meth:`here`),
         or ``None`` if none came within the pool's timeout."""
         pool = self._pool
-        assert pool is not None
-        wire = await self._take(pool)
-        if wire is None:
-            return None
+        if pool is None:
+            return None  # closed meanwhile: the usual way says so
+        wire = self._idle.pop() if self._idle else None
+        if wire is None or not _usable(wire.pgconn):
+            if wire is not None:
+                wire.release()
+                await pool.putconn(wire.conn)
+            wire = await self._take(pool)
+            if wire is None:
+                return None
         try:
             return await wire.call(sql, params)
         finally:
@@ -220,30 +244,21 @@ class LoopPool:
     async def _take(self, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]]) -> Wire | None:
         deadline = time.monotonic() + self._timeout
         while True:
-            wire = self._idle.pop() if self._idle else None
-            if wire is not None:
-                conn = wire.conn
-            else:
-                self._waiting += 1
-                try:
-                    conn = await pool.getconn(timeout=max(0.0, deadline - time.monotonic()))
-                except (PoolTimeout, psycopg.Error):
-                    return None
-                finally:
-                    self._waiting -= 1
+            self._waiting += 1
             try:
-                check_pooled(conn)
-            except psycopg.Error:
-                if wire is not None:
-                    wire.release()
-                await pool.putconn(conn)
-                continue
-            return wire or Wire(conn, asyncio.get_running_loop())
+                conn = await pool.getconn(timeout=max(0.0, deadline - time.monotonic()))
+            except (PoolTimeout, psycopg.Error):
+                return None
+            finally:
+                self._waiting -= 1
+            if _usable(conn.pgconn):
+                return Wire(conn, asyncio.get_running_loop())
+            await pool.putconn(conn)
 
     async def close_here(self) -> None:
         """Close the pool from its own loop."""
         pool = self._pool
-        if pool is not None and self._loop is asyncio.get_running_loop():
+        if pool is not None and self.loop is asyncio.get_running_loop():
             self._pool = None
             await self._close(pool)
 
@@ -251,7 +266,7 @@ class LoopPool:
         """Close the pool from anywhere: on its loop, from another thread while it runs,
         or, from the loop's own thread, once that thread is free again."""
         self._closed = True
-        pool, loop, self._pool = self._pool, self._loop, None
+        pool, loop, self._pool = self._pool, self.loop, None
         if pool is None or loop is None or loop.is_closed():
             return
         try:

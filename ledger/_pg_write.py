@@ -25,6 +25,7 @@ from ._transaction import (
     PendingEvent,
     Tally,
     Transaction,
+    compact_json,
     indexed_values,
 )
 
@@ -213,25 +214,29 @@ def _write_sql(events: int, *, durable: bool = True) -> str:
 
 _UNSYNCED = "SET LOCAL synchronous_commit = off"
 
-_NO_RECORD = (None,) * 8  # phase, effect, settled_at, compacted, token, lease, head, record
+_NO_RECORD = (None,) * 7  # phase, effect, settled_at, compacted, token, lease, head
+_NO_SHARE = Tally(0, 0, 0)
 
 
 class WriteTransaction(Transaction):
     """Holds the rule's writes until it has decided, then sends them with the COMMIT: one
     ``ledger_write`` call (more only past four events) and COMMIT, in one pipeline."""
 
+    _keeps_index = False  # it writes every column, every time
+
     def __init__(
         self,
-        conn: psycopg.Connection[Any] | None,
         key: str,
         record: KeyRecord | None,
         now: float,
+        conn: psycopg.Connection[Any] | None = None,
     ) -> None:
         super().__init__(key, record, now)
         self._conn = conn
         self._events: list[PendingEvent] = []
         self._saved: KeyRecord | None = None
         self._create = record is None
+        self._expected_head = None if record is None else record.head_hash
         #: The record's JSON as this transaction wrote it, if it did.
         self.written: str | None = None
 
@@ -241,54 +246,42 @@ class WriteTransaction(Transaction):
     def write_record(self, record: KeyRecord, *, created: bool) -> None:
         self._saved = record  # written by the next call, whole, as it is then
 
-    def _calls(self, *, expected: str | None = None, tally: bool = True) -> list[tuple[Any, ...]]:
+    def _calls(
+        self, *, expected: str | None = None, tally: bool = True, durable: bool = True
+    ) -> list[tuple[str, tuple[str | None, ...]]]:
         """The ``ledger_write`` calls of what is held (then held no more), as (SQL,
-        parameters); ``expected`` guards the record's write by its head; ``tally`` adds the
-        whole transaction's share of the tally to the first call."""
+        parameters: the JSON array of the arguments but the JSON texts, then the record's
+        and the events' bodies); ``expected`` guards the record's write by its head;
+        ``tally`` adds the whole transaction's share of the tally to the first call; not
+        ``durable``: the one call commits without waiting for the disk."""
         saved, events = self._saved, self._events
         self._saved, self._events = None, []
         added = self.tally() if tally else None
         if saved is None and not events and added is None:
             return []
+        stripe, share = added or (0, _NO_SHARE)
+        text = None if saved is None else saved.to_json()
         if saved is None:
-            record_fields: tuple[Any, ...] = _NO_RECORD
+            fields: tuple[Any, ...] = _NO_RECORD
         else:
-            text = saved.to_json()
             self.written = text
-            record_fields = (
-                *indexed_values(saved),
-                saved.token,
-                saved.lease_expires,
-                saved.head_hash,
-                text,
-            )
-        stripe, share = added if added is not None else (0, Tally(0, 0, 0))
-        head = (
-            self.key,
-            expected,
-            self._create,
-            *record_fields,
-            stripe,
-            share.keys,
-            share.events,
-            share.digest,
-            self.recorded_at,
-        )
+            fields = (*indexed_values(saved), saved.token, saved.lease_expires, saved.head_hash)
+        values = [self.key, expected, self._create, *fields, stripe, share.keys, share.events]
+        values += (share.digest, self.recorded_at)
         if saved is not None:
             self._create = False  # written: a later save in this transaction updates it
-        calls: list[tuple[Any, ...]] = []
-        chunks = [events[i : i + _EVENTS_PER_CALL] for i in range(0, len(events), _EVENTS_PER_CALL)]
-        for chunk in chunks or [[]]:
-            # The arguments but the JSON texts, as one JSON array; then the record, the
-            # bodies.
-            values = [*head[:10], *head[11:]]
+        calls = []
+        while True:
+            chunk, events = events[:_EVENTS_PER_CALL], events[_EVENTS_PER_CALL:]
             for e in chunk:
                 values += (e.action_id, e.type, e.body_hash, e.prev_hash, e.hash)
-            params = (json.dumps(values), head[10], *[e.payload_json for e in chunk])
-            calls.append((_write_sql(len(chunk)), params))
+            params = ("".join(compact_json(values, 0)), text, *[e.payload_json for e in chunk])
+            calls.append((_write_sql(len(chunk), durable=durable), params))
+            if not events:
+                return calls
             # Further events of a long transaction: no record, no tally, same order.
-            head = (self.key, None, False, *_NO_RECORD, stripe, 0, 0, 0, self.recorded_at)
-        return calls
+            values = [self.key, None, False, *_NO_RECORD, stripe, 0, 0, 0, self.recorded_at]
+            text = None
 
     def compact_bodies(self, through_seq: int) -> int:
         # The rule needs the count now; the writes held so far go first, in order.
@@ -326,10 +319,6 @@ class UnchangedTransaction(WriteTransaction):
     the chain head expected (for a key expected new, an insert that yields to an existing
     row), the events inserted only if it matched."""
 
-    def __init__(self, key: str, record: KeyRecord | None, now: float) -> None:
-        super().__init__(None, key, record, now)
-        self._expected_head = None if record is None else record.head_hash
-
     def compact_bodies(self, through_seq: int) -> int:
         raise NotImplementedError("compaction reads what it changes: use transact")
 
@@ -337,12 +326,9 @@ class UnchangedTransaction(WriteTransaction):
         """The whole transaction; raises :class:`KeyMovedOn` if it would write nothing,
         or more than one call holds (not worth a shortcut: the caller's usual transaction
         decides again)."""
-        if self._saved is None or not self._events or len(self._events) > _EVENTS_PER_CALL:
+        if self._saved is None or not 0 < len(self._events) <= _EVENTS_PER_CALL:
             raise KeyMovedOn
-        events = len(self._events)
-        ((sql, params),) = self._calls(expected=self._expected_head)
-        if not self.durable:
-            sql = _write_sql(events, durable=False)
+        ((sql, params),) = self._calls(expected=self._expected_head, durable=self.durable)
         return sql, [None if p is None else p.encode() for p in params]
 
 

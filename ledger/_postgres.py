@@ -166,7 +166,6 @@ class PostgresRecorder(Recorder):
         # one-message transaction expects (see expect).
         self._clock: tuple[float, float] | None = None
         self._seen: dict[str, str] = {}
-        self._seen_lock = threading.Lock()
         # Transactions submitted from an event loop run on these threads, one per pooled
         # connection, started on first use (see submit_on_loop).
         self._writers = Writers(
@@ -293,7 +292,7 @@ class PostgresRecorder(Recorder):
                     now, text = begin(conn, key)
                     self._clock = (now, time.monotonic())
                     record = KeyRecord.from_json(text) if text is not None else None
-                    tx = WriteTransaction(conn, key, record, now)
+                    tx = WriteTransaction(key, record, now, conn)
                     result = fn(tx)
                     committing = True
                     tx.commit()
@@ -366,20 +365,22 @@ class PostgresRecorder(Recorder):
         elapsed = time.monotonic() - received
         if elapsed > _CLOCK_TRUSTED_FOR:
             return None
-        with self._seen_lock:
-            text = self._seen.get(key)
+        text = self._seen.get(key)
         # Estimated from a reading taken before it arrived, so never ahead of the
         # database's own clock: a lease it starts ends no later than the database says.
         return (None if text is None else KeyRecord.from_json(text)), read_at + elapsed
 
     def _remember(self, key: str, text: str | None) -> None:
-        with self._seen_lock:
-            self._seen.pop(key, None)
-            if text is None:
-                return
-            self._seen[key] = text
-            if len(self._seen) > _REMEMBERED_KEYS:
-                del self._seen[next(iter(self._seen))]
+        # Without a lock: each dict operation is atomic, and a race only forgets a key.
+        seen = self._seen
+        try:
+            del seen[key]  # (pop costs a call more: this runs on the event loop)
+        except KeyError:
+            pass
+        if text is not None:
+            seen[key] = text
+            if len(seen) > _REMEMBERED_KEYS:
+                seen.pop(next(iter(seen)), None)
 
     async def transact_unchanged(
         self, key: str, expected: KeyRecord | None, now: float, fn: Callable[[Transaction], T]
@@ -387,7 +388,10 @@ class PostgresRecorder(Recorder):
         """One ``ledger_write`` call on the event loop, on a connection of the loop's pool
         (``None`` when no connection comes in time, or on another loop than the pool's:
         the usual way then decides)."""
-        if not await self._on_loop.here(f"ledger {self.where} (event loop)"):
+        on_loop = self._on_loop
+        if on_loop.loop is not asyncio.get_running_loop() and not await on_loop.here(
+            f"ledger {self.where} (event loop)"
+        ):
             return None
         tx = UnchangedTransaction(key, expected, now)
         result = fn(tx)

@@ -10,10 +10,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-import math
 import zlib
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from datetime import UTC, datetime
+from hashlib import sha256
 from typing import Any
 
 from ._canonical import payload_text, sha256_hex
@@ -191,7 +192,7 @@ class KeyRecord:
             fields["reconciliations"] = [
                 r.model_dump(mode="json", exclude_none=True) for r in self.reconciliations
             ]
-        return _RECORD_ENCODER.encode(fields)
+        return "".join(compact_json(fields, 0))
 
     @classmethod
     def from_json(cls, text: str) -> KeyRecord:
@@ -231,13 +232,12 @@ def iso(epoch: float) -> str:
     (and a claim its lease's end, a lease later: a few seconds are kept)."""
     if epoch < 0:
         return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
-    fraction, whole = math.modf(epoch)
+    second = int(epoch)
     # Rounded as datetime rounds (half to even), carrying into the next second.
-    micros = round(fraction * 1e6)
+    micros = round((epoch - second) * 1e6)
     if micros >= 1_000_000:
-        whole += 1.0
+        second += 1
         micros -= 1_000_000
-    second = int(whole)
     text = _ISO_SECONDS.get(second)
     if text is None:
         if len(_ISO_SECONDS) >= 64:
@@ -252,7 +252,26 @@ _ISO_SECONDS: dict[int, str] = {}
 
 # Built once: json.dumps with options builds a new encoder on every call.
 # A record is built from JSON values and never refers to itself: no cycle check.
-_RECORD_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+#: ``"".join(compact_json(value, 0))`` is ``_ENCODER.encode(value)`` for a dict or a list,
+#: without the C encoder built anew on every call (JSONEncoder.encode does; a write
+#: encodes its record and arguments, on the event loop for PostgreSQL).
+_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+compact_json: Callable[[Any, int], Any] = (
+    _C_MAKE_ENCODER(
+        None,
+        _ENCODER.default,
+        json.encoder.encode_basestring_ascii,
+        None,
+        ":",
+        ",",
+        False,
+        False,
+        True,
+    )
+    if _C_MAKE_ENCODER is not None
+    else lambda value, _: (_ENCODER.encode(value),)  # pragma: no cover - no C accelerator
+)
 
 
 def body_hash(payload: dict[str, Any]) -> str:
@@ -322,6 +341,10 @@ class Transaction(ABC):
         now: The storage's clock.
     """
 
+    #: Whether :meth:`index_unchanged` is asked (it answers ``False`` otherwise): the
+    #: indexed columns as stored are then kept, at a cost the other backends skip.
+    _keeps_index = True
+
     def __init__(self, key: str, record: KeyRecord | None, now: float) -> None:
         self.key = key
         self.record = record
@@ -333,7 +356,7 @@ class Transaction(ABC):
         self._created = False
         # The indexed columns as stored: a save that leaves them as they were (a replay, a
         # lease renewal) may rewrite only the row (SQLite then leaves the indexes alone).
-        self._stored_index = indexed_values(record) if record else None
+        self._stored_index = indexed_values(record) if record and self._keeps_index else None
         #: Whether the commit must wait for the disk. The rule clears it for a
         #: transaction that records only a replay (it changed nothing in the world): a
         #: backend may then commit without waiting for its sync, and the next durable
@@ -353,7 +376,9 @@ class Transaction(ABC):
             The event as the backend's :meth:`insert_event` received it.
         """
         text = payload_text(payload)
-        digest = sha256_hex(text.encode())
+        digest = sha256(text.encode()).hexdigest()
+        # chain_hash, inlined: every event of every transaction goes through here.
+        fields = (self._head, self.key, action_id or "", type, digest, self.recorded_at)
         event = PendingEvent(
             key=self.key,
             action_id=action_id,
@@ -363,14 +388,7 @@ class Transaction(ABC):
             recorded_at=self.recorded_at,
             body_hash=digest,
             prev_hash=self._head,
-            hash=chain_hash(
-                prev_hash=self._head,
-                key=self.key,
-                action_id=action_id,
-                type=type,
-                body=digest,
-                recorded_at=self.recorded_at,
-            ),
+            hash=sha256("\x1f".join(fields).encode()).hexdigest(),
         )
         self.insert_event(event)
         self._head = event.hash
@@ -391,7 +409,8 @@ class Transaction(ABC):
         self._created = self._created or created
         self.write_record(record, created=created)
         self.record = record
-        self._stored_index = indexed_values(record)
+        if self._keeps_index:
+            self._stored_index = indexed_values(record)
 
     def tally(self) -> tuple[int, Tally] | None:
         """What this transaction adds to the ledger-wide tally. A backend that keeps one
@@ -404,10 +423,11 @@ class Transaction(ABC):
         head, count = self._start
         if count == self._count and not self._created:
             return None
-        return stripe_of(self.key), Tally(
-            keys=int(self._created),
-            events=self._count - count,
-            digest=head_mark(head) ^ head_mark(self._head),
+        # stripe_of and head_mark, inlined: every transaction that writes comes here.
+        marks = int(head[:16] or "0", 16) ^ int(self._head[:16] or "0", 16)
+        digest = marks - (1 << 64) if marks >= 1 << 63 else marks
+        return zlib.crc32(self.key.encode()) % TALLY_STRIPES, Tally(
+            int(self._created), self._count - count, digest
         )
 
     def index_unchanged(self, record: KeyRecord) -> bool:
