@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from hashlib import sha256
 from typing import Any
 
-from ._canonical import payload_text, sha256_hex
+from ._canonical import payload_text
 from ._models import ActionStatus, Approval, EffectState, Reconciliation
 
 #: The payload a compacted event keeps: its body is gone, its hash is not.
@@ -257,51 +257,12 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 #: without the C encoder built anew on every call (JSONEncoder.encode does; a write
 #: encodes its record and arguments, on the event loop for PostgreSQL).
 _C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+_C_ARGS = (None, _ENCODER.default, json.encoder.encode_basestring_ascii, None, ":", ",")
 compact_json: Callable[[Any, int], Any] = (
-    _C_MAKE_ENCODER(
-        None,
-        _ENCODER.default,
-        json.encoder.encode_basestring_ascii,
-        None,
-        ":",
-        ",",
-        False,
-        False,
-        True,
-    )
+    _C_MAKE_ENCODER(*_C_ARGS, False, False, True)
     if _C_MAKE_ENCODER is not None
     else lambda value, _: (_ENCODER.encode(value),)  # pragma: no cover - no C accelerator
 )
-
-
-def body_hash(payload: dict[str, Any]) -> str:
-    return sha256_hex(payload_text(payload).encode())
-
-
-def chain_hash(
-    *, prev_hash: str, key: str, action_id: str | None, type: str, body: str, recorded_at: str
-) -> str:
-    """The hash that links one event to the previous event of the same key.
-
-    Chains are per key so that appends for different keys never contend; the key's
-    head hash and event count live in ``ledger_keys``, so a dropped tail is seen too.
-    The fields are joined by a unit separator, which no key, id or type can contain.
-    """
-    fields = (prev_hash, key, action_id or "", type, body, recorded_at)
-    return sha256_hex("\x1f".join(fields).encode())
-
-
-def stripe_of(key: str) -> int:
-    """The tally stripe a key counts in."""
-    return zlib.crc32(key.encode()) % TALLY_STRIPES
-
-
-def head_mark(head: str) -> int:
-    """A chain head as the signed 64-bit number the tally XORs (0 for no events)."""
-    if not head:
-        return 0
-    value = int(head[:16], 16)
-    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import fnmatch
+import zlib
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from ._canonical import payload_text, sha256_hex
 from ._models import EventType
-from ._transaction import TALLY_STRIPES, Tally, body_hash, chain_hash, head_mark, stripe_of
+from ._transaction import TALLY_STRIPES, Tally
 
 if TYPE_CHECKING:
     from ._models import LedgerEvent
@@ -20,6 +22,36 @@ if TYPE_CHECKING:
 #: completion or a refusal), or is deferred; a deferred request that is submitted again
 #: (its ``action_id`` again) may get its final answer later, never two of them.
 RESOLUTIONS = frozenset({EventType.COMPLETED, EventType.REPLAY_REFUSED, EventType.DEFERRED})
+
+
+def body_hash(payload: dict[str, Any]) -> str:
+    return sha256_hex(payload_text(payload).encode())
+
+
+def chain_hash(
+    *, prev_hash: str, key: str, action_id: str | None, type: str, body: str, recorded_at: str
+) -> str:
+    """The hash that links one event to the previous event of the same key.
+
+    Chains are per key so that appends for different keys never contend; the key's
+    head hash and event count live in ``ledger_keys``, so a dropped tail is seen too.
+    The fields are joined by a unit separator, which no key, id or type can contain.
+    """
+    fields = (prev_hash, key, action_id or "", type, body, recorded_at)
+    return sha256_hex("\x1f".join(fields).encode())
+
+
+def stripe_of(key: str) -> int:
+    """The tally stripe a key counts in."""
+    return zlib.crc32(key.encode()) % TALLY_STRIPES
+
+
+def head_mark(head: str) -> int:
+    """A chain head as the signed 64-bit number the tally XORs (0 for no events)."""
+    if not head:
+        return 0
+    value = int(head[:16], 16)
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 class VerifyReport(BaseModel):

@@ -10,7 +10,8 @@ import sqlite3
 import time
 from typing import Any
 
-from temporal_ledger.ledger._transaction import body_hash, chain_hash, iso, payload_text
+from temporal_ledger.ledger._transaction import iso, payload_text
+from temporal_ledger.ledger._verify import body_hash, chain_hash
 
 
 def append_forged_event(
@@ -79,8 +80,8 @@ def _recount(cursor: Any, mark: str, key: str, old_head: str, new_head: str) -> 
             f"UPDATE ledger_keys SET head_hash = {mark} WHERE key = {mark}", (new_head, key)
         )
     if tally:
-        from temporal_ledger.ledger._transaction import head_mark as mark_of
-        from temporal_ledger.ledger._transaction import stripe_of
+        from temporal_ledger.ledger._verify import head_mark as mark_of
+        from temporal_ledger.ledger._verify import stripe_of
 
         stripe = stripe_of(key)
         cursor.execute(
