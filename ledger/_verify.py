@@ -65,10 +65,9 @@ def verify_ledger(recorder: Recorder, *, gated: tuple[str, ...] = ()) -> VerifyR
     tally = recorder.tally()
     events = recorder.events()
     records = {r.key: r for r in recorder.records()}
-    problems: list[str] = []
-    problems += _check_chains(events, records)
+    problems, heads, counts = _check_chains(events, records)
     if tally is not None:
-        problems += _check_tally(events, records, tally)
+        problems += _check_tally(heads, counts, records, tally)
     problems += _check_resolutions(events, records)
     problems += _check_replays(events)
     problems += _check_fencing(events)
@@ -80,7 +79,10 @@ def _where(event: LedgerEvent) -> str:
     return f"seq {event.seq} ({event.type}, key {event.key!r})"
 
 
-def _check_chains(events: list[LedgerEvent], records: dict[str, KeyRecord]) -> list[str]:
+def _check_chains(
+    events: list[LedgerEvent], records: dict[str, KeyRecord]
+) -> tuple[list[str], dict[str, str], dict[str, int]]:
+    """The chains' problems, and each key's chain head and count of events in the log."""
     problems = []
     heads: dict[str, str] = {}
     counts: dict[str, int] = defaultdict(int)
@@ -128,19 +130,17 @@ def _check_chains(events: list[LedgerEvent], records: dict[str, KeyRecord]) -> l
             )
     for key in heads.keys() - records.keys():
         problems.append(f"key {key!r}: records in the log but no key state")
-    return problems
+    return problems, heads, counts
 
 
 def _check_tally(
-    events: list[LedgerEvent], records: dict[str, KeyRecord], stored: dict[int, Tally]
+    heads: dict[str, str],
+    counts: dict[str, int],
+    records: dict[str, KeyRecord],
+    stored: dict[int, Tally],
 ) -> list[str]:
     """The ledger-wide tally against the log and the key states: a key deleted whole (its
     records and its state) is missing from both, but not from the tally."""
-    heads: dict[str, str] = {}
-    counts: dict[str, int] = defaultdict(int)
-    for event in events:
-        heads[event.key] = event.hash
-        counts[event.key] += 1
     keys = [0] * TALLY_STRIPES
     held = [0] * TALLY_STRIPES
     digests = [0] * TALLY_STRIPES
