@@ -40,6 +40,7 @@ another two.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -168,9 +169,7 @@ class PostgresRecorder(Recorder):
         self._seen: dict[str, str] = {}
         # Transactions submitted from an event loop run on these threads, one per pooled
         # connection, started on first use (see submit_on_loop).
-        self._writers = Writers(
-            "ledger-postgres", lambda job: self.transact(job.key, job.fn), threads=pool_size
-        )
+        self._writers = Writers("ledger-postgres", threads=pool_size)
         # One-message transactions run on the event loop that first sends one (see
         # transact_unchanged); a call from another loop takes the usual way.
         self._on_loop = LoopPool(url, self._kwargs, size=pool_size, timeout=self._timeout)
@@ -352,7 +351,7 @@ class PostgresRecorder(Recorder):
         if self._closed.is_set() or type(self).transact is not PostgresRecorder.transact:
             return None  # closed, or a subclass's own transact: the ledger's executor
         future: asyncio.Future[T] = loop.create_future()
-        self._writers.put(Job(key, fn, future, loop))
+        self._writers.put(Job(functools.partial(self.transact, key, fn), future, loop))
         return future
 
     # -- one-message transactions ----------------------------------------------------

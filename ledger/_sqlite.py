@@ -10,6 +10,7 @@ transaction and one sync paid nothing a user sees: bench/README.md, issue 42.)
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import sqlite3
 import threading
@@ -97,10 +98,7 @@ class SQLiteRecorder(Recorder):
                 "exist: create it or pass another path"
             )
         self._lock = threading.RLock()
-        self._writer = Writers(
-            "ledger-sqlite-writer",
-            lambda job: self._commit(job.key, job.fn, durable=job.durable, expected=job.expected),
-        )
+        self._writer = Writers("ledger-sqlite-writer")
         try:
             # Key lookups touch a few index pages of a large file; keep them cached (up
             # to 64 MiB, allocated as used; 16 MiB for the event loop's own reads).
@@ -142,7 +140,7 @@ class SQLiteRecorder(Recorder):
 
     def submit(self, key: str, fn: Callable[[Transaction], T]) -> Future[T]:
         future: Future[T] = Future()
-        self._writer.put(Job(key, fn, future))
+        self._writer.put(Job(functools.partial(self._commit, key, fn), future))
         return future
 
     def submit_on_loop(
@@ -158,7 +156,8 @@ class SQLiteRecorder(Recorder):
             # A subclass that reroutes submit (a test's fault injection) keeps its route.
             return super().submit_on_loop(key, fn, loop)
         future: asyncio.Future[T] = loop.create_future()
-        self._writer.put(Job(key, fn, future, loop, durable=durable, expected=expected))
+        run = functools.partial(self._commit, key, fn, durable=durable, expected=expected)
+        self._writer.put(Job(run, future, loop))
         return future
 
     def _synchronous(self, full: bool) -> None:

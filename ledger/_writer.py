@@ -15,33 +15,21 @@ from concurrent.futures import Future
 from typing import Any
 
 from ._errors import LedgerUnavailable
-from ._transaction import KeyRecord, Transaction
 
 
 class Job:
-    """One queued transaction and whom to answer: a thread's future, or an asyncio future
-    of an event loop."""
+    """One queued transaction (``run``, taking no argument) and whom to answer: a thread's
+    future, or an asyncio future of an event ``loop``."""
 
-    __slots__ = ("durable", "expected", "fn", "future", "key", "loop")
+    __slots__ = ("future", "loop", "run")
 
     def __init__(
         self,
-        key: str,
-        fn: Callable[[Transaction], Any],
+        run: Callable[[], Any],
         future: Future[Any] | asyncio.Future[Any],
         loop: asyncio.AbstractEventLoop | None = None,
-        *,
-        durable: bool = True,
-        expected: KeyRecord | None = None,
     ) -> None:
-        self.key = key
-        self.fn = fn
-        self.future = future
-        self.loop = loop
-        #: Whether its commit must wait for the disk (a replay's record need not).
-        self.durable = durable
-        #: The settled record the caller decided on: used if the chain head still matches.
-        self.expected = expected
+        self.run, self.future, self.loop = run, future, loop
 
     def start(self) -> bool:
         """False if the caller stopped waiting before its turn (it is skipped, as a thread
@@ -65,11 +53,10 @@ def _answer(job: Job, result: Any, error: BaseException | None) -> None:
 
 class Writers:
     """Threads that take jobs from one queue, started on the first job and stopped by
-    :meth:`close`, and answer each job with what ``run`` made of it."""
+    :meth:`close`, and answer each job with what its ``run`` returned or raised."""
 
-    def __init__(self, name: str, run: Callable[[Job], Any], *, threads: int = 1) -> None:
+    def __init__(self, name: str, *, threads: int = 1) -> None:
         self._name = name
-        self._run_job = run
         self._count = threads
         self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -95,7 +82,7 @@ class Writers:
             if not job.start():
                 continue
             try:
-                result = self._run_job(job)
+                result = job.run()
             except BaseException as exc:
                 self._answered(job, None, exc)
             else:
