@@ -136,8 +136,7 @@ def _problems(schema: dict[str, Any], value: Any, *, path: str, root: dict[str, 
         return [*problems, f"{where}: expected {schema['const']!r}, got {_shown(value)}"]
     if isinstance(value, str) and value == _placeholder(schema, root) and "const" not in schema:
         return [*problems, f"{where}: still the template's placeholder {value!r}: fill it in"]
-    kind = schema.get("type")
-    kinds = kind if isinstance(kind, list) else [kind] if isinstance(kind, str) else []
+    kinds = _kinds(schema)
     if value is None and kinds == ["object"] and schema.get("required"):
         value = {}  # no output at all: name every field it needs
     if kinds and not any(_matches(k, value) for k in kinds):
@@ -186,9 +185,13 @@ def _meant(options: list[Any], value: Any, root: dict[str, Any]) -> dict[str, An
     return candidates[0] if len(candidates) == 1 else None
 
 
-def _of_type(schema: dict[str, Any], value: Any) -> bool:
+def _kinds(schema: dict[str, Any]) -> list[str]:
     kind = schema.get("type")
-    kinds = kind if isinstance(kind, list) else [kind] if isinstance(kind, str) else []
+    return kind if isinstance(kind, list) else [kind] if isinstance(kind, str) else []
+
+
+def _of_type(schema: dict[str, Any], value: Any) -> bool:
+    kinds = _kinds(schema)
     if not kinds and "properties" in schema:
         kinds = ["object"]
     return not kinds or any(_matches(k, value) for k in kinds)

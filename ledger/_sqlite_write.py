@@ -89,25 +89,11 @@ MIGRATIONS: list[tuple[str, ...]] = [
 
 @functools.cache
 def _insert_events_sql(rows: int) -> str:
-    """The INSERT of ``rows`` events with their links (:func:`_event_values` each)."""
+    """The INSERT of ``rows`` events with their links."""
     values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
     return (
         "INSERT INTO ledger_events (key, action_id, type, payload, recorded_at, body_hash,"
         f" prev_hash, hash, key_prev) VALUES {values}"
-    )
-
-
-def _event_values(event: PendingEvent, key_prev: int | None) -> tuple[Any, ...]:
-    return (
-        event.key,
-        event.action_id,
-        event.type,
-        event.payload_json,
-        event.recorded_at,
-        event.body_hash,
-        event.prev_hash,
-        event.hash,
-        key_prev,
     )
 
 
@@ -218,9 +204,12 @@ class SQLiteTransaction(Transaction):
         self._pending = []
         # Each event names the key's event before it: the first by its seq, the others as
         # 0, the row just before (one statement numbers its rows one after another).
-        values = list(_event_values(pending[0], self._head_seq))
-        for event in pending[1:]:
-            values.extend(_event_values(event, 0))
+        values: list[Any] = []
+        key_prev = self._head_seq
+        for e in pending:
+            values += (e.key, e.action_id, e.type, e.payload_json, e.recorded_at, e.body_hash)
+            values += (e.prev_hash, e.hash, key_prev)
+            key_prev = 0
         cursor = self._conn.execute(_insert_events_sql(len(pending)), values)
         self._head_seq = cursor.lastrowid
 
