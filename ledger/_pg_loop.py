@@ -57,7 +57,7 @@ class Wire:
     def _ready(self) -> None:
         """Read what came; wake the waiting call once its results are all here, or the
         connection failed. Nobody waiting: what came is a notice or the server's goodbye
-        (a closed socket is watched no more: check_pooled refuses the connection)."""
+        (a closed socket is watched no more: usable refuses the connection)."""
         waiter = self.waiter
         try:
             self.pgconn.consume_input()
@@ -143,15 +143,10 @@ def _consume(pgconn: PGconn) -> None:
             raise
 
 
-def check_pooled(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
-    """Refuse a pooled connection the server has ended while it sat idle (it closed the
-    socket after saying so), without a round trip: only what already arrived is read."""
-    if not _usable(conn.pgconn):
-        raise psycopg.OperationalError("the server ended the connection while it was pooled")
-
-
-def _usable(pgconn: PGconn) -> bool:
-    """:func:`check_pooled`'s verdict."""
+def usable(pgconn: PGconn) -> bool:
+    """Whether a pooled connection is still open: the server may have ended it while it
+    sat idle (it closed the socket after saying so). No round trip: only what already
+    arrived is read."""
     try:
         pgconn.consume_input()  # fails when the server closed the connection
     except psycopg.OperationalError:
@@ -219,7 +214,7 @@ class LoopPool:
         if pool is None:
             return None  # closed meanwhile: the usual way says so
         wire = self._idle.pop() if self._idle else None
-        if wire is None or not _usable(wire.pgconn):
+        if wire is None or not usable(wire.pgconn):
             if wire is not None:
                 wire.release()
                 await pool.putconn(wire.conn)
@@ -251,7 +246,7 @@ class LoopPool:
                 return None
             finally:
                 self._waiting -= 1
-            if _usable(conn.pgconn):
+            if usable(conn.pgconn):
                 return Wire(conn, asyncio.get_running_loop())
             await pool.putconn(conn)
 

@@ -59,7 +59,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from ._errors import InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
-from ._pg_loop import LoopPool, check_pooled
+from ._pg_loop import LoopPool, usable
 from ._pg_write import (
     CONNECTION_ERRORS,
     MIGRATION_LOCK,
@@ -237,12 +237,9 @@ class PostgresRecorder(Recorder):
         deadline = time.monotonic() + self._timeout
         while True:
             conn = self._pool.getconn(timeout=max(0.0, deadline - time.monotonic()))
-            try:
-                check_pooled(conn)
-            except psycopg.Error:
-                self._pool.putconn(conn)  # broken: the pool closes it and opens another
-                continue
-            break
+            if usable(conn.pgconn):
+                break
+            self._pool.putconn(conn)  # broken: the pool closes it and opens another
         try:
             yield conn
         finally:
