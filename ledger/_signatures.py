@@ -18,9 +18,8 @@ import base64
 import binascii
 import dataclasses
 import fnmatch
-import functools
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from ._canonical import canonical_json, check_json
 from ._errors import InvalidRequest
 from ._models import EventType
-from ._signing_keys import crypto, key_id, parse_public_key, raw_public_key, require_crypto
+from ._signing_keys import crypto, key_id, parse_public_key, raw_public_key
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -99,28 +98,18 @@ def _value(item: Any) -> Any:
     return getattr(item, "value", item)
 
 
+def _statement(about: str, workflow_id: str, namespace: str, **fields: Any) -> dict[str, Any]:
+    run = {"namespace": namespace, "workflow_id": workflow_id}
+    return {"statement": STATEMENT_VERSION, "about": about, **run, **fields}
+
+
 def decision_statement(
-    *,
-    key: str,
-    fingerprint: str,
-    decision: Any,
-    actor: str,
-    basis: str,
-    workflow_id: str,
-    namespace: str,
+    *, key: str, fingerprint: str, decision: Any, actor: str, basis: str, **run: str
 ) -> dict[str, Any]:
-    """What an approver signs: this decision on the call of this fingerprint, in this run."""
-    return {
-        "statement": STATEMENT_VERSION,
-        "about": "decision",
-        "namespace": namespace,
-        "workflow_id": workflow_id,
-        "key": key,
-        "fingerprint": fingerprint,
-        "decision": _value(decision),
-        "actor": actor,
-        "basis": basis,
-    }
+    """What an approver signs: this decision on the call of this fingerprint, in this run
+    (``workflow_id`` and ``namespace``)."""
+    decided = {"decision": _value(decision), "actor": actor, "basis": basis}
+    return _statement("decision", **run, key=key, fingerprint=fingerprint, **decided)
 
 
 def verdict_statement(
@@ -132,78 +121,39 @@ def verdict_statement(
     basis: str,
     evidence: Any,
     output: Any,
-    workflow_id: str,
-    namespace: str,
+    **run: str,
 ) -> dict[str, Any]:
     """What a reconciler signs: this verdict (and observed output) on this action's
-    unknown effect, in this run."""
-    return {
-        "statement": STATEMENT_VERSION,
-        "about": "verdict",
-        "namespace": namespace,
-        "workflow_id": workflow_id,
-        "key": key,
-        "action_id": action_id,
-        "verdict": _value(verdict),
-        "actor": actor,
-        "basis": basis,
-        "evidence": list(evidence or []),
-        "output": output,
-    }
+    unknown effect, in this run (``workflow_id`` and ``namespace``)."""
+    decided = {"verdict": _value(verdict), "actor": actor, "basis": basis}
+    seen = {"evidence": list(evidence or []), "output": output}
+    return _statement("verdict", **run, key=key, action_id=action_id, **decided, **seen)
 
 
 def sign(private_key: Ed25519PrivateKey, statement: dict[str, Any]) -> DecisionSignature:
     """Sign a statement (:func:`decision_statement`, :func:`verdict_statement`)."""
     check_json(statement, where="the signed decision")
-    raw = raw_public_key(private_key)
-    value = private_key.sign(canonical_json(statement))
     return DecisionSignature(
-        key_id=key_id(raw),
+        key_id=key_id(raw_public_key(private_key)),
         workflow_id=statement["workflow_id"],
         namespace=statement["namespace"],
-        value=base64.b64encode(value).decode(),
+        value=base64.b64encode(private_key.sign(canonical_json(statement))).decode(),
     )
 
 
 def _verifies(raw: bytes, statement: dict[str, Any], value: str) -> bool:
-    ed25519 = crypto()
+    _, public_key_class = crypto()
+    public_key = public_key_class.from_public_bytes(raw)
     from cryptography.exceptions import InvalidSignature
 
     try:
-        message = canonical_json(statement)
-    except InvalidRequest:
-        return False
-    try:
-        ed25519.Ed25519PublicKey.from_public_bytes(raw).verify(base64.b64decode(value), message)
-    except InvalidSignature:
+        public_key.verify(base64.b64decode(value), canonical_json(statement))
+    except (InvalidSignature, InvalidRequest):
         return False
     return True
 
 
 # -- who may sign what -------------------------------------------------------------------
-
-
-def parse_keys(table: Any, *, where: str = "[keys]") -> dict[str, list[str]]:
-    """A policy's ``[keys]``: actor = "ed25519:..." or a list of them (old keys stay
-    listed after a rotation so that old decisions stay verifiable)."""
-    if not isinstance(table, Mapping):
-        raise InvalidRequest(f"{where} maps actor names to public keys")
-    keys: dict[str, list[str]] = {}
-    for actor, given in table.items():
-        if not isinstance(actor, str) or not actor.strip():
-            raise InvalidRequest(f"{where}: an actor name must not be empty")
-        listed = [given] if isinstance(given, str) else given
-        if not isinstance(listed, list) or not listed:
-            raise InvalidRequest(
-                f'{where}: {actor} = "ed25519:..." or a list of such keys, got {given!r}'
-            )
-        for text in listed:
-            try:
-                parse_public_key(text)
-            except InvalidRequest as exc:
-                raise InvalidRequest(f"{where}: {actor}: {exc}") from None
-        keys[actor] = list(listed)
-    return keys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,13 +173,6 @@ class Signers:
     #: Tool-name patterns whose probes may record a verdict (as ``probe:<tool>``).
     probes: tuple[str, ...] = ()
 
-    def __post_init__(self) -> None:
-        if (self.decisions_signed or self.verdicts_signed) and not self.keys:
-            raise InvalidRequest(
-                "require_signature = true, but [keys] lists no actor's public key: nobody "
-                "could decide"
-            )
-
     @classmethod
     def from_tables(
         cls,
@@ -240,9 +183,11 @@ class Signers:
         probes: Any = (),
         where: str = "policy",
     ) -> Signers:
-        """From a policy's ``[keys]`` table, its two ``require_signature`` flags and its
-        ``[reconcile] probes``; :class:`InvalidRequest` naming the fault, and the
-        ImportError naming the extra when keys are configured without ``cryptography``."""
+        """From a policy's ``[keys]`` table (actor = "ed25519:..." or a list of them: old
+        keys stay listed after a rotation so that old decisions stay verifiable), its two
+        ``require_signature`` flags and its ``[reconcile] probes``; :class:`InvalidRequest`
+        naming the fault, and the ImportError naming the extra when keys are configured
+        without ``cryptography``."""
         for section, flag in (("approve", decisions), ("reconcile", verdicts)):
             if not isinstance(flag, bool):
                 raise InvalidRequest(f"{where}: [{section}] require_signature is true or false")
@@ -250,23 +195,37 @@ class Signers:
             isinstance(p, str) and p.strip() for p in probes
         ):
             raise InvalidRequest(f"{where}: [reconcile] probes is a list of tool-name patterns")
-        parsed = parse_keys(keys, where=f"{where}: [keys]")
-        if parsed:
-            require_crypto()  # now, rather than at the first signature
-        try:
-            return cls(
-                keys=parsed,
-                decisions_signed=decisions,
-                verdicts_signed=verdicts,
-                probes=tuple(probes),
+        if not isinstance(keys, Mapping):
+            raise InvalidRequest(f"{where}: [keys] maps actor names to public keys")
+        parsed: dict[str, list[str]] = {}
+        for actor, given in keys.items():
+            if not isinstance(actor, str) or not actor.strip():
+                raise InvalidRequest(f"{where}: [keys]: an actor name must not be empty")
+            listed = [given] if isinstance(given, str) else given
+            if not isinstance(listed, list) or not listed:
+                raise InvalidRequest(
+                    f'{where}: [keys]: {actor} = "ed25519:..." or a list of such keys, '
+                    f"got {given!r}"
+                )
+            for text in listed:
+                try:
+                    parse_public_key(text)
+                except InvalidRequest as exc:
+                    raise InvalidRequest(f"{where}: [keys]: {actor}: {exc}") from None
+            parsed[actor] = list(listed)
+        if (decisions or verdicts) and not parsed:
+            raise InvalidRequest(
+                f"{where}: require_signature = true, but [keys] lists no actor's public key: "
+                "nobody could decide"
             )
-        except InvalidRequest as exc:
-            raise InvalidRequest(f"{where}: {exc}") from None
+        if parsed:
+            crypto()  # the ImportError naming the extra now, not at the first signature
+        return cls(parsed, decisions, verdicts, tuple(probes))
 
     @classmethod
     def from_policy(cls, data: Mapping[str, Any], *, where: str) -> Signers:
         """From a parsed policy file: its ``[keys]``, ``[approve] require_signature`` and
-        ``[reconcile] require_signature``."""
+        ``[reconcile] require_signature`` and ``probes``."""
         approve = data.get("approve", {})
         reconcile = data.get("reconcile", {})
         if not isinstance(approve, Mapping) or not isinstance(reconcile, Mapping):
@@ -296,78 +255,43 @@ class Signers:
     def decision_problem(
         self,
         *,
-        key: str,
-        fingerprint: str,
-        decision: Any,
-        actor: str,
-        basis: str,
         signature: DecisionSignature | None,
         workflow_id: str | None = None,
         namespace: str | None = None,
+        **fields: Any,
     ) -> str | None:
-        """Why this approval or rejection does not prove its actor, or ``None``.
-
-        ``workflow_id`` and ``namespace``: the run it arrived in, when known.
-        """
-        statement = functools.partial(
-            decision_statement,
-            key=key,
-            fingerprint=fingerprint,
-            decision=decision,
-            actor=actor,
-            basis=basis,
-        )
+        """Why this approval or rejection (the ``fields`` of :func:`decision_statement`)
+        does not prove its actor, or ``None``. ``workflow_id`` and ``namespace``: the run
+        it arrived in, when known."""
         return self._problem(
-            "decision",
-            self.decisions_signed,
-            actor,
-            signature,
-            statement,
-            workflow_id,
-            namespace,
+            "decision", self.decisions_signed, signature, (workflow_id, namespace), fields
         )
 
     def verdict_problem(
         self,
         *,
-        key: str,
-        action_id: str | None,
-        verdict: Any,
-        actor: str,
-        basis: str,
-        evidence: Any,
-        output: Any,
         signature: DecisionSignature | None,
         workflow_id: str | None = None,
         namespace: str | None = None,
+        **fields: Any,
     ) -> str | None:
-        """Why this verdict does not prove its actor, or ``None``."""
-        if signature is not None and not action_id:
+        """Why this verdict (the ``fields`` of :func:`verdict_statement`) does not prove
+        its actor, or ``None``."""
+        if signature is not None and not fields["action_id"]:
             return "a signed verdict must name the action it is about (action_id)"
-        statement = functools.partial(
-            verdict_statement,
-            key=key,
-            action_id=action_id or "",
-            verdict=verdict,
-            actor=actor,
-            basis=basis,
-            evidence=evidence,
-            output=output,
-        )
         return self._problem(
-            "verdict", self.verdicts_signed, actor, signature, statement, workflow_id, namespace
+            "verdict", self.verdicts_signed, signature, (workflow_id, namespace), fields
         )
 
     def _problem(
         self,
         kind: str,
         required: bool,
-        actor: str,
         signature: DecisionSignature | None,
-        statement: Callable[..., dict[str, Any]],
-        workflow_id: str | None,
-        namespace: str | None,
+        run: tuple[str | None, str | None],
+        fields: dict[str, Any],
     ) -> str | None:
+        actor = fields["actor"]
         if signature is None:
             if not required:
                 return None
@@ -375,16 +299,14 @@ class Signers:
                 f"the {kind} of {actor!r} is unsigned, and the policy requires signed "
                 f"{kind}s: sign it with `temporal-ledger sign` and the actor's key"
             )
-        if workflow_id is not None and signature.workflow_id != workflow_id:
-            return (
-                f"the {kind} was signed for workflow {signature.workflow_id!r}, "
-                f"not this one ({workflow_id!r})"
-            )
-        if namespace is not None and signature.namespace != namespace:
-            return (
-                f"the {kind} was signed for namespace {signature.namespace!r}, "
-                f"not this one ({namespace!r})"
-            )
+        signed_run = (signature.workflow_id, signature.namespace)
+        for name, signed_for, arrived in zip(
+            ("workflow", "namespace"), signed_run, run, strict=True
+        ):
+            if arrived is not None and signed_for != arrived:
+                return (
+                    f"the {kind} was signed for {name} {signed_for!r}, not this one ({arrived!r})"
+                )
         listed = {key_id(parse_public_key(text)): text for text in self.keys.get(actor, ())}
         if not listed:
             return f"the policy lists no public key for {actor!r}: nothing can prove it is theirs"
@@ -394,8 +316,9 @@ class Signers:
                 f"the {kind} is signed with key {signature.key_id}, which the policy does not "
                 f"give {actor!r} (its keys: {', '.join(sorted(listed))})"
             )
-        signed = statement(workflow_id=signature.workflow_id, namespace=signature.namespace)
-        if not _verifies(parse_public_key(found), signed, signature.value):
+        make = decision_statement if kind == "decision" else verdict_statement
+        statement = make(**fields, workflow_id=signed_run[0], namespace=signed_run[1])
+        if not _verifies(parse_public_key(found), statement, signature.value):
             return (
                 f"the signature with key {signature.key_id} of {actor!r} does not match this "
                 f"{kind}: it was made over other fields (key, "
@@ -437,47 +360,35 @@ def recorded_problems(events: Iterable[LedgerEvent], signers: Signers) -> list[s
     against the policy's keys, and every probe's verdict against the probes the policy
     names; name each event that fails (or lacks a signature where the policy requires
     one). Compacted events have no body left to check."""
-    problems = []
-    for event in events:
-        if event.compacted:
-            continue
-        payload = event.payload
-        if event.type in (EventType.APPROVED, EventType.APPROVAL_REJECTED):
-            check: Callable[..., str | None] = signers.decision_problem
-            fields: dict[str, Any] = dict(
-                fingerprint=payload.get("fingerprint"), decision=payload.get("decision")
-            )
-        elif event.type == EventType.RECONCILED:
-            actor = str(payload.get("actor", ""))
-            if actor.startswith(PROBE_ACTOR_PREFIX):
-                problem = signers.probe_problem(
-                    actor, payload.get("verdict"), payload.get("evidence")
-                )
-                if problem is not None:
-                    problems.append(f"seq {event.seq} ({event.type}, key {event.key!r}): {problem}")
-                continue
-            check = signers.verdict_problem
-            fields = dict(
-                action_id=event.action_id,
-                verdict=payload.get("verdict"),
-                evidence=payload.get("evidence"),
-                output=payload.get("output"),
-            )
-        else:
-            continue
-        where = f"seq {event.seq} ({event.type}, key {event.key!r})"
-        try:
-            signature = DecisionSignature.parse(payload.get("signature"))
-        except InvalidRequest as exc:
-            problems.append(f"{where}: {exc}")
-            continue
-        problem = check(
-            key=event.key,
-            actor=str(payload.get("actor")),
-            basis=str(payload.get("basis")),
-            signature=signature,
-            **fields,
+    found = ((e, _recorded_problem(e, signers)) for e in events if not e.compacted)
+    return [f"seq {e.seq} ({e.type}, key {e.key!r}): {p}" for e, p in found if p is not None]
+
+
+def _recorded_problem(event: LedgerEvent, signers: Signers) -> str | None:
+    payload = event.payload
+    fields: dict[str, Any] = {
+        "key": event.key,
+        "actor": str(payload.get("actor")),
+        "basis": str(payload.get("basis")),
+    }
+    if event.type in (EventType.APPROVED, EventType.APPROVAL_REJECTED):
+        check = signers.decision_problem
+        fields.update(fingerprint=payload.get("fingerprint"), decision=payload.get("decision"))
+    elif event.type != EventType.RECONCILED:
+        return None
+    elif fields["actor"].startswith(PROBE_ACTOR_PREFIX):
+        return signers.probe_problem(
+            fields["actor"], payload.get("verdict"), payload.get("evidence")
         )
-        if problem is not None:
-            problems.append(f"{where}: {problem}")
-    return problems
+    else:
+        check = signers.verdict_problem
+        fields.update(
+            action_id=event.action_id,
+            verdict=payload.get("verdict"),
+            evidence=payload.get("evidence"),
+            output=payload.get("output"),
+        )
+    try:
+        return check(signature=DecisionSignature.parse(payload.get("signature")), **fields)
+    except InvalidRequest as exc:
+        return str(exc)

@@ -12,13 +12,15 @@ import binascii
 import hashlib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ._errors import InvalidRequest
 
 if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric import ed25519
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 #: How a public key is written in a policy: ``ed25519:`` and the raw 32-byte key.
 KEY_PREFIX = "ed25519:"
@@ -27,18 +29,9 @@ EXTRA = "signing"
 _PUBLIC_KEY_BYTES = 32
 
 
-class _Ed25519(Protocol):
-    """What this module uses of ``cryptography``'s ``ed25519`` module (:func:`crypto`)."""
-
-    @property
-    def Ed25519PrivateKey(self) -> type[ed25519.Ed25519PrivateKey]: ...
-
-    @property
-    def Ed25519PublicKey(self) -> type[ed25519.Ed25519PublicKey]: ...
-
-
-def crypto() -> _Ed25519:
-    """The ``ed25519`` module of ``cryptography``, or an ImportError naming the extra."""
+def crypto() -> tuple[type[Ed25519PrivateKey], type[Ed25519PublicKey]]:
+    """``cryptography``'s Ed25519 private and public key classes, or an ImportError naming
+    the extra."""
     try:
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError as exc:
@@ -46,13 +39,7 @@ def crypto() -> _Ed25519:
             "signed decisions need the cryptography package: "
             f"pip install 'temporal-ledger[{EXTRA}]'"
         ) from exc
-    return ed25519
-
-
-def require_crypto() -> None:
-    """Raise the ImportError naming the extra now, where keys are configured, rather
-    than when the first signature arrives."""
-    crypto()
+    return ed25519.Ed25519PrivateKey, ed25519.Ed25519PublicKey
 
 
 def parse_public_key(text: Any) -> bytes:
@@ -95,19 +82,7 @@ def key_id(raw: bytes) -> str:
 
 def generate_private_key() -> Ed25519PrivateKey:
     """A new Ed25519 private key."""
-    return crypto().Ed25519PrivateKey.generate()
-
-
-def private_key_pem(private_key: Ed25519PrivateKey) -> bytes:
-    """The private key as unencrypted PKCS#8 PEM (what ``openssl genpkey -algorithm
-    ed25519`` writes)."""
-    from cryptography.hazmat.primitives import serialization
-
-    return private_key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
+    return crypto()[0].generate()
 
 
 def raw_public_key(private_key: Ed25519PrivateKey) -> bytes:
@@ -133,13 +108,19 @@ def write_private_key(path: Path, private_key: Ed25519PrivateKey) -> None:
         raise InvalidRequest(f"{path} exists: a key file is never overwritten") from None
     except OSError as exc:
         raise InvalidRequest(f"cannot write key file {path}: {exc.strerror or exc}") from None
+    from cryptography.hazmat.primitives import serialization
+
+    # Unencrypted PKCS#8 PEM, as ``openssl genpkey -algorithm ed25519`` writes it.
+    pem = private_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     with os.fdopen(descriptor, "wb") as file:
-        file.write(private_key_pem(private_key))
+        file.write(pem)
 
 
 def read_private_key(path: Path) -> Ed25519PrivateKey:
     """An Ed25519 private key from a PEM file; :class:`InvalidRequest` naming what is wrong."""
-    ed25519 = crypto()
+    private_key_class, _ = crypto()
     from cryptography.hazmat.primitives import serialization
 
     try:
@@ -150,6 +131,6 @@ def read_private_key(path: Path) -> Ed25519PrivateKey:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
         raise InvalidRequest(f"{path} is not an unencrypted PEM private key: {exc}") from None
-    if not isinstance(key, ed25519.Ed25519PrivateKey):
+    if not isinstance(key, private_key_class):
         raise InvalidRequest(f"{path} holds a {type(key).__name__}, not an Ed25519 key")
     return key
