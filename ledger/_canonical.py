@@ -205,7 +205,7 @@ def _sorts_as_rfc8785(value: Any) -> bool:
                 return False
         return True
     if kind is int:
-        return -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT
+        return bool(-_MAX_SAFE_INT <= value <= _MAX_SAFE_INT)
     return kind is str or kind is bool or value is None
 
 
@@ -257,8 +257,8 @@ def canonical_dump(instance: Any, dumped: Any) -> Any:
         if isinstance(instance, dict):
             if len(instance) == len(dumped):
                 # Keys may be written differently (1 becomes "1"), never reordered.
-                pairs = zip(instance.values(), dumped.items(), strict=True)
-                return _rebuilt(dumped, ((name, v, j) for v, (name, j) in pairs))
+                paired = zip(instance.values(), dumped.items(), strict=True)
+                return _rebuilt(dumped, ((name, v, j) for v, (name, j) in paired))
             return _rebuilt(dumped, ((n, instance.get(n, _MISSING), j) for n, j in dumped.items()))
         if dataclasses.is_dataclass(instance) and not isinstance(instance, type):
             fields = ((n, getattr(instance, n, _MISSING), j) for n, j in dumped.items())
@@ -296,7 +296,7 @@ def _rebuilt(dumped: Any, places: Iterable[tuple[Any, Any, Any]]) -> Any:
 def _model_values(model: BaseModel, dumped: dict[str, Any]) -> Iterator[tuple[str, Any, Any]]:
     """Each ``(key, value, its JSON)`` of a model's dump: a field's, a computed field's or
     an extra's, or (dumped by alias) the field whose serialization alias the key is."""
-    fields = {**type(model).model_fields, **type(model).model_computed_fields}
+    fields: dict[str, Any] = {**type(model).model_fields, **type(model).model_computed_fields}
     extra = model.__pydantic_extra__ or {}
     aliases: dict[str, str] | None = None
     for name, json_value in dumped.items():
@@ -345,7 +345,7 @@ def value_digest(value: Any) -> str:
             is_dict = isinstance(item, dict)
             digest.update(b"{" if is_dict else b"[")
             stack.append(("close", b"}" if is_dict else b"]"))
-            for k, v in reversed(list(item.items()) if is_dict else list(enumerate(item))):
+            for k, v in reversed(list(item.items() if isinstance(item, dict) else enumerate(item))):
                 stack.append(("value", v))
                 if is_dict:
                     stack.append(("key", k))

@@ -12,7 +12,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from . import _cli_signing, _cli_waiting
+from . import _cli_signing
 from ._cli_parser import CLOSED_PIPE, ENV_URL, OK, REFUSED, USAGE, build_parser, error
 from ._cli_render import (
     EVENT_HEADERS,
@@ -26,9 +26,8 @@ from ._cli_render import (
 )
 from ._errors import InvalidRequest, LedgerError
 from ._ledger import Ledger
-from ._models import Decision, EventType
-from ._signatures import DecisionSignature, read_policy, sign
-from ._signing_keys import read_private_key
+from ._models import Decision, EventType, LedgerEvent
+from ._signatures import DecisionSignature, sign
 from ._sqlite import path_from_url
 from ._wire import key_from_wire
 
@@ -73,31 +72,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)  # exits 2 on bad arguments
-    if args.command == "replay":
-        # Replaying needs Temporal: the workflow side registers the command as an entry
-        # point, so this package imports nothing of it (docs/repository.md, Imports).
-        found = entry_points(group="temporal_ledger.cli", name="replay")
-        if not found:
-            raise SystemExit(
-                "temporal-ledger: error: the 'replay' command is not installed (entry point "
-                "temporal_ledger.cli); reinstall temporal-ledger"
-            )
-        replay: Callable[..., int] = next(iter(found)).load()
-        return replay(args.histories, args.workflow)
-    if args.command in ("keygen", "public-key", "sign"):
-        return _cli_signing.run(args)  # on the decider's machine: no ledger needed
-    if args.command == "waiting":
-        return _cli_waiting.run(args)  # asks the run, not the ledger
-    try:
-        # Files named by the arguments are read before the ledger is opened: a bad one
-        # is bad usage, and nothing is recorded.
-        args.private_key = (
-            read_private_key(args.key_file) if getattr(args, "key_file", None) else None
-        )
-        args.policy_read = read_policy(args.policy) if getattr(args, "policy", None) else None
-    except (InvalidRequest, ImportError) as exc:  # ImportError names the [signing] extra
-        return error(str(exc), USAGE)
+    args = parser.parse_args(argv)  # exits 2 on bad arguments, and on a bad key or policy file
+    if args.command in _OFF_LEDGER:  # on the decider's machine, or asking the run
+        try:
+            return _OFF_LEDGER[args.command](args)
+        except (InvalidRequest, ImportError) as exc:  # ImportError names the [signing] extra
+            return error(str(exc), USAGE)
     if not args.db:
         parser.error(f"--db URL is required (or set ${ENV_URL})")
     if not args.db.startswith(("sqlite:///", "postgresql://", "postgres://")):
@@ -130,18 +110,34 @@ def _main(argv: Sequence[str] | None) -> int:
             return error(str(exc), REFUSED)
 
 
-def _signature(ledger: Ledger, args: argparse.Namespace) -> DecisionSignature | None:
-    """The signature of the decision or verdict recorded here, where a key file is given,
-    for the run as given or as the key's latest request names it (its context, recorded by
-    the worker)."""
-    if args.private_key is None:
-        return None
-    named: dict[str, Any] = {}
-    for event in reversed(ledger.events(args.key)):
+def _replay(args: argparse.Namespace) -> int:
+    # Replaying needs Temporal: the workflow side registers the command as an entry
+    # point, so this package imports nothing of it (docs/repository.md, Imports).
+    found = entry_points(group="temporal_ledger.cli", name="replay")
+    if not found:
+        raise SystemExit(
+            "temporal-ledger: error: the 'replay' command is not installed (entry point "
+            "temporal_ledger.cli); reinstall temporal-ledger"
+        )
+    replay: Callable[..., int] = next(iter(found)).load()
+    return replay(args.histories, args.workflow)
+
+
+def _run_of(events: list[LedgerEvent]) -> dict[str, Any]:
+    """The run the key's latest request names (its context, recorded by the worker)."""
+    for event in reversed(events):
         context = event.payload.get("context") if event.type == EventType.REQUESTED else None
         if isinstance(context, dict):
-            named = context
-            break
+            return context
+    return {}
+
+
+def _signature(ledger: Ledger, args: argparse.Namespace) -> DecisionSignature | None:
+    """The signature of the decision or verdict recorded here, where a key file is given,
+    for the run as given or as the key's latest request names it."""
+    if args.key_file is None:
+        return None
+    named = _run_of(ledger.events(args.key))
     workflow_id = args.workflow_id or named.get("workflow_id")
     namespace = args.namespace or named.get("namespace")
     if not isinstance(workflow_id, str) or not isinstance(namespace, str):
@@ -150,7 +146,7 @@ def _signature(ledger: Ledger, args: argparse.Namespace) -> DecisionSignature | 
             "--workflow-id and --namespace"
         )
     run = {"workflow_id": workflow_id, "namespace": namespace}
-    return sign(args.private_key, _cli_signing.statement(args, args.command, **run))
+    return sign(args.key_file, _cli_signing.statement(args, args.command, **run))
 
 
 def _say(args: argparse.Namespace, value: Any, text: str, status: int = OK) -> int:
@@ -184,13 +180,9 @@ def _show_key(ledger: Ledger, args: argparse.Namespace) -> int:
         key = spelled
         events = ledger.events(key)
     state = ledger.state(key)
-    if not events:
-        text = f"key {key!r}: no records"
-    else:
-        requested = [e for e in events if e.type == EventType.REQUESTED]
-        run = requested[-1].payload.get("context") or {} if requested else {}
-        shown = show(state, run if isinstance(run, dict) else {})
-        text = f"{shown}\n\n{table(event_rows(events), EVENT_HEADERS)}"
+    text = f"key {key!r}: no records"
+    if events:
+        text = f"{show(state, _run_of(events))}\n\n{table(event_rows(events), EVENT_HEADERS)}"
     return _say(args, {"state": state, "events": events}, text, OK if events else REFUSED)
 
 
@@ -210,7 +202,7 @@ def _list_open_effects(ledger: Ledger, args: argparse.Namespace) -> int:
 def _reconcile(ledger: Ledger, args: argparse.Namespace) -> int:
     """Record an operator's verdict, signed where a key file is given."""
     args.action_id = None
-    if args.private_key is not None:
+    if args.key_file is not None:
         # The action whose effect is unknown: an expired holder's, or the outcome's.
         state = ledger.state(args.key)
         args.action_id = state.holder_action_id or state.outcome_action_id
@@ -259,12 +251,8 @@ def _approve(ledger: Ledger, args: argparse.Namespace) -> int:
 
 def _verify(ledger: Ledger, args: argparse.Namespace) -> int:
     """Recompute the chains and invariants; refused when a problem is found."""
-    signers = None
-    gated = list(args.gated)
-    if args.policy_read is not None:
-        signers, policy_gated = args.policy_read
-        gated += policy_gated
-    report = ledger.verify(gated=gated, signers=signers)
+    signers, gated = args.policy or (None, [])
+    report = ledger.verify(gated=args.gated + gated, signers=signers)
     found = "OK" if report.ok else f"{len(report.problems)} problem(s)"
     text = "\n".join(
         [f"{report.events} events, {report.keys} keys: {found}"]
@@ -279,6 +267,14 @@ def _compact(ledger: Ledger, args: argparse.Namespace) -> int:
     return _say(args, {"compacted_keys": count}, f"compacted {count} key(s)")
 
 
+#: The commands that need no ledger, by name.
+_OFF_LEDGER: dict[str, Callable[[argparse.Namespace], int]] = {
+    "replay": _replay,
+    "keygen": _cli_signing.keygen,
+    "public-key": _cli_signing.public_key,
+    "sign": _cli_signing.sign_command,
+    "waiting": _cli_signing.waiting,
+}
 #: The commands that read or write a ledger, by name.
 _COMMANDS: dict[str, Callable[[Ledger, argparse.Namespace], int]] = {
     "show": _show_key,

