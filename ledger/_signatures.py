@@ -252,44 +252,28 @@ class Signers:
             return f"a verdict by {actor!r} that settles the effect without evidence"
         return None
 
-    def decision_problem(
-        self,
-        *,
-        signature: DecisionSignature | None,
-        workflow_id: str | None = None,
-        namespace: str | None = None,
-        **fields: Any,
-    ) -> str | None:
-        """Why this approval or rejection (the ``fields`` of :func:`decision_statement`)
-        does not prove its actor, or ``None``. ``workflow_id`` and ``namespace``: the run
-        it arrived in, when known."""
-        return self._problem(
-            "decision", self.decisions_signed, signature, (workflow_id, namespace), fields
-        )
+    def decision_problem(self, **given: Any) -> str | None:
+        """Why this approval or rejection does not prove its actor, or ``None``: ``given``
+        are the fields of :func:`decision_statement` but the run, its ``signature``, and
+        the ``workflow_id`` and ``namespace`` it arrived in, when known."""
+        return self._problem("decision", self.decisions_signed, **given)
 
-    def verdict_problem(
-        self,
-        *,
-        signature: DecisionSignature | None,
-        workflow_id: str | None = None,
-        namespace: str | None = None,
-        **fields: Any,
-    ) -> str | None:
-        """Why this verdict (the ``fields`` of :func:`verdict_statement`) does not prove
-        its actor, or ``None``."""
-        if signature is not None and not fields["action_id"]:
+    def verdict_problem(self, **given: Any) -> str | None:
+        """Why this verdict does not prove its actor, or ``None``: ``given`` as for
+        :meth:`decision_problem`, with the fields of :func:`verdict_statement`."""
+        if given["signature"] is not None and not given["action_id"]:
             return "a signed verdict must name the action it is about (action_id)"
-        return self._problem(
-            "verdict", self.verdicts_signed, signature, (workflow_id, namespace), fields
-        )
+        return self._problem("verdict", self.verdicts_signed, **given)
 
     def _problem(
         self,
         kind: str,
         required: bool,
+        *,
         signature: DecisionSignature | None,
-        run: tuple[str | None, str | None],
-        fields: dict[str, Any],
+        workflow_id: str | None = None,
+        namespace: str | None = None,
+        **fields: Any,
     ) -> str | None:
         actor = fields["actor"]
         if signature is None:
@@ -299,9 +283,10 @@ class Signers:
                 f"the {kind} of {actor!r} is unsigned, and the policy requires signed "
                 f"{kind}s: sign it with `temporal-ledger sign` and the actor's key"
             )
-        signed_run = (signature.workflow_id, signature.namespace)
-        for name, signed_for, arrived in zip(
-            ("workflow", "namespace"), signed_run, run, strict=True
+        run = {"workflow_id": signature.workflow_id, "namespace": signature.namespace}
+        for name, signed_for, arrived in (
+            ("workflow", signature.workflow_id, workflow_id),
+            ("namespace", signature.namespace, namespace),
         ):
             if arrived is not None and signed_for != arrived:
                 return (
@@ -317,8 +302,7 @@ class Signers:
                 f"give {actor!r} (its keys: {', '.join(sorted(listed))})"
             )
         make = decision_statement if kind == "decision" else verdict_statement
-        statement = make(**fields, workflow_id=signed_run[0], namespace=signed_run[1])
-        if not _verifies(parse_public_key(found), statement, signature.value):
+        if not _verifies(parse_public_key(found), make(**fields, **run), signature.value):
             return (
                 f"the signature with key {signature.key_id} of {actor!r} does not match this "
                 f"{kind}: it was made over other fields (key, "
