@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
-from pathlib import Path
 from typing import Any
 
 from . import _cli_signing
@@ -32,19 +32,20 @@ from ._sqlite import path_from_url
 from ._wire import key_from_wire
 
 
-def _not_a_ledger(path: Path) -> tuple[str, int] | None:
-    """Why the existing ``path`` cannot be opened as a ledger (and the exit status), or None."""
+def _not_a_ledger(url: str, create: bool) -> tuple[str, int] | None:
+    """Why the SQLite ledger ``url`` names cannot be opened (and the exit status), or None."""
+    path = path_from_url(url).absolute()
+    if not path.exists():
+        # Opening would create an empty ledger where the operator expected theirs.
+        message = f"no ledger at {path} (no such file; --create makes a new ledger)"
+        return None if create else (message, USAGE)
     if path.is_dir():
         return f"{path} is a directory, not a ledger file", USAGE
+    # Read-only, through a URI that quotes the path ('?' and '#' are legal in names).
+    query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_meta'"
     try:
-        # Read-only, through a URI that quotes the path ('?' and '#' are legal in names).
-        conn = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True)
-        try:
-            found = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'ledger_meta'"
-            ).fetchone()
-        finally:
-            conn.close()
+        with contextlib.closing(sqlite3.connect(path.as_uri() + "?mode=ro", uri=True)) as conn:
+            found = conn.execute(query).fetchone()
     except sqlite3.OperationalError as exc:  # unreadable (permissions), locked
         return f"cannot open {path}: {exc}", REFUSED
     except sqlite3.DatabaseError:  # "file is not a database"
@@ -82,19 +83,11 @@ def _main(argv: Sequence[str] | None) -> int:
         parser.error(f"--db URL is required (or set ${ENV_URL})")
     if not args.db.startswith(("sqlite:///", "postgresql://", "postgres://")):
         parser.error(f"unsupported ledger URL {args.db!r}: use sqlite:///path or postgresql://...")
-    if args.db.startswith("sqlite:///"):
-        try:
-            path = path_from_url(args.db).absolute()
-        except LedgerError as exc:
-            parser.error(str(exc))
-        if not path.exists():
-            if not args.create:
-                # Opening would create an empty ledger where the operator expected theirs.
-                return error(
-                    f"no ledger at {path} (no such file; --create makes a new ledger)", USAGE
-                )
-        elif problem := _not_a_ledger(path):
+    try:
+        if args.db.startswith("sqlite:///") and (problem := _not_a_ledger(args.db, args.create)):
             return error(*problem)
+    except LedgerError as exc:  # a URL that names no file
+        parser.error(str(exc))
     try:
         ledger = Ledger.open(args.db)
     except (InvalidRequest, ImportError) as exc:  # a missing folder; no [postgres] extra

@@ -75,32 +75,24 @@ def show(state: ActionState, run: dict[str, Any] | None = None) -> str:
 
     ``run``: the context of the key's last request (its workflow and namespace), to name
     the run that waits for an operator's answer."""
-    lines: list[tuple[str, str]] = [
+    output = "" if state.output is None else json.dumps(state.output)
+    lines: list[tuple[str, Any]] = [
         ("key", state.key),
         ("status", _status(state)),
         ("effect", state.effect),
         ("next_operation", state.next_operation),
+        *(("todo", line) for line in _todo(state, run or {})),
+        ("capability", state.capability and f"{state.capability} by {state.performer or '?'}"),
+        ("since", state.since),
+        ("error", state.error),
+        ("output", output if len(output) <= 200 else output[:184] + "... (see --json)"),
+        ("output_schema", state.output_schema and schema_fields(state.output_schema)),
     ]
-    lines += [("todo", line) for line in _todo(state, run or {})]
-    if state.capability:
-        lines.append(("capability", f"{state.capability} by {state.performer or '?'}"))
-    if state.since:
-        lines.append(("since", state.since))
-    if state.error:
-        lines.append(("error", state.error))
-    if state.output is not None:
-        output = json.dumps(state.output)
-        lines.append(
-            ("output", output if len(output) <= 200 else output[:184] + "... (see --json)")
-        )
-    if state.output_schema:
-        lines.append(("output_schema", schema_fields(state.output_schema)))
     for r in state.reconciliations:
         lines.append(("reconciled", f"{r.verdict} by {r.actor} ({r.basis}) at {r.recorded_at}"))
         if r.signature is not None:
             lines.append(("reconciled", _signed(r.signature, r.actor)))
-    if state.approval is not None:
-        a = state.approval
+    if (a := state.approval) is not None:
         lines.append(("fingerprint", a.fingerprint))
         if a.actor:
             decided = f"{'approved' if a.state != 'rejected' else 'rejected'} by {a.actor}"
@@ -113,16 +105,15 @@ def show(state: ActionState, run: dict[str, Any] | None = None) -> str:
             lines.append(("approval", f"{a.state}: waiting for a person's decision"))
         if a.consumed_by:
             lines.append(("approval", f"consumed by execution {a.consumed_by}"))
-    lines.append(("events", str(state.events)))
-    width = max(len(name) for name, _ in lines)
-    shown: list[str] = []
-    previous = None
-    for name, value in lines:
+    lines.append(("events", state.events))
+    lines = [(name, value) for name, value in lines if value or name == "events"]
+    width = max(len(name) for name, _ in lines) + 1
+    before = [None, *(name for name, _ in lines)]
+    return "\n".join(
         # Continuation lines (a second "todo") leave the label blank.
-        label = f"{name:>{width}}:" if name != previous else " " * (width + 1)
-        shown.append(f"{label} {value}".rstrip())
-        previous = name
-    return "\n".join(shown)
+        f"{name + ':' if name != previous else '':>{width}} {value}".rstrip()
+        for (name, value), previous in zip(lines, before, strict=False)
+    )
 
 
 def _signed(signature: dict[str, Any], actor: str) -> str:
@@ -184,13 +175,14 @@ def _todo(state: ActionState, run: dict[str, Any]) -> list[str]:
             f"  temporal-ledger approve {shlex.quote(state.key)} --fingerprint "
             f"{state.approval.fingerprint} --actor YOU --basis 'WHY' [--reject]",
         ]
-    if op is NextOperation.FIX_INPUTS:
-        return [
-            "failed without effect, final for this key: fix the inputs, send them under a new key"
-        ]
-    if op is NextOperation.START_ACTION:
-        return ["none: the key is free, the next request for it runs the tool"]
-    return ["none: the outcome is final, later requests for the key replay it"]
+    return [_NEXT.get(op, "none: the outcome is final, later requests for the key replay it")]
+
+
+_NEXT = {
+    NextOperation.FIX_INPUTS: "failed without effect, final for this key: fix the inputs, "
+    "send them under a new key",
+    NextOperation.START_ACTION: "none: the key is free, the next request for it runs the tool",
+}
 
 
 def schema_fields(schema: dict[str, Any]) -> str:
