@@ -108,30 +108,27 @@ def _check(value: Any, where: _Where, active: set[int], depth: int) -> int:
             _check_text(value, where)
         return _CHAR_BOUND * len(value) + _NODE_BOUND
     if kind is int and not -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
-        raise InvalidRequest(
-            f"{_place(where)}: integer {value} is outside JSON's exact range (±2**53)"
+        problem = f"integer {value} is outside JSON's exact range (±2**53)"
+    elif kind is float and not math.isfinite(value):
+        problem = (
+            f"{_NON_FINITE.get(repr(value), repr(value))} has no exact JSON form: NaN and "
+            "infinities cannot be fingerprinted or recorded (use a finite number, or null)"
         )
-    if kind is float and not math.isfinite(value):
-        raise InvalidRequest(
-            f"{_place(where)}: {_NON_FINITE.get(repr(value), repr(value))} has no exact "
-            "JSON form: NaN and infinities cannot be fingerprinted or recorded (use a "
-            "finite number, or null)"
+    elif kind is object:
+        problem = (
+            f"a {type(value).__name__} is not representable in JSON exactly (use objects, "
+            "arrays, strings, finite numbers, booleans or null)"
         )
-    if kind is object:
-        raise InvalidRequest(
-            f"{_place(where)}: a {type(value).__name__} is not representable in JSON exactly "
-            "(use objects, arrays, strings, finite numbers, booleans or null)"
-        )
-    if kind is not dict and kind is not list:
+    elif kind is not dict and kind is not list:
         return _NODE_BOUND
-    if depth >= MAX_JSON_DEPTH:
-        raise InvalidRequest(
-            f"{_place(where)}: nested deeper than {MAX_JSON_DEPTH} arrays and objects, "
-            "the ledger's limit"
-        )
-    marker = id(value)
-    if marker in active:
-        raise InvalidRequest(f"{_place(where)}: cyclic data is not representable in JSON")
+    elif depth >= MAX_JSON_DEPTH:
+        problem = f"nested deeper than {MAX_JSON_DEPTH} arrays and objects, the ledger's limit"
+    elif (marker := id(value)) in active:
+        problem = "cyclic data is not representable in JSON"
+    else:
+        problem = None
+    if problem is not None:
+        raise InvalidRequest(f"{_place(where)}: {problem}")
     active.add(marker)  # no need to take it out on a refusal: the walk ends there
     bound = _NODE_BOUND
     if kind is dict:
