@@ -101,35 +101,17 @@ _VERDICTS = [v.value for v in Verdict]
 _SHARED: dict[str, tuple[str | None, dict[str, Any]]] = {
     "--actor": ("who decides (or inspected the world)", {"required": True, "type": _person}),
     "--basis": ("what the decision rests on", {"required": True, "type": _persons_words}),
-    "--fingerprint": (
-        "the fingerprint of the call you were shown (`show KEY` or query pending_approvals)",
-        {"required": True, "type": _non_empty},
-    ),
+    "--fingerprint": ("the fingerprint of the call shown", {"required": True, "type": _non_empty}),
     "--reject": ("reject the call instead: it ends with no effect", {"action": "store_true"}),
     "--verdict": (None, {"required": True, "choices": _VERDICTS}),
     "--evidence": ("a reference to evidence (repeatable)", {"action": "append", "default": []}),
-    "--output": (
-        "the observed output, as JSON (effect_confirmed; it must fit the tool's output schema "
-        "when one was recorded)",
-        {"type": _json_value},
-    ),
+    "--output": ("the observed output as JSON, fit for its schema", {"type": _json_value}),
     "--json": ("machine-readable output", {"action": "store_true"}),
     # Read when the arguments are: a bad key file is bad usage, and nothing is recorded.
-    "--key-file": (
-        "your private key (PEM), to sign with; it never leaves this machine",
-        {"type": _read_key},
-    ),
-    "--workflow-id": (
-        "the run's workflow id (approve and reconcile --key-file: by default, the one the "
-        "key's latest request names)",
-        {"type": _non_empty},
-    ),
-    "--namespace": (
-        f"the run's namespace (default: {DEFAULT_NAMESPACE}; approve and reconcile "
-        "--key-file: the one the key's latest request names)",
-        {"type": _non_empty},
-    ),
-    "--address": ("the Temporal frontend, host:port (default: the temporal CLI's)", {}),
+    "--key-file": ("your private key (PEM) to sign with", {"type": _read_key}),
+    "--workflow-id": ("the run's workflow id (default: the request's)", {"type": _non_empty}),
+    "--namespace": ("the run's namespace (default: the request's)", {"type": _non_empty}),
+    "--address": ("the Temporal frontend, host:port", {}),
     "--temporal": (f"the temporal CLI (default: ${ENV_TEMPORAL}, then PATH)", {}),
 }
 
@@ -138,7 +120,14 @@ def _add(parser: argparse.ArgumentParser, *names: str, **options: Any) -> None:
     """Add the shared options named, with ``options`` over their own."""
     for name in names:
         text, shared = _SHARED[name]
-        parser.add_argument(name, help=text, **{**shared, **options})
+        parser.add_argument(name, **{"help": text, **shared, **options})
+
+
+def _run(parser: argparse.ArgumentParser) -> None:
+    """The run a command asks or signs for: its workflow id, and its namespace."""
+    _add(parser, "--workflow-id", required=True, help="the run's workflow id")
+    namespace = f"the run's namespace (default: {DEFAULT_NAMESPACE})"
+    _add(parser, "--namespace", default=DEFAULT_NAMESPACE, help=namespace)
 
 
 def _options(*, inherited: bool) -> argparse.ArgumentParser:
@@ -262,8 +251,8 @@ def _add_off_ledger_commands(commands: Any) -> None:
     )
     for parser in _answers(approve, verdict):
         parser.add_argument("--key", required=True, type=_key, help="the call's key")
-        _add(parser, "--key-file", "--workflow-id", required=True)
-        _add(parser, "--namespace", default=DEFAULT_NAMESPACE)
+        _add(parser, "--key-file", required=True)
+        _run(parser)
         parser.add_argument(
             "--send",
             action="store_true",
@@ -276,8 +265,7 @@ def _add_off_ledger_commands(commands: Any) -> None:
         description="Ask a run (through the temporal CLI) what waits in it, and print the "
         "update command of each, ready to fill in and paste.",
     )
-    _add(waiting, "--workflow-id", required=True)
-    _add(waiting, "--namespace", default=DEFAULT_NAMESPACE)
+    _run(waiting)
     _add(waiting, "--address", "--temporal", "--json")
     replay = commands.add_parser(
         "replay", help="replay exported workflow histories against your workflow code"
