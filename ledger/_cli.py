@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 from . import _cli_signing
 from ._cli_parser import CLOSED_PIPE, ENV_URL, OK, REFUSED, USAGE, build_parser, error
@@ -150,7 +150,7 @@ def _signature(ledger: Ledger, args: argparse.Namespace) -> DecisionSignature | 
 def _say(args: argparse.Namespace, value: Any, text: str, status: int = OK) -> int:
     """Print ``value`` as JSON with ``--json``, else ``text``; the exit status."""
     if args.json:
-        print_json(value)
+        print(json.dumps(to_jsonable_python(value), indent=2, sort_keys=True))
     else:
         print(text)
     return status
@@ -193,7 +193,11 @@ def _list_events(ledger: Ledger, args: argparse.Namespace) -> int:
 def _list_open_effects(ledger: Ledger, args: argparse.Namespace) -> int:
     """Every effect that is unknown and unresolved."""
     states = ledger.open_effects()
-    text = table(state_rows(states), STATE_HEADERS) if states else "no open effects"
+    rows = [
+        [s.key, s.status, s.effect, s.next_operation, s.capability, s.since, s.error]
+        for s in states
+    ]
+    text = table(rows, STATE_HEADERS) if states else "no open effects"
     return _say(args, states, text)
 
 
@@ -325,13 +329,6 @@ _SUMMARIZED = "capability performer status effect verdict decision actor token".
 EVENT_HEADERS = ("seq", "recorded_at", "key", "type", "action_id", "detail")
 
 
-def state_rows(states: list[ActionState]) -> list[list[Any]]:
-    return [
-        [s.key, s.status, s.effect, s.next_operation, s.capability, s.since, s.error]
-        for s in states
-    ]
-
-
 STATE_HEADERS = ("key", "status", "effect", "next", "capability", "since", "why")
 
 
@@ -459,12 +456,3 @@ def schema_fields(schema: dict[str, Any]) -> str:
         f"{name} ({describe_schema(sub, schema)}{'' if name in required else ', optional'})"
         for name, sub in properties.items()
     )
-
-
-def print_json(value: Any) -> None:
-    """``value`` as JSON, any records in it as their JSON form."""
-    print(json.dumps(value, indent=2, sort_keys=True, default=_json_form))
-
-
-def _json_form(value: Any) -> Any:
-    return value.model_dump(mode="json") if isinstance(value, BaseModel) else str(value)

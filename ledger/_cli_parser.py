@@ -14,8 +14,7 @@ from typing import Any, TypeVar
 
 from ._errors import InvalidRequest
 from ._models import Verdict, validate_key
-from ._signatures import read_policy
-from ._signing_keys import read_private_key
+from ._signatures import read_policy, read_private_key
 from ._template_text import refuse_placeholders, refuse_probe_name
 from ._wire import key_from_wire
 

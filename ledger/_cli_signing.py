@@ -24,12 +24,14 @@ from typing import Any
 
 from ._cli_parser import ENV_TEMPORAL, OK, REFUSED, USAGE, error
 from ._models import Decision
-from ._signatures import decision_statement, sign, verdict_statement
-from ._signing_keys import (
+from ._signatures import (
+    decision_statement,
     generate_private_key,
     key_id,
     public_key_text,
     raw_public_key,
+    sign,
+    verdict_statement,
     write_private_key,
 )
 

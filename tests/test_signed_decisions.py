@@ -29,15 +29,13 @@ from temporal_ledger.ledger._models import ApprovalState, EventType
 from temporal_ledger.ledger._signatures import (
     Signers,
     decision_statement,
-    read_policy,
-    sign,
-    verdict_statement,
-)
-from temporal_ledger.ledger._signing_keys import (
     generate_private_key,
     public_key_text,
     raw_public_key,
+    read_policy,
     read_private_key,
+    sign,
+    verdict_statement,
     write_private_key,
 )
 from temporal_ledger.workflows._protocol import ApproveInput
