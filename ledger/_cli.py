@@ -404,12 +404,6 @@ def _todo(state: ActionState, run: dict[str, Any]) -> list[str]:
     op = state.next_operation
     if op is NextOperation.RECONCILE_EFFECT:
         output = json.dumps(output_template(state.output_schema)) if state.output_schema else "JSON"
-        command = [
-            "temporal-ledger reconcile",
-            shlex.quote(state.key),
-            "--verdict effect_confirmed --actor YOU --basis 'WHAT YOU CHECKED'",
-            "--output " + shlex.quote(output),
-        ]
         todo = ["find out whether the effect happened, then answer with what you found"]
         workflow_id, namespace = run.get("workflow_id"), run.get("namespace")
         if isinstance(workflow_id, str):
@@ -423,11 +417,12 @@ def _todo(state: ActionState, run: dict[str, Any]) -> list[str]:
                 "sent to it: the ledger refuses that one as already resolved, and the step",
                 "reads what you recorded):",
             ]
-        todo += [
-            "  " + " ".join(command),
+        return [
+            *todo,
+            f"  temporal-ledger reconcile {shlex.quote(state.key)} --verdict effect_confirmed "
+            f"--actor YOU --basis 'WHAT YOU CHECKED' --output {shlex.quote(output)}",
             "  (or --verdict no_effect_confirmed / still_unknown, without --output)",
         ]
-        return todo
     if op is NextOperation.WAIT:
         return [f"an execution ({state.holder_action_id}) holds the key and is live: wait"]
     if op is NextOperation.AWAIT_APPROVAL and state.approval is not None:
