@@ -170,11 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
         return commands.add_parser(name, help=text, parents=common)
 
     show = command("show", "a key's state and its events")
-    show.add_argument(
-        "key",
-        type=_key_or_wire_form,
-        help="the key, or its wire form (~2F for /) as a far side holds it",
-    )
+    show.add_argument("key", type=_key_or_wire_form, help="the key, or its wire form (~2F for /)")
     events = command("events", "the log, in order")
     events.add_argument("--key", type=_key, help="only this key's events")
     events.add_argument("--after", type=int, default=0, help="only events after this seq")
