@@ -210,19 +210,11 @@ def _reconcile(ledger: Ledger, args: argparse.Namespace) -> int:
         args.action_id = state.holder_action_id or state.outcome_action_id
         if args.action_id is None:
             return error(f"key {args.key!r}: no execution is recorded to reconcile", REFUSED)
-    signature = _signature(ledger, args)  # a run it cannot name is refused, not hinted at
+    given = {name: getattr(args, name) for name in ("evidence", "output", "action_id")}
+    given["signature"] = _signature(ledger, args)  # a run it cannot name is refused
     try:
         state = asyncio.run(
-            ledger.reconcile(
-                args.key,
-                args.verdict,
-                args.actor,
-                args.basis,
-                evidence=args.evidence,
-                output=args.output,
-                action_id=args.action_id,
-                signature=signature,
-            )
+            ledger.reconcile(args.key, args.verdict, args.actor, args.basis, **given)
         )
     except InvalidRequest as exc:
         # The output does not fit the tool's recorded schema; nothing was recorded.
