@@ -469,30 +469,30 @@ def recorded_problems(events: Iterable[LedgerEvent], signers: Signers) -> list[s
 
 
 def _recorded_problem(event: LedgerEvent, signers: Signers) -> str | None:
-    payload = event.payload
-    fields: dict[str, Any] = {
-        "key": event.key,
-        "actor": str(payload.get("actor")),
-        "basis": str(payload.get("basis")),
-    }
-    if event.type in (EventType.APPROVED, EventType.APPROVAL_REJECTED):
-        check = signers.decision_problem
-        fields.update(fingerprint=payload.get("fingerprint"), decision=payload.get("decision"))
-    elif event.type != EventType.RECONCILED:
+    names = _SIGNED_FIELDS.get(event.type)
+    if names is None:
         return None
-    elif fields["actor"].startswith(PROBE_ACTOR_PREFIX):
-        return signers.probe_problem(
-            fields["actor"], payload.get("verdict"), payload.get("evidence")
-        )
+    payload = event.payload
+    actor = str(payload.get("actor"))
+    if event.type == EventType.RECONCILED and actor.startswith(PROBE_ACTOR_PREFIX):
+        return signers.probe_problem(actor, payload.get("verdict"), payload.get("evidence"))
+    fields = {name: payload.get(name) for name in names}
+    if event.type == EventType.RECONCILED:
+        check, fields["action_id"] = signers.verdict_problem, event.action_id
     else:
-        check = signers.verdict_problem
-        fields.update(
-            action_id=event.action_id,
-            verdict=payload.get("verdict"),
-            evidence=payload.get("evidence"),
-            output=payload.get("output"),
-        )
+        check = signers.decision_problem
     try:
-        return check(signature=DecisionSignature.parse(payload.get("signature")), **fields)
+        signature = DecisionSignature.parse(payload.get("signature"))
     except InvalidRequest as exc:
         return str(exc)
+    basis = str(payload.get("basis"))
+    return check(signature=signature, key=event.key, actor=actor, basis=basis, **fields)
+
+
+#: The recorded fields of a decision or a verdict that its signature covers, with its
+#: key, actor and basis (and a verdict's action).
+_SIGNED_FIELDS: dict[str, tuple[str, ...]] = {
+    EventType.APPROVED: ("fingerprint", "decision"),
+    EventType.APPROVAL_REJECTED: ("fingerprint", "decision"),
+    EventType.RECONCILED: ("verdict", "evidence", "output"),
+}
