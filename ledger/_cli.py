@@ -229,16 +229,10 @@ def _reconcile(ledger: Ledger, args: argparse.Namespace) -> int:
 
 def _approve(ledger: Ledger, args: argparse.Namespace) -> int:
     """Record a person's decision, signed where a key file is given."""
-    approval = asyncio.run(
-        ledger.approve(
-            args.key,
-            fingerprint=args.fingerprint,
-            actor=args.actor,
-            basis=args.basis,
-            decision=Decision.REJECT if args.reject else Decision.APPROVE,
-            signature=_signature(ledger, args),
-        )
-    )
+    given = {name: getattr(args, name) for name in ("fingerprint", "actor", "basis")}
+    given["decision"] = Decision.REJECT if args.reject else Decision.APPROVE
+    given["signature"] = _signature(ledger, args)
+    approval = asyncio.run(ledger.approve(args.key, **given))
     text = f"{args.key}: {approval.state} by {approval.actor} ({approval.fingerprint})"
     return _say(args, approval, text)
 
