@@ -12,8 +12,15 @@ import pytest
 
 from ._errors import IdempotencyConflictError, InvalidRequest
 from ._ledger import Ledger
-from ._models import ActionRequest, ActionStatus, Authority, EffectState, NextOperation
-from ._rule import Answer, Ask, admit
+from ._models import (
+    ActionRequest,
+    ActionResult,
+    ActionStatus,
+    Authority,
+    EffectState,
+    NextOperation,
+)
+from ._rule import Ask, admit
 from ._testing_child import AUTHORITY, Opener, _CountingAdapter, _execute, _types, request
 
 _EVENTS = ["action.requested", "action.execution_started", "action.completed"]
@@ -184,7 +191,7 @@ class RecordContract:
             assert ledger.events("k") == before
             return
         committed, decision = done
-        assert committed and isinstance(decision, Answer) and decision.result.replayed
+        assert committed and isinstance(decision, ActionResult) and decision.replayed
         assert _types(ledger, "k")[len(before) :] == ["action.requested", "action.completed"]
 
     # Hostile values: what tool arguments and outputs written by models can hold --------

@@ -34,7 +34,6 @@ from ._models import ActionRequest, ActionResult, Authority, ExecutionContext
 from ._open import _RETRY_FIRST_DELAY, _RETRY_MAX_DELAY, lease_seconds
 from ._rule import (
     Admission,
-    Answer,
     Ask,
     Busy,
     Claimed,
@@ -163,7 +162,7 @@ class Ledger(Decisions):
             return None
         draft = Draft(key, record, now)
         decision = admit(draft, ask, first=True, give_up=True)
-        if not (isinstance(decision, Answer) and decision.result.replayed):
+        if not (isinstance(decision, ActionResult) and decision.replayed):
             return None
         if self.replay_audit == "committed":
             if self._closed:
@@ -176,14 +175,14 @@ class Ledger(Decisions):
                 await (queued or self._run(self._recorder.transact, key, draft.write))
             except DuplicateActionId:
                 return None  # the same submission again: the usual way answers it
-            return decision.result
+            return decision
         # Handed to the writer once per turn of the event loop, all together: a caller
         # replaying in a loop that never yields would otherwise wake the writer thread
         # for every replay, and the two would contend for the GIL on each record.
         if not self._audit_batch:
             asyncio.get_running_loop().call_soon(self._submit_audits)
         self._audit_batch.append((key, draft.write))
-        return decision.result
+        return decision
 
     async def _act_first(self, ask: Ask, adapter: Adapter) -> ActionResult | None:
         """A retry-safe call: act, then record the request and its outcome in one write

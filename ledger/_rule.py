@@ -34,17 +34,8 @@ from ._models import (
 from ._transaction import KeyRecord, Outcome, Phase, Transaction, iso
 
 
-# What the admission transaction decided; raised or acted on after it committed.
-@dataclasses.dataclass
-class Answer:
-    result: ActionResult
-
-
-@dataclasses.dataclass
-class Conflict:
-    error: IdempotencyConflictError
-
-
+# What the admission transaction decided (beside its answer or its conflict); raised or
+# acted on after it committed.
 @dataclasses.dataclass
 class Busy:
     holder_action_id: str
@@ -64,16 +55,18 @@ class Claimed:
     decided: float = 0.0
 
 
-#: What :func:`admit` decides.
-Admission = Answer | Conflict | Busy | Claimed
+#: What :func:`admit` decides: an answer, or a conflict raised once its refusal committed.
+Admission = ActionResult | IdempotencyConflictError | Busy | Claimed
 
 
-def answered(decision: Answer | Conflict | Busy, request: ActionRequest) -> ActionResult:
+def answered(
+    decision: ActionResult | IdempotencyConflictError | Busy, request: ActionRequest
+) -> ActionResult:
     """The result a decision answers ``request`` with; its conflict or deferral raised."""
-    if isinstance(decision, Answer):
-        return decision.result
-    if isinstance(decision, Conflict):
-        raise decision.error
+    if isinstance(decision, ActionResult):
+        return decision
+    if isinstance(decision, IdempotencyConflictError):
+        raise decision
     raise ActionInProgressError(
         key=request.key,
         holder_action_id=decision.holder_action_id,
@@ -195,7 +188,7 @@ def _deny(
     error: str,
     error_type: FailureType,
     fingerprint: str | None = None,
-) -> Answer:
+) -> ActionResult:
     """Answer the request DENIED, with no effect; the key's outcome stays as it was."""
     outcome = Outcome(
         action_id=request.action_id,
@@ -208,7 +201,7 @@ def _deny(
     )
     tx.append(EventType.COMPLETED, request.action_id, outcome.body())
     tx.save(record)
-    return Answer(result_of(outcome, key=request.key, action_id=request.action_id, replayed=False))
+    return result_of(outcome, key=request.key, action_id=request.action_id, replayed=False)
 
 
 def _bind_or_answer(
@@ -246,7 +239,7 @@ def _bind_or_answer(
     return None
 
 
-def _refuse_conflict(tx: Transaction, record: KeyRecord, ask: Ask) -> Conflict:
+def _refuse_conflict(tx: Transaction, record: KeyRecord, ask: Ask) -> IdempotencyConflictError:
     request = ask.request
     names = differing(record.dimensions, ask.dimensions)
     tx.append(
@@ -262,14 +255,12 @@ def _refuse_conflict(tx: Transaction, record: KeyRecord, ask: Ask) -> Conflict:
         },
     )
     tx.save(record)
-    return Conflict(
-        IdempotencyConflictError(
-            key=request.key,
-            original_action_id=record.original_action_id or "",
-            dimensions=names,
-            fingerprint_version=record.fingerprint_version or FINGERPRINT_VERSION,
-            action_id=request.action_id,
-        )
+    return IdempotencyConflictError(
+        key=request.key,
+        original_action_id=record.original_action_id or "",
+        dimensions=names,
+        fingerprint_version=record.fingerprint_version or FINGERPRINT_VERSION,
+        action_id=request.action_id,
     )
 
 
@@ -292,7 +283,7 @@ def _defer(
     return Busy(holder, remaining, recorded=True)
 
 
-def _replay(tx: Transaction, record: KeyRecord, request: ActionRequest) -> Answer:
+def _replay(tx: Transaction, record: KeyRecord, request: ActionRequest) -> ActionResult:
     outcome = record.outcome
     assert outcome is not None
     tx.append(
@@ -307,7 +298,7 @@ def _replay(tx: Transaction, record: KeyRecord, request: ActionRequest) -> Answe
         },
     )
     tx.save(record)
-    return Answer(result_of(outcome, key=request.key, action_id=request.action_id, replayed=True))
+    return result_of(outcome, key=request.key, action_id=request.action_id, replayed=True)
 
 
 def _claim(tx: Transaction, record: KeyRecord, ask: Ask, *, approval_id: str | None) -> Claimed:
@@ -348,14 +339,14 @@ def own_claim(tx: Transaction, record: KeyRecord, action_id: str) -> Admission |
         tx.save(record)
         outcome = record.outcome
         assert outcome is not None
-        return Answer(result_of(outcome, key=tx.key, action_id=action_id, replayed=False))
+        return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
     if outcome is not None and outcome.action_id == action_id:
         # Its claim settled between the lookup of its history and this transaction.
-        return Answer(result_of(outcome, key=tx.key, action_id=action_id, replayed=False))
+        return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
     return None
 
 
-def await_approval(tx: Transaction, record: KeyRecord, ask: Ask) -> Answer:
+def await_approval(tx: Transaction, record: KeyRecord, ask: Ask) -> ActionResult:
     """Answer a call that needs an approval it does not hold: DENIED, no effect, and the
     key bound to the request's fingerprint so that the approval names exactly this call."""
     request, fingerprint = ask.request, ask.fingerprint
@@ -413,4 +404,4 @@ def record_acted(tx: Transaction, ask: Ask, *, fields: dict[str, Any]) -> Admiss
     )
     settle(tx, record, outcome)
     tx.save(record)
-    return Answer(result_of(outcome, key=request.key, action_id=request.action_id, replayed=False))
+    return result_of(outcome, key=request.key, action_id=request.action_id, replayed=False)

@@ -16,12 +16,20 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from temporal_ledger.ledger import ActionRequest, ActionStatus, Authority, DecisionRefused, Verdict
+from temporal_ledger.ledger import (
+    ActionRequest,
+    ActionResult,
+    ActionStatus,
+    Authority,
+    DecisionRefused,
+    IdempotencyConflictError,
+    Verdict,
+)
 from temporal_ledger.ledger._answers import failure_fields, success_fields
 from temporal_ledger.ledger._completion import complete
 from temporal_ledger.ledger._decisions import decide_approval, reconcile_key
 from temporal_ledger.ledger._models import Decision, EffectState, FailureType, may_act_again
-from temporal_ledger.ledger._rule import Answer, Ask, Busy, Claimed, Conflict, admit
+from temporal_ledger.ledger._rule import Ask, Busy, Claimed, admit
 from temporal_ledger.ledger._transaction import KeyRecord, PendingEvent, Transaction
 
 LEASE = 10.0
@@ -207,15 +215,15 @@ def test_the_rule_agrees_with_the_model_and_never_acts_twice_unfreed(ops: list[t
         decision = store.transact(
             key, now, functools.partial(admit, ask=ask, first=True, give_up=True)
         )
-        if isinstance(decision, Answer):
-            got = "denied" if decision.result.status is ActionStatus.DENIED else "replay"
+        if isinstance(decision, ActionResult):
+            got = "denied" if decision.status is ActionStatus.DENIED else "replay"
             if got == "replay":
                 held = model.keys[key]
-                assert (decision.result.status, decision.result.effect) == (
+                assert (decision.status, decision.effect) == (
                     held.status,
                     held.effect,
                 ), op
-        elif isinstance(decision, Conflict):
+        elif isinstance(decision, IdempotencyConflictError):
             got = "conflict"
         elif isinstance(decision, Busy):
             got = "busy"
@@ -356,13 +364,13 @@ def test_a_gated_key_acts_only_under_a_fresh_approval_of_its_exact_request(
         decision = store.transact(
             key, now, functools.partial(admit, ask=ask, first=True, give_up=True)
         )
-        if isinstance(decision, Answer):
+        if isinstance(decision, ActionResult):
             got = {
                 FailureType.APPROVAL_REQUIRED: "awaiting",
                 FailureType.APPROVAL_REJECTED: "rejected",
                 "Denied": "denied",
-            }.get(decision.result.error_type or "", "replay")
-        elif isinstance(decision, Conflict):
+            }.get(decision.error_type or "", "replay")
+        elif isinstance(decision, IdempotencyConflictError):
             got = "conflict"
         else:
             assert isinstance(decision, Claimed)
