@@ -11,7 +11,7 @@ import inspect
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias
 
 from ._answers import (
     failure_fields,
@@ -42,11 +42,10 @@ from ._rule import (
     may_act_again_after,
     record_acted,
 )
-from ._transaction import Draft, Phase, Transaction
+from ._transaction import Draft, Phase
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
 #: An adapter performs the effect. It may be sync or async.
 Adapter: TypeAlias = Callable[[ActionRequest, ExecutionContext], Any]
 #: A state resolver reads the current state the precondition is compared with.
@@ -216,10 +215,7 @@ class Ledger(Decisions):
             try:
                 decision = await self._record_acted(ask, fields)
             except InvalidRequest as exc:
-                unrecordable = _recordable_instead(key, fields, exc)
-                if unrecordable is None:
-                    raise
-                decision = await self._record_acted(ask, unrecordable)
+                decision = await self._record_acted(ask, _recordable_instead(key, fields, exc))
         except DuplicateActionId:
             # The same submission landed before (its answer lost, or another process's
             # try): what it recorded is the answer.
@@ -410,8 +406,6 @@ class Ledger(Decisions):
             )
         except InvalidRequest as exc:
             unrecordable = _recordable_instead(key, fields, exc)
-            if unrecordable is None:
-                raise
             return await self._complete_now(key, action_id, token, unrecordable)
         if isinstance(result, ActionInProgressError):
             raise result
@@ -441,18 +435,6 @@ class Ledger(Decisions):
                 logger.warning("lease for %r (token %d) was lost", key, token)
                 return
 
-    # -- writes --------------------------------------------------------------------
-
-    async def _transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
-        """One write transaction, off the event loop: a durable commit waits for the
-        disk or the network. A recorder that groups commits takes it in its queue."""
-        if self._closed:
-            raise LedgerError("the ledger is closed")
-        queued = self._recorder.submit_on_loop(key, fn, asyncio.get_running_loop())
-        if queued is None:
-            return await self._run(self._recorder.transact, key, fn)
-        return await queued
-
 
 def _check_arguments(
     request: ActionRequest, authority: Any, adapter: Any, state: Any, wait: Any
@@ -474,13 +456,13 @@ def _check_arguments(
 
 def _recordable_instead(
     key: str, fields: dict[str, Any], refused: InvalidRequest
-) -> dict[str, Any] | None:
+) -> dict[str, Any]:
     """What to record when the storage refused the outcome of an adapter that acted: its
-    output, as an output that cannot be recorded, so the key still answers. ``None`` when
-    the refusal was not of an output (a failure's report, or a submission recorded
-    before): the caller raises it."""
+    output, as an output that cannot be recorded, so the key still answers. The refusal
+    is raised again when it was not of an output (a failure's report, or a submission
+    recorded before)."""
     if "output" not in fields or isinstance(refused, DuplicateActionId):
-        return None
+        raise refused
     logger.error("the outcome of %r was refused by the storage: %s", key, refused)
     return unrecordable_output(fields["output"], refused)
 

@@ -12,7 +12,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias, TypeVar
+from typing import Any, Literal, Self, TypeAlias, TypeVar
 
 from ._errors import InvalidRequest, LedgerError, LedgerUnavailable
 from ._recorder import Recorder
@@ -132,10 +132,6 @@ class Opened:
     the threads its transactions run on, closing it, the writes nobody waits for and those
     tried again across a dropped connection."""
 
-    if TYPE_CHECKING:  # ``Ledger``'s, on its call path
-
-        async def _transact(self, key: str, fn: Callable[[Transaction], T]) -> T: ...
-
     def __init__(
         self,
         recorder: Recorder,
@@ -241,6 +237,16 @@ class Opened:
         return await asyncio.get_running_loop().run_in_executor(
             self._executor, functools.partial(fn, *args)
         )
+
+    async def _transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
+        """One write transaction, off the event loop: a durable commit waits for the
+        disk or the network. A recorder that groups commits takes it in its queue."""
+        if self._closed:
+            raise LedgerError("the ledger is closed")
+        queued = self._recorder.submit_on_loop(key, fn, asyncio.get_running_loop())
+        if queued is None:
+            return await self._run(self._recorder.transact, key, fn)
+        return await queued
 
     async def _transact_durably(self, key: str, fn: Callable[[Transaction], T], *, what: str) -> T:
         """A write that must not be lost to a dropped connection: tried until it commits.
