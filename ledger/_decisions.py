@@ -465,10 +465,8 @@ class Decisions(Opened):
             raise InvalidRequest(f"older_than must be >= 0 seconds, got {older_than!r}")
         cutoff = iso(await self._run(self._recorder.now) - older_than)
         keys = await self._run(self._recorder.compactable, cutoff)
-        done = 0
-        for key in keys:
-            done += await self._transact(key, functools.partial(compact_key, cutoff=cutoff))
-        return done
+        compact = functools.partial(compact_key, cutoff=cutoff)
+        return sum([await self._transact(key, compact) for key in keys])  # one at a time
 
 
 def _one_of(kind: type[E], value: Any, name: str) -> E:

@@ -45,8 +45,7 @@ def shown_url(url: str) -> str:
     if password is None and "password=" not in parts.query:
         return url  # as written: urlunsplit would spell sqlite:///x as sqlite:/x
     if password is not None:
-        netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
-        parts = parts._replace(netloc=netloc)
+        parts = parts._replace(netloc=parts.netloc.replace(f":{password}@", ":***@", 1))
     if "password=" in parts.query:
         query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
         parts = parts._replace(

@@ -351,13 +351,11 @@ def await_approval(tx: Transaction, record: KeyRecord, ask: Ask) -> ActionResult
     key bound to the request's fingerprint so that the approval names exactly this call."""
     request, fingerprint = ask.request, ask.fingerprint
     approval = record.approval
-    rejected = (
+    if (
         approval is not None
         and approval.state == ApprovalState.REJECTED
         and approval.fingerprint == fingerprint
-    )
-    if rejected:
-        assert approval is not None
+    ):
         error = f"the call was rejected by {approval.actor!r}: {approval.basis}"
         error_type = FailureType.APPROVAL_REJECTED
     else:
