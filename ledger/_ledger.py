@@ -131,8 +131,7 @@ class Ledger(Decisions):
         if self.replay_audit == "batched" or (
             self.replay_audit == "committed" and self._recorder.reads_now
         ):
-            replay = await self._replay_from_the_record(ask)
-            if replay is not None:
+            if (replay := await self._replay_from_the_record(ask)) is not None:
                 return replay
         if (
             retry_safe
@@ -140,8 +139,7 @@ class Ledger(Decisions):
             and not requires_approval
             and authority.allows(request.capability)
         ):
-            acted = await self._act_first(ask, adapter)
-            if acted is not None:
+            if (acted := await self._act_first(ask, adapter)) is not None:
                 return acted
         decided = await self._admit(ask, wait=wait)
         if isinstance(decided, ActionResult):
@@ -262,8 +260,7 @@ class Ledger(Decisions):
             except DuplicateActionId:
                 if not first:
                     raise
-                resubmitted_answer = await self._answer_resubmission(ask)
-                if resubmitted_answer is not None:
+                if (resubmitted_answer := await self._answer_resubmission(ask)) is not None:
                     return resubmitted_answer
                 # Recorded before and never answered (it was deferred, or its claim is
                 # still the key's): admitted as a new submission whose request is recorded.

@@ -125,8 +125,7 @@ def admit(
     request = ask.request
     record = tx.record or KeyRecord(key=request.key)
     if resubmitted:
-        own = own_claim(tx, record, request.action_id)
-        if own is not None:
+        if (own := own_claim(tx, record, request.action_id)) is not None:
             return own
     if first:
         _record_request(tx, ask)
@@ -141,8 +140,7 @@ def admit(
         tx.append(EventType.AUTHORIZATION_REFUSED, request.action_id, refused)
         error = f"{authority.principal!r} may not use capability {request.capability!r}"
         return _deny(tx, record, request, error=error, error_type=FailureType.DENIED)
-    answered = _bind_or_answer(tx, record, ask, first=first, give_up=give_up)
-    if answered is not None:
+    if (answered := _bind_or_answer(tx, record, ask, first=first, give_up=give_up)) is not None:
         return answered
     approval_id: str | None = None
     if ask.requires_approval:

@@ -37,8 +37,7 @@ def placeholder_in(value: Any) -> str | None:
         text = value.strip()
         if text.upper() in PLACEHOLDERS:
             return text
-        found = _SLOT.search(text)
-        if found is not None:
+        if (found := _SLOT.search(text)) is not None:
             return found.group(0)
         return next((word for word in _EMBEDDED if word in text.upper()), None)
     items = value.values() if isinstance(value, dict) else value
