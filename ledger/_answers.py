@@ -124,6 +124,11 @@ def next_operation(record: KeyRecord | None, now: float) -> NextOperation:
     return NextOperation.NONE
 
 
+#: The fields of a key's state that are its record's, by the same name.
+_STATE_OF_RECORD = """capability performer fingerprint fingerprint_version original_action_id
+    holder_action_id retry_safe output_schema reconciliations approval events""".split()
+
+
 def project(key: str, record: KeyRecord | None, now: float) -> ActionState:
     if record is None:
         return ActionState(key=key)
@@ -143,22 +148,12 @@ def project(key: str, record: KeyRecord | None, now: float) -> ActionState:
         status=status,
         effect=effect,
         next_operation=next_operation(record, now),
-        capability=record.capability,
-        performer=record.performer,
-        fingerprint=record.fingerprint,
-        fingerprint_version=record.fingerprint_version,
-        original_action_id=record.original_action_id,
         outcome_action_id=None if outcome is None else outcome.action_id,
-        holder_action_id=record.holder_action_id,
         lease_expires_at=record.lease_expires,
         error=error,
         output=None if outcome is None else outcome.output,
         since=record.settled_at or record.updated_at,
-        retry_safe=record.retry_safe,
-        output_schema=record.output_schema,
-        reconciliations=record.reconciliations,
-        approval=record.approval,
-        events=record.events,
+        **{name: getattr(record, name) for name in _STATE_OF_RECORD},
     )
 
 
