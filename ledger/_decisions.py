@@ -182,15 +182,7 @@ def reconcile_key(
     )
     record.outcome = outcome
     record.reconciliations.append(
-        Reconciliation(
-            verdict=verdict,
-            actor=actor,
-            basis=basis,
-            evidence=evidence,
-            output=output,
-            recorded_at=tx.recorded_at,
-            signature=signature,
-        )
+        Reconciliation(**body, evidence=evidence, output=output, recorded_at=tx.recorded_at)
     )
     tx.save(record)
     return None

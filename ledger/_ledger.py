@@ -411,8 +411,7 @@ class Ledger(Decisions):
     async def _keep_lease(self, key: str, token: int, lease: float) -> None:
         """Renew the lease now, then every third of it (started a third into the lease)."""
         interval = lease / 3
-        delay = 0.0
-        backoff = _RETRY_FIRST_DELAY
+        delay, backoff = 0.0, _RETRY_FIRST_DELAY
         renew = functools.partial(extend_lease, token=token, lease=lease)
         while True:
             if delay:
