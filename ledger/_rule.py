@@ -268,17 +268,15 @@ def _defer(
     """A live claim holds the key: the caller waits, or (giving up) the deferral is recorded."""
     remaining = (record.lease_expires or 0) - tx.now
     holder = record.holder_action_id or ""
-    if not give_up:
-        if first:
-            tx.save(record)
-        return Busy(holder, remaining, recorded=False)
-    tx.append(
-        EventType.DEFERRED,
-        request.action_id,
-        {"holder_action_id": holder, "lease_remaining": round(remaining, 3)},
-    )
-    tx.save(record)
-    return Busy(holder, remaining, recorded=True)
+    if give_up:
+        tx.append(
+            EventType.DEFERRED,
+            request.action_id,
+            {"holder_action_id": holder, "lease_remaining": round(remaining, 3)},
+        )
+    if give_up or first:
+        tx.save(record)
+    return Busy(holder, remaining, recorded=give_up)
 
 
 def _replay(tx: Transaction, record: KeyRecord, request: ActionRequest) -> ActionResult:
@@ -331,15 +329,13 @@ def own_claim(tx: Transaction, record: KeyRecord, action_id: str) -> Admission |
     outcome = record.outcome
     if record.holder_action_id == action_id and record.phase in (Phase.CLAIMED, Phase.RUNNING):
         if not is_expired(record, tx.now):
-            remaining = (record.lease_expires or 0) - tx.now
-            return Busy(action_id, remaining, recorded=False)
+            return Busy(action_id, (record.lease_expires or 0) - tx.now, recorded=False)
         recover_expired(tx, record)  # the crash gap of its own claim: settled once, here
         tx.save(record)
-        outcome = record.outcome
-        assert outcome is not None
-        return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
+        outcome = record.outcome  # its own: the recovery settles the holder's claim
     if outcome is not None and outcome.action_id == action_id:
-        # Its claim settled between the lookup of its history and this transaction.
+        # Its claim settled: just now, or between the lookup of its history and this
+        # transaction.
         return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
     return None
 
