@@ -187,14 +187,13 @@ def failure_fields(exc: BaseException) -> dict[str, Any]:
     """The completion of an adapter that raised: whatever it did may have reached the world,
     unless it raised :class:`NoEffect` because it knows nothing happened."""
     if isinstance(exc, NoEffect):
-        retry_after = exc.retry_after
         return dict(
             status=ActionStatus.FAILED,
             effect=EffectState.NONE,
             error=_message(exc),
             error_type=FailureType.NO_EFFECT,
             retryable=exc.retryable,
-            retry_after=retry_after if _finite_number(retry_after) else None,
+            retry_after=exc.retry_after if _finite_number(exc.retry_after) else None,
         )
     return dict(
         status=ActionStatus.FAILED,

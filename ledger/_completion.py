@@ -22,10 +22,7 @@ def mark_started(
         # that takeover already gave this request its completion.
         return late_answer(tx, record, action_id)
     if failure is not None:
-        error, error_type, retryable = failure
-        outcome = release_without_effect(
-            tx, record, error=error, error_type=error_type, retryable=retryable
-        )
+        outcome = release_without_effect(tx, record, *failure)
         tx.save(record)
         return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
     record.phase = Phase.RUNNING
@@ -198,10 +195,11 @@ def settle(tx: Transaction, record: KeyRecord, outcome: Outcome) -> None:
 
 
 def release_without_effect(
-    tx: Transaction, record: KeyRecord, *, error: str, error_type: str, retryable: bool = True
+    tx: Transaction, record: KeyRecord, error: str, error_type: str, retryable: bool = True
 ) -> Outcome:
     """Settle a claim whose adapter never ran: no effect, and (``retryable``) the key may
-    act again."""
+    act again. ``error``, ``error_type`` and ``retryable`` are a :data:`Stop`'s, in its
+    order."""
     assert record.holder_action_id is not None
     outcome = Outcome(
         action_id=record.holder_action_id,

@@ -38,7 +38,6 @@ from ._template_text import refuse_placeholders
 from ._transaction import KeyRecord, Phase, Transaction, iso
 from ._verify import VerifyReport, verify_ledger
 
-T = TypeVar("T")
 E = TypeVar("E", Verdict, Decision)
 
 
