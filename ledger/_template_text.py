@@ -50,8 +50,7 @@ def refuse_placeholders(**fields: Any) -> None:
     """:class:`InvalidRequest` naming the first field that still holds a placeholder, and
     what to put there instead."""
     for name, value in fields.items():
-        found = placeholder_in(value)
-        if found is not None:
+        if (found := placeholder_in(value)) is not None:
             instead = PLACEHOLDERS.get(found.upper(), f"the value {found} stands for")
             raise InvalidRequest(
                 f"{name} still holds the template's placeholder {found!r}: replace it with "
