@@ -414,8 +414,7 @@ class Ledger(Decisions):
         delay, backoff = 0.0, _RETRY_FIRST_DELAY
         renew = functools.partial(extend_lease, token=token, lease=lease)
         while True:
-            if delay:
-                await asyncio.sleep(delay)
+            await asyncio.sleep(delay)
             try:
                 renewed = await self._transact(key, renew)
             except Exception as exc:  # keep trying: the lease still covers us for a while

@@ -211,8 +211,8 @@ class Opened:
     async def aclose(self) -> None:
         """:meth:`close` from the event loop, after the pending audit records are written."""
         self._submit_audits()
-        if self._audits:  # the batched replays' audit records are written before closing
-            await asyncio.gather(*self._audits, return_exceptions=True)
+        # The batched replays' audit records are written before closing.
+        await asyncio.gather(*self._audits, return_exceptions=True)
         if not self._closed:
             await self._recorder.close_on_loop()
         await asyncio.get_running_loop().run_in_executor(None, self.close)
