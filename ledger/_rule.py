@@ -218,14 +218,13 @@ def _bind_or_answer(
         record.performer = request.performer
         record.original_action_id = request.action_id
         return None
-    recovered = False
     if record.fingerprint != ask.fingerprint:
         return _refuse_conflict(tx, record, ask)
-    if record.phase in (Phase.CLAIMED, Phase.RUNNING):
+    recovered = record.phase in (Phase.CLAIMED, Phase.RUNNING)  # once it is not live
+    if recovered:
         if not is_expired(record, tx.now):
             return _defer(tx, record, request, first=first, give_up=give_up)
         recover_expired(tx, record)
-        recovered = True
     # Both this request and the attempt that left the outcome must be retry-safe:
     # a caller cannot declare an unknown effect of an unguarded attempt safe.
     if record.phase == Phase.SETTLED:
