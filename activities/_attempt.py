@@ -41,10 +41,6 @@ class LostReply(Exception):
     it does not know (a failed MCP call handed back as a result): not an output to record."""
 
 
-def _never(exc: BaseException) -> bool:
-    return False
-
-
 @dataclasses.dataclass(frozen=True)
 class Attempt:
     """One attempt of a ledgered call, as the rule that covers it describes it.
@@ -86,7 +82,7 @@ class Attempt:
     hints: ToolHints | None = None
     server: str | None = None
     output_schema: Callable[[], Any] | None = None
-    before_acting: Callable[[BaseException], bool] = _never
+    before_acting: Callable[[BaseException], bool] = lambda exc: False
     hand_back: bool = False
     fresh: bool = True
     state: Callable[[ActionRequest], Any] | None = None
@@ -192,10 +188,9 @@ async def execute_ledgered(
     call act (:func:`_free_to_act`) it fails with ``ATTEMPTS_SPENT`` at once, without
     writing; otherwise it gets the ledger's answer (a replay, an unknown effect, a live
     claim) with an adapter that refuses to act."""
-    spent = ApplicationError(
+    spent = final(
         f"{spec.name}: {_NOT_TRIED}",
-        type=ErrorType.ATTEMPTS_SPENT,
-        non_retryable=True,
+        ErrorType.ATTEMPTS_SPENT,
         category=ApplicationErrorCategory.BENIGN,
     )
     refused = False
@@ -301,9 +296,8 @@ def _lease(ledger_lease: float, heartbeat_timeout: timedelta | None) -> float:
     (in progress, tried again later) or, once the renewals stop, an unknown effect that
     parks: never a second execution. Without a heartbeat timeout, the ledger's own.
     """
-    if not heartbeat_timeout:
-        return ledger_lease
-    return min(ledger_lease, heartbeat_timeout.total_seconds())
+    timeout = heartbeat_timeout.total_seconds() if heartbeat_timeout else ledger_lease
+    return min(ledger_lease, timeout)
 
 
 class HeartbeatDetails(ActivityOutboundInterceptor):
@@ -340,10 +334,8 @@ async def _heartbeat(every: timedelta | None) -> None:
         return
     interval = max(every.total_seconds() / 3, 0.05)
     details = heartbeat_details.get()
+    beat = details.again if details is not None else activity.heartbeat
     while True:
         # Sleep first: a tool that finishes within the interval costs no heartbeat RPC.
         await asyncio.sleep(interval)
-        if details is not None:
-            details.again()
-        else:
-            activity.heartbeat()
+        beat()

@@ -220,7 +220,8 @@ def activity_attempt(
     )
     loop = asyncio.get_running_loop()
     inside = Enclosing(runtime, info, anchor, step, performer, loop, calls_inside=rule.calls_inside)
-    call = _ActivityCall(input, next, rule, inside, is_mcp_call(name))
+    mcp = any(fnmatch.fnmatchcase(name, pattern) for pattern in _MCP_CALLS)
+    call = _ActivityCall(input, next, rule, inside, mcp)
     # The tool's name and its server's hints are recorded, never fingerprinted.
     context = call_context(
         info,
@@ -338,8 +339,3 @@ class _ActivityCall:
 #: The activities that call an MCP tool with a ``meta`` argument: temporalio-mcp's (the
 #: OpenAI Agents SDK's ``temporal_mcp_server`` too) and the Agents SDK's older providers'.
 _MCP_CALLS = ("temporalio.mcp.*.call-tool", "*-stateless-call-tool-v2", "*-stateful-call-tool-v2")
-
-
-def is_mcp_call(activity_type: str) -> bool:
-    """Whether ``activity_type`` is an MCP tool call whose argument carries ``meta``."""
-    return any(fnmatch.fnmatchcase(activity_type, pattern) for pattern in _MCP_CALLS)

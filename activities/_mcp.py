@@ -42,8 +42,6 @@ from ._tracing import traceparent
 
 #: The ``_meta`` field of a ledgered MCP request that holds the key's wire form.
 KEY_FIELD = "temporal-ledger/key"
-#: The ``_meta`` field with the W3C trace context of the worker's span of the call.
-TRACEPARENT_FIELD = "traceparent"
 
 #: The ``_meta`` fields of the ledgered call running now (set by the activity side).
 current: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
@@ -62,7 +60,8 @@ def request_meta(key: str) -> dict[str, str]:
         span.
     """
     parent = traceparent()
-    return {KEY_FIELD: wire_key(key), **({TRACEPARENT_FIELD: parent} if parent else {})}
+    # ``traceparent``: the W3C trace context of the worker's span of the call.
+    return {KEY_FIELD: wire_key(key), **({"traceparent": parent} if parent else {})}
 
 
 def merged(meta: Mapping[str, Any] | None, ours: Mapping[str, str]) -> dict[str, Any]:

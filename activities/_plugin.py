@@ -192,7 +192,7 @@ class LedgerPlugin(SimplePlugin):
         super().__init__(
             "temporal_ledger.LedgerPlugin",
             data_converter=_pydantic_converter,
-            activities=_add_once(*_LEDGER_ACTIVITIES),
+            activities=_add_ledger_activities,
             workflow_runner=_sandbox,
             # The workflow interceptor stamps the anchor header (keys that survive a
             # reset), lets ledger_activities calls wait in the run's inbox, and gives
@@ -351,17 +351,14 @@ class LedgerPlugin(SimplePlugin):
         return self._runtime
 
 
-def _add_once(*fns: Callable[..., Any]) -> Callable[[Sequence[Any] | None], Sequence[Any]]:
-    def add(existing: Sequence[Any] | None) -> Sequence[Any]:
-        existing = list(existing or [])
-        return existing + [fn for fn in fns if fn not in existing]
-
-    return add
+def _add_ledger_activities(existing: Sequence[Any] | None) -> Sequence[Any]:
+    existing = list(existing or [])
+    return existing + [fn for fn in _LEDGER_ACTIVITIES if fn not in existing]
 
 
+@dataclasses.dataclass
 class _ActivityInterceptor(Interceptor):
-    def __init__(self, plugin: LedgerPlugin) -> None:
-        self._plugin = plugin
+    _plugin: LedgerPlugin
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         return _ActivityInbound(next, self._plugin)

@@ -215,14 +215,6 @@ async def request_json(
     return _classify(method, url, response)
 
 
-def _names_key(result: HttpResult, key: str) -> bool:
-    """Whether a far side's JSON answer names ``key`` (its wire form) as the key it looked
-    up. A header proves nothing: middleware may copy ``Idempotency-Key`` onto every
-    response, a router's 404 for a route it does not have included."""
-    body = result.body
-    return isinstance(body, dict) and body.get(_KEY_FIELD) == key
-
-
 @functools.cache
 def _tls() -> ssl.SSLContext:
     # Loading the CA bundle costs about a quarter second; a context is safe to share.
@@ -309,7 +301,12 @@ def lookup_probe(
     Returns:
         The probe.
     """
-    shows_lookup = looked_up or _names_key
+    # By default the far side's JSON answer names the key (its wire form) it looked up. A
+    # header proves nothing: middleware may copy ``Idempotency-Key`` onto every response,
+    # a router's 404 for a route it does not have included.
+    shows_lookup = looked_up or (
+        lambda result, key: isinstance(result.body, dict) and result.body.get(_KEY_FIELD) == key
+    )
 
     async def probe(key: str, arg: BaseModel) -> ProbeAnswer:
         fields = arg.model_dump() if isinstance(arg, BaseModel) else {}
