@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..ledger import ActionRequest, ActionResult, ActionStatus, Verdict
+from ..ledger import ActionRequest, ActionResult, ActionStatus, InvalidRequest, Verdict
 
 try:
     from opentelemetry import trace
@@ -103,7 +103,9 @@ def _json(value: Any) -> str:
 def describe_request(span: CallSpan, request: dict[str, Any]) -> None:
     """What the call asks for, on its span: the fingerprint, and the arguments if opted in."""
     if span.span is not None and span.span.is_recording():
-        span.set("fingerprint", ActionRequest.parse(request).fingerprint())
+        # A request the ledger refuses has no fingerprint; the ledger's refusal is typed.
+        with contextlib.suppress(InvalidRequest):
+            span.set("fingerprint", ActionRequest.parse(request).fingerprint())
         span.set_content("arguments", request.get("payload"))
 
 
