@@ -224,12 +224,7 @@ async def execute_ledgered(
         count_call(spec.name, CallOutcome.REFUSED)
         current_call().set("conflict.dimensions", list(exc.dimensions))
         current_call().set("original_action_id", exc.original_action_id)
-        details = ConflictDetails(
-            key=exc.key,
-            original_action_id=exc.original_action_id,
-            dimensions=list(exc.dimensions),
-            fingerprint_version=exc.fingerprint_version,
-        )
+        details = ConflictDetails.model_validate(exc, from_attributes=True)
         raise final(str(exc), ErrorType.CONFLICT, details.model_dump()) from None
     except ActionInProgressError as exc:
         raise ApplicationError(

@@ -47,6 +47,7 @@ _decoded: contextvars.ContextVar[tuple[ActivitySerializationContext, list[list[P
 )
 
 
+@dataclasses.dataclass(eq=False)
 class DeliveredPayloads(PayloadCodec, WithSerializationContext):
     """A codec that changes nothing: it runs the user's codec (if any) and, bound to an
     activity task, keeps the payloads it decoded for that task.
@@ -56,11 +57,8 @@ class DeliveredPayloads(PayloadCodec, WithSerializationContext):
         context: The activity task this instance is bound to (``with_context`` binds it).
     """
 
-    def __init__(
-        self, inner: PayloadCodec | None, context: ActivitySerializationContext | None = None
-    ) -> None:
-        self.inner = inner
-        self._context = context
+    inner: PayloadCodec | None
+    context: ActivitySerializationContext | None = None
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         """The user's codec's encoding (the payloads as they are without one).
@@ -83,11 +81,11 @@ class DeliveredPayloads(PayloadCodec, WithSerializationContext):
             The decoded payloads.
         """
         decoded = await self.inner.decode(payloads) if self.inner else list(payloads)
-        if self._context is not None:
-            context, batches = _decoded.get((self._context, []))
-            if context is not self._context or not batches:
+        if self.context is not None:
+            context, batches = _decoded.get((self.context, []))
+            if context is not self.context or not batches:
                 batches = []
-                _decoded.set((self._context, batches))
+                _decoded.set((self.context, batches))
             batches.append(list(decoded))
         return decoded
 
@@ -104,7 +102,7 @@ class DeliveredPayloads(PayloadCodec, WithSerializationContext):
         if isinstance(inner, WithSerializationContext):
             inner = inner.with_context(context)
         bound = context if isinstance(context, ActivitySerializationContext) else None
-        if inner is self.inner and bound is None and self._context is None:
+        if inner is self.inner and bound is None and self.context is None:
             return self
         return DeliveredPayloads(inner, bound)
 

@@ -154,7 +154,7 @@ def install_hooks(agent: Any) -> None:
     Agents given by name, and toolsets of another kind, are left as they are.
     """
     toolsets = getattr(agent, "toolsets", None)
-    if isinstance(agent, str) or toolsets is None:
+    if toolsets is None:  # an agent given by name has none
         return
     try:
         from pydantic_ai.mcp import MCPToolset

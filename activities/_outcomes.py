@@ -75,14 +75,9 @@ def outcome_or_raise(
         )
     confirmed = result.verdict is Verdict.EFFECT_CONFIRMED
     if result.status is ActionStatus.SUCCEEDED or confirmed:
-        return ToolOutcome(
-            key=result.key,
-            action_id=result.action_id,
-            output=result.output,
-            replayed=result.replayed,
-            reused_from_action_id=result.reused_from_action_id,
-            reconciled=confirmed and result.status is not ActionStatus.SUCCEEDED,
-        )
+        reconciled = confirmed and result.status is not ActionStatus.SUCCEEDED
+        outcome = ToolOutcome.model_validate(result, from_attributes=True)
+        return outcome.model_copy(update={"reconciled": reconciled})
     status, effect, retryable = result.status, result.effect, result.retryable
     if may_act_again(status=status, effect=effect, retryable=retryable, retry_safe=spec.retry_safe):
         raise _another_attempt(result)

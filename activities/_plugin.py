@@ -443,9 +443,7 @@ async def _listed_attributes(
     except RPCError as exc:
         why = f"its search attributes could not be listed ({exc.message})"
     found = {a for a in attributes if listed.get(a) == IndexedValueType.INDEXED_VALUE_TYPE_INT}
-    for name in attributes:
-        if name in found:
-            continue
+    for name in [a for a in attributes if a not in found]:
         command = shlex.join(
             [
                 "temporal", "operator", "search-attribute", "create",

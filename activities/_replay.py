@@ -116,12 +116,10 @@ def _worker_logs_muted() -> Iterator[None]:
 def _unregistered(history: WorkflowHistory, failure: str) -> str | None:
     """Why ``history`` cannot replay, when the failure is that its type is not registered."""
     found = re.search(r"is not registered on this worker, available workflows: ([^\"]*)", failure)
-    if found is None or not history.events:
+    if found is None:
         return None
-    started = history.events[0]
-    if not started.HasField("workflow_execution_started_event_attributes"):
-        return None
-    name = started.workflow_execution_started_event_attributes.workflow_type.name
+    # Temporal names the type only from the history's first event, which starts the run.
+    name = history.events[0].workflow_execution_started_event_attributes.workflow_type.name
     return (
         f"workflow type {name!r} is not registered (given: {found.group(1).strip() or 'none'}); "
         f"register the class that defines it: --workflow MODULE:CLASS (temporal-ledger replay) or "

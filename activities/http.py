@@ -192,11 +192,10 @@ async def request_json(
             raise NoEffect(f"{method} {url}: not sent: body is not JSON: {exc}") from exc
         sent.setdefault("Content-Type", "application/json")
     try:
-        async with contextlib.AsyncExitStack() as stack:
-            if client is None:
-                client = httpx.AsyncClient(timeout=timeout, verify=_tls())
-                await stack.enter_async_context(client)
-            response = await client.request(
+        # A caller's client stays open for its next call; one made here lives for this one.
+        shared = contextlib.nullcontext(client) if client is not None else None
+        async with shared or httpx.AsyncClient(timeout=timeout, verify=_tls()) as used:
+            response = await used.request(
                 method, url, content=content, headers=sent, timeout=timeout, follow_redirects=False
             )
     except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:

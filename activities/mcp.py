@@ -39,10 +39,10 @@ from ._mcp import KEY_FIELD
 __all__ = ["ledger_key"]
 
 
-def _from_baggage(header: str) -> str | None:
+def _from_baggage(header: Any) -> str | None:
     """The ``temporal-ledger/key`` entry of a W3C ``baggage`` header, decoded as
     OpenTelemetry's propagator encodes it (``quote_plus``); ``None`` if it has none."""
-    for member in header.split(","):
+    for member in header.split(",") if isinstance(header, str) else ():
         name, _, value = member.split(";", 1)[0].partition("=")
         if unquote_plus(name.strip()) == KEY_FIELD:
             return unquote_plus(value.strip())
@@ -74,13 +74,8 @@ def ledger_key(ctx: Any) -> str | None:
     if meta is None:
         return None
     fields = meta if isinstance(meta, Mapping) else getattr(meta, "model_extra", None) or {}
-    if KEY_FIELD in fields:
-        key = fields[KEY_FIELD]
-    elif isinstance(fields.get("baggage"), str):
-        key = _from_baggage(fields["baggage"])
-        if key is None:
-            return None
-    else:
+    key = fields[KEY_FIELD] if KEY_FIELD in fields else _from_baggage(fields.get("baggage"))
+    if key is None and KEY_FIELD not in fields:
         return None
     if not isinstance(key, str) or not is_wire_key(key):
         raise ValueError(
