@@ -377,17 +377,15 @@ class _ActivityInbound(ActivityInboundInterceptor):
         super().init(self._details)
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        # Each activity runs in an asyncio task of its own: what is set here ends with it.
         heartbeat_details.set(self._details)
         # The workflow's interceptor marks an attempt scheduled after the user's retry
         # policy was spent: it asks the ledger and never acts (_attempt.execute_ledgered).
         ask_only_attempt.set(ASK_ONLY_HEADER in input.headers)
         fn, plugin = input.fn, self._plugin
         if hasattr(fn, "__ledger_tool__") or fn in _LEDGER_ACTIVITIES:
-            token = _runtime.set(await plugin._open_runtime())
-            try:
-                return await self.next.execute_activity(input)
-            finally:
-                _runtime.reset(token)
+            _runtime.set(await plugin._open_runtime())
+            return await self.next.execute_activity(input)
         name = activity.info().activity_type
         rule = next((r for r in plugin.ledger_activities if covers(r, name, input.args, fn)), None)
         if rule is None:

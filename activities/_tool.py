@@ -200,5 +200,4 @@ async def _run_ledgered(
         fresh=False,  # the outcome names the action: read from the ledger's answer
         state=read_state if state is not None else None,
     )
-    outcome: ToolOutcome = await run_attempt(runtime, attempt)
-    return outcome
+    return typing.cast(ToolOutcome, await run_attempt(runtime, attempt))
