@@ -120,7 +120,7 @@ class Policy(BaseModel):
         for performer, capabilities in value.items():
             if not performer.strip():
                 raise ValueError("a performer pattern must not be empty")
-            if not all(isinstance(c, str) and c.strip() for c in capabilities):
+            if not all(c.strip() for c in capabilities):
                 raise ValueError(f"performer {performer!r}: capabilities must be non-empty strings")
         return value
 
