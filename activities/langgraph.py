@@ -268,10 +268,10 @@ def ledger_tool_calls(
     """
     if inspect.iscoroutinefunction(execute):
         call = tool_call(request, lambda: execute(request))
-        return run_inside("ledger_tool_calls", call, blocking=False)  # type: ignore[no-any-return]
+        return cast("Awaitable[ToolMessage]", run_inside("ledger_tool_calls", call, blocking=False))
     sync = cast("Callable[[ToolCallRequest], ToolMessage | Command[Any]]", execute)
     call = tool_call(request, lambda: asyncio.to_thread(sync, request))
-    return run_inside("ledger_tool_calls", call, blocking=True)  # type: ignore[no-any-return]
+    return cast("ToolMessage", run_inside("ledger_tool_calls", call, blocking=True))
 
 
 @overload
