@@ -11,7 +11,7 @@ import inspect
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 from ._answers import (
     failure_fields,
@@ -42,9 +42,10 @@ from ._rule import (
     may_act_again_after,
     record_acted,
 )
-from ._transaction import Draft, Phase
+from ._transaction import Draft, Phase, Transaction
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: An adapter performs the effect. It may be sync or async.
 Adapter: TypeAlias = Callable[[ActionRequest, ExecutionContext], Any]
@@ -407,6 +408,17 @@ class Ledger(Decisions):
         if isinstance(result, ActionInProgressError):
             raise result
         return result
+
+    async def _transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
+        """One write transaction, off the event loop: a durable commit waits for the
+        disk or the network. A recorder that groups commits takes it in its queue. Here,
+        not in ``Opened``: it is on every call's path, which should cross few modules."""
+        if self._closed:
+            raise LedgerError("the ledger is closed")
+        queued = self._recorder.submit_on_loop(key, fn, asyncio.get_running_loop())
+        if queued is None:
+            return await self._run(self._recorder.transact, key, fn)
+        return await queued
 
     async def _keep_lease(self, key: str, token: int, lease: float) -> None:
         """Renew the lease now, then every third of it (started a third into the lease)."""

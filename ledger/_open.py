@@ -12,7 +12,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, Self, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeAlias, TypeVar
 
 from ._errors import InvalidRequest, LedgerError, LedgerUnavailable
 from ._recorder import Recorder
@@ -237,15 +237,9 @@ class Opened:
             self._executor, functools.partial(fn, *args)
         )
 
-    async def _transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
-        """One write transaction, off the event loop: a durable commit waits for the
-        disk or the network. A recorder that groups commits takes it in its queue."""
-        if self._closed:
-            raise LedgerError("the ledger is closed")
-        queued = self._recorder.submit_on_loop(key, fn, asyncio.get_running_loop())
-        if queued is None:
-            return await self._run(self._recorder.transact, key, fn)
-        return await queued
+    if TYPE_CHECKING:  # ``Ledger``'s, on its call path
+
+        async def _transact(self, key: str, fn: Callable[[Transaction], T]) -> T: ...
 
     async def _transact_durably(self, key: str, fn: Callable[[Transaction], T], *, what: str) -> T:
         """A write that must not be lost to a dropped connection: tried until it commits.
