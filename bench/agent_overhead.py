@@ -298,10 +298,10 @@ def instrument(ledger: Any) -> None:
 
         return counted_commit
 
-    recorder.transact = counted(recorder.transact)
-    writer = getattr(recorder, "_writer", None)  # SQLite's writer thread: its batches
-    if writer is not None:
-        writer._work = counted(writer._work)
+    if hasattr(recorder, "_commit"):  # SQLite: transact and its writer thread's jobs
+        recorder._commit = counted(recorder._commit)
+    else:
+        recorder.transact = counted(recorder.transact)
     unchanged = recorder.transact_unchanged
 
     async def counted_unchanged(*args: Any, **kwargs: Any) -> Any:
