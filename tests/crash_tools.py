@@ -58,6 +58,7 @@ from tests.crash_graph import CRASH_GRAPH, TOOL_NODE_ACTIVITY, builder
 from tests.crash_points import act
 from tests.crash_worker import (
     HEARTBEAT,
+    HEARTBEAT_THROTTLE,
     LEASE,
     POLICY,
     START_TO_CLOSE,
@@ -313,6 +314,7 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
     common: dict[str, Any] = dict(
         interceptors=[CrashPoints(TOOL_ACTIVITIES)],
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     )
     async with (
         Worker(

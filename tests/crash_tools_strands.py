@@ -32,7 +32,7 @@ from temporalio.worker import Worker
 
 from examples.strands.activities import ScriptedModel
 from tests.crash_points import act
-from tests.crash_worker import LEASE, POLICY, STICKY_TIMEOUT, CrashPoints
+from tests.crash_worker import HEARTBEAT_THROTTLE, LEASE, POLICY, STICKY_TIMEOUT, CrashPoints
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The scripted model's name, and the MCP server's (its activities: ``notes-list-tools``,
@@ -93,6 +93,7 @@ async def main(address: str, ledger_url: str, prefix: str) -> None:
         activities=[crash_strands_append],
         interceptors=[CrashPoints(TOOL_ACTIVITIES)],
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     ):
         print("WORKER READY", flush=True)
         await asyncio.Event().wait()

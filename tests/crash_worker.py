@@ -31,6 +31,12 @@ POLICY = Policy(
 )
 #: A dead worker's cached runs go to another worker after this long.
 STICKY_TIMEOUT = timedelta(seconds=1)
+#: How often a live attempt's heartbeats reach Temporal at most. The SDK's default sends
+#: them every 0.8 heartbeat timeouts (8 of HEARTBEAT's 10 s): a dev server slowed for
+#: 2 s by a loaded machine then times out a call held at its crash point, and the next
+#: attempt replays what the held one records (CI once saw run_tool_safe.e and
+#: oai_tool.e end so). The matrix tests crashes, not that margin.
+HEARTBEAT_THROTTLE = timedelta(seconds=1)
 
 
 class CrashPoints(Interceptor):

@@ -46,6 +46,7 @@ from typing import Any
 import psycopg
 import pytest
 from temporal_ledger.ledger import Ledger
+from temporalio.api.enums.v1 import TimeoutType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import SearchAttributeKey
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -267,6 +268,8 @@ class Outcome:
     listed: bool = False
     #: The run's history upserted ``LedgerOpenEffects`` above zero.
     parked_in_history: bool = False
+    #: The timeouts Temporal gave the run's activity attempts (its history's).
+    timeouts: list[str] = dataclasses.field(default_factory=list)
     verdict: str | None = None
     result: str | None = None
     #: From the ledger, for the call's key.
@@ -422,7 +425,7 @@ class Matrix:
             raise AssertionError(f"{cell}: the run did not complete: {exc!r}") from exc
         outcome.effects = lines_of(self.world, cell)
         outcome.acts = acts_of(self.world, cell)
-        outcome.parked_in_history = await _parked_in_history(handle)
+        outcome.parked_in_history, outcome.timeouts = await _read_history(handle)
         return outcome
 
     async def _parked_or_done(
@@ -511,16 +514,23 @@ class Matrix:
             assert report.ok, report
 
 
-async def _parked_in_history(handle: WorkflowHandle[Any, str]) -> bool:
-    history = await handle.fetch_history()
-    for event in history.events:
+async def _read_history(handle: WorkflowHandle[Any, str]) -> tuple[bool, list[str]]:
+    """Whether the run's history shows it parked, and the timeouts Temporal gave its
+    activity attempts (a later attempt's ``last_failure``): a problem's explanation."""
+    parked, timeouts = False, []
+    for event in (await handle.fetch_history()).events:
         if event.HasField("upsert_workflow_search_attributes_event_attributes"):
             fields = (
                 event.upsert_workflow_search_attributes_event_attributes.search_attributes
             ).indexed_fields
             if "LedgerOpenEffects" in fields and json.loads(fields["LedgerOpenEffects"].data):
-                return True
-    return False
+                parked = True
+        elif event.HasField("activity_task_started_event_attributes"):
+            failure = event.activity_task_started_event_attributes.last_failure
+            if failure.HasField("timeout_failure_info"):
+                kind = TimeoutType.Name(failure.timeout_failure_info.timeout_type)
+                timeouts.append(kind.removeprefix("TIMEOUT_TYPE_").lower())
+    return parked, timeouts
 
 
 def _terminate_ledger_connections(ledger_url: str) -> int:
@@ -709,7 +719,8 @@ def _problems(outcomes: dict[str, Outcome]) -> list[str]:
         if o.result != expected:
             problems.append(f"{cell}: the run returned {o.result!r}, not {expected!r}")
         if o.ended != o.promised:
-            problems.append(f"{cell}: {o.ended}, where the design promises {o.promised}")
+            timed_out = f" (Temporal timed out attempts: {o.timeouts})" if o.timeouts else ""
+            problems.append(f"{cell}: {o.ended}, where the design promises {o.promised}{timed_out}")
         # Only a retry-safe call killed between its effect and its one write acts twice.
         # Known deviation at d: a worker that has not met the key takes the PostgreSQL
         # recorder's expectation of it (no record) for a vacant key and acts before its
