@@ -1,8 +1,9 @@
 """One attempt of a ledgered call through the ledger: request, policy, span, ledger,
 outcome. Every ledgered call runs through :func:`run_attempt`, whoever defines it: a
-``@tool`` (``_tool``), another library's activity (``_generic``) and a call made inside
-one under a key of its own (``langgraph``) each describe their call as an
-:class:`Attempt` and get back the call's result or its typed error."""
+``@tool`` (``_tool``), another library's activity (``_generic``, entered from the
+plugin's :class:`ActivityInterceptor` here) and a call made inside one under a key of its
+own (``langgraph``) each describe their call as an :class:`Attempt` and get back the
+call's result or its typed error."""
 
 from __future__ import annotations
 
@@ -10,13 +11,18 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
-from temporalio.worker import ActivityOutboundInterceptor
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ActivityOutboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+)
 
 from ..ledger import (
     ActionInProgressError,
@@ -30,9 +36,18 @@ from ..ledger import (
     NoEffect,
 )
 from ..ledger._seam import EffectState, ExecutionContext, FailureType, NextOperation
-from ..workflows._seam import ConflictDetails, ErrorType, ToolHints, ToolOutcome, ToolSpec
+from ..workflows._seam import (
+    ASK_ONLY_HEADER,
+    ConflictDetails,
+    ErrorType,
+    ToolHints,
+    ToolOutcome,
+    ToolSpec,
+    covers,
+)
 from ._outcomes import CallOutcome, count_call, outcome_or_raise, record_outcome
-from ._runtime import Runtime, final
+from ._rules import LedgeredActivity
+from ._runtime import Runtime, _runtime, final
 from ._tracing import call_span, current_call, describe_request
 
 
@@ -161,6 +176,66 @@ async def run_attempt(runtime: Runtime, attempt: Attempt) -> Any:
         ) from None
 
 
+#: Describes one attempt of an activity that a rule covers (``_generic.activity_attempt``,
+#: handed in by the plugin: ``_generic`` imports this module, so this one cannot import it).
+Describe = Callable[
+    [Runtime, ExecuteActivityInput, ActivityInboundInterceptor, LedgeredActivity], Attempt
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class ActivityInterceptor(Interceptor):
+    """The plugin's activity interceptor: hands ``@tool`` activities and the plugin's own
+    the ledger and policy, and runs an activity a ``ledger_activities`` rule covers as the
+    attempt ``describe`` makes of it, through :func:`run_attempt`.
+
+    Attributes:
+        open_runtime: The plugin's ledger and policy (a URL ledger opened on first use).
+        rules: The plugin's ``ledger_activities`` rules, in the order they are matched.
+        describe: Describes a covered activity's attempt.
+        own: The plugin's own activities (they record answers in the ledger).
+    """
+
+    open_runtime: Callable[[], Awaitable[Runtime]]
+    rules: Sequence[LedgeredActivity]
+    describe: Describe
+    own: Sequence[Any]
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _ActivityInbound(next, self)
+
+
+class _ActivityInbound(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, outer: ActivityInterceptor) -> None:
+        super().__init__(next)
+        self._outer = outer
+        self._details: HeartbeatDetails | None = None
+
+    def init(self, outbound: ActivityOutboundInterceptor) -> None:
+        # The ledger heartbeats a ledgered call while it runs (_heartbeat); this keeps the
+        # activity's own heartbeat details for those heartbeats to send.
+        self._details = HeartbeatDetails(outbound)
+        super().init(self._details)
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        # Each activity runs in an asyncio task of its own: what is set here ends with it.
+        heartbeat_details.set(self._details)
+        # The workflow's interceptor marks an attempt scheduled after the user's retry
+        # policy was spent: it asks the ledger and never acts (execute_ledgered).
+        ask_only_attempt.set(ASK_ONLY_HEADER in input.headers)
+        fn, outer = input.fn, self._outer
+        if hasattr(fn, "__ledger_tool__") or fn in outer.own:
+            _runtime.set(await outer.open_runtime())
+            return await self.next.execute_activity(input)
+        name = activity.info().activity_type
+        rule = next((r for r in outer.rules if covers(r, name, input.args, fn)), None)
+        if rule is None:
+            return await self.next.execute_activity(input)
+        runtime = await outer.open_runtime()
+        # The call is described by _generic and run here, the one path of every call.
+        return await run_attempt(runtime, outer.describe(runtime, input, self.next, rule))
+
+
 def call_context(info: activity.Info, **extra: Any) -> dict[str, Any]:
     """Where a call comes from, recorded with its request and never fingerprinted."""
     return {
@@ -264,7 +339,7 @@ def _free_to_act(standing: ActionState, *, retry_safe: bool) -> bool:
 
 
 #: The attempt running now only asks the ledger: its activity came with the
-#: ``ASK_ONLY_HEADER`` (set by the plugin's activity interceptor).
+#: ``ASK_ONLY_HEADER`` (set by :class:`ActivityInterceptor`).
 ask_only_attempt: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "ledger_ask_only", default=False
 )
@@ -314,7 +389,7 @@ class HeartbeatDetails(ActivityOutboundInterceptor):
         self.next.heartbeat(*self._details)
 
 
-#: The running activity's :class:`HeartbeatDetails`, set by the plugin's interceptor.
+#: The running activity's :class:`HeartbeatDetails`, set by :class:`ActivityInterceptor`.
 heartbeat_details: contextvars.ContextVar[HeartbeatDetails | None] = contextvars.ContextVar(
     "ledger_heartbeat_details", default=None
 )

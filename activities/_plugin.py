@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import temporalio.client
-from temporalio import activity
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import ClientConfig
@@ -28,36 +27,26 @@ from temporalio.contrib.pydantic import (
 from temporalio.converter import CompositePayloadConverter, DataConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.service import RPCError
-from temporalio.worker import (
-    ActivityInboundInterceptor,
-    ActivityOutboundInterceptor,
-    ExecuteActivityInput,
-    Interceptor,
-    Worker,
-    WorkerConfig,
-    WorkflowRunner,
-)
+from temporalio.worker import Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from ..ledger import Ledger
 from ..ledger._seam import opener as ledger_opener
 from ..ledger._seam import path_from_url, shown_url
 from ..workflows._seam import (
-    ASK_ONLY_HEADER,
     AWAITING_APPROVAL_ATTRIBUTE,
     OPEN_EFFECTS_ATTRIBUTE,
     LedgerOptions,
     LedgerWorkflowInterceptor,
-    covers,
     ordered,
 )
-from ._attempt import HeartbeatDetails, ask_only_attempt, heartbeat_details, run_attempt
+from ._attempt import ActivityInterceptor
 from ._delivered import keeps_delivered, with_delivered_payloads
 from ._generic import activity_attempt
 from ._policy import Policy
 from ._reconcile import approve_call, probe_effect, reconcile_effect
 from ._rules import LedgeredActivity
-from ._runtime import Runtime, _runtime
+from ._runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
@@ -194,11 +183,15 @@ class LedgerPlugin(SimplePlugin):
             data_converter=_pydantic_converter,
             activities=_add_ledger_activities,
             workflow_runner=_sandbox,
-            # The workflow interceptor stamps the anchor header (keys that survive a
-            # reset), lets ledger_activities calls wait in the run's inbox, and gives
-            # every run the options its ledger activities are scheduled with.
+            # The activity interceptor (_attempt) hands activities the ledger; it gets
+            # _generic's describer from here, as _generic imports _attempt. The workflow
+            # interceptor stamps the anchor header (keys that survive a reset), lets
+            # ledger_activities calls wait in the run's inbox, and gives every run the
+            # options its ledger activities are scheduled with.
             interceptors=[
-                _ActivityInterceptor(self),
+                ActivityInterceptor(
+                    self._open_runtime, self.ledger_activities, activity_attempt, _LEDGER_ACTIVITIES
+                ),
                 LedgerWorkflowInterceptor(self.ledger_activities, options),
             ],
             run_context=self._worker_running,
@@ -354,45 +347,6 @@ class LedgerPlugin(SimplePlugin):
 def _add_ledger_activities(existing: Sequence[Any] | None) -> Sequence[Any]:
     existing = list(existing or [])
     return existing + [fn for fn in _LEDGER_ACTIVITIES if fn not in existing]
-
-
-@dataclasses.dataclass
-class _ActivityInterceptor(Interceptor):
-    _plugin: LedgerPlugin
-
-    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _ActivityInbound(next, self._plugin)
-
-
-class _ActivityInbound(ActivityInboundInterceptor):
-    def __init__(self, next: ActivityInboundInterceptor, plugin: LedgerPlugin) -> None:
-        super().__init__(next)
-        self._plugin = plugin
-        self._details: HeartbeatDetails | None = None
-
-    def init(self, outbound: ActivityOutboundInterceptor) -> None:
-        # The ledger heartbeats a ledgered call while it runs (_attempt); this keeps the
-        # activity's own heartbeat details for those heartbeats to send.
-        self._details = HeartbeatDetails(outbound)
-        super().init(self._details)
-
-    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        # Each activity runs in an asyncio task of its own: what is set here ends with it.
-        heartbeat_details.set(self._details)
-        # The workflow's interceptor marks an attempt scheduled after the user's retry
-        # policy was spent: it asks the ledger and never acts (_attempt.execute_ledgered).
-        ask_only_attempt.set(ASK_ONLY_HEADER in input.headers)
-        fn, plugin = input.fn, self._plugin
-        if hasattr(fn, "__ledger_tool__") or fn in _LEDGER_ACTIVITIES:
-            _runtime.set(await plugin._open_runtime())
-            return await self.next.execute_activity(input)
-        name = activity.info().activity_type
-        rule = next((r for r in plugin.ledger_activities if covers(r, name, input.args, fn)), None)
-        if rule is None:
-            return await self.next.execute_activity(input)
-        runtime = await plugin._open_runtime()
-        # The call is described by _generic and run by _attempt, the one path of every call.
-        return await run_attempt(runtime, activity_attempt(runtime, input, self.next, rule))
 
 
 # -- as a worker starts: the namespace's search attributes, the ledger, the probes --
