@@ -24,7 +24,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from ..ledger import Verdict
 from ..ledger._seam import Decision, Signers
-from . import _render, _tracing
+from . import _render
 from ._protocol import (
     APPROVE_ACTIVITY,
     APPROVE_UPDATE,
@@ -46,6 +46,11 @@ from ._protocol import (
 )
 from ._scheduling import Kind, LedgerOptions, scheduling, start_own_activity
 from ._waiting import Call, OpenEffect, PendingApproval, Rejection
+
+try:
+    from opentelemetry import trace
+except ImportError:  # the [otel] extra is not installed
+    trace = None  # type: ignore[assignment]  # no [otel]: None, checked before use
 
 #: The activity that records each kind of input, its result, and its error type for a
 #: call that somebody settled elsewhere first.
@@ -385,10 +390,35 @@ def _signature_problem(given: ReconcileInput | ApproveInput, signers: Signers) -
 
 
 def _traced(given: ReconcileInput | ApproveInput) -> None:
-    """A decision the ledger recorded, as a span event (see ``_tracing``)."""
+    """A decision the ledger recorded, as a span event (see :func:`decided`)."""
     kind = "verdict" if isinstance(given, ReconcileInput) else "approval"
     shown = given.model_dump(mode="json", include={"verdict", "decision", "actor", "fingerprint"})
-    _tracing.decided(kind, given.key, **shown)
+    decided(kind, given.key, **shown)
+
+
+def decided(kind: str, key: str, **attributes: Any) -> None:
+    """One decision on the call under ``key`` (``kind``: ``verdict`` or ``approval``) as a
+    span event, emitted once: never while a run replays.
+
+    With the ``[otel]`` extra, each decision recorded for a waiting call (an operator's or
+    a probe's verdict, an approver's decision) becomes a short span, ``ledger.decision``,
+    in the run's trace context (under temporalio's workflow span where its tracing is on),
+    with one event saying what was decided. A run's history replays on every worker
+    restart and in replay tests; an event emitted then would say twice what happened
+    once, so nothing is emitted while the workflow replays. The attributes' namespace is
+    ``temporal_ledger``, as on the activity side's spans.
+    """
+    if trace is None or workflow.unsafe.is_replaying():
+        return
+    info = workflow.info()
+    fields = {
+        "temporal_ledger.key": key,
+        "temporal_ledger.workflow_id": info.workflow_id,
+        **{f"temporal_ledger.{name}": str(value) for name, value in attributes.items()},
+    }
+    span = trace.get_tracer("temporal_ledger").start_span("ledger.decision", attributes=fields)
+    span.add_event(f"temporal_ledger.{kind}", attributes=fields)
+    span.end()
 
 
 def _standing(cause: BaseException | None, result_type: type[ResultT]) -> ResultT | None:
