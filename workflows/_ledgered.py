@@ -192,17 +192,15 @@ class Ledgered:
         return found
 
     def _again(self) -> None:
-        again = dataclasses.replace(self._input)
-        if self._attempts.ask_only:
-            given = {f.name: getattr(again, f.name) for f in dataclasses.fields(again)}
-            again = dataclasses.replace(
-                again,
-                headers={**again.headers, ASK_ONLY_HEADER: _ASK_ONLY},
-                **ask_only_options(
-                    given, run=self._inbox.options, calls_inside=self._attempts.calls_inside
-                ),
+        again, attempts = self._input, self._attempts
+        if attempts.ask_only:
+            options = ask_only_options(
+                again, run=self._inbox.options, calls_inside=attempts.calls_inside
             )
-        self._attempt = self._next.start_activity(again)
+            again = dataclasses.replace(
+                again, headers={**again.headers, ASK_ONLY_HEADER: _ASK_ONLY}, **options
+            )
+        self._attempt = self._next.start_activity(dataclasses.replace(again))
 
 
 def _rejected(err: ActivityError, key: str) -> ActivityError:

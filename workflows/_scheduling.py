@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.worker import StartActivityInput
 from temporalio.workflow import ActivityConfig
 
 from ._protocol import FINAL_ERROR_TYPES, ErrorType
@@ -176,10 +177,10 @@ def scheduling(
 
 
 def ask_only_options(
-    given: dict[str, Any], *, run: LedgerOptions = _DEFAULTS, calls_inside: bool = False
+    given: StartActivityInput, *, run: LedgerOptions = _DEFAULTS, calls_inside: bool = False
 ) -> dict[str, Any]:
-    """The options of an attempt that only asks the ledger, for a call scheduled with
-    ``given`` (``start_activity``'s keyword arguments, or a ``StartActivityInput``'s fields).
+    """The options of an attempt that only asks the ledger, for a call scheduled as
+    ``given``.
 
     The user's bounds are spent, so none of them applies: no schedule-to-close or
     schedule-to-start timeout (it is scheduled only after an attempt that may have acted,
@@ -200,9 +201,8 @@ def ask_only_options(
     }
     if calls_inside:
         chosen.update(
-            start_to_close_timeout=given.get("start_to_close_timeout")
-            or given.get("schedule_to_close_timeout"),
-            heartbeat_timeout=given.get("heartbeat_timeout"),
+            start_to_close_timeout=given.start_to_close_timeout or given.schedule_to_close_timeout,
+            heartbeat_timeout=given.heartbeat_timeout,
             retry_policy=RetryPolicy(maximum_attempts=1),
         )
     if chosen["heartbeat_timeout"] == timedelta(0):
