@@ -112,15 +112,9 @@ class Inbox:
         """Register the handlers as the run starts, so that they answer before any tool
         runs, unless the workflow defines one of these names itself: it keeps its own
         until its first ledgered call (which needs them)."""
-        taken = (
-            any(
-                workflow.get_query_handler(name)
-                for name in (QUERY_OPEN, QUERY_REJECTED, QUERY_APPROVALS)
-            )
-            or workflow.get_signal_handler(RECONCILE_SIGNAL) is not None
-            or any(workflow.get_update_handler(name) for name in (RECONCILE_UPDATE, APPROVE_UPDATE))
-        )
-        if not taken:
+        queries = map(workflow.get_query_handler, (QUERY_OPEN, QUERY_REJECTED, QUERY_APPROVALS))
+        updates = map(workflow.get_update_handler, (RECONCILE_UPDATE, APPROVE_UPDATE))
+        if not any([*queries, workflow.get_signal_handler(RECONCILE_SIGNAL), *updates]):
             self.install()
 
     def on_signal(self, raw: Any = None) -> None:
@@ -331,7 +325,7 @@ def _update(
     ``rejected``) before it touches history; the handler answers with what the ledger
     recorded, or why it refused."""
 
-    def checked(raw: Any) -> InT:
+    def checked(raw: Any = None) -> InT:
         given, reason = check(raw)
         if given is None:
             # Sending the same input again cannot succeed: say so to the caller.
@@ -348,10 +342,7 @@ def _update(
         assert pending.result is not None
         return pending.result
 
-    def validate(raw: Any = None) -> None:
-        checked(raw)
-
-    workflow.set_update_handler(name, handle, validator=validate)
+    workflow.set_update_handler(name, handle, validator=checked)
 
 
 def _parse(raw: Any, model: type[InT], what: str) -> tuple[InT | None, str | None]:
