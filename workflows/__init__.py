@@ -6,13 +6,13 @@ with the command that answers it), and takes update (or signal) ``reconcile`` an
 ``approve``; the ``LedgerPlugin`` registers them as every run starts.
 """
 
-from ._errors import (
+from ._run_tool import (
     ToolConflictError,
     ToolDeniedError,
     ToolError,
     ToolFailedError,
+    run_tool,
 )
-from ._run_tool import run_tool
 
 __all__ = [
     "ToolConflictError",

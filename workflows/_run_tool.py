@@ -3,6 +3,9 @@
 The step runs through the loop every ledgered call runs through (``_ledgered``), in the
 run's state that the plugin's workflow interceptor holds; its outcomes become the step's
 return value or a typed error.
+
+Its typed errors are ``ApplicationError`` subclasses, non-retryable, so an uncaught one
+fails the workflow with its type rather than retrying the workflow task forever.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from ..ledger import InvalidRequest
 from ..ledger._seam import output_misfit, output_template
-from ._errors import ToolConflictError, ToolDeniedError, ToolFailedError
 from ._interceptor import current_run
 from ._keys import step_key
 from ._protocol import (
@@ -33,6 +35,94 @@ from ._spec import Tool, ToolSpec, argument_json
 from ._waiting import Call
 
 OutT = TypeVar("OutT")
+
+
+class ToolError(ApplicationError):
+    """A ledgered tool step ended without the tool's output.
+
+    Catch it (or a subclass) around ``run_tool``; uncaught, it fails the workflow.
+
+    Args:
+        message: What happened.
+        *details: Details for the failure, as ``ApplicationError`` carries them.
+        type: The error type that ended the step, e.g. ``'ToolConflict'``.
+        key: The step's idempotency key.
+        step: The step's name.
+
+    Attributes:
+        key: The step's idempotency key.
+        step: The step's name.
+    """
+
+    def __init__(self, message: str, *details: Any, type: str, key: str, step: str) -> None:
+        super().__init__(message, *details, type=type, non_retryable=True)
+        self.key = key
+        self.step = step
+
+
+class ToolConflictError(ToolError):
+    """The key is bound to a different operation (``action.replay_refused`` recorded).
+
+    Args:
+        message: What differs.
+        key: The step's idempotency key.
+        step: The step's name.
+        original_action_id: The action that bound the key first.
+        dimensions: What differs from it: ``capability``, ``instruction``, ``payload``,
+            ``precondition``, ``performer``.
+
+    Attributes:
+        original_action_id: The action that bound the key first.
+        dimensions: What differs from it.
+    """
+
+    def __init__(
+        self, message: str, *, key: str, step: str, original_action_id: str, dimensions: list[str]
+    ) -> None:
+        super().__init__(
+            message,
+            {"original_action_id": original_action_id, "dimensions": dimensions},
+            type=ErrorType.CONFLICT,
+            key=key,
+            step=step,
+        )
+        self.original_action_id = original_action_id
+        self.dimensions = dimensions
+
+
+class ToolDeniedError(ToolError):
+    """The call may not run: the performer may not use the tool's capability under the
+    current policy (type ``ToolDenied``), or a person rejected the call
+    (``action.approval_rejected`` recorded, type ``ToolRejected``). It had no effect.
+
+    Args:
+        message: The refusal.
+        key: The step's idempotency key.
+        step: The step's name.
+        error_type: ``'ToolDenied'`` or ``'ToolRejected'``.
+    """
+
+    def __init__(
+        self, message: str, *, key: str, step: str, error_type: str = ErrorType.DENIED
+    ) -> None:
+        super().__init__(message, type=error_type, key=key, step=step)
+
+
+class ToolFailedError(ToolError):
+    """The tool failed for good (a rejected request, precondition drift, an output that
+    no longer fits...).
+
+    Args:
+        message: The failure.
+        key: The step's idempotency key.
+        step: The step's name.
+        error_type: The error type that ended the step, e.g. ``'ToolConflict'``.
+    """
+
+    def __init__(
+        self, message: str, *, key: str, step: str, error_type: str = ErrorType.FAILED
+    ) -> None:
+        super().__init__(message, type=error_type, key=key, step=step)
 
 
 async def run_tool(
