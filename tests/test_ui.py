@@ -23,9 +23,10 @@ import pytest
 from markdown_it import MarkdownIt
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import Decision
-from temporal_ledger.workflows._inbox import OpenEffect, PendingApproval
 from temporal_ledger.workflows._render import (
     COMMAND_WIDTH,
+    OpenEffect,
+    PendingApproval,
     Where,
     approve_command,
     details,

@@ -44,8 +44,8 @@ from ._protocol import (
     ReconcileResult,
     UnknownEffect,
 )
+from ._render import Call, OpenEffect, PendingApproval, Rejection
 from ._scheduling import Kind, LedgerOptions, scheduling, start_own_activity
-from ._waiting import Call, OpenEffect, PendingApproval, Rejection
 
 try:
     from opentelemetry import trace

@@ -58,9 +58,9 @@ from ._protocol import (
     holds_placeholder,
     one_line,
 )
+from ._render import Call
 from ._results import Answer, AnswerForCall, template_of
 from ._scheduling import LedgerOptions, scheduling, scheduling_own
-from ._waiting import Call
 
 
 class LedgerWorkflowInterceptor(Interceptor):

@@ -44,8 +44,8 @@ from ._protocol import (
     ProbeResult,
     UnknownEffect,
 )
+from ._render import Call
 from ._scheduling import ask_only_options, scheduling, start_own_activity
-from ._waiting import Call
 
 #: The value of the ask-only header (its presence is what counts).
 _ASK_ONLY = Payload(metadata={"encoding": b"json/plain"}, data=b"true")

@@ -30,9 +30,9 @@ from ._protocol import (
     UnknownEffect,
     one_line,
 )
+from ._render import Call
 from ._scheduling import activity_config
 from ._spec import Tool, ToolSpec, argument_json
-from ._waiting import Call
 
 OutT = TypeVar("OutT")
 
