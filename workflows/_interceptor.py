@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
@@ -60,7 +60,7 @@ from ._protocol import (
 )
 from ._render import Call
 from ._results import Answer, AnswerForCall, template_of
-from ._scheduling import LedgerOptions, scheduling, scheduling_own
+from ._scheduling import LedgerOptions, scheduling_own
 
 
 class LedgerWorkflowInterceptor(Interceptor):
@@ -131,25 +131,13 @@ class LedgeredRun(WorkflowOutboundInterceptor):
         self._step: Face | None = None
         self._started: Ledgered | None = None
 
-    def start_step(
-        self,
-        face: Face,
-        activity: str,
-        arg: Any,
-        result_type: type,
-        config: workflow.ActivityConfig,
-    ) -> Ledgered:
+    def start_step(self, face: Face, activity: str, arg: Any, **options: Any) -> Ledgered:
         """Schedule the first attempt of a ``run_tool`` step, as the workflow's own activity
         (through every interceptor, numbered like any other), and return its call."""
         self.inbox.install()
         self._step = face
         try:
-            workflow.start_activity(
-                activity,
-                arg,
-                result_type=result_type,
-                **scheduling("tool", config, run=self.inbox.options),
-            )
+            workflow.start_activity(activity, arg, **options)
         finally:
             self._step = None
         started, self._started = self._started, None
@@ -307,11 +295,8 @@ class _Activity:
         task on it again and again.
         """
         problem = call.misfit(output)
-        if problem is None:
-            try:
-                return self._decode(self.rule.output.result(output))
-            except Exception as exc:
-                problem = one_line(exc)
+        if problem is None:  # the misfit check decoded it: it decodes
+            return self._decode(self.rule.output.result(output))
         raise _unusable(call.tool, unknown.key, problem)
 
     def _call(self, arguments: Any, output_schema: dict[str, Any] | None = None) -> Call:
@@ -366,11 +351,8 @@ class _Activity:
     def _decode(self, result: Any) -> Any:
         """The activity's result, as the workflow would have received it from the worker."""
         payload = _json_payload(result, sort_keys=False)
-        converter, ret_type = workflow.payload_converter(), self.input.ret_type
         # temporalio's overloads take a type or nothing; its implementation, also None.
-        if ret_type is None:
-            return converter.from_payload(payload)
-        return converter.from_payload(payload, ret_type)
+        return workflow.payload_converter().from_payload(payload, cast(Any, self.input.ret_type))
 
 
 def _placeholder_left(

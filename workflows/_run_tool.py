@@ -31,7 +31,7 @@ from ._protocol import (
     one_line,
 )
 from ._render import Call
-from ._scheduling import activity_config
+from ._scheduling import scheduling
 from ._spec import Tool, ToolSpec, argument_json
 
 OutT = TypeVar("OutT")
@@ -176,7 +176,6 @@ async def run_tool(
     """
     spec: ToolSpec[Any, OutT] = ToolSpec.of(tool)
     call = _tool_call(spec, arg, step=step, performer=performer, precondition=precondition, key=key)
-    config = activity_config(options)
     run = current_run()
     if run is None:
         raise ToolFailedError(
@@ -186,7 +185,8 @@ async def run_tool(
             step=step,
             error_type=ErrorType.INVALID_REQUEST,
         )
-    ledgered = run.start_step(_Step(spec, call), spec.name, call, ToolOutcome, config)
+    scheduled = {"result_type": ToolOutcome, **scheduling("tool", options, run=run.inbox.options)}
+    ledgered = run.start_step(_Step(spec, call), spec.name, call, **scheduled)
     try:
         outcome: ToolOutcome = await ledgered.settle()
     except ActivityError as ended:
