@@ -9,7 +9,7 @@ import dataclasses
 import json
 import re
 import shlex
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -188,12 +188,9 @@ def reconcile_command(
     kind: str, where: Where, key: str, action_id: str, output: Any, *, signed: bool = False
 ) -> str:
     """The command that sends a verdict; with ``signed``, one that signs it first."""
-    template: dict[str, Any] = {
-        "key": key,
-        "action_id": action_id,
-        "verdict": Verdict.EFFECT_CONFIRMED.value,
-    }
-    template |= {"actor": "YOUR-NAME", "basis": "WHAT-YOU-SAW", "evidence": [], "output": output}
+    template: dict[str, Any] = {"key": key, "action_id": action_id}
+    template |= {"verdict": Verdict.EFFECT_CONFIRMED.value, "actor": "YOUR-NAME"}
+    template |= {"basis": "WHAT-YOU-SAW", "evidence": [], "output": output}
     if not signed:
         name = RECONCILE_SIGNAL if kind == "signal" else RECONCILE_UPDATE
         return where.command(kind, name, template)
@@ -206,11 +203,10 @@ def reconcile_command(
     return command[: command.rindex("--input ")] + f'--input "$({signing})"'
 
 
-def details(approvals: Iterable[PendingApproval], parked: Iterable[OpenEffect]) -> str:
+def details(approvals: Collection[PendingApproval], parked: Collection[OpenEffect]) -> str:
     """The run's current details: every call awaiting approval and every parked step, each
     with the update's input to paste into the Temporal UI's update dialog and the same
     update as a shell command, in short lines (the UI shows them in a narrow pane)."""
-    approvals, parked = list(approvals), list(parked)
     sections: list[str] = []
     if approvals:
         sections.append(f"### {_count(len(approvals), 'call')} awaiting approval")
