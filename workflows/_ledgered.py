@@ -118,32 +118,29 @@ class Ledgered:
             try:
                 result = await self._attempt
             except ActivityError as err:
-                cause = err.cause
-                kind = cause.type if isinstance(cause, ApplicationError) else None
-                if kind == ErrorType.AWAITING_APPROVAL:
-                    assert isinstance(cause, ApplicationError)
-                    needed = ApprovalNeeded.model_validate(cause.details[0])
-                    decision = await inbox.await_approval(face.shown(needed), needed)
-                    if decision is Decision.REJECT:
-                        rejected = _rejected(err, needed.key)
-                        raise rejected from rejected.cause
-                    waited_on = needed.key
-                    attempts.answered()
-                elif kind == ErrorType.EFFECT_UNKNOWN:
-                    assert isinstance(cause, ApplicationError)
-                    unknown = UnknownEffect.model_validate(cause.details[0])
-                    call = face.shown(unknown)
-                    confirmed, output = await self._settle_unknown(call, unknown)
-                    waited_on = unknown.key
-                    if confirmed and unknown.inner is None:
-                        return face.confirmed(call, unknown, output)
-                    # A call inside the activity: whatever the verdict, the activity runs
-                    # again, and that call replays it (its other calls, their outcomes).
-                    attempts.answered()
-                else:
-                    # Within the user's retry bounds, or asking what a timed-out attempt
-                    # did; else the call ends with the error it raises.
-                    await attempts.retry_after(err)
+                match err.cause:
+                    case ApplicationError(type=ErrorType.AWAITING_APPROVAL) as cause:
+                        needed = ApprovalNeeded.model_validate(cause.details[0])
+                        decision = await inbox.await_approval(face.shown(needed), needed)
+                        if decision is Decision.REJECT:
+                            rejected = _rejected(err, needed.key)
+                            raise rejected from rejected.cause
+                        waited_on = needed.key
+                        attempts.answered()
+                    case ApplicationError(type=ErrorType.EFFECT_UNKNOWN) as cause:
+                        unknown = UnknownEffect.model_validate(cause.details[0])
+                        call = face.shown(unknown)
+                        confirmed, output = await self._settle_unknown(call, unknown)
+                        waited_on = unknown.key
+                        if confirmed and unknown.inner is None:
+                            return face.confirmed(call, unknown, output)
+                        # A call inside the activity: whatever the verdict, the activity
+                        # runs again, and that call replays it (its other calls, theirs).
+                        attempts.answered()
+                    case _:
+                        # Within the user's retry bounds, or asking what a timed-out
+                        # attempt did; else the call ends with the error it raises.
+                        await attempts.retry_after(err)
             else:
                 face.received(result, waited_on)
                 return result
@@ -219,16 +216,6 @@ def _rejected(err: ActivityError, key: str) -> ActivityError:
 #: Waits between asking the ledger again about a call it kept from acting.
 _FIRST_WAIT = timedelta(seconds=1)
 _LONGEST_WAIT = timedelta(seconds=60)
-
-#: Timeouts after which an attempt may have acted: every one, unless no attempt ever
-#: started (``_never_started``). The last attempt may not have reached a worker (a
-#: schedule-to-start timeout) after an earlier one that did.
-_LOST = (
-    TimeoutType.START_TO_CLOSE,
-    TimeoutType.HEARTBEAT,
-    TimeoutType.SCHEDULE_TO_CLOSE,
-    TimeoutType.SCHEDULE_TO_START,
-)
 
 #: The ledger kept the attempt from acting.
 _LEDGER_WAITS = (ErrorType.IN_PROGRESS, ErrorType.LEDGER_UNAVAILABLE)
@@ -306,7 +293,10 @@ class Attempts:
         if kind in _LEDGER_WAITS:
             await self._pause(cause)
             return
-        if not (isinstance(cause, TimeoutError) and cause.type in _LOST):
+        # After any timeout an attempt may have acted, unless no attempt ever started
+        # (``_never_started``): the last attempt may not have reached a worker (a
+        # schedule-to-start timeout) after an earlier one that did.
+        if not isinstance(cause, TimeoutError):
             raise err
         if lost is None and _never_started(err, cause):
             raise err  # nothing reached a worker, so nothing acted: nothing to ask
