@@ -298,12 +298,10 @@ class Inbox:
             except ActivityError as err:
                 cause = err.cause
                 elsewhere = isinstance(cause, ApplicationError) and cause.type == decided_elsewhere
-                standing = _standing(cause, result_type) if elsewhere else None
-                if standing is not None:
-                    # Somebody answered first (e.g. ``temporal-ledger reconcile``): this input
-                    # only woke the wait. Answer its sender with what stands; the call goes on.
-                    pending.result = standing
-                else:
+                # Somebody answered first (e.g. ``temporal-ledger reconcile``): this input
+                # only woke the wait. Answer its sender with what stands; the call goes on.
+                pending.result = _standing(cause, result_type) if elsewhere else None
+                if pending.result is None:
                     pending.error = cause_message(err)
                     self.reject("ledger", pending.given.model_dump(), pending.error)
                 if elsewhere:
