@@ -10,7 +10,7 @@ import json
 import re
 import shlex
 from collections.abc import Callable, Collection
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -337,14 +337,8 @@ def _count(number: int, noun: str) -> str:
 
 
 def _when(iso: str) -> str:
-    """A workflow timestamp to the second, in UTC."""
-    try:
-        moment = datetime.fromisoformat(iso)
-    except ValueError:
-        return _text(iso)
-    if moment.utcoffset() != timedelta(0):
-        return _text(iso)
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+    """A workflow timestamp (``workflow.now()``, always UTC) to the second."""
+    return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _code(text: str) -> str:
