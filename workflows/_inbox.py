@@ -147,8 +147,7 @@ class Inbox:
         if not any(fnmatch.fnmatchcase(verdict.actor, pattern) for pattern in effect.reconcilers):
             return None, f"actor {verdict.actor!r} may not reconcile under the worker's policy"
         if verdict.verdict is Verdict.EFFECT_CONFIRMED:
-            misfit = self.calls[verdict.key].misfit(verdict.output)
-            if misfit:
+            if misfit := self.calls[verdict.key].misfit(verdict.output):
                 return None, misfit
         elif verdict.output is not None:
             return None, (

@@ -310,8 +310,7 @@ class _Activity:
         tool = f"{self.tool} ({activity})" if self.tool else activity
 
         def misfit(output: Any) -> str | None:
-            problem = _placeholder_left(output, template, tool, output_schema)
-            if problem is not None:
+            if (problem := _placeholder_left(output, template, tool, output_schema)) is not None:
                 return problem
             try:
                 problem = answer.misfit(output) if answer is not None else None

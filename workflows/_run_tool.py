@@ -290,8 +290,7 @@ def _output_misfit(spec: ToolSpec[Any, Any], output: Any) -> str | None:
     """Each missing or wrong field of an operator's output, with its expected type."""
     if spec.output_type is None or spec.output_schema is None:
         return None if output is None else f"tool {spec.name} returns nothing: output must be null"
-    misfit = output_misfit(spec.output_schema, output, producer=spec.name)
-    if misfit:
+    if misfit := output_misfit(spec.output_schema, output, producer=spec.name):
         return misfit
     try:
         spec.output_type.model_validate(output)
