@@ -25,10 +25,8 @@ def step_key(
     Returns:
         The idempotency key.
     """
-    chain = (
-        f"{first_execution_run_id}/{continued_from}" if continued_from else first_execution_run_id
-    )
-    key = f"{workflow_id}/{chain}/{step}"
+    continued = f"/{continued_from}" if continued_from else ""
+    key = f"{workflow_id}/{first_execution_run_id}{continued}/{step}"
     if len(key) <= 255 and key.isprintable():
         return key
     digest = hashlib.sha256(key.encode()).hexdigest()
