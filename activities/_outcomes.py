@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from ..ledger import ActionRequest, ActionResult, ActionStatus, Verdict
+from ..ledger import ActionRequest, ActionResult, ActionStatus
 from ..ledger._seam import EffectState, FailureType, may_act_again
 from ..workflows._seam import ApprovalNeeded, ErrorType, ToolOutcome, ToolSpec, UnknownEffect
 from ._runtime import Runtime, final
@@ -73,7 +73,7 @@ def outcome_or_raise(
             "its output is no longer recorded",
             ErrorType.OUTPUT_COMPACTED,
         )
-    confirmed = result.verdict is Verdict.EFFECT_CONFIRMED
+    confirmed = result.verdict == "effect_confirmed"
     if result.status is ActionStatus.SUCCEEDED or confirmed:
         reconciled = confirmed and result.status is not ActionStatus.SUCCEEDED
         outcome = ToolOutcome.model_validate(result, from_attributes=True)

@@ -21,9 +21,8 @@ from ..ledger import (
     InvalidRequest,
     Ledger,
     LedgerUnavailable,
-    Verdict,
 )
-from ..ledger._seam import model_json
+from ..ledger._seam import Verdict, model_json
 from ..workflows._seam import (
     APPROVE_ACTIVITY,
     PROBE_ACTIVITY,
@@ -218,11 +217,11 @@ async def probe_effect(probe: ProbeInput) -> ProbeResult:
             ErrorType.PROBE_UNAVAILABLE,
         )
     verdict, basis, output = _verdict_for(answer, conclusive)
-    if verdict is not Verdict.STILL_UNKNOWN and not answer.evidence:
+    if verdict != "still_unknown" and not answer.evidence:
         # A finding that settles the effect rests on what the far side answered.
-        verdict, output = Verdict.STILL_UNKNOWN, None
+        verdict, output = "still_unknown", None
         basis = f"the probe answered {answer.finding.value} without evidence: {basis}"
-    if verdict is Verdict.EFFECT_CONFIRMED:
+    if verdict == "effect_confirmed":
         try:
             check_output(output)
         except ValueError as exc:
@@ -240,7 +239,7 @@ async def probe_effect(probe: ProbeInput) -> ProbeResult:
             logger.warning(
                 "%s: the probe's finding for %r was not usable: %s", actor, probe.key, exc
             )
-            verdict, output = Verdict.STILL_UNKNOWN, None
+            verdict, output = "still_unknown", None
             basis = f"the probe found the operation, but its output was unusable: {exc}"
             await record(verdict, basis=basis, evidence=answer.evidence, output=None)
     except DecisionRefused as exc:
@@ -256,23 +255,23 @@ async def probe_effect(probe: ProbeInput) -> ProbeResult:
 
 #: What the workflow is told, by the verdict recorded for the probe's answer.
 _RECORDED = {
-    Verdict.EFFECT_CONFIRMED: ProbeOutcome.PRESENT,
-    Verdict.NO_EFFECT_CONFIRMED: ProbeOutcome.ABSENT,
-    Verdict.STILL_UNKNOWN: ProbeOutcome.INCONCLUSIVE,
+    "effect_confirmed": ProbeOutcome.PRESENT,
+    "no_effect_confirmed": ProbeOutcome.ABSENT,
+    "still_unknown": ProbeOutcome.INCONCLUSIVE,
 }
 
 
 def _verdict_for(answer: ProbeAnswer, conclusive: bool) -> tuple[Verdict, str, Any]:
     """The verdict a probe's answer is recorded as, what it rests on, and the output."""
-    verdict = {
-        Finding.PRESENT: Verdict.EFFECT_CONFIRMED,
-        Finding.ABSENT: (Verdict.NO_EFFECT_CONFIRMED if conclusive else Verdict.STILL_UNKNOWN),
-        Finding.INCONCLUSIVE: Verdict.STILL_UNKNOWN,
+    verdict: Verdict = {
+        Finding.PRESENT: "effect_confirmed",
+        Finding.ABSENT: ("no_effect_confirmed" if conclusive else "still_unknown"),
+        Finding.INCONCLUSIVE: "still_unknown",
     }[answer.finding]
     basis = answer.basis
-    if answer.finding is Finding.ABSENT and verdict is Verdict.STILL_UNKNOWN:
+    if answer.finding is Finding.ABSENT and verdict == "still_unknown":
         basis += " (not conclusive for this tool: declare probe_absence_conclusive=True)"
-    output: Any = answer.output if verdict is Verdict.EFFECT_CONFIRMED else None
+    output: Any = answer.output if verdict == "effect_confirmed" else None
     if isinstance(output, BaseModel):
         output = model_json(output)
     return verdict, basis, output
@@ -302,4 +301,4 @@ def count_reconciliation(verdict: Verdict, *, actor: str) -> None:
     """One verdict recorded, by verdict and by who gave it (``operator`` or ``probe:<tool>``)."""
     activity.metric_meter().create_counter(
         "ledger_reconciliations", "verdicts on unknown effects recorded in the ledger"
-    ).add(1, {"verdict": verdict.value, "actor": actor})
+    ).add(1, {"verdict": verdict, "actor": actor})

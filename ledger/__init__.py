@@ -19,7 +19,7 @@ from ._errors import (
     NoEffect,
 )
 from ._ledger import Ledger
-from ._models import ActionRequest, ActionResult, ActionState, ActionStatus, Authority, Verdict
+from ._models import ActionRequest, ActionResult, ActionState, ActionStatus, Authority
 from ._version import __version__ as __version__
 
 __all__ = [
@@ -36,5 +36,4 @@ __all__ = [
     "LedgerError",
     "LedgerUnavailable",
     "NoEffect",
-    "Verdict",
 ]

@@ -5,7 +5,7 @@ state as an operator reads it. Pure functions, like the rest of the rule (:mod:`
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 
@@ -41,7 +41,8 @@ def result_of(outcome: Outcome, *, key: str, action_id: str, replayed: bool) -> 
         reused_from_action_id=outcome.action_id if replayed else None,
         retryable=outcome.retryable,
         retry_after=outcome.retry_after,
-        verdict=None if outcome.verdict is None else Verdict(outcome.verdict),
+        # Validated as a verdict by ActionResult.
+        verdict=cast("Verdict | None", outcome.verdict),
         compacted=outcome.compacted,
     )
 

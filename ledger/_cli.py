@@ -29,7 +29,6 @@ from ._models import (
     EventType,
     LedgerEvent,
     NextOperation,
-    Verdict,
 )
 from ._schema import describe_schema, output_template
 from ._signatures import DecisionSignature, sign
@@ -375,7 +374,7 @@ def _signed(signature: dict[str, Any], actor: str) -> str:
 def _status(state: ActionState) -> str:
     """The status as what it is: an attempt that failed but whose effect a person (or a
     probe) confirmed succeeded, and says who confirmed it."""
-    confirmed = [r for r in state.reconciliations if r.verdict is Verdict.EFFECT_CONFIRMED]
+    confirmed = [r for r in state.reconciliations if r.verdict == "effect_confirmed"]
     if state.effect is EffectState.OBSERVED and state.status is ActionStatus.FAILED and confirmed:
         last = confirmed[-1]
         return (

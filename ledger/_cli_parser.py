@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ._errors import InvalidRequest
-from ._models import Verdict, validate_key
+from ._models import VERDICTS, validate_key
 from ._signatures import read_policy, read_private_key
 from ._template_text import refuse_placeholders, refuse_probe_name
 from ._wire import key_from_wire
@@ -94,7 +94,7 @@ def _json_value(text: str) -> Any:
 
 
 _read_key = _argument(lambda text: read_private_key(Path(text)))
-_VERDICTS = [v.value for v in Verdict]
+_VERDICTS = list(VERDICTS)
 
 #: Options several commands take: the help of each, and how it is parsed.
 _SHARED: dict[str, tuple[str | None, dict[str, Any]]] = {

@@ -7,10 +7,10 @@ import functools
 from typing import Any
 
 import pytest
-from temporal_ledger.ledger import ActionRequest, InvalidRequest, Ledger, NoEffect, Verdict
+from temporal_ledger.ledger import ActionRequest, InvalidRequest, Ledger, NoEffect
 
 from ._errors import DecisionRefused, IdempotencyConflictError
-from ._models import ActionStatus, ApprovalState, EffectState, FailureType, NextOperation
+from ._models import ActionStatus, ApprovalState, EffectState, FailureType, NextOperation, Verdict
 from ._testing_child import _approval_state, _CountingAdapter, _execute, _types, request
 
 
@@ -21,14 +21,14 @@ class DecisionContract:
     @pytest.mark.parametrize(
         ("verdict", "effect", "next_operation"),
         [
-            (Verdict.EFFECT_CONFIRMED, "observed", "none"),  # a verdict, or its name
+            ("effect_confirmed", "observed", "none"),
             ("no_effect_confirmed", "none", "start_action"),
             ("still_unknown", "unknown", "reconcile_effect"),
         ],
         ids=["effect_confirmed", "no_effect_confirmed", "still_unknown"],
     )
     async def test_a_verdict_settles_an_unknown_effect(
-        self, ledger: Ledger, verdict: Verdict | str, effect: str, next_operation: str
+        self, ledger: Ledger, verdict: Verdict, effect: str, next_operation: str
     ) -> None:
         """Recorded after what it settles: an effect confirmed replays the operator's
         output, no effect confirmed acts exactly once more, still unknown keeps it open."""
@@ -51,7 +51,7 @@ class DecisionContract:
         else:
             assert later.replayed and (later.status, later.effect) == (state.status, state.effect)
             assert later.output == output
-            assert later.verdict is Verdict(verdict)
+            assert later.verdict == verdict
         assert len(far_side.calls) == 1 + (next_operation == "start_action")
 
     async def test_a_reconciliation_is_checked_before_it_is_recorded(self, ledger: Ledger) -> None:
@@ -86,9 +86,10 @@ class DecisionContract:
             assert refused.value.key == key
             assert ledger.events(key)[-1].type == "action.reconcile_refused"
         assert ledger.state("done").effect is EffectState.OBSERVED
-        for verdict, actor, field in (("maybe", "ops", "verdict"), ("still_unknown", "", "actor")):
-            with pytest.raises(InvalidRequest, match=field):
-                await ledger.reconcile("done", verdict, actor, "looked")
+        with pytest.raises(InvalidRequest, match="verdict"):
+            await ledger.reconcile("done", "maybe", "ops", "looked")  # type: ignore[arg-type]
+        with pytest.raises(InvalidRequest, match="actor"):
+            await ledger.reconcile("done", "still_unknown", "", "looked")
 
     # 9 -------------------------------------------------------------------------------
     @pytest.mark.parametrize(

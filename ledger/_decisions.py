@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from enum import StrEnum
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -18,6 +19,7 @@ from ._canonical import check_json, check_text, model_json
 from ._completion import is_expired, recover_expired
 from ._errors import DecisionRefused, InvalidRequest
 from ._models import (
+    VERDICTS,
     ActionState,
     Approval,
     ApprovalState,
@@ -38,7 +40,7 @@ from ._template_text import refuse_placeholders
 from ._transaction import KeyRecord, Phase, Transaction, iso
 from ._verify import VerifyReport, verify_ledger
 
-E = TypeVar("E", Verdict, Decision)
+E = TypeVar("E", bound=StrEnum)
 
 
 def compact_key(tx: Transaction, *, cutoff: str) -> int:
@@ -159,20 +161,20 @@ def reconcile_key(
     proof) is recorded with the verdict."""
     record = tx.record
     reason, known_effect = _unknown_effect_of(tx, record, action_id=action_id)
-    body = _signed(signature, verdict=verdict.value, actor=actor, basis=basis)
+    body = _signed(signature, verdict=verdict, actor=actor, basis=basis)
     if reason is not None:
         _refuse(tx, EventType.RECONCILE_REFUSED, body, reason)
         return DecisionRefused(tx.key, reason, decided=known_effect)
     assert record is not None and record.outcome is not None
-    if verdict is Verdict.EFFECT_CONFIRMED and record.output_schema is not None:
+    if verdict == "effect_confirmed" and record.output_schema is not None:
         misfit = output_misfit(record.output_schema, output)
         if misfit:
             # Bad input, not a refusal: raising rolls the transaction back, nothing kept.
             raise InvalidRequest(misfit)
-    outcome = dataclasses.replace(record.outcome, verdict=verdict.value)
-    if verdict is Verdict.EFFECT_CONFIRMED:
+    outcome = dataclasses.replace(record.outcome, verdict=verdict)
+    if verdict == "effect_confirmed":
         outcome = dataclasses.replace(outcome, effect=EffectState.OBSERVED, output=output)
-    elif verdict is Verdict.NO_EFFECT_CONFIRMED:
+    elif verdict == "no_effect_confirmed":
         outcome = dataclasses.replace(outcome, effect=EffectState.NONE, retryable=True)
     tx.append(
         EventType.RECONCILED,
@@ -253,7 +255,7 @@ class Decisions(Opened):
     async def reconcile(
         self,
         key: str,
-        verdict: Verdict | str,
+        verdict: Verdict,
         actor: str,
         basis: str,
         evidence: Sequence[Any] = (),
@@ -291,7 +293,7 @@ class Decisions(Opened):
                 or ``action_id`` is another action's (the refusal is recorded).
         """
         validate_key(key)
-        verdict = _one_of(Verdict, verdict, "verdict")
+        verdict = _verdict(verdict)
         _non_empty(actor=actor, basis=basis)
         evidence = list(evidence) if isinstance(evidence, (list, tuple)) else evidence
         if not isinstance(evidence, list):
@@ -300,7 +302,7 @@ class Decisions(Opened):
         probe = actor.startswith(PROBE_ACTOR_PREFIX)
         # A probe's evidence is the far side's answer as it came (HTML included).
         refuse_placeholders(actor=actor, basis=basis, **({} if probe else {"evidence": evidence}))
-        if probe and verdict is not Verdict.STILL_UNKNOWN and not evidence:
+        if probe and verdict != "still_unknown" and not evidence:
             raise InvalidRequest(
                 f"{actor}: a probe's verdict that settles an effect rests on evidence "
                 "(the far side's answer); none was given"
@@ -467,6 +469,13 @@ def _one_of(kind: type[E], value: Any, name: str) -> E:
     except ValueError:
         choices = ", ".join(member.value for member in kind)
         raise InvalidRequest(f"unknown {name} {value!r}: use one of {choices}") from None
+
+
+def _verdict(value: Any) -> Verdict:
+    """``value`` as a verdict (a plain ``str``), or bad input naming the choices."""
+    if not isinstance(value, str) or value not in VERDICTS:
+        raise InvalidRequest(f"unknown verdict {value!r}: use one of {', '.join(VERDICTS)}")
+    return cast("Verdict", str(value))
 
 
 def _non_empty(**values: Any) -> None:

@@ -8,7 +8,7 @@ import re
 import threading
 import time
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -64,12 +64,11 @@ class NextOperation(StrEnum):
     NONE = "none"
 
 
-class Verdict(StrEnum):
-    """An operator's answer after inspecting the world."""
-
-    EFFECT_CONFIRMED = "effect_confirmed"
-    NO_EFFECT_CONFIRMED = "no_effect_confirmed"
-    STILL_UNKNOWN = "still_unknown"
+#: An operator's answer after inspecting the world. A ``Literal``, not an enum: users write
+#: verdicts as the strings the wire, the CLI and the records carry, and mypy checks them.
+Verdict = Literal["effect_confirmed", "no_effect_confirmed", "still_unknown"]
+#: Every verdict, in the order the CLI and the error messages offer them.
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
 
 
 class ApprovalState(StrEnum):

@@ -15,6 +15,7 @@ from ._models import (
     ExecutionContext,
     FailureType,
     NextOperation,
+    Verdict,
     may_act_again,
 )
 from ._open import opener, shown_url
@@ -33,6 +34,7 @@ __all__ = [
     "FailureType",
     "NextOperation",
     "Signers",
+    "Verdict",
     "canonical_dump",
     "check_json",
     "is_wire_key",

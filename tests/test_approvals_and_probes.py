@@ -311,7 +311,7 @@ async def test_a_probe_that_finds_the_effect_settles_it_without_parking(
     with Ledger.open(setup.ledger_url) as ledger:
         key = key_on_the_wire(ledger, next(iter(payments.by_key)))
         state = ledger.state(key)
-        assert [(r.verdict.value, r.actor) for r in state.reconciliations] == [
+        assert [(r.verdict, r.actor) for r in state.reconciliations] == [
             ("effect_confirmed", "probe:charge")
         ]
         assert state.reconciliations[0].evidence[0]["status"] == 200
@@ -331,7 +331,7 @@ async def test_a_conclusive_absence_lets_the_step_act_again_once(
     with Ledger.open(setup.ledger_url) as ledger:
         key = key_on_the_wire(ledger, next(iter(payments.by_key)))
         state = ledger.state(key)
-        assert [(r.verdict.value, r.actor) for r in state.reconciliations] == [
+        assert [(r.verdict, r.actor) for r in state.reconciliations] == [
             ("no_effect_confirmed", "probe:charge_conclusive")
         ]
         assert ledger.verify().ok
@@ -346,7 +346,7 @@ async def test_an_absence_the_tool_does_not_call_conclusive_parks(
     parked = await wait_for(lambda: open_effects(setup.address, handle.id), what="the park")
     with Ledger.open(setup.ledger_url) as ledger:
         state = ledger.state(parked[0]["key"])
-        assert [(r.verdict.value, r.actor) for r in state.reconciliations] == [
+        assert [(r.verdict, r.actor) for r in state.reconciliations] == [
             ("still_unknown", "probe:charge")
         ]
     await handle.terminate("done looking")

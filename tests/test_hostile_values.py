@@ -59,15 +59,13 @@ def nested(depth: int) -> Any:
 # Deep values travel as (marker, depth) and are built in the test: hypothesis prints the
 # values it draws, and a printer recurses.
 DEEP = "<nested>"
-json_values = (
-    st.recursive(
-        scalars,
-        lambda children: st.lists(children, max_size=4)
-        | st.dictionaries(hostile_text, children, max_size=4),
-        max_leaves=12,
-    )
-    | st.tuples(st.just(DEEP), st.integers(min_value=90, max_value=130) | st.just(5000))
-)
+json_values = st.recursive(
+    scalars,
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(hostile_text, children, max_size=4)
+    ),
+    max_leaves=12,
+) | st.tuples(st.just(DEEP), st.integers(min_value=90, max_value=130) | st.just(5000))
 
 
 def same(a: Any, b: Any) -> bool:
@@ -197,9 +195,7 @@ async def _as_output(
         assert same(ledger.state(key).output, value)
     else:
         assert first.error_type == "UnrecordableOutput" and "sha256 " in (first.error or "")
-    again = await ledger.execute(
-        request(key), authority=AUTHORITY, adapter=world.echo("never")
-    )
+    again = await ledger.execute(request(key), authority=AUTHORITY, adapter=world.echo("never"))
     assert again.replayed and same(again.output, first.output) and world.effects[key] == 1
     accepted[key] = (req, first)
 

@@ -244,7 +244,7 @@ async def test_keys_of_any_workflow_id_reach_the_far_side_in_one_spelling(
     with Ledger.open(setup.ledger_url) as ledger:
         assert ledger.verify().ok
         verdicts = {
-            wid: [(r.verdict.value, r.actor) for r in ledger.state(key).reconciliations]
+            wid: [(r.verdict, r.actor) for r in ledger.state(key).reconciliations]
             for wid, key in keys.items()
         }
     # One order per run, filed under the key's one spelling, which the lookup found.

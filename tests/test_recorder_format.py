@@ -14,7 +14,6 @@ from temporal_ledger.ledger._models import (
     ApprovalState,
     EffectState,
     Reconciliation,
-    Verdict,
 )
 from temporal_ledger.ledger._transaction import KeyRecord, Outcome, Phase, iso
 
@@ -51,9 +50,7 @@ def _record() -> KeyRecord:
             token=1,
         ),
         reconciliations=[
-            Reconciliation(
-                verdict=Verdict.STILL_UNKNOWN, actor="ann", basis="asked", recorded_at="t"
-            )
+            Reconciliation(verdict="still_unknown", actor="ann", basis="asked", recorded_at="t")
         ],
         approval=Approval(state=ApprovalState.CONSUMED, fingerprint="f", consumed_by="a"),
     )

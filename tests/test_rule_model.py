@@ -23,12 +23,18 @@ from temporal_ledger.ledger import (
     Authority,
     DecisionRefused,
     IdempotencyConflictError,
-    Verdict,
 )
 from temporal_ledger.ledger._answers import failure_fields, success_fields
 from temporal_ledger.ledger._completion import complete
 from temporal_ledger.ledger._decisions import decide_approval, reconcile_key
-from temporal_ledger.ledger._models import Decision, EffectState, FailureType, may_act_again
+from temporal_ledger.ledger._models import (
+    VERDICTS,
+    Decision,
+    EffectState,
+    FailureType,
+    Verdict,
+    may_act_again,
+)
 from temporal_ledger.ledger._rule import Ask, Busy, Claimed, admit
 from temporal_ledger.ledger._transaction import KeyRecord, PendingEvent, Transaction
 
@@ -147,9 +153,9 @@ class Model:
         self.settle_expired(key, now)
         if held.effect is not EffectState.UNKNOWN:
             return "refused"
-        if verdict is Verdict.EFFECT_CONFIRMED:
+        if verdict == "effect_confirmed":
             held.effect = EffectState.OBSERVED
-        elif verdict is Verdict.NO_EFFECT_CONFIRMED:
+        elif verdict == "no_effect_confirmed":
             held.effect, held.retryable = EffectState.NONE, True
         return "recorded"
 
@@ -165,7 +171,7 @@ operations = st.lists(
             st.sampled_from(KINDS),
         ),
         st.tuples(st.just("wait"), st.sampled_from((1.0, LEASE + 1.0))),
-        st.tuples(st.just("reconcile"), st.sampled_from(KEYS), st.sampled_from(list(Verdict))),
+        st.tuples(st.just("reconcile"), st.sampled_from(KEYS), st.sampled_from(VERDICTS)),
     ),
     max_size=30,
 )

@@ -195,7 +195,7 @@ async def test_a_parked_run_is_found_and_reconciled_in_the_ui_and_completes_with
     assert lines(outbox / "ops.log") == [posted]  # one effect
     with Ledger.open(setup.ledger_url) as ledger:
         (recorded,) = ledger.state(parked["key"]).reconciliations
-        assert (recorded.verdict.value, recorded.actor) == ("effect_confirmed", "ops-ann")
+        assert (recorded.verdict, recorded.actor) == ("effect_confirmed", "ops-ann")
 
 
 async def test_a_call_is_approved_in_the_ui_and_acts_once(world: World) -> None:

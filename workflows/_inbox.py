@@ -22,7 +22,6 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from ..ledger import Verdict
 from ..ledger._seam import Decision, Signers
 from . import _render
 from ._protocol import (
@@ -146,12 +145,12 @@ class Inbox:
             return None, "basis must say what the verdict rests on"
         if not any(fnmatch.fnmatchcase(verdict.actor, pattern) for pattern in effect.reconcilers):
             return None, f"actor {verdict.actor!r} may not reconcile under the worker's policy"
-        if verdict.verdict is Verdict.EFFECT_CONFIRMED:
+        if verdict.verdict == "effect_confirmed":
             if misfit := self.calls[verdict.key].misfit(verdict.output):
                 return None, misfit
         elif verdict.output is not None:
             return None, (
-                f"output is only taken with effect_confirmed: a {verdict.verdict.value} "
+                f"output is only taken with effect_confirmed: a {verdict.verdict} "
                 'verdict leaves "output" out (delete it from the template)'
             )
         if verdict.signature is not None and verdict.action_id is None:
@@ -235,9 +234,9 @@ class Inbox:
         why = "the step is no longer parked"
         with self._waiting(key, self.open, shown, self.verdicts, why, parked=1) as queue:
             while (pending := await self._record_next(queue, "reconcile")) is not None:
-                if pending.given.verdict is not Verdict.STILL_UNKNOWN:
+                if pending.given.verdict != "still_unknown":
                     return pending.given
-                update = {"last_verdict": Verdict.STILL_UNKNOWN}
+                update = {"last_verdict": "still_unknown"}
                 self.open[key] = self.open[key].model_copy(update=update)
             return None
 

@@ -31,7 +31,6 @@ from temporalio.api.common.v1 import Payload
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
 from temporalio.worker import StartActivityInput, WorkflowOutboundInterceptor
 
-from ..ledger import Verdict
 from ..ledger._seam import Decision
 from ._inbox import Inbox, cause_message, decided
 from ._protocol import (
@@ -157,7 +156,7 @@ class Ledgered:
             if found is not None and found.finding is not ProbeOutcome.INCONCLUSIVE:
                 return found.finding is ProbeOutcome.PRESENT, found.output
         verdict = await self._inbox.park(call, unknown)
-        if verdict is not None and verdict.verdict is Verdict.EFFECT_CONFIRMED:
+        if verdict is not None and verdict.verdict == "effect_confirmed":
             return True, verdict.output
         return False, None
 
@@ -185,7 +184,7 @@ class Ledgered:
             )
             return None
         if found.verdict is not None:
-            decided("verdict", unknown.key, verdict=found.verdict.value, actor=f"probe:{tool}")
+            decided("verdict", unknown.key, verdict=found.verdict, actor=f"probe:{tool}")
         return found
 
     def _again(self) -> None:

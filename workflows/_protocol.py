@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from ..ledger import InvalidRequest, Verdict
+from ..ledger import InvalidRequest
 from ..ledger._seam import (
     ApprovalState,
     Decision,
@@ -27,6 +27,7 @@ from ..ledger._seam import (
     EffectState,
     NextOperation,
     Signers,
+    Verdict,
     refuse_placeholders,
     refuse_probe_name,
 )

@@ -16,8 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
-from ..ledger import Verdict
-from ..ledger._seam import Decision
+from ..ledger._seam import Decision, Verdict
 from ._protocol import (
     APPROVE_UPDATE,
     RECONCILE_SIGNAL,
@@ -189,7 +188,7 @@ def reconcile_command(
 ) -> str:
     """The command that sends a verdict; with ``signed``, one that signs it first."""
     template: dict[str, Any] = {"key": key, "action_id": action_id}
-    template |= {"verdict": Verdict.EFFECT_CONFIRMED.value, "actor": "YOUR-NAME"}
+    template |= {"verdict": "effect_confirmed", "actor": "YOUR-NAME"}
     template |= {"basis": "WHAT-YOU-SAW", "evidence": [], "output": output}
     if not signed:
         name = RECONCILE_SIGNAL if kind == "signal" else RECONCILE_UPDATE
