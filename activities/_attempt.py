@@ -29,7 +29,6 @@ from ..ledger import (
     ActionRequest,
     ActionResult,
     ActionState,
-    ActionStatus,
     IdempotencyConflictError,
     InvalidRequest,
     LedgerUnavailable,
@@ -156,7 +155,7 @@ async def run_attempt(runtime: Runtime, attempt: Attempt) -> Any:
             runtime, request, spec, adapter, attempt.state, attempt.ask_only
         )
         fresh = not result.replayed
-        if fresh and attempt.fresh and "value" in ran and result.status is ActionStatus.SUCCEEDED:
+        if fresh and attempt.fresh and "value" in ran and result.status == "succeeded":
             record_outcome(spec, result)
             return ran["value"]
         unknown = result.effect is EffectState.UNKNOWN
@@ -333,7 +332,7 @@ def _free_to_act(standing: ActionState, *, retry_safe: bool) -> bool:
     operation = standing.next_operation
     return (
         operation in (NextOperation.START_ACTION, NextOperation.AWAIT_APPROVAL)
-        or standing.status is ActionStatus.DENIED
+        or standing.status == "denied"
         or (retry_safe and standing.retry_safe and operation is NextOperation.RECONCILE_EFFECT)
     )
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from ..ledger import ActionRequest, ActionResult, ActionStatus
+from ..ledger import ActionRequest, ActionResult
 from ..ledger._seam import EffectState, FailureType, may_act_again
 from ..workflows._seam import ApprovalNeeded, ErrorType, ToolOutcome, ToolSpec, UnknownEffect
 from ._runtime import Runtime, final
@@ -35,12 +35,12 @@ class CallOutcome(StrEnum):
         """What the ledger's answer to a call counts as."""
         if result.replayed:
             return cls.REPLAYED
-        if result.status is ActionStatus.DENIED:
+        if result.status == "denied":
             waits = result.error_type == FailureType.APPROVAL_REQUIRED
             return cls.AWAITING_APPROVAL if waits else cls.DENIED
         if result.effect is EffectState.UNKNOWN:
             return cls.UNKNOWN
-        return cls.ACTED if result.status is ActionStatus.SUCCEEDED else cls.FAILED
+        return cls.ACTED if result.status == "succeeded" else cls.FAILED
 
 
 def count_call(tool: str, outcome: CallOutcome) -> None:
@@ -63,19 +63,19 @@ def outcome_or_raise(
     """The step's outcome if the ledger's answer ends it with an output; otherwise the
     ``ApplicationError`` whose type tells the workflow what comes next."""
     record_outcome(spec, result)
-    if result.status is ActionStatus.DENIED:
+    if result.status == "denied":
         raise _denied(spec, result, runtime, request)
     if result.compacted and spec.output_type is not None:
         # The step happened long ago and its output is gone: answer, never act again,
         # and say so instead of handing the workflow an output that is not there.
         raise final(
-            f"{spec.name}: the outcome of {result.key!r} ({result.status.value}) was compacted; "
+            f"{spec.name}: the outcome of {result.key!r} ({result.status}) was compacted; "
             "its output is no longer recorded",
             ErrorType.OUTPUT_COMPACTED,
         )
     confirmed = result.verdict == "effect_confirmed"
-    if result.status is ActionStatus.SUCCEEDED or confirmed:
-        reconciled = confirmed and result.status is not ActionStatus.SUCCEEDED
+    if result.status == "succeeded" or confirmed:
+        reconciled = confirmed and result.status != "succeeded"
         outcome = ToolOutcome.model_validate(result, from_attributes=True)
         return outcome.model_copy(update={"reconciled": reconciled})
     status, effect, retryable = result.status, result.effect, result.retryable

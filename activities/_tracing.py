@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..ledger import ActionRequest, ActionResult, ActionStatus, InvalidRequest
+from ..ledger import ActionRequest, ActionResult, InvalidRequest
 
 try:
     from opentelemetry import trace
@@ -114,7 +114,7 @@ def describe_result(span: CallSpan, result: ActionResult) -> None:
     span.set("action_id", result.action_id)
     span.set("reused_from_action_id", result.reused_from_action_id)
     span.set("effect", result.effect.value)
-    if result.status is ActionStatus.SUCCEEDED or result.verdict == "effect_confirmed":
+    if result.status == "succeeded" or result.verdict == "effect_confirmed":
         span.set_content("result", result.output)
 
 

@@ -19,7 +19,7 @@ from ._errors import (
     NoEffect,
 )
 from ._ledger import Ledger
-from ._models import ActionRequest, ActionResult, ActionState, ActionStatus, Authority
+from ._models import ActionRequest, ActionResult, ActionState, Authority
 from ._version import __version__ as __version__
 
 __all__ = [
@@ -27,7 +27,6 @@ __all__ = [
     "ActionRequest",
     "ActionResult",
     "ActionState",
-    "ActionStatus",
     "Authority",
     "DecisionRefused",
     "IdempotencyConflictError",

@@ -15,7 +15,6 @@ from ._models import (
     ActionRequest,
     ActionResult,
     ActionState,
-    ActionStatus,
     ApprovalState,
     EffectState,
     EventType,
@@ -120,7 +119,7 @@ def next_operation(record: KeyRecord | None, now: float) -> NextOperation:
         return NextOperation.START_ACTION
     if outcome.effect == EffectState.UNKNOWN:
         return NextOperation.RECONCILE_EFFECT
-    if outcome.status == ActionStatus.FAILED and outcome.effect == EffectState.NONE:
+    if outcome.status == "failed" and outcome.effect == EffectState.NONE:
         return NextOperation.FIX_INPUTS
     return NextOperation.NONE
 
@@ -189,7 +188,7 @@ def failure_fields(exc: BaseException) -> dict[str, Any]:
     unless it raised :class:`NoEffect` because it knows nothing happened."""
     if isinstance(exc, NoEffect):
         return dict(
-            status=ActionStatus.FAILED,
+            status="failed",
             effect=EffectState.NONE,
             error=_message(exc),
             error_type=FailureType.NO_EFFECT,
@@ -197,7 +196,7 @@ def failure_fields(exc: BaseException) -> dict[str, Any]:
             retry_after=exc.retry_after if _finite_number(exc.retry_after) else None,
         )
     return dict(
-        status=ActionStatus.FAILED,
+        status="failed",
         effect=EffectState.UNKNOWN,
         error=f"{type(exc).__name__}: {_message(exc)}",
         error_type=type(exc).__name__,
@@ -227,7 +226,7 @@ def success_fields(output: Any) -> dict[str, Any]:
         check_json(output, where="output")
     except Exception as exc:
         return unrecordable_output(output, exc)
-    return dict(status=ActionStatus.SUCCEEDED, effect=EffectState.OBSERVED, output=output)
+    return dict(status="succeeded", effect=EffectState.OBSERVED, output=output)
 
 
 def unrecordable_output(output: Any, reason: BaseException | str) -> dict[str, Any]:
@@ -236,7 +235,7 @@ def unrecordable_output(output: Any, reason: BaseException | str) -> dict[str, A
     digest = value_digest(output)
     why = reason if isinstance(reason, str) else _message(reason)
     return dict(
-        status=ActionStatus.FAILED,
+        status="failed",
         effect=EffectState.OBSERVED,
         error=f"the adapter returned output that cannot be recorded (sha256 {digest}): {why}",
         error_type=FailureType.UNRECORDABLE_OUTPUT,

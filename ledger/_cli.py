@@ -23,7 +23,6 @@ from ._errors import InvalidRequest, LedgerError
 from ._ledger import Ledger
 from ._models import (
     ActionState,
-    ActionStatus,
     Decision,
     EffectState,
     EventType,
@@ -375,7 +374,7 @@ def _status(state: ActionState) -> str:
     """The status as what it is: an attempt that failed but whose effect a person (or a
     probe) confirmed succeeded, and says who confirmed it."""
     confirmed = [r for r in state.reconciliations if r.verdict == "effect_confirmed"]
-    if state.effect is EffectState.OBSERVED and state.status is ActionStatus.FAILED and confirmed:
+    if state.effect is EffectState.OBSERVED and state.status == "failed" and confirmed:
         last = confirmed[-1]
         return (
             f"succeeded: the effect was confirmed by {last.actor} at {last.recorded_at} "

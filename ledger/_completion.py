@@ -9,7 +9,7 @@ from typing import Any
 
 from ._answers import Stop, result_of
 from ._errors import ActionInProgressError
-from ._models import ActionResult, ActionStatus, EffectState, EventType, FailureType
+from ._models import ActionResult, EffectState, EventType, FailureType
 from ._transaction import KeyRecord, Outcome, Phase, Transaction, iso
 
 
@@ -173,7 +173,7 @@ def recover_expired(tx: Transaction, record: KeyRecord) -> None:
         return
     outcome = Outcome(
         action_id=holder,
-        status=ActionStatus.FAILED,
+        status="failed",
         effect=EffectState.UNKNOWN,
         recorded_at=tx.recorded_at,
         error="interrupted: the execution started and never reported before its lease "
@@ -203,7 +203,7 @@ def release_without_effect(
     assert record.holder_action_id is not None
     outcome = Outcome(
         action_id=record.holder_action_id,
-        status=ActionStatus.FAILED,
+        status="failed",
         effect=EffectState.NONE,
         recorded_at=tx.recorded_at,
         error=error,

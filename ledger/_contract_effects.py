@@ -15,7 +15,7 @@ import pytest
 
 from ._errors import ActionInProgressError, IdempotencyConflictError, InvalidRequest, NoEffect
 from ._ledger import Ledger
-from ._models import ActionRequest, ActionResult, ActionStatus, EffectState, NextOperation
+from ._models import ActionRequest, ActionResult, EffectState, NextOperation
 from ._testing_child import Opener, _CountingAdapter, _execute, _run_hammer, acting_child, request
 
 
@@ -46,7 +46,7 @@ class EffectContract:
         first = await _execute(ledger, "k", far_side, retry_safe=first_safe)
         no_effect = isinstance(failure, NoEffect)
         effect = EffectState.NONE if no_effect else EffectState.UNKNOWN
-        assert (first.status, first.effect, first.error) == (ActionStatus.FAILED, effect, error)
+        assert (first.status, first.effect, first.error) == ("failed", effect, error)
         retry = (getattr(failure, "retryable", False), getattr(failure, "retry_after", None))
         assert (first.retryable, first.retry_after) == retry
         assert ledger.state("k").next_operation is NextOperation(next_operation)
@@ -56,7 +56,7 @@ class EffectContract:
         acts_again = next_operation == "start_action" or first_safe
         assert again.replayed is not acts_again
         if acts_again:
-            assert again.status is ActionStatus.SUCCEEDED
+            assert again.status == "succeeded"
             third = await _execute(ledger, "k", far_side, retry_safe=then_safe)
             assert third.replayed and third.reused_from_action_id == again.action_id
         else:
@@ -139,7 +139,7 @@ class EffectContract:
                 await asyncio.sleep(0.1)
             back = {"holder": own, "deferred": deferred, "new": request("k")}[first_back]
             answered = await _execute(ledger, back, far_side)
-            assert (answered.status, answered.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
+            assert (answered.status, answered.effect) == ("failed", EffectState.UNKNOWN)
             assert answered.error_type == "Interrupted" and answered.action_id == back.action_id
             assert await _execute(ledger, back, far_side) == answered
             if back is own:
@@ -221,7 +221,7 @@ class EffectContract:
                 assert 0 < busy.value.lease_remaining <= 0.6
             release.set()
             for result in await asyncio.gather(*running):
-                assert result.status is ActionStatus.SUCCEEDED and not result.replayed
+                assert result.status == "succeeded" and not result.replayed
                 assert result.output == "held"
         for bad in (0, -1.0, float("nan")):
             with pytest.raises(InvalidRequest, match="lease"):
@@ -304,5 +304,5 @@ class EffectContract:
             assert [e.payload["output"] for e in late] == [{"late": True}]
             assert late[0].payload["status"] == "succeeded"
             state = ledger.state("k")
-            assert (state.status, state.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
+            assert (state.status, state.effect) == ("failed", EffectState.UNKNOWN)
             assert ledger.verify().ok

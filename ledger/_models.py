@@ -36,12 +36,11 @@ class EventType(StrEnum):
     APPROVAL_REFUSED = "action.approval_refused"
 
 
-class ActionStatus(StrEnum):
-    """What the execution reported."""
-
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    DENIED = "denied"
+#: What the execution reported. A ``Literal``, not an enum: users compare a result's status
+#: with the strings the records and the CLI show, and mypy checks them.
+ActionStatus = Literal["succeeded", "failed", "denied"]
+#: Every status.
+STATUSES: tuple[ActionStatus, ...] = get_args(ActionStatus)
 
 
 class EffectState(StrEnum):
@@ -354,7 +353,7 @@ def may_act_again(
     call whose far side deduplicates by the key (``retry_safe``). Anything else is final
     for the key: a context that deserves a new decision deserves a new key.
     """
-    if status == ActionStatus.DENIED or retryable:
+    if status == "denied" or retryable:
         return True
     return retry_safe and effect == EffectState.UNKNOWN
 
@@ -381,7 +380,7 @@ class ActionResult(_Frozen):
 
     @property
     def ok(self) -> bool:
-        return self.status is ActionStatus.SUCCEEDED
+        return self.status == "succeeded"
 
 
 class Reconciliation(_Frozen):

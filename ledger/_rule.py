@@ -22,7 +22,6 @@ from ._errors import ActionInProgressError, IdempotencyConflictError
 from ._models import (
     ActionRequest,
     ActionResult,
-    ActionStatus,
     Approval,
     ApprovalState,
     Authority,
@@ -190,7 +189,7 @@ def _deny(
     """Answer the request DENIED, with no effect; the key's outcome stays as it was."""
     outcome = Outcome(
         action_id=request.action_id,
-        status=ActionStatus.DENIED,
+        status="denied",
         effect=EffectState.NONE,
         recorded_at=tx.recorded_at,
         error=error,

@@ -18,7 +18,7 @@ from hashlib import sha256
 from typing import Any
 
 from ._canonical import payload_text
-from ._models import ActionStatus, Approval, EffectState, Reconciliation
+from ._models import STATUSES, ActionStatus, Approval, EffectState, Reconciliation
 
 #: The payload a compacted event keeps: its body is gone, its hash is not.
 TOMBSTONE: dict[str, Any] = {"compacted": True}
@@ -111,7 +111,7 @@ class Outcome:
 
 
 _OUTCOME_FIELDS = frozenset(field.name for field in dataclasses.fields(Outcome))
-_STATUSES = {status.value: status for status in ActionStatus}
+_STATUSES: dict[str, ActionStatus] = {status: status for status in STATUSES}
 _EFFECTS = {effect.value: effect for effect in EffectState}
 _PHASES = {phase.value: phase for phase in Phase}
 

@@ -21,7 +21,7 @@ import pytest
 from temporal_ledger.activities.http import HttpResult, request_json, wire_key
 from temporal_ledger.activities.http import _HttpEffectUnknown as HttpEffectUnknown
 from temporal_ledger.activities.http import _parse_retry_after as parse_retry_after
-from temporal_ledger.ledger import ActionStatus, Authority, Ledger, NoEffect
+from temporal_ledger.ledger import Authority, Ledger, NoEffect
 from temporal_ledger.ledger._models import EffectState
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
@@ -190,7 +190,7 @@ async def _execute(url: str, ledger_url: str, *, http_timeout: float = 5.0):
 async def test_2xx_is_success_with_the_json_body_and_the_key_forwarded(sqlite_url: str) -> None:
     with FarSide() as far:
         key, result, _ = await _execute(far.url + "/tickets", sqlite_url)
-    assert (result.status, result.effect) == (ActionStatus.SUCCEEDED, EffectState.OBSERVED)
+    assert (result.status, result.effect) == ("succeeded", EffectState.OBSERVED)
     assert result.output == {
         "status": 201,
         "body": {"ticket_id": "T-1", "title": "t"},
@@ -206,7 +206,7 @@ async def test_connection_refused_is_no_effect_and_retryable(sqlite_url: str) ->
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         _, result, state = await _execute(f"http://127.0.0.1:{port}/tickets", sqlite_url)
-    assert (result.status, result.effect) == (ActionStatus.FAILED, EffectState.NONE)
+    assert (result.status, result.effect) == ("failed", EffectState.NONE)
     assert result.retryable and result.retry_after is None
     assert "ConnectError" in (result.error or "")
     assert state.next_operation.value == "start_action"
@@ -228,7 +228,7 @@ async def test_after_sending_the_effect_is_unknown(
         key, result, state = await _execute(
             far.url + "/tickets", sqlite_url, http_timeout=http_timeout
         )
-    assert (result.status, result.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
+    assert (result.status, result.effect) == ("failed", EffectState.UNKNOWN)
     assert not result.retryable
     assert result.error is not None and result.error.startswith("HttpEffectUnknown: POST")
     assert said in result.error
@@ -241,7 +241,7 @@ async def test_retry_after_as_http_date(sqlite_url: str) -> None:
     date = email.utils.format_datetime(when, usegmt=True)
     with FarSide(Reply(429, {"error": "slow down"}, {"Retry-After": date}, commit=False)) as far:
         _, result, _ = await _execute(far.url + "/tickets", sqlite_url)
-    assert (result.status, result.effect) == (ActionStatus.FAILED, EffectState.NONE)
+    assert (result.status, result.effect) == ("failed", EffectState.NONE)
     assert result.retryable
     # HTTP-dates have whole seconds, and a little time passed since the header was made.
     assert result.retry_after is not None and 3.0 <= result.retry_after <= 5.0
@@ -390,7 +390,7 @@ async def test_retry_safe_tool_against_a_deduping_far_side_acts_once(setup: Setu
     with Ledger.open(setup.ledger_url) as ledger:
         key = key_on_the_wire(ledger, wire)
         state = ledger.state(key)
-        assert (state.status, state.effect) == (ActionStatus.SUCCEEDED, EffectState.OBSERVED)
+        assert (state.status, state.effect) == ("succeeded", EffectState.OBSERVED)
         # Retry-safe: each attempt acted first and recorded its outcome with its request
         # (no claim, no started marker): the unknown effect, then the success.
         events = ledger.events(key)
@@ -505,5 +505,5 @@ async def test_409_is_recorded_as_done(setup: Setup) -> None:
     assert len(far.requests) == 1
     with Ledger.open(setup.ledger_url) as ledger:
         state = ledger.state(key_on_the_wire(ledger, far.keys[0]))
-        assert (state.status, state.effect) == (ActionStatus.SUCCEEDED, EffectState.OBSERVED)
+        assert (state.status, state.effect) == ("succeeded", EffectState.OBSERVED)
         assert state.output == {"ticket_id": "T-77", "status": 409, "already_done": True}

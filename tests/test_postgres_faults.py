@@ -25,7 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 from temporal_ledger.activities import tool, tool_context
-from temporal_ledger.ledger import ActionRequest, ActionStatus, Ledger
+from temporal_ledger.ledger import ActionRequest, Ledger
 from temporal_ledger.ledger._models import EffectState, ExecutionContext
 from temporal_ledger.ledger._postgres import PostgresRecorder
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
@@ -125,7 +125,7 @@ def completions(ledger: Ledger, key: str) -> list[str]:
 def assert_succeeded_once(ledger: Ledger, results: dict[str, Any], effects: Effects) -> None:
     """Every call SUCCEEDED with its effect observed, acted once, and left nothing open."""
     for key, result in results.items():
-        assert result.status is ActionStatus.SUCCEEDED, (key, result)
+        assert result.status == "succeeded", (key, result)
         assert result.effect is EffectState.OBSERVED and not result.replayed, (key, result)
         assert completions(ledger, key) == ["action.completed"], key
     assert effects.per_key() == dict.fromkeys(results, 1)
@@ -373,7 +373,7 @@ async def test_a_completion_that_lost_its_key_is_late_evidence_not_the_outcome(
         # Neither renewal nor completion gets through; once the lease has expired by the
         # database clock, another worker settles the key as an interruption.
         taken = await other.execute(request("lost"), authority=AUTHORITY, adapter=effects, wait=10)
-        assert (taken.status, taken.effect) == (ActionStatus.FAILED, EffectState.UNKNOWN)
+        assert (taken.status, taken.effect) == ("failed", EffectState.UNKNOWN)
         assert not running.done(), "the completion must still be retrying"
         relay.restore()
         late = await asyncio.wait_for(running, 30)
@@ -518,7 +518,7 @@ async def test_killed_ledger_connections_under_temporal_park_no_step(
         assert len(keys) == 20
         for key in keys:
             state = ledger.state(key)
-            assert (state.status, state.effect) == (ActionStatus.SUCCEEDED, EffectState.OBSERVED)
+            assert (state.status, state.effect) == ("succeeded", EffectState.OBSERVED)
         assert ledger.open_effects() == []
         assert ledger.verify().ok
     print(f"\nunder Temporal: {killer.hits} completions hit, {killer.killed} sessions killed")

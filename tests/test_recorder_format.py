@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from temporal_ledger.ledger._models import (
-    ActionStatus,
     Approval,
     ApprovalState,
     EffectState,
@@ -44,7 +43,7 @@ def _record() -> KeyRecord:
         dimensions={"payload": "ab" * 32},
         outcome=Outcome(
             action_id="a",
-            status=ActionStatus.SUCCEEDED,
+            status="succeeded",
             effect=EffectState.OBSERVED,
             output={"ok": True},
             token=1,
@@ -89,6 +88,6 @@ def test_an_outcome_is_recorded_as_the_body_it_always_had() -> None:
     outcome = Outcome.of({**body, "replayed": True, "reused_from_action_id": "z"})
     assert outcome.effect is EffectState.UNKNOWN and outcome.interrupted and outcome.token == 3
     assert json.dumps(outcome.body(), sort_keys=True) == json.dumps(body, sort_keys=True)
-    plain = Outcome(action_id="b", status=ActionStatus.DENIED, effect=EffectState.NONE)
+    plain = Outcome(action_id="b", status="denied", effect=EffectState.NONE)
     assert "token" not in plain.body() and "interrupted" not in plain.body()
     assert Outcome.of(plain.body()) == plain

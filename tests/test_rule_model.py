@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from temporal_ledger.ledger import (
     ActionRequest,
     ActionResult,
-    ActionStatus,
     Authority,
     DecisionRefused,
     IdempotencyConflictError,
@@ -29,6 +28,7 @@ from temporal_ledger.ledger._completion import complete
 from temporal_ledger.ledger._decisions import decide_approval, reconcile_key
 from temporal_ledger.ledger._models import (
     VERDICTS,
+    ActionStatus,
     Decision,
     EffectState,
     FailureType,
@@ -101,7 +101,7 @@ class Model:
         if held is not None and held.running_until is not None and held.running_until <= now:
             held.running_until = None
             held.status, held.effect, held.retryable = (
-                ActionStatus.FAILED,
+                "failed",
                 EffectState.UNKNOWN,
                 False,
             )
@@ -140,11 +140,11 @@ class Model:
             held.running_until = now + LEASE
             held.status = held.effect = None
         elif kind == "success":
-            held.status, held.effect = ActionStatus.SUCCEEDED, EffectState.OBSERVED
+            held.status, held.effect = "succeeded", EffectState.OBSERVED
         elif kind.startswith("no_effect"):
-            held.status, held.effect = ActionStatus.FAILED, EffectState.NONE
+            held.status, held.effect = "failed", EffectState.NONE
         else:
-            held.status, held.effect = ActionStatus.FAILED, EffectState.UNKNOWN
+            held.status, held.effect = "failed", EffectState.UNKNOWN
 
     def reconcile(self, key: str, verdict: Verdict, now: float) -> str:
         held = self.keys.get(key)
@@ -222,7 +222,7 @@ def test_the_rule_agrees_with_the_model_and_never_acts_twice_unfreed(ops: list[t
             key, now, functools.partial(admit, ask=ask, first=True, give_up=True)
         )
         if isinstance(decision, ActionResult):
-            got = "denied" if decision.status is ActionStatus.DENIED else "replay"
+            got = "denied" if decision.status == "denied" else "replay"
             if got == "replay":
                 held = model.keys[key]
                 assert (decision.status, decision.effect) == (
@@ -248,7 +248,7 @@ def test_the_rule_agrees_with_the_model_and_never_acts_twice_unfreed(ops: list[t
             else failure_fields(ConnectionResetError("lost"))
             if kind == "raised"
             else {
-                "status": ActionStatus.FAILED,
+                "status": "failed",
                 "effect": EffectState.NONE,
                 "error": "refused",
                 "error_type": "NoEffect",
@@ -392,7 +392,7 @@ def test_a_gated_key_acts_only_under_a_fresh_approval_of_its_exact_request(
             success_fields({"ok": True})
             if kind == "success"
             else {
-                "status": ActionStatus.FAILED,
+                "status": "failed",
                 "effect": EffectState.NONE,
                 "error": "busy",
                 "error_type": "NoEffect",

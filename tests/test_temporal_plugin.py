@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from temporal_ledger.ledger import ActionStatus, Ledger
+from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import EffectState
 from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
@@ -95,7 +95,7 @@ async def test_kill_after_effect_parks_and_effect_confirmed_resumes(setup: Setup
     assert lines(target) == ["once"]
     with Ledger.open(setup.ledger_url) as ledger:
         state = ledger.state(effect["key"])
-        assert (state.status, state.effect) == (ActionStatus.FAILED, EffectState.OBSERVED)
+        assert (state.status, state.effect) == ("failed", EffectState.OBSERVED)
         assert state.reconciliations[0].actor == "ops-alice"
         assert ledger.verify().ok
 
