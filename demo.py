@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from temporal_ledger.activities import LedgerPlugin, step_key
+from temporal_ledger.activities import LedgerPlugin
 from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import Ledger
 from temporalio.client import Client
@@ -480,7 +480,9 @@ async def demo(work: Path, export: Path | None) -> int:
                 )
                 order = await placing.result()
                 # run_tool's key of the step; the far side filed it in its wire form.
-                order_key = step_key(placing.id, placing.first_execution_run_id or "", "order")
+                order_key = Ledger.step_key(
+                    placing.id, placing.first_execution_run_id or "", "order"
+                )
             finally:
                 orders.shutdown()
                 orders.server_close()

@@ -6,7 +6,7 @@ workers; a probe tells the ledger whether an unknown effect happened. The workfl
 (``temporal_ledger.workflows``) calls the tools with ``run_tool``.
 """
 
-from ..workflows._seam import LedgerOptions, Tool, ToolSpec, step_key
+from ..workflows._seam import LedgerOptions, Tool, ToolSpec
 from ._failures import NonRetryableApplicationError
 from ._plugin import LedgerPlugin
 from ._policy import Policy
@@ -24,7 +24,6 @@ __all__ = [
     "ProbeAnswer",
     "Tool",
     "ToolSpec",
-    "step_key",
     "tool",
     "tool_context",
 ]

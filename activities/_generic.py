@@ -53,7 +53,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 
-from ..ledger._seam import ExecutionContext, canonical_dump
+from ..ledger._seam import ExecutionContext, canonical_dump, step_key
 from ..workflows._seam import (
     ANCHOR_HEADER,
     HINTS_HEADER,
@@ -64,7 +64,6 @@ from ..workflows._seam import (
     ToolSpec,
     read_args,
     served_by,
-    step_key,
 )
 from . import _mcp
 from ._attempt import Attempt, LostReply, call_context

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, RootModel
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ..ledger import NoEffect
-from ..ledger._seam import check_json, model_json, output_template
-from ..workflows._seam import PLACEHOLDER, ErrorType, ToolSpec, UnknownEffect, step_key
+from ..ledger._seam import check_json, model_json, output_template, step_key
+from ..workflows._seam import PLACEHOLDER, ErrorType, ToolSpec, UnknownEffect
 from ..workflows._seam import InnerCall as _InnerCallDetails
 from ._attempt import Attempt, call_context, run_attempt
 from ._generic import Enclosing, capability_for, enclosing

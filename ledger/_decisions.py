@@ -18,6 +18,7 @@ from ._answers import project
 from ._canonical import check_json, check_text, model_json
 from ._completion import is_expired, recover_expired
 from ._errors import DecisionRefused, InvalidRequest
+from ._keys import step_key
 from ._models import (
     VERDICTS,
     ActionState,
@@ -229,6 +230,37 @@ def _unknown_effect_of(
 class Decisions(Opened):
     """The part of :class:`~temporal_ledger.ledger.Ledger` that people use: a key's state,
     its unknown effects, verdicts and approvals, the log, its verification and compaction."""
+
+    @staticmethod
+    def step_key(
+        workflow_id: str,
+        first_execution_run_id: str,
+        step: str,
+        *,
+        continued_from: str | None = None,
+    ) -> str:
+        """The key ``run_tool`` gives a workflow's step when it is given none, for a
+        starter or a script that shows the step's record (``ledger.state(key)``,
+        ``temporal-ledger show KEY``).
+
+        ``{workflow id}/{first execution run id}[/{continued from}]/{step}``: the first
+        execution's run id is kept by worker crashes, ``temporal workflow reset`` and
+        continue-as-new, so the same step keeps its key and a reset replays its effects
+        instead of repeating them; a workflow id reused for a new execution gets new
+        keys. A key that would be longer than 255 characters or unprintable keeps a
+        readable prefix and binds the rest by hash.
+
+        Args:
+            workflow_id: The workflow's id.
+            first_execution_run_id: The run id of the workflow's first execution
+                (``WorkflowHandle.first_execution_run_id``).
+            step: The step's name (or an activity's number) within the workflow.
+            continued_from: The run a continue-as-new, cron or retried run continued from.
+
+        Returns:
+            The idempotency key.
+        """
+        return step_key(workflow_id, first_execution_run_id, step, continued_from=continued_from)
 
     def state(self, key: str) -> ActionState:
         """The key's history projected: status, effect, next operation.

@@ -8,6 +8,7 @@ code imports ``temporal_ledger.ledger``.
 """
 
 from ._canonical import canonical_dump, check_json, model_json
+from ._keys import step_key
 from ._models import (
     ApprovalState,
     Decision,
@@ -48,5 +49,6 @@ __all__ = [
     "refuse_placeholders",
     "refuse_probe_name",
     "shown_url",
+    "step_key",
     "wire_key",
 ]

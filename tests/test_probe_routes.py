@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_ledger.activities import step_key
 from temporal_ledger.activities._probe import Finding
 from temporal_ledger.activities.http import lookup_probe, wire_key
 from temporal_ledger.ledger import Ledger
@@ -239,7 +238,8 @@ async def test_keys_of_any_workflow_id_reach_the_far_side_in_one_spelling(
         await handles[parked_id].terminate("the test saw it park")
     orders = far_side.orders()
     keys = {
-        wid: step_key(wid, h.first_execution_run_id or "", "order") for wid, h in handles.items()
+        wid: Ledger.step_key(wid, h.first_execution_run_id or "", "order")
+        for wid, h in handles.items()
     }
     with Ledger.open(setup.ledger_url) as ledger:
         assert ledger.verify().ok

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
-from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy, step_key
+from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy
 from temporal_ledger.activities._attempt import run_attempt
 from temporal_ledger.activities._generic import activity_attempt, capability_for
 from temporal_ledger.activities._rules import LedgeredActivity
@@ -284,7 +284,7 @@ def test_keys_and_capabilities() -> None:
         == f"activity.agent.{AGENT_NAME}.toolset._agent_.call_tool"
     )
     assert capability_for("9lives.do it") == "activity._9lives.do_it"
-    assert step_key("wf", "run-1", "3") == "wf/run-1/3"
-    assert step_key("wf", "run-1", "3", continued_from="run-2") == "wf/run-1/run-2/3"
-    long = step_key("w" * 300, "run-1", "3")
+    assert Ledger.step_key("wf", "run-1", "3") == "wf/run-1/3"
+    assert Ledger.step_key("wf", "run-1", "3", continued_from="run-2") == "wf/run-1/run-2/3"
+    long = Ledger.step_key("w" * 300, "run-1", "3")
     assert len(long) <= 255 and long.startswith("w" * 120 + "/sha256:")

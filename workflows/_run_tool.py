@@ -18,9 +18,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from ..ledger import InvalidRequest
-from ..ledger._seam import output_misfit, output_template
+from ..ledger._seam import output_misfit, output_template, step_key
 from ._interceptor import current_run
-from ._keys import step_key
 from ._protocol import (
     ApprovalNeeded,
     ConflictDetails,

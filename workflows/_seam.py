@@ -9,7 +9,6 @@ private modules (``docs/repository.md``, Imports). Not public API: each name is 
 """
 
 from ._interceptor import LedgerWorkflowInterceptor as LedgerWorkflowInterceptor
-from ._keys import step_key as step_key
 from ._matching import covers as covers
 from ._matching import ordered as ordered
 from ._matching import read_args as read_args

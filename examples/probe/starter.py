@@ -18,7 +18,7 @@ import asyncio
 import os
 import uuid
 
-from temporal_ledger.activities import step_key
+from temporal_ledger.ledger import Ledger
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -51,7 +51,7 @@ async def main(args: argparse.Namespace) -> None:
     )
     print(f"workflow id: {workflow_id}", flush=True)
     # run_tool's key for the step "order": what `temporal-ledger show` takes.
-    key = step_key(
+    key = Ledger.step_key(
         workflow_id, handle.first_execution_run_id or handle.result_run_id or "", "order"
     )
     print(f"ledger key: {key}", flush=True)
