@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from temporal_ledger.activities import LedgerPlugin
-from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import Ledger
 from temporalio.client import Client
 
@@ -495,7 +494,7 @@ async def demo(work: Path, export: Path | None) -> int:
                 refund_lines[0].startswith(refunded.refund_id)
             )
             checks["the probe found the order"] = (
-                list(orders.orders) == [wire_key(order_key)] and order.order_id == "O-1"
+                list(orders.orders) == [Ledger.wire_key(order_key)] and order.order_id == "O-1"
             )
             orders_placed = len(orders.orders)
 

@@ -3,7 +3,7 @@
 MCP has no idempotency key of its own, so every ledgered MCP tool call carries its key in
 the request's ``_meta`` (``params._meta``), where a server can read it and dedupe by it:
 
-* ``temporal-ledger/key``: the key in its one wire form (``wire_key``: letters, digits,
+* ``temporal-ledger/key``: the key in its one wire form (``Ledger.wire_key``: letters, digits,
   ``-``, ``.``, ``_`` and ``~XX`` escapes), the same spelling a far side sees over HTTP,
   whatever the workflow id holds;
 * ``traceparent``: the W3C trace context of the worker's span of the call, where

@@ -1,7 +1,7 @@
 """HTTP for ledgered tools: forward the idempotency key, classify what a call may have done.
 
 Use :func:`request_json` inside a ``@tool``. It sends the tool's idempotency key as an
-``Idempotency-Key`` header, in its one wire form (:func:`wire_key`: the same in a header,
+``Idempotency-Key`` header, in its one wire form (``Ledger.wire_key``: the same in a header,
 a body and a lookup URL, so the far side never decodes anything), and turns every outcome
 into one of three things the ledger understands:
 
@@ -46,7 +46,7 @@ from ..ledger._seam import wire_key
 from ._probe import Probe, ProbeAnswer
 from ._runtime import tool_context
 
-__all__ = ["lookup_probe", "request_json", "wire_key"]
+__all__ = ["lookup_probe", "request_json"]
 
 _IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -149,7 +149,7 @@ async def request_json(
 
     ``idempotency_key`` defaults to the running tool's key (``tool_context().key``);
     pass it when calling from a plain ledger adapter. The header carries its wire form,
-    :func:`wire_key`: put the same form in a body or a URL that names the key. ``client``
+    ``Ledger.wire_key(key)``: put the same form in a body or a URL that names the key. ``client``
     lets the caller share a connection pool; otherwise a client lives for this call.
     Never follows redirects and never retries by itself:
     whether to try again is the ledger's decision.
@@ -274,7 +274,7 @@ def lookup_probe(
 ) -> Probe:
     """A probe for ``@tool(probe=...)`` that GETs the operation by its idempotency key.
 
-    ``url`` is a template: ``{key}`` is the key's wire form (:func:`wire_key`, the form
+    ``url`` is a template: ``{key}`` is the key's wire form (``Ledger.wire_key``, the form
     :func:`request_json` sends in its header), and ``{field}`` any field of the tool's
     argument. Put the key in the query, e.g. ``"{base_url}/orders?idempotency_key={key}"``.
     The GET carries the key as ``Idempotency-Key`` too.

@@ -2,7 +2,7 @@
 
 MCP has no idempotency key, so every ledgered MCP call sends its key in the request's
 ``_meta`` under ``temporal-ledger/key``, in its wire form (see
-:func:`temporal_ledger.activities.http.wire_key`), with the W3C ``traceparent`` of the
+:meth:`temporal_ledger.ledger.Ledger.wire_key`), with the W3C ``traceparent`` of the
 worker's span beside it. The key is the same on every retry, after a worker crash and in
 the run a ``temporal workflow reset`` makes, so a server that files each effect under it
 can answer a call it has already done with its first answer instead of acting twice: the

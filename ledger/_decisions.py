@@ -40,6 +40,7 @@ from ._signatures import PROBE_ACTOR_PREFIX, DecisionSignature, Signers, recorde
 from ._template_text import refuse_placeholders
 from ._transaction import KeyRecord, Phase, Transaction, iso
 from ._verify import VerifyReport, verify_ledger
+from ._wire import wire_key
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -261,6 +262,30 @@ class Decisions(Opened):
             The idempotency key.
         """
         return step_key(workflow_id, first_execution_run_id, step, continued_from=continued_from)
+
+    @staticmethod
+    def wire_key(key: str) -> str:
+        """The one spelling of ``key`` that a far side sees, in a header, a body and a lookup:
+        what ``request_json`` sends as ``Idempotency-Key``, ``{key}`` in a ``lookup_probe``
+        template, an MCP call's ``_meta``. Use it where a tool or a probe names the key
+        itself (``Ledger.wire_key(tool_context().key)`` in a body, a probe's lookup).
+
+        Letters, digits, ``-``, ``.`` and ``_`` stay; every other character becomes ``~``
+        and two upper-case hex digits per UTF-8 byte (``order-ann smith/r1/step`` is
+        ``order-ann~20smith~2Fr1~2Fstep``). Percent-encoding would not do: a router, a
+        proxy or a framework decodes ``%`` in a query or a path but never in a header, so a
+        far side would file an operation under one spelling and look it up under another.
+        Nothing decodes this form, and it is one-to-one, so the far side never has to
+        decode anything to match a key; ``temporal-ledger show`` takes it as well as the
+        key.
+
+        Args:
+            key: The ledger's idempotency key.
+
+        Returns:
+            The key's wire form.
+        """
+        return wire_key(key)
 
     def state(self, key: str) -> ActionState:
         """The key's history projected: status, effect, next operation.

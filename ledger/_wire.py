@@ -22,22 +22,8 @@ _ESCAPE = re.compile(rb"~([0-9A-F]{2})")
 
 
 def wire_key(key: str) -> str:
-    """The one spelling of ``key`` that a far side sees, in a header, a body and a lookup.
-
-    Letters, digits, ``-``, ``.`` and ``_`` stay; every other character becomes ``~`` and
-    two upper-case hex digits per UTF-8 byte (``order-ann smith/r1/step`` is
-    ``order-ann~20smith~2Fr1~2Fstep``). Percent-encoding would not do: a router, a proxy or
-    a framework decodes ``%`` in a query or a path (Starlette, FastAPI and most others do)
-    but never in a header, so a far side would file an operation under one spelling and
-    look it up under another. The form is made only of characters nothing decodes, and is
-    one-to-one, so the far side never has to decode anything to match a key.
-
-    Args:
-        key: The ledger's idempotency key.
-
-    Returns:
-        The key's wire form.
-    """
+    """The one spelling of ``key`` that a far side sees: public as ``Ledger.wire_key``,
+    which says why."""
     if all(c in _WIRE_SAFE for c in key):
         return key
     return "".join(

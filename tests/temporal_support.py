@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from temporal_ledger.activities import LedgeredActivity, LedgerOptions, LedgerPlugin, Policy
-from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
 from temporalio.client import Client
@@ -478,5 +477,5 @@ def starts_inside(events: list[LedgerEvent], node_key: str) -> dict[str, int]:
 
 def key_on_the_wire(ledger: Ledger, wire: str | None) -> str:
     """The ledger's key that the far side saw as ``wire`` (its one wire form)."""
-    (key,) = {event.key for event in ledger.events() if wire_key(event.key) == wire}
+    (key,) = {event.key for event in ledger.events() if Ledger.wire_key(event.key) == wire}
     return key

@@ -10,7 +10,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import Ledger
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
@@ -151,7 +150,7 @@ async def test_agent_killed_after_a_tool_effect_parks_finishes_and_resets_clean(
     assert counts_after["replayed model.chat"] == counts_before.get("replayed model.chat", 0) + 2
     # The model saw keys from the conversation position, not from its own tool-call ids.
     # (The Idempotency-Key header carries each key in its one wire form.)
-    ends = (wire_key("/turn-0/model"), wire_key("/turn-1/model"))
+    ends = (Ledger.wire_key("/turn-0/model"), Ledger.wire_key("/turn-1/model"))
     assert all(key and key.endswith(ends) for key in model.keys), model.keys
     with Ledger.open(setup.ledger_url) as ledger:
         assert ledger.verify().ok

@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 from temporal_ledger.activities import LedgeredActivity, LedgerPlugin, Policy
-from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import ActionRequest, Ledger
 from temporal_ledger.ledger._models import ApprovalState, EventType
 from temporalio.client import (
@@ -365,7 +364,7 @@ async def test_a_probe_that_raises_leaves_the_step_parked_as_before(
         assert ledger.state(key).reconciliations == []  # the failed probe recorded nothing
     verdict = {
         "key": key, "verdict": "effect_confirmed", "actor": "ops-bo", "basis": "in the books",
-        "output": payments.by_key[wire_key(key)],
+        "output": payments.by_key[Ledger.wire_key(key)],
     }  # fmt: skip
     await handle.execute_update("reconcile", verdict)
     assert await handle.result() == {"payment_id": "P-1", "amount": 5}
@@ -414,7 +413,7 @@ async def test_lookup_probe_reads_the_far_sides_answer(payments: Payments) -> No
     from tests.approval_tools import Payment, Receipt, by_key
 
     key = "wf/run/pay?x=1"  # slashes and query characters stay inside one path segment
-    payments.by_key[wire_key(key)] = {"payment_id": "P-9", "amount": 4}
+    payments.by_key[Ledger.wire_key(key)] = {"payment_id": "P-9", "amount": 4}
     arg = Payment(base_url=payments.url, amount=4)
     found = await by_key(key, arg)
     assert found.finding is Finding.PRESENT and found.output == {"payment_id": "P-9", "amount": 4}

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporal_ledger.activities.http import wire_key
+from temporal_ledger.ledger import Ledger
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
@@ -291,7 +291,7 @@ async def test_probe_example_settles_a_lost_reply_without_parking(
     # The far side filed the order under the key's one wire form; the starter prints the
     # ledger's key, which `show` takes.
     key = printed["ledger key"]
-    assert list(service.orders) == [wire_key(key)]
+    assert list(service.orders) == [Ledger.wire_key(key)]
     show = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "temporal_ledger.ledger", "--db", ledger, "show", key,
         stdout=asyncio.subprocess.PIPE,
@@ -343,7 +343,12 @@ async def test_tickets_example_files_one_ticket_on_its_far_side_despite_a_lost_r
     }
     # One ticket, filed under the key exactly as the header carried it.
     assert listed == [
-        {"ticket_id": "T-1", "title": "api down", "body": "", "idempotency_key": wire_key(key)}
+        {
+            "ticket_id": "T-1",
+            "title": "api down",
+            "body": "",
+            "idempotency_key": Ledger.wire_key(key),
+        }
     ]
 
 

@@ -23,7 +23,6 @@ import pytest
 from google.adk.models import LlmRequest
 from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy
 from temporal_ledger.activities.google_adk import activity_rules
-from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._models import LedgerEvent
 from temporal_ledger.workflows._protocol import PLACEHOLDER
@@ -397,7 +396,7 @@ async def test_an_answer_that_does_not_fit_the_call_is_refused_and_a_right_one_c
 
 def seen_keys(workflow_id: str) -> list[str | None]:
     """The ledger keys the notes server saw in the calls of ``workflow_id`` (meta.jsonl)."""
-    prefix = wire_key(f"{workflow_id}/")
+    prefix = Ledger.wire_key(f"{workflow_id}/")
     seen = [json.loads(line) for line in lines(NOTES_DIR / "meta.jsonl")]
     return [m["key"] for m in seen if (m["key"] or "").startswith(prefix)]
 
@@ -406,7 +405,7 @@ def mcp_call_keys(ledger_url: str, workflow_id: str) -> set[str]:
     """The wire forms of the ledger keys of ``workflow_id``'s MCP tool calls."""
     with Ledger.open(ledger_url) as ledger:
         return {
-            wire_key(e.key)
+            Ledger.wire_key(e.key)
             for e in ledger.events()
             if e.type == "action.requested"
             and e.key.startswith(f"{workflow_id}/")

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from temporal_ledger.activities.http import HttpResult, request_json, wire_key
+from temporal_ledger.activities.http import HttpResult, request_json
 from temporal_ledger.activities.http import _HttpEffectUnknown as HttpEffectUnknown
 from temporal_ledger.activities.http import _parse_retry_after as parse_retry_after
 from temporal_ledger.ledger import Authority, Ledger, NoEffect
@@ -320,7 +320,7 @@ async def test_the_header_carries_the_keys_one_wire_form_one_to_one() -> None:
         "caf~7EC3~7EA9~7E201",
         "caf~25C3~25A9~25201",
     ]
-    assert seen == [wire_key(key) for key in keys] and len(set(seen)) == len(keys)
+    assert seen == [Ledger.wire_key(key) for key in keys] and len(set(seen)) == len(keys)
 
 
 async def test_a_body_json_cannot_carry_is_not_sent() -> None:
@@ -421,8 +421,8 @@ async def test_unguarded_tool_parks_and_the_operator_confirms_the_effect(setup: 
             effect = parked[0]
             assert effect["tool"] == "create_ticket_unguarded"
             assert "HttpEffectUnknown" in effect["why"] and "503" in effect["why"]
-            assert far.keys == [wire_key(effect["key"])] and far.effects == 1
-            ticket = far.tickets[wire_key(effect["key"])]["ticket_id"]
+            assert far.keys == [Ledger.wire_key(effect["key"])] and far.effects == 1
+            ticket = far.tickets[Ledger.wire_key(effect["key"])]["ticket_id"]
             await temporal_cli(
                 setup.address,
                 "workflow",

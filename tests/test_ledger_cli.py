@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import (
     ActionRequest,
     Authority,
@@ -211,7 +210,7 @@ SLASHED_ON_THE_WIRE = "order-ann~20smith~2F0195-run~2Fcharge"
 
 
 async def test_show_takes_a_key_in_the_wire_form_a_far_side_holds(tmp_path: Path) -> None:
-    assert wire_key(SLASHED) == SLASHED_ON_THE_WIRE  # what a far side is sent
+    assert Ledger.wire_key(SLASHED) == SLASHED_ON_THE_WIRE  # what a far side is sent
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     async with Ledger.open(url) as ledger:
         far = FarSide({"charge_id": "C-1"})
@@ -236,7 +235,7 @@ async def test_show_takes_a_key_in_the_wire_form_a_far_side_holds(tmp_path: Path
 
     # A key of non-ASCII characters has a wire form far longer than any key may be.
     long_key = "caf\u00e9 \u2603/" * 30
-    long_wire = wire_key(long_key)
+    long_wire = Ledger.wire_key(long_key)
     assert len(long_key) <= 255 < len(long_wire)
     async with Ledger.open(url) as ledger:
         await ledger.execute(request(long_key), authority=AUTHORITY, adapter=far)
@@ -257,7 +256,7 @@ async def test_show_takes_a_key_in_the_wire_form_a_far_side_holds(tmp_path: Path
 
 @pytest.mark.parametrize("key", [SLASHED, "plain-key_1.0", "tilde~7E/x", "caf\u00e9 \u2603/r/1"])
 def test_a_keys_wire_form_spells_that_key_back(key: str) -> None:
-    assert key_from_wire(wire_key(key)) == key
+    assert key_from_wire(Ledger.wire_key(key)) == key
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from temporal_ledger.activities import LedgerOptions, LedgerPlugin
-from temporal_ledger.activities.http import wire_key
 from temporal_ledger.activities.pydantic_ai import activity_rules
 from temporal_ledger.ledger import Ledger
 from temporalio.client import Client
@@ -111,8 +110,8 @@ async def test_openai_agents_mcp_call_carries_the_key_and_a_retry_writes_one_not
     first, second = seen_meta(tmp_path)
     with Ledger.open(desk.ledger_url) as ledger:
         keys = {event.key for event in ledger.events() if event.key.startswith(workflow_id + "/")}
-    [key] = [k for k in keys if wire_key(k) == first["key"]]
-    assert second["key"] == first["key"] == wire_key(key)
+    [key] = [k for k in keys if Ledger.wire_key(k) == first["key"]]
+    assert second["key"] == first["key"] == Ledger.wire_key(key)
     assert all(c.isascii() and (c.isalnum() or c in "-._~") for c in first["key"])
     # Each attempt's traceparent is in the worker's span of that ledgered call.
     for seen in (first, second):
@@ -146,11 +145,11 @@ async def test_pydantic_ai_mcp_call_carries_the_key_and_a_retry_writes_one_note(
         result = await handle.result()
     assert "note" in result and desk.ticket in result
     assert desk.notes() == [f"{desk.ticket}: customer called"]
-    prefix = wire_key(workflow_id + "/")
+    prefix = Ledger.wire_key(workflow_id + "/")
     first, second = [m for m in seen_meta(NOTES_DIR) if (m["key"] or "").startswith(prefix)]
     assert second["key"] == first["key"]
     with Ledger.open(desk.ledger_url) as opened:
-        assert first["key"] in {wire_key(event.key) for event in opened.events()}
+        assert first["key"] in {Ledger.wire_key(event.key) for event in opened.events()}
     for seen in (first, second):
         assert ledger_span_of(seen["traceparent"]) == [f"execute_tool {TOOL}"]
 
@@ -189,8 +188,8 @@ async def test_google_adk_mcp_call_carries_the_key_and_the_workers_traceparent(
             task_queue=task_queue,
         )
     assert answer.endswith(f" on {ticket}"), answer
-    prefix = wire_key(workflow_id + "/")
+    prefix = Ledger.wire_key(workflow_id + "/")
     [seen] = [m for m in seen_meta(ADK_NOTES_DIR) if (m["key"] or "").startswith(prefix)]
     with Ledger.open(ledger_url) as opened:
-        assert seen["key"] in {wire_key(event.key) for event in opened.events()}
+        assert seen["key"] in {Ledger.wire_key(event.key) for event in opened.events()}
     assert ledger_span_of(seen["traceparent"]) == [f"execute_tool {TOOL}"]

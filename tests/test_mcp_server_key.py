@@ -15,8 +15,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from opentelemetry import baggage
 from opentelemetry import context as otel_context
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
-from temporal_ledger.activities.http import wire_key
 from temporal_ledger.activities.mcp import ledger_key
+from temporal_ledger.ledger import Ledger
 
 server = MCPServer("keys")
 
@@ -42,7 +42,7 @@ async def answer(meta: dict[str, Any] | None) -> dict[str, Any]:
 async def test_the_server_reads_the_key_a_ledgered_call_sends() -> None:
     key = "order ann smith/run-1/3"
     sent = {
-        "temporal-ledger/key": wire_key(key),
+        "temporal-ledger/key": Ledger.wire_key(key),
         "traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01",
     }
 
@@ -75,7 +75,7 @@ async def test_a_field_that_is_not_a_wire_key_is_refused_by_name(field: Any) -> 
 )
 @given(st.text(min_size=1, max_size=300))
 async def test_every_key_arrives_in_the_one_spelling_the_ledger_sent(key: str) -> None:
-    sent = wire_key(key)
+    sent = Ledger.wire_key(key)
 
     assert await answer({"temporal-ledger/key": sent}) == {"key": sent}
 
@@ -92,7 +92,7 @@ def baggage_of(**entries: str) -> str:
 
 
 async def test_the_server_reads_the_key_from_otel_baggage_as_adk_sends_it() -> None:
-    sent = wire_key("adk order/ü 1")
+    sent = Ledger.wire_key("adk order/ü 1")
     header = baggage_of(tenant="acme", **{"temporal-ledger__key": sent})
 
     assert await answer({"baggage": header}) == {"key": sent}

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from temporal_ledger.activities._probe import Finding
-from temporal_ledger.activities.http import lookup_probe, wire_key
+from temporal_ledger.activities.http import lookup_probe
 from temporal_ledger.ledger import Ledger
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
@@ -195,7 +195,7 @@ def test_the_example_tool_is_the_docs_probe() -> None:
     ],
 )
 def test_a_key_has_one_wire_form_that_nothing_on_the_way_decodes(key: str, wire: str) -> None:
-    assert wire_key(key) == wire
+    assert Ledger.wire_key(key) == wire
     assert urllib.parse.unquote_plus(wire) == wire  # a router's decoding leaves it as it is
     assert re.fullmatch(r"[A-Za-z0-9._~-]+", wire)
 
@@ -248,13 +248,13 @@ async def test_keys_of_any_workflow_id_reach_the_far_side_in_one_spelling(
             for wid, key in keys.items()
         }
     # One order per run, filed under the key's one spelling, which the lookup found.
-    assert sorted(orders) == sorted(wire_key(keys[wid]) for wid in [*lost, *absent, *gone])
+    assert sorted(orders) == sorted(Ledger.wire_key(keys[wid]) for wid in [*lost, *absent, *gone])
     for wid in lost:
         assert done[wid].item == f"book for {wid}"
         assert verdicts[wid] == [("effect_confirmed", "probe:place_order")], wid
     (absent_id,) = absent
     assert verdicts[absent_id] == [("no_effect_confirmed", "probe:place_order")]
-    assert done[absent_id].order_id == orders[wire_key(keys[absent_id])]["order_id"]
+    assert done[absent_id].order_id == orders[Ledger.wire_key(keys[absent_id])]["order_id"]
     # The lookup met no route; the echoed header was no evidence: parked, one order.
     assert verdicts[parked_id] == [("still_unknown", "probe:place_order")]
     assert parked["key"] == keys[parked_id]
@@ -267,7 +267,7 @@ async def test_an_answer_is_evidence_only_when_its_body_names_the_key(
     arg = PlaceOrder(base_url=f"{far_side.url}/plain", item="pen", quantity=2)
     missing = await lookup_probe(readme_probe_template())(key, arg)
     assert missing.finding is Finding.ABSENT
-    assert missing.evidence[0]["GET"].endswith(f"idempotency_key={wire_key(key)}")
+    assert missing.evidence[0]["GET"].endswith(f"idempotency_key={Ledger.wire_key(key)}")
     # The same lookup where no route is: the 404 carries the echoed header, and is no
     # absence. Neither is a route that answers HTML.
     routed_nowhere = PlaceOrder(base_url=f"{far_side.url}/gone", item="pen", quantity=2)

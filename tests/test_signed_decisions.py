@@ -23,7 +23,6 @@ import pytest
 from temporal_ledger.activities import Policy
 from temporal_ledger.activities._reconcile import approve_call
 from temporal_ledger.activities._runtime import Runtime, _runtime
-from temporal_ledger.activities.http import wire_key
 from temporal_ledger.ledger import ActionRequest, InvalidRequest, Ledger
 from temporal_ledger.ledger._models import ApprovalState, EventType
 from temporal_ledger.ledger._signatures import (
@@ -310,7 +309,7 @@ async def test_a_verdict_signed_over_another_output_is_refused(
     assert "temporal-ledger sign reconcile --key-file" in parked["update_command"]
     assert '--input "$(temporal-ledger sign reconcile --key-file' in parked["signal_command"]
     key, action_id = parked["key"], parked["action_id"]
-    seen = payments.by_key[wire_key(key)]
+    seen = payments.by_key[Ledger.wire_key(key)]
 
     def verdict(output: Any, signed_output: Any, **changes: Any) -> dict[str, Any]:
         sent = {

@@ -27,7 +27,6 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporal_ledger.activities import LedgerOptions, LedgerPlugin, Policy
-from temporal_ledger.activities.http import wire_key
 from temporal_ledger.activities.strands import activity_rules, ledger_transport
 from temporal_ledger.ledger import Ledger
 from temporalio.client import Client
@@ -443,8 +442,8 @@ async def test_the_mcp_server_gets_the_key_and_a_retry_after_a_lost_reply_writes
     with Ledger.open(ledger_url) as ledger:
         keys = {event.key for event in ledger.events() if event.key.startswith(workflow_id + "/")}
         assert ledger.verify().ok
-    [key] = [k for k in keys if wire_key(k) == first["key"]]
-    assert second["key"] == first["key"] == wire_key(key)
+    [key] = [k for k in keys if Ledger.wire_key(k) == first["key"]]
+    assert second["key"] == first["key"] == Ledger.wire_key(key)
     # Each attempt's traceparent names the worker's span of that ledgered call.
     spans = {
         (f"{s.context.trace_id:032x}", f"{s.context.span_id:016x}"): s.name

@@ -8,7 +8,7 @@ order and then drop the connection without answering, as a crash or a network fa
 ``GET /orders?idempotency_key=KEY`` answers the order (200) or 404; both name the key it
 looked up in the ``idempotency_key`` field of their JSON body, so a 404 says "no such
 order", not "no such route". Nothing is decoded: the ledger sends a key in one spelling
-(``wire_key``), the same in the header and in the query.
+(``Ledger.wire_key``), the same in the header and in the query.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 
 ``POST /tickets`` files a ticket under the request's ``Idempotency-Key`` exactly as the
 header carries it, never decoded (the ledger sends each key in one spelling,
-``wire_key``): a new key answers 201 with the new ticket, the same key again answers 200
+``Ledger.wire_key``): a new key answers 201 with the new ticket, the same key again answers 200
 with the ticket it filed the first time, and files nothing. The first ``--lose-replies``
 POSTs file the ticket and then drop the connection without answering, as a crash or a
 network fault would: ``create_ticket`` (``retry_safe``) then tries again under the same
