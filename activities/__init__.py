@@ -6,7 +6,7 @@ workers; a probe tells the ledger whether an unknown effect happened. The workfl
 (``temporal_ledger.workflows``) calls the tools with ``run_tool``.
 """
 
-from ..workflows._seam import LedgerOptions, Tool, ToolSpec
+from ..workflows._seam import LedgerOptions, Tool
 from ._failures import NonRetryableApplicationError
 from ._plugin import LedgerPlugin
 from ._policy import Policy
@@ -23,7 +23,6 @@ __all__ = [
     "Policy",
     "ProbeAnswer",
     "Tool",
-    "ToolSpec",
     "tool",
     "tool_context",
 ]

@@ -39,9 +39,9 @@ from ..workflows._seam import (
     ASK_ONLY_HEADER,
     ConflictDetails,
     ErrorType,
+    Tool,
     ToolHints,
     ToolOutcome,
-    ToolSpec,
     covers,
 )
 from ._outcomes import CallOutcome, count_call, outcome_or_raise, record_outcome
@@ -86,7 +86,7 @@ class Attempt:
         ask_only: Whether this attempt only asks (default: as the workflow scheduled it).
     """
 
-    spec: ToolSpec[Any, Any]
+    spec: Tool[Any, Any]
     request: dict[str, Any]
     act: Callable[[ExecutionContext], Awaitable[Any]]
     record: Callable[[Any], tuple[Any, Any]]
@@ -250,7 +250,7 @@ def call_context(info: activity.Info, **extra: Any) -> dict[str, Any]:
 async def execute_ledgered(
     runtime: Runtime,
     request: dict[str, Any],
-    spec: ToolSpec[Any, Any],
+    spec: Tool[Any, Any],
     adapter: Callable[[ActionRequest, ExecutionContext], Any],
     state: Callable[[ActionRequest], Any] | None,
     ask_only: bool | None,

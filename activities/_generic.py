@@ -59,9 +59,9 @@ from ..workflows._seam import (
     HINTS_HEADER,
     ErrorType,
     RunAnchor,
+    Tool,
     ToolHints,
     ToolOutcome,
-    ToolSpec,
     read_args,
     served_by,
 )
@@ -235,7 +235,7 @@ def activity_attempt(
     capability = capability_for(name)
     return Attempt(
         # The activity as a tool, as the rule declares it (before the policy's word).
-        spec=ToolSpec(
+        spec=Tool(
             name=name,
             capability=capability,
             retry_safe=rule.retry_safe,

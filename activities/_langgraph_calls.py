@@ -16,7 +16,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ..ledger import NoEffect
 from ..ledger._seam import check_json, model_json, output_template, step_key
-from ..workflows._seam import PLACEHOLDER, ErrorType, ToolSpec, UnknownEffect
+from ..workflows._seam import PLACEHOLDER, ErrorType, Tool, UnknownEffect
 from ..workflows._seam import InnerCall as _InnerCallDetails
 from ._attempt import Attempt, call_context, run_attempt
 from ._generic import Enclosing, capability_for, enclosing
@@ -215,7 +215,7 @@ async def ledgered_call(inside: Enclosing, call: InnerCall[_T]) -> _T:
             # Not retry-safe; only name, capability and retry_safe are read, and that there
             # is an output model: every call has an output, and one compacted away is said
             # so, never read as None.
-            spec=ToolSpec(name, capability, False, dict, _JsonOutput),
+            spec=Tool(name, capability, False, dict, _JsonOutput),
             request={
                 "key": key,
                 "capability": capability,

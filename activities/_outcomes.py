@@ -14,7 +14,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ..ledger import ActionRequest, ActionResult
 from ..ledger._seam import EffectState, FailureType, may_act_again
-from ..workflows._seam import ApprovalNeeded, ErrorType, ToolOutcome, ToolSpec, UnknownEffect
+from ..workflows._seam import ApprovalNeeded, ErrorType, Tool, ToolOutcome, UnknownEffect
 from ._runtime import Runtime, final
 from ._tracing import current_call, describe_result
 
@@ -51,14 +51,14 @@ def count_call(tool: str, outcome: CallOutcome) -> None:
     current_call().set("outcome", outcome.value)
 
 
-def record_outcome(spec: ToolSpec[Any, Any], result: ActionResult) -> None:
+def record_outcome(spec: Tool[Any, Any], result: ActionResult) -> None:
     """What the ledger answered a call: counted, and described on the call's span."""
     count_call(spec.name, CallOutcome.of(result))
     describe_result(current_call(), result)
 
 
 def outcome_or_raise(
-    spec: ToolSpec[Any, Any], result: ActionResult, runtime: Runtime, *, request: dict[str, Any]
+    spec: Tool[Any, Any], result: ActionResult, runtime: Runtime, *, request: dict[str, Any]
 ) -> ToolOutcome:
     """The step's outcome if the ledger's answer ends it with an output; otherwise the
     ``ApplicationError`` whose type tells the workflow what comes next."""
@@ -87,7 +87,7 @@ def outcome_or_raise(
 
 
 def _denied(
-    spec: ToolSpec[Any, Any], result: ActionResult, runtime: Runtime, request: dict[str, Any]
+    spec: Tool[Any, Any], result: ActionResult, runtime: Runtime, request: dict[str, Any]
 ) -> ApplicationError:
     if result.error_type == FailureType.APPROVAL_REQUIRED:
         policy = runtime.policy
@@ -124,7 +124,7 @@ def _another_attempt(result: ActionResult) -> ApplicationError:
 
 
 def _unknown(
-    spec: ToolSpec[Any, Any], result: ActionResult, runtime: Runtime, output_schema: Any
+    spec: Tool[Any, Any], result: ActionResult, runtime: Runtime, output_schema: Any
 ) -> ApplicationError:
     policy = runtime.policy
     details = UnknownEffect(

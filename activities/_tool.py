@@ -14,7 +14,7 @@ from temporalio import activity
 
 from ..ledger import ActionRequest
 from ..ledger._seam import ExecutionContext
-from ..workflows._seam import ErrorType, Tool, ToolCall, ToolOutcome, ToolSpec
+from ..workflows._seam import ErrorType, Tool, ToolCall, ToolOutcome
 from ._attempt import Attempt, call_context, run_attempt
 from ._failures import failed_before_acting, no_effect_errors_of
 from ._probe import Probe
@@ -77,7 +77,7 @@ def tool(
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"@tool needs an async function; {fn.__qualname__} is not")
         arg_type, output_type = _signature(fn)
-        spec: ToolSpec[ArgT, OutT] = ToolSpec(
+        ledgered: _LedgeredTool[ArgT, OutT] = _LedgeredTool(
             name=name or fn.__name__,
             capability=capability,
             retry_safe=retry_safe,
@@ -88,20 +88,34 @@ def tool(
             probe_absence_conclusive=probe_absence_conclusive,
         )
         # Fail at decoration, not in the first workflow, if the name is not a capability.
-        ActionRequest(key="k", capability=capability, instruction=spec.name, performer="p")
-
-        async def run(call: Any) -> ToolOutcome:
-            return await _run_ledgered(spec, fn, state, call, declared)
-
-        run.__name__ = run.__qualname__ = spec.name
-        run.__doc__ = fn.__doc__
-        # The activity function, typed as the Tool it becomes with these two attributes.
-        ledgered = typing.cast(Tool[ArgT, OutT], activity.defn(name=spec.name)(run))
-        ledgered.__ledger_tool__ = spec
-        ledgered.__ledger_probe__ = probe
-        return ledgered
+        ActionRequest(key="k", capability=capability, instruction=ledgered.name, performer="p")
+        ledgered.bind(fn, state, declared, probe)
+        return activity.defn(name=ledgered.name)(ledgered)
 
     return decorate
+
+
+class _LedgeredTool(Tool[ArgT, OutT]):
+    """A ``@tool``: the tool, and the activity that runs its function through the ledger
+    (Temporal registers a callable object as it does a function)."""
+
+    def bind(
+        self,
+        fn: Callable[[ArgT], Awaitable[OutT]],
+        state: Callable[[Any], Any] | None,
+        declared: tuple[type[BaseException], ...],
+        probe: Probe | None,
+    ) -> None:
+        self._run = functools.partial(_run_ledgered, self, fn, state, no_effect_errors=declared)
+        self.__ledger_probe__ = probe
+        # What tools that list a worker's activities read of a function.
+        self.__name__ = self.__qualname__ = self.name
+        self.__doc__ = fn.__doc__
+
+    # The call is taken as plain JSON (``Any``: Temporal converts by this annotation), so
+    # that one that did not come from ``run_tool`` is answered with what to do instead.
+    async def __call__(self, call: Any) -> ToolOutcome:
+        return await self._run(call)
 
 
 def _check_declaration(capability: Any, probe: Probe | None, conclusive: bool) -> None:
@@ -113,7 +127,7 @@ def _check_declaration(capability: Any, probe: Probe | None, conclusive: bool) -
         raise TypeError("tool(probe_absence_conclusive=True) needs a probe=")
 
 
-def argument_of(spec: ToolSpec[ArgT, Any], raw: Any, *, refused: ErrorType) -> ArgT:
+def argument_of(spec: Tool[ArgT, Any], raw: Any, *, refused: ErrorType) -> ArgT:
     """The tool's argument model from its JSON; a non-retryable ``refused`` if it does not fit."""
     try:
         return spec.arg_type.model_validate(raw or {})
@@ -140,10 +154,11 @@ def _signature(fn: Callable[..., Any]) -> tuple[type[Any], type[BaseModel] | Non
 
 
 async def _run_ledgered(
-    spec: ToolSpec[Any, Any],
+    spec: Tool[Any, Any],
     fn: Callable[[Any], Awaitable[Any]],
     state: Callable[[Any], Any] | None,
     raw: Any,
+    *,
     no_effect_errors: tuple[type[BaseException], ...],
 ) -> ToolOutcome:
     """One attempt of a ``@tool``: its request to the ledger, the function as the call

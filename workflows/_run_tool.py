@@ -31,7 +31,7 @@ from ._protocol import (
 )
 from ._render import Call
 from ._scheduling import scheduling
-from ._spec import Tool, ToolSpec, argument_json
+from ._spec import Tool, argument_json
 
 OutT = TypeVar("OutT")
 
@@ -125,7 +125,7 @@ class ToolFailedError(ToolError):
 
 
 async def run_tool(
-    tool: Tool[Any, OutT] | ToolSpec[Any, OutT],
+    tool: Tool[Any, OutT],
     arg: BaseModel | dict[str, Any],
     *,
     step: str,
@@ -143,14 +143,14 @@ async def run_tool(
     step again under the same key.
 
     Args:
-        tool: A ``@tool``, or the :class:`ToolSpec` of one the worker registers.
+        tool: A ``@tool``, or a :class:`Tool` built to call one the worker registers.
         arg: The tool's argument: its pydantic model, or a dict that fits it.
         step: The step's name, unique within the workflow: the default key holds it.
         performer: Who acts, as the policy knows it.
         precondition: The state the call was planned against (JSON), compared with the
             tool's ``state`` before it acts; part of the request's identity.
         key: The idempotency key; default: ``{workflow id}/{first execution run id}/{step}``
-            (``step_key``): a reset workflow replays its effects instead of repeating them.
+            (``Ledger.step_key``): a reset workflow replays its effects instead of repeating them.
         options: How the tool's activity is scheduled (temporalio's ``ActivityConfig``);
             fields it leaves out come from the plugin's ``LedgerOptions.tool``. Its retry
             policy and timeouts bound the attempts: once they are spent on an attempt
@@ -173,7 +173,9 @@ async def run_tool(
             ``options`` were spent on attempts that timed out, and the ledger holds no
             outcome of them (the error of the last one, as without the ledger).
     """
-    spec: ToolSpec[Any, OutT] = ToolSpec.of(tool)
+    if not isinstance(tool, Tool):
+        raise TypeError(f"{tool!r} is not a @tool; decorate it with activities.tool(...)")
+    spec = tool
     call = _tool_call(spec, arg, step=step, performer=performer, precondition=precondition, key=key)
     run = current_run()
     if run is None:
@@ -210,7 +212,7 @@ async def run_tool(
 class _Step:
     """A ``run_tool`` step, as :class:`~._ledgered.Ledgered` shows and answers it."""
 
-    spec: ToolSpec[Any, Any]
+    spec: Tool[Any, Any]
     tool_call: ToolCall
     calls_inside = False
 
@@ -240,7 +242,7 @@ class _Step:
 
 
 def _tool_call(
-    spec: ToolSpec[BaseModel, Any],
+    spec: Tool[BaseModel, Any],
     arg: BaseModel | dict[str, Any],
     *,
     step: str,
@@ -285,7 +287,7 @@ def _final_error(cause: ApplicationError, *, key: str, step: str) -> Exception:
     return error(cause.message, key=key, step=step, error_type=cause.type or ErrorType.FAILED)
 
 
-def _output_misfit(spec: ToolSpec[Any, Any], output: Any) -> str | None:
+def _output_misfit(spec: Tool[Any, Any], output: Any) -> str | None:
     """Each missing or wrong field of an operator's output, with its expected type."""
     if spec.output_type is None or spec.output_schema is None:
         return None if output is None else f"tool {spec.name} returns nothing: output must be null"

@@ -45,4 +45,3 @@ from ._results import ResultShape as ResultShape
 from ._results import result_schema as result_schema
 from ._scheduling import LedgerOptions as LedgerOptions
 from ._spec import Tool as Tool
-from ._spec import ToolSpec as ToolSpec

@@ -17,13 +17,15 @@ ArgT = TypeVar("ArgT", bound=BaseModel)
 OutT = TypeVar("OutT")
 
 
-@dataclasses.dataclass(frozen=True)
-class ToolSpec(Generic[ArgT, OutT]):
-    """What the workflow side knows of a tool: enough to call it, with no I/O.
+@dataclasses.dataclass(eq=False)
+class Tool(Generic[ArgT, OutT]):
+    """A ledgered tool: what ``run_tool`` calls and, made by ``@tool``, the activity a
+    worker registers.
 
-    ``@tool`` makes one for every tool it decorates. Build one yourself to call, with
+    ``@tool`` makes one of an async function. Build one yourself to call, with
     ``run_tool``, a tool whose implementation only the worker has (e.g. one bound to a
-    client at start-up): register a ``@tool`` of the same name and capability there.
+    client at start-up): register a ``@tool`` of the same name and capability there. One
+    built so only describes the tool: it is not an activity, and calling it raises.
 
     Attributes:
         name: The activity's name.
@@ -45,6 +47,10 @@ class ToolSpec(Generic[ArgT, OutT]):
     requires_approval: bool = False
     has_probe: bool = False
     probe_absence_conclusive: bool = False
+    #: The tool's probe (the activity side's ``Probe``), which its worker runs.
+    __ledger_probe__: Callable[[str, Any], Awaitable[Any]] | None = dataclasses.field(
+        default=None, init=False, repr=False
+    )
 
     @functools.cached_property
     def output_schema(self) -> dict[str, Any] | None:
@@ -52,38 +58,28 @@ class ToolSpec(Generic[ArgT, OutT]):
         operator's ``effect_confirmed`` output can be checked without the tool's code."""
         return None if self.output_type is None else self.output_type.model_json_schema()
 
-    @classmethod
-    def of(cls, tool: Any) -> ToolSpec[Any, Any]:
-        """The spec of a ``@tool``, or the spec itself.
-
-        Args:
-            tool: A function decorated with ``@tool``, or a :class:`ToolSpec`.
-
-        Returns:
-            The tool's spec.
-
-        Raises:
-            TypeError: ``tool`` is neither.
-        """
-        if isinstance(tool, ToolSpec):
-            return tool
-        spec = getattr(tool, "__ledger_tool__", None)
-        if not isinstance(spec, ToolSpec):
-            raise TypeError(f"{tool!r} is not a @tool; decorate it with activities.tool(...)")
-        return spec
-
-
-class Tool(Generic[ArgT, OutT]):
-    """A ledgered tool, as ``@tool`` returns it: register it on a worker as an activity,
-    and call it from a workflow with ``run_tool``."""
-
-    __ledger_tool__: ToolSpec[ArgT, OutT]
-    #: The tool's probe (the activity side's ``Probe``), which its worker runs.
-    __ledger_probe__: Callable[[str, Any], Awaitable[Any]] | None
+    @property
+    def __ledger_tool__(self) -> Tool[ArgT, OutT]:
+        # How the worker's plugin tells a ledgered tool among the activities it is given.
+        return self
 
     async def __call__(self, call: ToolCall) -> ToolOutcome:
-        # Never called: @tool returns the activity function itself, typed as a Tool.
-        raise NotImplementedError
+        """Run one attempt: ``@tool``'s activity does; a tool built to be called by name,
+        whose implementation the worker has, cannot.
+
+        Args:
+            call: The call, as ``run_tool`` sends it.
+
+        Returns:
+            The call's outcome, from the activity ``@tool`` makes.
+
+        Raises:
+            TypeError: This tool only describes one that the worker registers.
+        """
+        raise TypeError(
+            f"{self.name!r} describes a tool for run_tool; the worker registers the @tool "
+            "of that name, which runs it"
+        )
 
 
 def argument_json(arg: BaseModel) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporal_ledger.activities import Tool, ToolSpec
+from temporal_ledger.activities import Tool
 
 from examples.plan.activities import EXAMPLE_TOOLS
 
@@ -36,5 +36,5 @@ AGENT_TOOLS: dict[str, Tool[Any, Any]] = dict(EXAMPLE_TOOLS)
 
 def register_agent_tool(tool: Tool[Any, Any], *, name: str | None = None) -> None:
     """Offer a ``@tool`` to agent workflows under ``name`` (default: its activity name)."""
-    name = name or ToolSpec.of(tool).name
+    name = name or tool.name
     AGENT_TOOLS.setdefault(name, tool)

@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
-from temporal_ledger.activities import Tool, ToolSpec, tool
+from temporal_ledger.activities import Tool, tool
 from temporal_ledger.activities.http import request_json
 
 MODEL_CAPABILITY = "model.chat"
@@ -79,7 +79,7 @@ class ModelClient(Protocol):
 #: The model call as the workflow side sees it: a ledgered activity named ``agent.model``.
 #: An unknown outcome may be retried under the same key: a model call changes nothing in
 #: the world, and an answer nobody received was never used.
-MODEL_CALL: ToolSpec[ModelRequest, ModelResponse] = ToolSpec(
+MODEL_CALL: Tool[ModelRequest, ModelResponse] = Tool(
     name=MODEL_ACTIVITY,
     capability=MODEL_CAPABILITY,
     retry_safe=True,

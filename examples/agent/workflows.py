@@ -53,12 +53,12 @@ class AgentResult(BaseModel):
 def tool_schemas(names: list[str]) -> list[ToolSchema]:
     schemas = []
     for name in names:
-        spec = AGENT_TOOLS[name].__ledger_tool__
+        tool = AGENT_TOOLS[name]
         schemas.append(
             ToolSchema(
                 name=name,
-                description=(AGENT_TOOLS[name].__doc__ or "").strip(),
-                parameters=spec.arg_type.model_json_schema(),
+                description=(tool.__doc__ or "").strip(),
+                parameters=tool.arg_type.model_json_schema(),
             )
         )
     return schemas
@@ -130,7 +130,7 @@ class AgentWorkflow:
             return seen("invalid", f"no tool named {name!r}; available: {agent.tools}")
         tool = AGENT_TOOLS[name]
         try:
-            arg = tool.__ledger_tool__.arg_type.model_validate(arguments)
+            arg = tool.arg_type.model_validate(arguments)
         except ValidationError as exc:
             return seen("invalid", f"arguments do not fit {name}: {exc.errors()[0]['msg']}")
         try:
