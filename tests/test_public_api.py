@@ -70,10 +70,10 @@ def test_the_readmes_table_of_public_names_is_the_face() -> None:
     assert rows == {module: set(importlib.import_module(module).__all__) for module in MODULES}
 
 
-def test_the_face_has_38_names_and_one_per_integration(
+def test_the_face_has_33_names_and_one_per_integration(
     current: dict[str, dict[str, object]],
 ) -> None:
-    """38 names, and one (``activity_rules``) per framework integration; LangGraph adds
+    """33 names, and one (``activity_rules``) per framework integration; LangGraph adds
     the wrapper of a ``ToolNode``'s tool calls (its async and sync hook) and the call a
     node's own code makes through the ledger (from an async or a sync node), because a
     key per call is made inside the node activity, where only LangGraph's own extension
