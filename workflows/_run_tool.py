@@ -173,10 +173,7 @@ async def run_tool(
             ``options`` were spent on attempts that timed out, and the ledger holds no
             outcome of them (the error of the last one, as without the ledger).
     """
-    if not isinstance(tool, Tool):
-        raise TypeError(f"{tool!r} is not a @tool; decorate it with activities.tool(...)")
-    spec = tool
-    call = _tool_call(spec, arg, step=step, performer=performer, precondition=precondition, key=key)
+    call = _tool_call(tool, arg, step=step, performer=performer, precondition=precondition, key=key)
     run = current_run()
     if run is None:
         raise ToolFailedError(
@@ -187,21 +184,21 @@ async def run_tool(
             error_type=ErrorType.INVALID_REQUEST,
         )
     scheduled = {"result_type": ToolOutcome, **scheduling("tool", options, run=run.inbox.options)}
-    ledgered = run.start_step(_Step(spec, call), spec.name, call, **scheduled)
+    ledgered = run.start_step(_Step(tool, call), tool.name, call, **scheduled)
     try:
         outcome: ToolOutcome = await ledgered.settle()
     except ActivityError as ended:
         if isinstance(ended.cause, ApplicationError):
             raise _final_error(ended.cause, key=call.key, step=step) from ended
         raise  # as it is: "raise ... from" would replace its cause
-    # The casts say what the spec's types cannot: OutT is None where output_type is.
-    if spec.output_type is None:
+    # The casts say what the tool's types cannot: OutT is None where output_type is.
+    if tool.output_type is None:
         return cast(OutT, None)
     try:
-        return cast(OutT, spec.output_type.model_validate(outcome.output))
+        return cast(OutT, tool.output_type.model_validate(outcome.output))
     except ValidationError as exc:  # a recorded output that no longer fits: the model changed
         raise ToolFailedError(
-            f"{spec.name}: the recorded output does not fit {spec.output_type.__name__}: {exc}",
+            f"{tool.name}: the recorded output does not fit {tool.output_type.__name__}: {exc}",
             key=call.key,
             step=step,
             error_type=ErrorType.OUTPUT_INVALID,
@@ -262,6 +259,9 @@ def _tool_call(
         return ToolFailedError(
             message, key=key or "-", step=str(step), error_type=ErrorType.INVALID_REQUEST
         )
+
+    if not isinstance(spec, Tool):
+        raise TypeError(f"{spec!r} is not a @tool; decorate it with activities.tool(...)")
 
     if not isinstance(step, str) or not step:
         raise invalid("run_tool needs a non-empty step name")
