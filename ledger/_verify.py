@@ -141,9 +141,7 @@ def _check_tally(
 ) -> list[str]:
     """The ledger-wide tally against the log and the key states: a key deleted whole (its
     records and its state) is missing from both, but not from the tally."""
-    keys = [0] * TALLY_STRIPES
-    held = [0] * TALLY_STRIPES
-    digests = [0] * TALLY_STRIPES
+    keys, held, digests = ([0] * TALLY_STRIPES for _ in range(3))
     for key in records:
         keys[stripe_of(key)] += 1
     for key, head in heads.items():
@@ -204,15 +202,12 @@ def _check_resolutions(events: list[LedgerEvent], records: dict[str, KeyRecord])
                 f"at seq {finals[0].seq} (inserted record?)"
             )
     for action_id, request in requests.items():
-        if action_id in resolved:
-            continue
-        record = records.get(request.key)
-        if record is not None and record.holder_action_id == action_id:
-            continue  # still running, or waiting to be recovered
-        problems.append(
-            f"{_where(request)}: action {action_id} was never resolved "
-            "(dropped completion or refusal?)"
-        )
+        holder = getattr(records.get(request.key), "holder_action_id", None)
+        if action_id not in resolved and holder != action_id:  # else running, or to recover
+            problems.append(
+                f"{_where(request)}: action {action_id} was never resolved "
+                "(dropped completion or refusal?)"
+            )
     return problems
 
 
@@ -223,14 +218,12 @@ def _check_replays(events: list[LedgerEvent]) -> list[str]:
         for e in events
         if e.type == EventType.REQUESTED and not e.compacted
     }
+    completions = [e for e in events if e.type == EventType.COMPLETED and not e.compacted]
     originals: dict[str, LedgerEvent] = {}
-    for event in events:
-        if event.type == EventType.COMPLETED and not event.payload.get("replayed"):
-            if event.action_id and not event.compacted:
-                originals.setdefault(event.action_id, event)
-    for event in events:
-        if event.type != EventType.COMPLETED or event.compacted:
-            continue
+    for event in reversed(completions):  # the first completion of an action is its own
+        if event.action_id and not event.payload.get("replayed"):
+            originals[event.action_id] = event
+    for event in completions:
         if not event.payload.get("replayed"):
             continue
         source = event.payload.get("reused_from_action_id")
@@ -247,11 +240,8 @@ def _check_replays(events: list[LedgerEvent]) -> list[str]:
                 f"{_where(event)}: replay provenance points to action {source} under another "
                 f"key ({original.key!r})"
             )
-        if (
-            fingerprints.get(source) is not None
-            and fingerprints.get(event.action_id) is not None
-            and fingerprints[source] != fingerprints[event.action_id]
-        ):
+        theirs, mine = fingerprints.get(source), fingerprints.get(event.action_id)
+        if None not in (theirs, mine) and theirs != mine:
             problems.append(
                 f"{_where(event)}: replay provenance points to action {source}, whose "
                 "fingerprint differs"
@@ -276,17 +266,13 @@ def _check_fencing(events: list[LedgerEvent]) -> list[str]:
     problems = []
     seen: dict[tuple[str, Any], int] = {}  # (key, the payload's fencing token): seq
     for event in events:
-        if event.type != EventType.STARTED or event.compacted:
-            continue
-        token = event.payload.get("token")
-        mark = (event.key, token)
-        if mark in seen:
-            problems.append(
-                f"{_where(event)}: a second execution under fencing token {token} "
-                f"(first at seq {seen[mark]})"
-            )
-        else:
-            seen[mark] = event.seq
+        if event.type == EventType.STARTED and not event.compacted:
+            token = event.payload.get("token")
+            if (first := seen.setdefault((event.key, token), event.seq)) != event.seq:
+                problems.append(
+                    f"{_where(event)}: a second execution under fencing token {token} "
+                    f"(first at seq {first})"
+                )
     return problems
 
 
