@@ -137,15 +137,11 @@ def _options(*, inherited: bool) -> argparse.ArgumentParser:
     """
     default = argparse.SUPPRESS if inherited else None
     options = argparse.ArgumentParser(add_help=False, argument_default=default)
-    options.add_argument(
-        "--db", help=f"ledger URL: sqlite:///path or postgresql://... (default: ${ENV_URL})"
-    )
+    url = f"ledger URL: sqlite:///path or postgresql://... (default: ${ENV_URL})"
+    options.add_argument("--db", help=url)
     _add(options, "--json")
-    options.add_argument(
-        "--create",
-        action="store_true",
-        help="create the SQLite ledger if its file does not exist (otherwise: exit 2)",
-    )
+    create = "create the SQLite ledger if its file does not exist (otherwise: exit 2)"
+    options.add_argument("--create", action="store_true", help=create)
     return options
 
 
@@ -167,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = [_options(inherited=True)]
 
     def command(name: str, text: str) -> Any:
-        return commands.add_parser(name, help=text, parents=common)
+        return _command(commands, name, text, parents=common)
 
     show = command("show", "a key's state and its events")
     show.add_argument("key", type=_key_or_wire_form, help="the key, or its wire form (~2F for /)")
@@ -183,29 +179,24 @@ def build_parser() -> argparse.ArgumentParser:
         answer.add_argument("key", type=_key)
         _add(answer, "--key-file", "--workflow-id", "--namespace")
     verify = command("verify", "recompute hash chains and invariants")
-    verify.add_argument(
-        "--gated",
-        action="append",
-        default=[],
-        metavar="CAPABILITY",
-        help="a capability pattern whose every execution must hold an approval (repeatable)",
+    gated = "a capability pattern whose every execution must hold an approval (repeatable)"
+    verify.add_argument("--gated", action="append", default=[], metavar="CAPABILITY", help=gated)
+    policy = (
+        "the workers' policy file: re-check every recorded decision's signature against its "
+        "[keys] (and hold executions of its [approve] capabilities to approvals)"
     )
-    verify.add_argument(
-        "--policy",
-        type=_argument(read_policy),
-        help="the workers' policy file: re-check every recorded decision's signature "
-        "against its [keys] (and hold executions of its [approve] capabilities to approvals)",
-    )
+    verify.add_argument("--policy", type=_argument(read_policy), help=policy)
     compact = command("compact", "drop old completion bodies, keep tombstones")
-    compact.add_argument(
-        "--older-than",
-        type=_number(float, "a number of seconds", ">= 0 seconds", lambda v: v >= 0),
-        required=True,
-        metavar="SECONDS",
-        help="compact final outcomes settled more than this many seconds ago",
-    )
+    seconds = _number(float, "a number of seconds", ">= 0 seconds", lambda v: v >= 0)
+    older = "compact final outcomes settled more than this many seconds ago"
+    compact.add_argument("--older-than", type=seconds, required=True, metavar="SECONDS", help=older)
     _add_off_ledger_commands(commands)
     return parser
+
+
+def _command(commands: Any, name: str, text: str, about: str | None = None, **options: Any) -> Any:
+    """A command ``name``, its help ``text`` and its description ``about``."""
+    return commands.add_parser(name, help=text, description=about, **options)
 
 
 def _answers(approve: Any, reconcile: Any) -> tuple[Any, Any]:
@@ -218,63 +209,44 @@ def _answers(approve: Any, reconcile: Any) -> tuple[Any, Any]:
 def _add_off_ledger_commands(commands: Any) -> None:
     """keygen, public-key, sign approve|reconcile (on the decider's own machine), waiting
     (asks the run) and replay."""
-    keygen = commands.add_parser(
-        "keygen",
-        help="make an Ed25519 key pair for signing decisions",
-        description="Write a new private key (PEM, readable by you alone) and print the "
-        "public key line for the policy's [keys].",
-    )
+    about = "Write a new private key (PEM, readable by you alone) and print the public key "
+    about += "line for the policy's [keys]."
+    keygen = _command(commands, "keygen", "make an Ed25519 key pair for signing decisions", about)
     keygen.add_argument("--out", required=True, type=Path, help="the private key file to write")
-    public = commands.add_parser(
-        "public-key", help="print the public key and key id of a private key file"
-    )
+    text = "print the public key and key id of a private key file"
+    public = _command(commands, "public-key", text)
     _add(public, "--key-file", required=True)
     for parser in (keygen, public):
         parser.add_argument("--actor", default="YOUR-NAME", help="the actor name the key proves")
         _add(parser, "--json")
-    signing = commands.add_parser(
-        "sign",
-        help="sign a decision or a verdict for a run's update approve / reconcile",
-        description="Print the signed JSON for `temporal workflow update execute --input`, "
-        "or send it with --send. The private key stays on this machine.",
-    )
+    about = "Print the signed JSON for `temporal workflow update execute --input`, or send it "
+    about += "with --send. The private key stays on this machine."
+    text = "sign a decision or a verdict for a run's update approve / reconcile"
+    signing = _command(commands, "sign", text, about)
     kinds = signing.add_subparsers(dest="kind", required=True, metavar="KIND")
     approve = kinds.add_parser("approve", help="sign a decision on a call awaiting approval")
     verdict = kinds.add_parser("reconcile", help="sign a verdict on a parked step")
-    verdict.add_argument(
-        "--action-id", required=True, type=_non_empty, help="the parked action (query open_effects)"
-    )
+    parked = "the parked action (query open_effects)"
+    verdict.add_argument("--action-id", required=True, type=_non_empty, help=parked)
+    send = "send it with `temporal workflow update execute` and print the answer"
     for parser in _answers(approve, verdict):
         parser.add_argument("--key", required=True, type=_key, help="the call's key")
         _add(parser, "--key-file", required=True)
         _run(parser)
-        parser.add_argument(
-            "--send",
-            action="store_true",
-            help="send it with `temporal workflow update execute` and print the answer",
-        )
+        parser.add_argument("--send", action="store_true", help=send)
         _add(parser, "--address", "--temporal")
-    waiting = commands.add_parser(
-        "waiting",
-        help="a run's parked steps and calls awaiting approval, with their commands",
-        description="Ask a run (through the temporal CLI) what waits in it, and print the "
-        "update command of each, ready to fill in and paste.",
-    )
+    about = "Ask a run (through the temporal CLI) what waits in it, and print the update "
+    about += "command of each, ready to fill in and paste."
+    text = "a run's parked steps and calls awaiting approval, with their commands"
+    waiting = _command(commands, "waiting", text, about)
     _run(waiting)
     _add(waiting, "--address", "--temporal", "--json")
-    replay = commands.add_parser(
-        "replay", help="replay exported workflow histories against your workflow code"
-    )
-    replay.add_argument(
-        "histories", nargs="+", type=Path, help="JSON files from `temporal workflow show -o json`"
-    )
-    replay.add_argument(
-        "--workflow",
-        action="append",
-        default=[],
-        metavar="MODULE:CLASS",
-        help="a workflow class to replay with (repeatable)",
-    )
+    text = "replay exported workflow histories against your workflow code"
+    replay = _command(commands, "replay", text)
+    histories = "JSON files from `temporal workflow show -o json`"
+    replay.add_argument("histories", nargs="+", type=Path, help=histories)
+    one = "a workflow class to replay with (repeatable)"
+    replay.add_argument("--workflow", action="append", default=[], metavar="MODULE:CLASS", help=one)
 
 
 def error(message: str, status: int) -> int:
