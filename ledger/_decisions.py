@@ -61,16 +61,8 @@ def compact_key(tx: Transaction, *, cutoff: str) -> int:
     record.reconciliations = [
         r.model_copy(update={"evidence": [], "output": None}) for r in record.reconciliations
     ]
-    tx.append(
-        EventType.COMPACTED,
-        None,
-        {
-            "fingerprint": record.fingerprint,
-            "status": outcome.status,
-            "effect": outcome.effect,
-            "events_compacted": bodies,
-        },
-    )
+    kept = {"fingerprint": record.fingerprint, "status": outcome.status, "effect": outcome.effect}
+    tx.append(EventType.COMPACTED, None, {**kept, "events_compacted": bodies})
     tx.save(record)
     return 1
 
@@ -120,26 +112,12 @@ def decide_approval(
         first = None if standing == ApprovalState.REQUESTED else standing
         return DecisionRefused(tx.key, reason, decided=first)
     assert record is not None and approval is not None
-    approval = approval.model_copy(
-        update={
-            "state": decided,
-            "approval_id": approval_id,
-            "actor": actor,
-            "basis": basis,
-            "decided_at": tx.recorded_at,
-            **({"signature": signature} if signature is not None else {}),
-        }
-    )
-    tx.append(
-        EventType.APPROVED if decision is Decision.APPROVE else EventType.APPROVAL_REJECTED,
-        None,
-        {
-            **body,
-            "approval_id": approval_id,
-            "capability": approval.capability,
-            "performer": approval.performer,
-        },
-    )
+    update = {"state": decided, "approval_id": approval_id, "actor": actor, "basis": basis}
+    signed = {} if signature is None else {"signature": signature}
+    approval = approval.model_copy(update={**update, "decided_at": tx.recorded_at, **signed})
+    call = {"capability": approval.capability, "performer": approval.performer}
+    kind = EventType.APPROVED if decision is Decision.APPROVE else EventType.APPROVAL_REJECTED
+    tx.append(kind, None, {**body, "approval_id": approval_id, **call})
     record.approval = approval
     tx.save(record)
     return approval
@@ -313,20 +291,10 @@ class Decisions(Opened, KeySpellings):
         check_json(output, where="output")
         if action_id is not None:
             _non_empty(action_id=action_id)
-        signed = DecisionSignature.parse(signature)
-        refused = await self._transact(
-            key,
-            functools.partial(
-                reconcile_key,
-                verdict=verdict,
-                actor=actor,
-                basis=basis,
-                evidence=evidence,
-                output=output,
-                action_id=action_id,
-                signature=None if signed is None else signed.model_dump(),
-            ),
-        )
+        decided = functools.partial(reconcile_key, verdict=verdict, actor=actor, basis=basis)
+        given: dict[str, Any] = {"evidence": evidence, "output": output, "action_id": action_id}
+        given["signature"] = _proof(signature)
+        refused = await self._transact(key, functools.partial(decided, **given))
         if refused is not None:
             raise refused
         return await self._run(self.state, key)
@@ -373,19 +341,10 @@ class Decisions(Opened, KeySpellings):
         decision = _one_of(Decision, decision, "decision")
         _non_empty(fingerprint=fingerprint, actor=actor, basis=basis)
         refuse_placeholders(actor=actor, basis=basis)
-        signed = DecisionSignature.parse(signature)
-        approval = await self._transact(
-            key,
-            functools.partial(
-                decide_approval,
-                fingerprint=fingerprint,
-                decision=decision,
-                actor=actor,
-                basis=basis,
-                approval_id=new_action_id(),
-                signature=None if signed is None else signed.model_dump(),
-            ),
-        )
+        decided = functools.partial(decide_approval, fingerprint=fingerprint, decision=decision)
+        given: dict[str, Any] = {"actor": actor, "basis": basis, "signature": _proof(signature)}
+        given["approval_id"] = new_action_id()
+        approval = await self._transact(key, functools.partial(decided, **given))
         if isinstance(approval, DecisionRefused):
             raise approval
         return approval
@@ -461,6 +420,12 @@ class Decisions(Opened, KeySpellings):
         keys = await self._run(self._recorder.compactable, cutoff)
         compact = functools.partial(compact_key, cutoff=cutoff)
         return sum([await self._transact(key, compact) for key in keys])  # one at a time
+
+
+def _proof(signature: DecisionSignature | dict[str, Any] | None) -> dict[str, Any] | None:
+    """A signature as recorded; :class:`InvalidRequest` naming what is wrong with it."""
+    signed = DecisionSignature.parse(signature)
+    return None if signed is None else signed.model_dump()
 
 
 def _one_of(kind: type[E], value: Any, name: str) -> E:
