@@ -168,11 +168,8 @@ def _show_key(ledger: Ledger, args: argparse.Namespace) -> int:
     except InvalidRequest:  # a wire form longer than any key: only the key it spells
         events = []
     if not events and spelled is not None and spelled != key:
-        print(
-            f"temporal-ledger: {key!r} is the wire form (as a far side holds it) of the key "
-            f"{spelled!r}",
-            file=sys.stderr,
-        )
+        wire = f"{key!r} is the wire form (as a far side holds it) of the key {spelled!r}"
+        print(f"temporal-ledger: {wire}", file=sys.stderr)
         key = spelled
         events = ledger.events(key)
     state = ledger.state(key)
@@ -191,10 +188,7 @@ def _list_events(ledger: Ledger, args: argparse.Namespace) -> int:
 def _list_open_effects(ledger: Ledger, args: argparse.Namespace) -> int:
     """Every effect that is unknown and unresolved."""
     states = ledger.open_effects()
-    rows = [
-        [s.key, s.status, s.effect, s.next_operation, s.capability, s.since, s.error]
-        for s in states
-    ]
+    rows = [[getattr(s, name) for name in _STATE_FIELDS] for s in states]
     text = table(rows, STATE_HEADERS) if states else "no open effects"
     return _say(args, states, text)
 
@@ -219,9 +213,8 @@ def _reconcile(ledger: Ledger, args: argparse.Namespace) -> int:
         schema = ledger.state(args.key).output_schema
         hint = f"\n  --output must fit: {schema_fields(schema)}" if schema else ""
         return error(f"{exc}{hint}", REFUSED)
-    text = (
-        f"{state.key}: {args.verdict} recorded; effect {state.effect}, next {state.next_operation}"
-    )
+    effect, next_operation = state.effect, state.next_operation
+    text = f"{state.key}: {args.verdict} recorded; effect {effect}, next {next_operation}"
     return _say(args, state, text)
 
 
@@ -314,6 +307,7 @@ EVENT_HEADERS = ("seq", "recorded_at", "key", "type", "action_id", "detail")
 
 
 STATE_HEADERS = ("key", "status", "effect", "next", "capability", "since", "why")
+_STATE_FIELDS = ("key", "status", "effect", "next_operation", "capability", "since", "error")
 
 
 def show(state: ActionState, run: dict[str, Any] | None = None) -> str:
