@@ -404,14 +404,10 @@ class Signers:
                 f"{kind}s: sign it with `temporal-ledger sign` and the actor's key"
             )
         run = {"workflow_id": signature.workflow_id, "namespace": signature.namespace}
-        for name, signed_for, arrived in (
-            ("workflow", signature.workflow_id, workflow_id),
-            ("namespace", signature.namespace, namespace),
-        ):
-            if arrived is not None and signed_for != arrived:
-                return (
-                    f"the {kind} was signed for {name} {signed_for!r}, not this one ({arrived!r})"
-                )
+        arrived_in = {"workflow": workflow_id, "namespace": namespace}
+        for (name, arrived), signed in zip(arrived_in.items(), run.values(), strict=True):
+            if arrived is not None and signed != arrived:
+                return f"the {kind} was signed for {name} {signed!r}, not this one ({arrived!r})"
         listed = {key_id(parse_public_key(text)): text for text in self.keys.get(actor, ())}
         if not listed:
             return f"the policy lists no public key for {actor!r}: nothing can prove it is theirs"
