@@ -27,18 +27,10 @@ def mark_started(
         return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
     record.phase = Phase.RUNNING
     record.lease_expires = tx.now + lease
-    approval = record.approval
-    consumed = approval is not None and approval.consumed_by == action_id
-    tx.append(
-        EventType.STARTED,
-        action_id,
-        {
-            "token": token,
-            "lease_expires_at": iso(record.lease_expires),
-            "precondition_checked": True,
-            **({"approval_id": approval.approval_id} if consumed and approval else {}),
-        },
-    )
+    started = {"token": token, "lease_expires_at": iso(record.lease_expires)}
+    if (approval := record.approval) is not None and approval.consumed_by == action_id:
+        started["approval_id"] = approval.approval_id
+    tx.append(EventType.STARTED, action_id, {**started, "precondition_checked": True})
     tx.save(record)
     return None
 
@@ -80,15 +72,9 @@ def keep_as_evidence(
     fields: dict[str, Any],
 ) -> None:
     """Record an attempt's report that is not the key's outcome (``action.late_completion``)."""
-    tx.append(
-        EventType.LATE_COMPLETION,
-        action_id,
-        {
-            "token": token,
-            "current_token": record.token if record else None,
-            **{k: (v.value if hasattr(v, "value") else v) for k, v in fields.items()},
-        },
-    )
+    tokens = {"token": token, "current_token": record.token if record else None}
+    reported = {k: (v.value if hasattr(v, "value") else v) for k, v in fields.items()}
+    tx.append(EventType.LATE_COMPLETION, action_id, {**tokens, **reported})
 
 
 def late_answer(
@@ -126,11 +112,8 @@ def extend_lease(tx: Transaction, *, token: int, lease: float) -> bool:
 def stopped_waiting(tx: Transaction, *, action_id: str) -> None:
     record = tx.record
     assert record is not None  # the request it waits for was recorded under this key
-    tx.append(
-        EventType.DEFERRED,
-        action_id,
-        {"holder_action_id": record.holder_action_id, "stopped_waiting": True},
-    )
+    deferred = {"holder_action_id": record.holder_action_id, "stopped_waiting": True}
+    tx.append(EventType.DEFERRED, action_id, deferred)
     tx.save(record)
 
 
@@ -145,12 +128,8 @@ def release_unused_claim(tx: Transaction, *, action_id: str) -> None:
         or record.phase not in (Phase.CLAIMED, Phase.RUNNING)
     ):
         return
-    release_without_effect(
-        tx,
-        record,
-        error="the ledger connection was lost before the adapter ran; nothing was executed",
-        error_type=FailureType.LEDGER_UNAVAILABLE,
-    )
+    lost = "the ledger connection was lost before the adapter ran; nothing was executed"
+    release_without_effect(tx, record, lost, FailureType.LEDGER_UNAVAILABLE)
     tx.save(record)
 
 
@@ -161,28 +140,16 @@ def recover_expired(tx: Transaction, record: KeyRecord) -> None:
     started and never reported may have. Either way the holder's request gets its
     one completion here, so nobody waits on a dead worker again.
     """
-    holder = record.holder_action_id
-    assert holder is not None
     if record.phase == Phase.CLAIMED:
-        release_without_effect(
-            tx,
-            record,
-            error="abandoned before the started marker (lease expired); nothing was executed",
-            error_type=FailureType.ABANDONED,
-        )
+        abandoned = "abandoned before the started marker (lease expired); nothing was executed"
+        release_without_effect(tx, record, abandoned, FailureType.ABANDONED)
         return
-    outcome = Outcome(
-        action_id=holder,
-        status="failed",
-        effect=EffectState.UNKNOWN,
-        recorded_at=tx.recorded_at,
-        error="interrupted: the execution started and never reported before its lease "
-        "expired; the effect may or may not have happened",
-        error_type=FailureType.INTERRUPTED,
-        token=record.token,
-        interrupted=True,
+    interrupted = (
+        "interrupted: the execution started and never reported before its lease expired; the "
+        "effect may or may not have happened"
     )
-    settle(tx, record, outcome)
+    unknown = {"error_type": FailureType.INTERRUPTED, "interrupted": True}
+    _fail(tx, record, EffectState.UNKNOWN, error=interrupted, **unknown)
 
 
 def settle(tx: Transaction, record: KeyRecord, outcome: Outcome) -> None:
@@ -200,17 +167,17 @@ def release_without_effect(
     """Settle a claim whose adapter never ran: no effect, and (``retryable``) the key may
     act again. ``error``, ``error_type`` and ``retryable`` are a :data:`Stop`'s, in its
     order."""
-    assert record.holder_action_id is not None
-    outcome = Outcome(
-        action_id=record.holder_action_id,
-        status="failed",
-        effect=EffectState.NONE,
-        recorded_at=tx.recorded_at,
-        error=error,
-        error_type=error_type,
-        retryable=retryable,
-        token=record.token,
+    return _fail(
+        tx, record, EffectState.NONE, error=error, error_type=error_type, retryable=retryable
     )
+
+
+def _fail(tx: Transaction, record: KeyRecord, effect: EffectState, **failure: Any) -> Outcome:
+    """Settle the holder's execution as FAILED with ``effect`` and ``failure`` (its error,
+    error type...), under its claim's token."""
+    assert record.holder_action_id is not None
+    holder = record.holder_action_id
+    outcome = Outcome(holder, "failed", effect, tx.recorded_at, token=record.token, **failure)
     settle(tx, record, outcome)
     return outcome
 
