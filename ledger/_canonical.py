@@ -65,9 +65,8 @@ def check_text(value: str, *, where: str, raw: bool = False) -> None:
     """Raise :class:`InvalidRequest` unless the string ``value`` can be recorded: valid
     Unicode, at most :data:`MAX_JSON_TEXT` characters, and for ``raw`` text (stored in a
     column of its own, not inside JSON) no NUL, which PostgreSQL text cannot hold."""
-    if len(value) > MAX_JSON_TEXT // _CHAR_BOUND and len(_STORED_ENCODER.encode(value)) > (
-        MAX_JSON_TEXT
-    ):
+    may_be_too_long = len(value) > MAX_JSON_TEXT // _CHAR_BOUND
+    if may_be_too_long and len(_STORED_ENCODER.encode(value)) > MAX_JSON_TEXT:
         raise InvalidRequest(
             f"{where}: {len(value):,} characters, over the ledger's limit of "
             f"{MAX_JSON_TEXT:,} characters of JSON text (16 MiB)"
@@ -198,10 +197,7 @@ def _sorts_as_rfc8785(value: Any) -> bool:
                 return False
         return True
     if kind is list:
-        for item in value:
-            if not _sorts_as_rfc8785(item):
-                return False
-        return True
+        return all(map(_sorts_as_rfc8785, value))
     if kind is int:
         return bool(-_MAX_SAFE_INT <= value <= _MAX_SAFE_INT)
     return kind is str or kind is bool or value is None
