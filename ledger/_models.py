@@ -12,7 +12,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ._canonical import check_json, check_text, combine, fingerprint_dimensions
+from ._canonical import DIMENSIONS, check_json, check_text, combine, fingerprint_dimensions
 from ._errors import InvalidRequest
 
 
@@ -207,20 +207,14 @@ class ActionRequest(_Frozen):
         if isinstance(data, cls):
             # Validated when it was built; the JSON values are still checked, because
             # their contents can be changed after construction.
-            if not (
-                isinstance(data.key, str)
-                and isinstance(data.capability, str)
-                and _CAPABILITY.match(data.capability)
-            ):
+            texts = (data.key, data.capability, data.instruction, data.performer, data.action_id)
+            if not all(isinstance(text, str) for text in texts) or not _CAPABILITY.match(texts[1]):
                 return cls(**data.model_dump())  # built with model_construct: validate
             validate_key(data.key)
             for name in ("payload", "precondition", "context", "output_schema"):
                 check_json(getattr(data, name), where=name)
             for name in ("instruction", "performer", "action_id"):
-                text = getattr(data, name)
-                if not isinstance(text, str):
-                    return cls(**data.model_dump())  # built with model_construct: validate
-                check_text(text, where=name, raw=name == "action_id")
+                check_text(getattr(data, name), where=name, raw=name == "action_id")
             if not isinstance(data.payload, dict):
                 raise InvalidRequest("payload must be a JSON object")
             return data
@@ -284,13 +278,7 @@ class ActionRequest(_Frozen):
             ``capability``, ``instruction``, ``payload``, ``precondition`` and
             ``performer``, by name.
         """
-        return {
-            "capability": self.capability,
-            "instruction": self.instruction,
-            "payload": self.payload,
-            "precondition": self.precondition,
-            "performer": self.performer,
-        }
+        return {name: getattr(self, name) for name in DIMENSIONS}
 
 
 def _describe(exc: ValidationError) -> str:
