@@ -59,13 +59,9 @@ def resubmission_answer(
     """
     own = [e for e in events if e.action_id == request.action_id]
     requested = next((e for e in own if e.type == EventType.REQUESTED), None)
-    recorded_fingerprint = (
-        None
-        if requested is None
-        else record.fingerprint
-        if requested.compacted and record is not None
-        else requested.payload.get("fingerprint")
-    )
+    recorded_fingerprint = None if requested is None else requested.payload.get("fingerprint")
+    if requested is not None and requested.compacted and record is not None:
+        recorded_fingerprint = record.fingerprint
     if recorded_fingerprint != fingerprint:
         where = "under another key" if requested is None else "for a different request"
         raise InvalidRequest(
@@ -104,11 +100,8 @@ def next_operation(record: KeyRecord | None, now: float) -> NextOperation:
     if record.phase in (Phase.CLAIMED, Phase.RUNNING):
         if (record.lease_expires or 0) > now:
             return NextOperation.WAIT
-        return (
-            NextOperation.START_ACTION
-            if record.phase == Phase.CLAIMED
-            else NextOperation.RECONCILE_EFFECT
-        )
+        claimed = record.phase == Phase.CLAIMED
+        return NextOperation.START_ACTION if claimed else NextOperation.RECONCILE_EFFECT
     outcome = record.outcome
     assert outcome is not None  # settled
     if outcome.retryable:
