@@ -66,13 +66,8 @@ def statement(args: argparse.Namespace, update: str, **run: str) -> dict[str, An
     if update == "approve":
         decision = Decision.REJECT if args.reject else Decision.APPROVE
         return decision_statement(fingerprint=args.fingerprint, decision=decision, **decided)
-    return verdict_statement(
-        action_id=args.action_id,
-        verdict=args.verdict,
-        evidence=args.evidence,
-        output=args.output,
-        **decided,
-    )
+    found = {"verdict": args.verdict, "evidence": args.evidence, "output": args.output}
+    return verdict_statement(action_id=args.action_id, **found, **decided)
 
 
 def sign_command(args: argparse.Namespace) -> int:
