@@ -79,6 +79,11 @@ def _where(event: LedgerEvent) -> str:
     return f"seq {event.seq} ({event.type}, key {event.key!r})"
 
 
+#: The fields of an event that its hash covers, by the name chain_hash gives them, with its
+#: body's hash.
+_CHAINED = ("prev_hash", "key", "action_id", "type", "recorded_at")
+
+
 def _check_chains(
     events: list[LedgerEvent], records: dict[str, KeyRecord]
 ) -> tuple[list[str], dict[str, str], dict[str, int]]:
@@ -99,15 +104,8 @@ def _check_chains(
                 f"{_where(event)}: hash chain broken: it does not follow the previous record of "
                 "its key (a record was dropped, inserted or reordered before it)"
             )
-        recomputed = chain_hash(
-            prev_hash=event.prev_hash,
-            key=event.key,
-            action_id=event.action_id,
-            type=event.type,
-            body=event.body_hash,
-            recorded_at=event.recorded_at,
-        )
-        if recomputed != event.hash:
+        chained = {name: getattr(event, name) for name in _CHAINED}
+        if chain_hash(**chained, body=event.body_hash) != event.hash:
             problems.append(f"{_where(event)}: record hash mismatch: the record was edited")
         if not event.compacted and body_hash(event.payload) != event.body_hash:
             problems.append(f"{_where(event)}: payload edited: it no longer matches its body hash")
