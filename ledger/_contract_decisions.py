@@ -58,12 +58,8 @@ class DecisionContract:
         """Effect confirmed needs an output that fits the schema the request recorded; a
         key whose effect is not unknown is refused durably; so are unknown verdicts and
         missing actors."""
-        schema = {
-            "title": "Sent",
-            "type": "object",
-            "properties": {"entry": {"type": "integer"}, "note": {"type": "string"}},
-            "required": ["entry"],
-        }
+        fields = {"entry": {"type": "integer"}, "note": {"type": "string"}}
+        schema = {"title": "Sent", "type": "object", "properties": fields, "required": ["entry"]}
         far_side = _CountingAdapter(raise_after=ConnectionResetError("lost the reply"))
         await _execute(ledger, request("k", output_schema=schema), far_side)
         assert ledger.state("k").output_schema == schema

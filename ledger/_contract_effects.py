@@ -237,9 +237,6 @@ class EffectContract:
         lease = 0.6
         release = asyncio.Event()
 
-        def size(req: ActionRequest) -> dict[str, int]:
-            return {"size": 3}
-
         async def stalled(req: ActionRequest, ctx: Any) -> dict[str, bool]:
             time.sleep(lease * 3)  # blocks A's loop: no lease renewal happens
             return {"a": True}
@@ -250,7 +247,8 @@ class EffectContract:
 
         async def attempt(ledger: Ledger, adapter: Any) -> ActionResult:
             req = request("k", precondition={"size": 3})
-            return await _execute(ledger, req, adapter, state=size, retry_safe=True)
+            size = {"size": 3}
+            return await _execute(ledger, req, adapter, state=lambda _: size, retry_safe=True)
 
         async def attempt_a() -> None:  # on a loop of its own, in another thread
             async with open_ledger(lease=lease) as a:
