@@ -121,16 +121,12 @@ def raw_public_key(private_key: Ed25519PrivateKey) -> bytes:
 def write_private_key(path: Path, private_key: Ed25519PrivateKey) -> None:
     """Write a new key file readable by its owner alone, in a folder made for its owner
     alone where there is none (as ``ssh-keygen`` does); never overwrite one."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:  # a file where the folder should be, or no permission
-        raise InvalidRequest(f"cannot write key file {path}: {exc.strerror or exc}") from None
-    try:
-        descriptor = os.open(path, flags, 0o600)
-    except FileExistsError:
-        raise InvalidRequest(f"{path} exists: a key file is never overwritten") from None
-    except OSError as exc:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:  # the key file exists, a file is where the folder should be...
+        if isinstance(exc, FileExistsError) and path.parent.is_dir():
+            raise InvalidRequest(f"{path} exists: a key file is never overwritten") from None
         raise InvalidRequest(f"cannot write key file {path}: {exc.strerror or exc}") from None
     from cryptography.hazmat.primitives import serialization
 
