@@ -233,10 +233,8 @@ def _verify(ledger: Ledger, args: argparse.Namespace) -> int:
     signers, gated = args.policy or (None, [])
     report = ledger.verify(gated=args.gated + gated, signers=signers)
     found = "OK" if report.ok else f"{len(report.problems)} problem(s)"
-    text = "\n".join(
-        [f"{report.events} events, {report.keys} keys: {found}"]
-        + [f"  - {p}" for p in report.problems]
-    )
+    problems = "".join(f"\n  - {p}" for p in report.problems)
+    text = f"{report.events} events, {report.keys} keys: {found}{problems}"
     return _say(args, report, text, OK if report.ok else REFUSED)
 
 
