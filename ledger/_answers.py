@@ -28,6 +28,8 @@ from ._transaction import KeyRecord, Outcome, Phase
 
 def result_of(outcome: Outcome, *, key: str, action_id: str, replayed: bool) -> ActionResult:
     """The answer of the key's outcome to ``action_id``: its own, or a replay of it."""
+    # Spelled out, not copied by a list of names as project() does: every call answers
+    # through here, and the keywords measured 1 to 3 us faster (timeit, issue 42).
     return ActionResult(
         action_id=action_id,
         key=key,

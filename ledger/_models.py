@@ -12,7 +12,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ._canonical import DIMENSIONS, check_json, check_text, combine, fingerprint_dimensions
+from ._canonical import check_json, check_text, combine, fingerprint_dimensions
 from ._errors import InvalidRequest
 
 
@@ -278,7 +278,15 @@ class ActionRequest(_Frozen):
             ``capability``, ``instruction``, ``payload``, ``precondition`` and
             ``performer``, by name.
         """
-        return {name: getattr(self, name) for name in DIMENSIONS}
+        # Spelled out, not a comprehension over DIMENSIONS: every call builds it twice, and
+        # the literal measured about 1.5 us faster (timeit, issue 42).
+        return {
+            "capability": self.capability,
+            "instruction": self.instruction,
+            "payload": self.payload,
+            "precondition": self.precondition,
+            "performer": self.performer,
+        }
 
 
 def _describe(exc: ValidationError) -> str:
