@@ -84,14 +84,13 @@ def resubmission_answer(
                 update={**update, "reused_from_action_id": body.get("reused_from_action_id")}
             )
         if event.type == EventType.REPLAY_REFUSED:
-            raise IdempotencyConflictError(
-                key=request.key,
-                original_action_id=event.payload["original_action_id"],
-                dimensions=event.payload["dimensions"],
-                fingerprint_version=event.payload["fingerprint_version"],
-                action_id=request.action_id,
-            )
+            refused = {name: event.payload[name] for name in _CONFLICT}
+            raise IdempotencyConflictError(key=request.key, action_id=request.action_id, **refused)
     return None
+
+
+#: What a refused request's record says of the conflict, as IdempotencyConflictError names it.
+_CONFLICT = ("original_action_id", "dimensions", "fingerprint_version")
 
 
 def next_operation(record: KeyRecord | None, now: float) -> NextOperation:
@@ -132,8 +131,7 @@ def project(key: str, record: KeyRecord | None, now: float) -> ActionState:
     effect = EffectState.NONE if outcome is None else outcome.effect
     error = None if outcome is None else outcome.error
     if record.phase == Phase.RUNNING:
-        status, error = None, None
-        effect = EffectState.UNKNOWN
+        status, effect, error = None, EffectState.UNKNOWN, None
         if (record.lease_expires or 0) <= now:
             error = "the execution started and its lease expired without a report"
     elif record.phase in (Phase.CLAIMED, Phase.AWAITING_APPROVAL):
