@@ -75,7 +75,7 @@ from ._pg_write import (
 from ._recorder import Recorder, T, event_from_row, events_sql, migrate
 from ._sqlite import integrity_error
 from ._transaction import KeyRecord, Phase, Tally, Transaction
-from ._writer import Job, Writers
+from ._writer import Writers
 
 # How long a reading of the database clock is trusted to estimate it from this
 # machine's monotonic clock; older, a write reads the clock again.
@@ -169,7 +169,7 @@ class PostgresRecorder(Recorder):
         self._seen: dict[str, str] = {}
         # Transactions submitted from an event loop run on these threads, one per pooled
         # connection, started on first use (see submit_on_loop).
-        self._writers = Writers("ledger-postgres", threads=pool_size)
+        self._writers: Writers = Writers("ledger-postgres", threads=pool_size)
         # One-message transactions run on the event loop that first sends one (see
         # transact_unchanged); a call from another loop takes the usual way.
         self._on_loop = LoopPool(url, self._kwargs, size=pool_size, timeout=self._timeout)
@@ -334,22 +334,14 @@ class PostgresRecorder(Recorder):
             f"transaction was rolled back: {_reason(exc)}"
         )
 
-    def submit_on_loop(
-        self,
-        key: str,
-        fn: Callable[[Transaction], T],
-        loop: asyncio.AbstractEventLoop,
-        *,
-        durable: bool = True,
-        expected: KeyRecord | None = None,
-    ) -> asyncio.Future[T] | None:
-        """:meth:`transact` on one of this recorder's threads, answered on ``loop``: a
-        queue and one ``call_soon_threadsafe``, lighter than an executor's future chain."""
+    def _job(
+        self, key: str, fn: Callable[[Transaction], T], durable: bool, expected: KeyRecord | None
+    ) -> Callable[[], T] | None:
+        # On one of this recorder's threads; the fn clears tx.durable itself, and the
+        # record is read under the key's lock whatever was expected.
         if self._closed.is_set() or type(self).transact is not PostgresRecorder.transact:
             return None  # closed, or a subclass's own transact: the ledger's executor
-        future: asyncio.Future[T] = loop.create_future()
-        self._writers.put(Job(functools.partial(self.transact, key, fn), future, loop))
-        return future
+        return functools.partial(self.transact, key, fn)
 
     # -- one-message transactions ----------------------------------------------------
 

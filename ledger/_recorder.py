@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 from ._errors import InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
 from ._transaction import KeyRecord, Phase, Tally, Transaction
+from ._writer import Job, Writers
 
 T = TypeVar("T")
 
@@ -106,8 +107,25 @@ class Recorder(ABC):
         Returns:
             A future of that loop, or ``None`` as for :meth:`submit`.
         """
-        queued = self.submit(key, fn)
-        return None if queued is None else asyncio.wrap_future(queued, loop=loop)
+        writers = self._writers
+        run = None if writers is None else self._job(key, fn, durable, expected)
+        if writers is None or run is None:
+            queued = self.submit(key, fn)
+            return None if queued is None else asyncio.wrap_future(queued, loop=loop)
+        future: asyncio.Future[T] = loop.create_future()
+        writers.put(Job(run, future, loop))
+        return future
+
+    #: The threads of a backend that runs its transactions on threads of its own: what
+    #: :meth:`_job` makes of a transaction, :meth:`submit_on_loop` queues there.
+    _writers: Writers | None = None
+
+    def _job(
+        self, key: str, fn: Callable[[Transaction], T], durable: bool, expected: KeyRecord | None
+    ) -> Callable[[], T] | None:
+        """The transaction of :meth:`submit_on_loop` (its arguments, as there) as a job for
+        :attr:`_writers`, or ``None`` (the default): :meth:`submit`'s route then."""
+        return None
 
     #: Whether :meth:`read_now` reads on the calling thread (a local file): a replay is
     #: then decided from that read, and only its audit record is written.

@@ -9,7 +9,6 @@ transaction and one sync paid nothing a user sees: bench/README.md, issue 42.)
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import sqlite3
@@ -98,7 +97,7 @@ class SQLiteRecorder(Recorder):
                 "exist: create it or pass another path"
             )
         self._lock = threading.RLock()
-        self._writer = Writers("ledger-sqlite-writer")
+        self._writers: Writers = Writers("ledger-sqlite-writer")
         try:
             # Key lookups touch a few index pages of a large file; keep them cached (up
             # to 64 MiB, allocated as used; 16 MiB for the event loop's own reads).
@@ -140,25 +139,15 @@ class SQLiteRecorder(Recorder):
 
     def submit(self, key: str, fn: Callable[[Transaction], T]) -> Future[T]:
         future: Future[T] = Future()
-        self._writer.put(Job(functools.partial(self._commit, key, fn), future))
+        self._writers.put(Job(functools.partial(self._commit, key, fn), future))
         return future
 
-    def submit_on_loop(
-        self,
-        key: str,
-        fn: Callable[[Transaction], T],
-        loop: asyncio.AbstractEventLoop,
-        *,
-        durable: bool = True,
-        expected: KeyRecord | None = None,
-    ) -> asyncio.Future[T] | None:
+    def _job(
+        self, key: str, fn: Callable[[Transaction], T], durable: bool, expected: KeyRecord | None
+    ) -> Callable[[], T] | None:
         if type(self).submit is not SQLiteRecorder.submit:
-            # A subclass that reroutes submit (a test's fault injection) keeps its route.
-            return super().submit_on_loop(key, fn, loop)
-        future: asyncio.Future[T] = loop.create_future()
-        run = functools.partial(self._commit, key, fn, durable=durable, expected=expected)
-        self._writer.put(Job(run, future, loop))
-        return future
+            return None  # a subclass that reroutes submit (a test's fault injection) keeps it
+        return functools.partial(self._commit, key, fn, durable=durable, expected=expected)
 
     def _synchronous(self, full: bool) -> None:
         """Set the writer's sync level for its next commit (outside a transaction: SQLite
@@ -282,7 +271,7 @@ class SQLiteRecorder(Recorder):
         return sorted(key for (key,) in rows)
 
     def close(self) -> None:
-        self._writer.close()
+        self._writers.close()
         with self._read_lock:
             self._read_conn.close()
         with self._loop_read_lock:
