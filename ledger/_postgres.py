@@ -58,7 +58,6 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from ._errors import InvalidRequest, LedgerUnavailable
-from ._models import LedgerEvent
 from ._pg_loop import LoopPool, usable
 from ._pg_write import (
     CONNECTION_ERRORS,
@@ -72,9 +71,9 @@ from ._pg_write import (
     begin,
     roll_back,
 )
-from ._recorder import Recorder, T, event_from_row, events_sql, migrate
+from ._recorder import SQLRecorder, T, migrate
 from ._sqlite import integrity_error
-from ._transaction import KeyRecord, Phase, Tally, Transaction
+from ._transaction import KeyRecord, Phase, Transaction
 from ._writer import Writers
 
 # How long a reading of the database clock is trusted to estimate it from this
@@ -133,7 +132,7 @@ def _lost(exc: BaseException) -> bool:
     return isinstance(exc, CONNECTION_ERRORS) and getattr(exc, "sqlstate", None) is None
 
 
-class PostgresRecorder(Recorder):
+class PostgresRecorder(SQLRecorder):
     """A ledger in a PostgreSQL database, shared by any number of processes and machines.
 
     ``pool_size`` bounds the connections this process opens (and so how many
@@ -143,6 +142,7 @@ class PostgresRecorder(Recorder):
 
     # A dead connection is discarded; the next transaction runs on another or a new one.
     reconnects = True
+    _mark = "%s"
 
     def __init__(self, url: str, *, pool_size: int = 10, timeout: float = 10.0) -> None:
         if pool_size < 1:
@@ -245,7 +245,7 @@ class PostgresRecorder(Recorder):
         finally:
             self._pool.putconn(conn)
 
-    def _read(self, doing: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def _rows(self, doing: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """The rows of one read. A read changes nothing, so one whose connection fails
         goes again on another: connections may have been ended while pooled (a restart
         ends them all, so as many tries as the pool holds, and one more)."""
@@ -267,7 +267,7 @@ class PostgresRecorder(Recorder):
         )
 
     def now(self) -> float:
-        ((now,),) = self._read("reading the database clock", NOW)
+        ((now,),) = self._rows("reading the database clock", NOW)
         return float(now)
 
     def transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
@@ -413,49 +413,8 @@ class PostgresRecorder(Recorder):
         if await self._on_loop.here(f"ledger {self.where} (event loop)"):
             await self._on_loop.wait()
 
-    def tally(self) -> dict[int, Tally]:
-        rows = self._read(
-            "reading the tally", "SELECT stripe, keys, events, digest FROM ledger_stripes"
-        )
-        return {stripe: Tally(keys, events, digest) for stripe, keys, events, digest in rows}
-
-    def get(self, key: str) -> KeyRecord | None:
-        rows = self._read("reading a key", "SELECT record FROM ledger_keys WHERE key = %s", (key,))
-        return KeyRecord.from_json(rows[0][0]) if rows else None
-
-    def events(
-        self, key: str | None = None, *, after: int = 0, limit: int | None = None
-    ) -> list[LedgerEvent]:
-        sql, params = events_sql("%s", key=key, after=after, limit=limit)
-        return [event_from_row(row) for row in self._read("reading events", sql, params)]
-
-    def records(self) -> Iterator[KeyRecord]:
-        # Pages by key so a large ledger neither sits in memory nor pins a pooled
-        # connection while the caller iterates.
-        last = ""  # below every key (a key has at least one character)
-        while True:
-            rows = self._read(
-                "reading key states",
-                "SELECT key, record FROM ledger_keys WHERE key > %s ORDER BY key LIMIT 1000",
-                (last,),
-            )
-            for _, text in rows:
-                yield KeyRecord.from_json(text)
-            if len(rows) < 1000:
-                return
-            last = rows[-1][0]
-
-    def candidate_open_effects(self) -> list[KeyRecord]:
-        rows = self._read(
-            "listing open effects",
-            "SELECT record FROM ledger_keys WHERE effect = 'unknown' OR phase IN (%s, %s)"
-            " ORDER BY key",
-            (Phase.CLAIMED, Phase.RUNNING),
-        )
-        return [KeyRecord.from_json(text) for (text,) in rows]
-
     def compactable(self, settled_before: str) -> list[str]:
-        rows = self._read(
+        rows = self._rows(
             "listing compactable keys",
             "SELECT key FROM ledger_keys WHERE compacted = 0 AND phase = %s"
             " AND settled_at < %s AND effect != 'unknown' ORDER BY key",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, Literal, TypeVar
 
@@ -380,17 +380,63 @@ def event_from_row(row: tuple[Any, ...]) -> LedgerEvent:
 EVENT_COLUMNS = "seq, key, action_id, type, payload, recorded_at, body_hash, prev_hash, hash"
 
 
-def events_sql(
-    placeholder: str, *, key: str | None, after: int, limit: int | None
-) -> tuple[str, list[object]]:
-    """The SELECT of the log in order, optionally one key's, in the backend's style."""
-    sql = f"SELECT {EVENT_COLUMNS} FROM ledger_events WHERE seq > {placeholder}"
-    params: list[object] = [after]
-    if key is not None:
-        sql += f" AND key = {placeholder}"
-        params.append(key)
-    sql += " ORDER BY seq"
-    if limit is not None:
-        sql += f" LIMIT {placeholder}"
-        params.append(limit)
-    return sql, params
+class SQLRecorder(Recorder):
+    """The reads the SQL backends share, over the backend's :meth:`_rows`."""
+
+    #: The backend's placeholder of a bound parameter.
+    _mark = "?"
+
+    @abstractmethod
+    def _rows(self, doing: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one read; ``doing`` says what it is, for an error's message."""
+
+    def tally(self) -> dict[int, Tally]:
+        rows = self._rows(
+            "reading the tally", "SELECT stripe, keys, events, digest FROM ledger_stripes"
+        )
+        return {stripe: Tally(keys, events, digest) for stripe, keys, events, digest in rows}
+
+    def get(self, key: str) -> KeyRecord | None:
+        sql = f"SELECT record FROM ledger_keys WHERE key = {self._mark}"
+        rows = self._rows("reading a key", sql, (key,))
+        return KeyRecord.from_json(rows[0][0]) if rows else None
+
+    def events(
+        self, key: str | None = None, *, after: int = 0, limit: int | None = None
+    ) -> list[LedgerEvent]:
+        mark = self._mark
+        sql = f"SELECT {EVENT_COLUMNS} FROM ledger_events WHERE seq > {mark}"
+        params: list[object] = [after]
+        if key is not None:
+            sql += f" AND key = {mark}"
+            params.append(key)
+        sql += " ORDER BY seq"
+        if limit is not None:
+            sql += f" LIMIT {mark}"
+            params.append(limit)
+        return [event_from_row(row) for row in self._rows("reading events", sql, params)]
+
+    def records(self) -> Iterator[KeyRecord]:
+        # Pages by key so a large ledger neither sits in memory nor holds a connection
+        # while the caller iterates.
+        last = ""  # below every key (a key has at least one character)
+        sql = (
+            f"SELECT key, record FROM ledger_keys WHERE key > {self._mark} ORDER BY key LIMIT 1000"
+        )
+        while True:
+            rows = self._rows("reading key states", sql, (last,))
+            for _, text in rows:
+                yield KeyRecord.from_json(text)
+            if len(rows) < 1000:
+                return
+            last = rows[-1][0]
+
+    def candidate_open_effects(self) -> list[KeyRecord]:
+        # SQLite's partial index's own condition, word for word: its planner uses an index
+        # only for a query whose condition implies the index's, and not through parameters.
+        rows = self._rows(
+            "listing open effects",
+            "SELECT record FROM ledger_keys"
+            " WHERE effect = 'unknown' OR phase IN ('claimed', 'running') ORDER BY key",
+        )
+        return [KeyRecord.from_json(text) for (text,) in rows]

@@ -14,16 +14,16 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from ._errors import DuplicateActionId, InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
-from ._recorder import Recorder, T, event_from_row, events_sql, migrate
+from ._recorder import SQLRecorder, T, event_from_row, migrate
 from ._sqlite_write import MIGRATIONS, READ_ROW, SQLiteTransaction, key_events
-from ._transaction import KeyRecord, Phase, Tally, Transaction
+from ._transaction import KeyRecord, Phase, Transaction
 from ._writer import Job, Writers
 
 
@@ -69,7 +69,7 @@ def _into_wal(conn: sqlite3.Connection, timeout: float) -> None:
             time.sleep(0.01)
 
 
-class SQLiteRecorder(Recorder):
+class SQLiteRecorder(SQLRecorder):
     """A ledger in one SQLite file (WAL, ``synchronous=FULL``; a replay's record
     ``synchronous=NORMAL``)."""
 
@@ -224,46 +224,25 @@ class SQLiteRecorder(Recorder):
             self._loop_read_lock.release()
         return (KeyRecord.from_json(row[0]) if row else None), self.now()
 
-    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    def _rows(self, doing: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._read_lock:
             return self._read_conn.execute(sql, params).fetchall()
-
-    def tally(self) -> dict[int, Tally]:
-        rows = self._rows("SELECT stripe, keys, events, digest FROM ledger_stripes")
-        return {stripe: Tally(keys, events, digest) for stripe, keys, events, digest in rows}
-
-    def get(self, key: str) -> KeyRecord | None:
-        rows = self._rows("SELECT record FROM ledger_keys WHERE key = ?", (key,))
-        return KeyRecord.from_json(rows[0][0]) if rows else None
 
     def events(
         self, key: str | None = None, *, after: int = 0, limit: int | None = None
     ) -> list[LedgerEvent]:
-        if key is not None:
-            with self._read_lock:
-                rows = key_events(self._read_conn, key)
-            found = [event_from_row(row) for row in rows if row[0] > after]
-            return found if limit is None or limit < 0 else found[:limit]  # as SQL's LIMIT
-        sql, params = events_sql("?", key=key, after=after, limit=limit)
-        return [event_from_row(row) for row in self._rows(sql, tuple(params))]
-
-    def records(self) -> Iterator[KeyRecord]:
-        for (text,) in self._rows("SELECT record FROM ledger_keys ORDER BY key"):
-            yield KeyRecord.from_json(text)
-
-    def candidate_open_effects(self) -> list[KeyRecord]:
-        # The partial index's own condition, word for word: the planner uses an index only
-        # for a query whose condition implies the index's, and not through parameters.
-        rows = self._rows(
-            "SELECT record FROM ledger_keys"
-            " WHERE effect = 'unknown' OR phase IN ('claimed', 'running') ORDER BY key"
-        )
-        return [KeyRecord.from_json(text) for (text,) in rows]
+        if key is None:
+            return super().events(after=after, limit=limit)
+        with self._read_lock:
+            rows = key_events(self._read_conn, key)
+        found = [event_from_row(row) for row in rows if row[0] > after]
+        return found if limit is None or limit < 0 else found[:limit]  # as SQL's LIMIT
 
     def compactable(self, settled_before: str) -> list[str]:
         # No index serves this (see MIGRATIONS): one pass over the table, sorted here
         # (UTF-8 byte order, SQLite's, is code point order).
         rows = self._rows(
+            "listing compactable keys",
             "SELECT key FROM ledger_keys NOT INDEXED WHERE compacted = 0 AND phase = ?"
             " AND settled_at < ? AND effect != 'unknown'",
             (Phase.SETTLED, settled_before),
