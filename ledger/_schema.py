@@ -114,6 +114,7 @@ def _matches(kind: str, value: Any) -> bool:
 def _problems(schema: dict[str, Any], value: Any, *, path: str, root: dict[str, Any]) -> list[str]:
     schema = _resolve(schema, root)
     where = path or "output"
+    wrong = f"{where}: expected {describe_schema(schema, root)}, got {_shown(value)}"
     for combinator in ("anyOf", "oneOf"):
         if combinator in schema:
             options = schema[combinator]
@@ -123,15 +124,12 @@ def _problems(schema: dict[str, Any], value: Any, *, path: str, root: dict[str, 
             if meant is not None:
                 # One option is plainly the one meant (its type, its tag): name the field.
                 return _problems(meant, value, path=path, root=root)
-            return [f"{where}: expected {describe_schema(schema, root)}, got {_shown(value)}"]
+            return [wrong]
     problems = [
         p for sub in schema.get("allOf", []) for p in _problems(sub, value, path=path, root=root)
     ]
     if "enum" in schema and value not in schema["enum"]:
-        return [
-            *problems,
-            f"{where}: expected {describe_schema(schema, root)}, got {_shown(value)}",
-        ]
+        return [*problems, wrong]
     if "const" in schema and value != schema["const"]:
         return [*problems, f"{where}: expected {schema['const']!r}, got {_shown(value)}"]
     if isinstance(value, str) and value == _placeholder(schema, root) and "const" not in schema:
@@ -140,10 +138,7 @@ def _problems(schema: dict[str, Any], value: Any, *, path: str, root: dict[str, 
     if value is None and kinds == ["object"] and schema.get("required"):
         value = {}  # no output at all: name every field it needs
     if kinds and not any(_matches(k, value) for k in kinds):
-        return [
-            *problems,
-            f"{where}: expected {describe_schema(schema, root)}, got {_shown(value)}",
-        ]
+        return [*problems, wrong]  # (not for the {} above: an object matches)
     if isinstance(value, dict):
         properties = schema.get("properties", {})
         for name in schema.get("required", []):
