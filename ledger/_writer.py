@@ -39,16 +39,22 @@ class Job:
             return self.future.set_running_or_notify_cancel()
         return not self.future.cancelled()
 
+    def answer(self, result: Any, error: BaseException | None) -> None:
+        """Answer the caller (on its event loop's thread, unless it stopped waiting)."""
+        if self.future.cancelled():
+            return
+        if error is None:
+            self.future.set_result(result)
+        else:
+            self.future.set_exception(error)
 
-def _answer(job: Job, result: Any, error: BaseException | None) -> None:
-    """Answer the job's caller (on its event loop, unless it stopped waiting)."""
-    future = job.future
-    if future.cancelled():
-        return
-    if error is None:
-        future.set_result(result)
-    else:
-        future.set_exception(error)
+    def answered(self, result: Any, error: BaseException | None) -> None:
+        """:meth:`answer`, from a writer thread."""
+        if self.loop is None:
+            self.answer(result, error)
+        else:
+            with contextlib.suppress(RuntimeError):  # a loop closed meanwhile hears nothing
+                self.loop.call_soon_threadsafe(self.answer, result, error)
 
 
 class Writers:
@@ -67,7 +73,7 @@ class Writers:
         if len(self._threads) < self._count or self._closed:
             with self._lock:
                 if self._closed:
-                    _answer(job, None, LedgerUnavailable("the ledger is closed"))
+                    job.answer(None, LedgerUnavailable("the ledger is closed"))
                     return
                 while len(self._threads) < self._count:
                     thread = threading.Thread(
@@ -84,17 +90,9 @@ class Writers:
             try:
                 result = job.run()
             except BaseException as exc:
-                self._answered(job, None, exc)
+                job.answered(None, exc)
             else:
-                self._answered(job, result, None)
-
-    @staticmethod
-    def _answered(job: Job, result: Any, error: BaseException | None) -> None:
-        if job.loop is None:
-            _answer(job, result, error)
-        else:
-            with contextlib.suppress(RuntimeError):  # a loop closed meanwhile hears nothing
-                job.loop.call_soon_threadsafe(_answer, job, result, error)
+                job.answered(result, None)
 
     def close(self) -> None:
         """Run what is queued, then stop the threads."""
