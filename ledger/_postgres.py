@@ -101,27 +101,19 @@ _CONNECT_DEFAULTS: dict[str, str] = {
 }
 
 
-def check_url(url: str) -> None:
+def check_url(url: str) -> dict[str, Any]:
     """Refuse a PostgreSQL URL that libpq cannot parse.
+
+    Returns:
+        The URL's connection parameters.
 
     Raises:
         InvalidRequest: The URL is not valid conninfo; the message says why, on one line.
     """
     try:
-        conninfo_to_dict(url)
+        return conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
         raise InvalidRequest(f"not a valid PostgreSQL URL ({' '.join(str(exc).split())})") from None
-
-
-def _describe(conninfo: str) -> str:
-    """Where the ledger lives, for messages: never the password."""
-    try:
-        params = conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError:
-        return "(unparseable URL)"
-    host = params.get("host") or "localhost"
-    port = params.get("port") or "5432"
-    return f"postgresql://{host}:{port}/{params.get('dbname') or params.get('user') or ''}"
 
 
 def _lost(exc: BaseException) -> bool:
@@ -149,11 +141,10 @@ class PostgresRecorder(SQLRecorder):
             raise InvalidRequest(f"pool_size must be >= 1, got {pool_size!r}")
         if not timeout > 0:
             raise InvalidRequest(f"timeout must be > 0 seconds, got {timeout!r}")
-        try:
-            given = conninfo_to_dict(url)
-        except psycopg.ProgrammingError as exc:
-            raise InvalidRequest(f"not a valid PostgreSQL ledger URL: {exc}") from None
-        self.where = _describe(url)
+        given = check_url(url)
+        # Where the ledger lives, for messages: never the password.
+        host, port = given.get("host") or "localhost", given.get("port") or "5432"
+        self.where = f"postgresql://{host}:{port}/{given.get('dbname') or given.get('user') or ''}"
         self.max_concurrency = pool_size
         self._url = url
         self._kwargs: dict[str, Any] = {
