@@ -264,14 +264,16 @@ class PostgresRecorder(SQLRecorder):
     def transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
         # A connection ended while pooled fails before anything ran; after a restart every
         # pooled one may: as many tries as the pool holds, and one more.
-        for _ in range(self.max_concurrency):
+        tries = self.max_concurrency + 1
+        while True:
+            tries -= 1
             try:
-                return self._transact(key, fn, last_try=False)
-            except DeadOnArrival:
-                continue
-        return self._transact(key, fn, last_try=True)
+                return self._transact(key, fn)
+            except DeadOnArrival as exc:
+                if not tries:
+                    raise self._write_failed(key, exc, committing=False) from exc
 
-    def _transact(self, key: str, fn: Callable[[Transaction], T], *, last_try: bool) -> T:
+    def _transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
         committing = False
         try:
             with self._taken() as conn:
@@ -290,10 +292,8 @@ class PostgresRecorder(SQLRecorder):
             return result
         except PoolTimeout as exc:
             raise self._unavailable(f"writing key {key!r}; nothing was recorded", exc) from exc
-        except DeadOnArrival as exc:
-            if not last_try:
-                raise  # nothing of this transaction ran: it goes again on another connection
-            raise self._write_failed(key, exc, committing=False) from exc
+        except DeadOnArrival:
+            raise  # nothing of this transaction ran: it goes again on another connection
         except psycopg.Error as exc:
             raise self._write_failed(key, exc, committing=committing and _lost(exc)) from exc
 
