@@ -81,6 +81,11 @@ class Wire:
         """Stop watching the socket (before the connection goes back to its pool)."""
         self.loop.remove_reader(self.fd)
 
+    async def give_back(self, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]]) -> None:
+        """Release the connection to ``pool``."""
+        self.release()
+        await pool.putconn(self.conn)
+
     async def call(self, sql: bytes, params: Sequence[bytes | None]) -> list[bytes | None]:
         """Run ``sql`` with ``params`` (idle connection, autocommit or an implicit
         transaction) and answer its first row's first three columns as the server's text
@@ -216,8 +221,7 @@ class LoopPool:
         wire = self._idle.pop() if self._idle else None
         if wire is None or not usable(wire.pgconn):
             if wire is not None:
-                wire.release()
-                await pool.putconn(wire.conn)
+                await wire.give_back(pool)
             wire = await self._take(pool)
             if wire is None:
                 return None
@@ -233,8 +237,7 @@ class LoopPool:
             ):
                 self._idle.append(wire)
             else:
-                wire.release()
-                await pool.putconn(wire.conn)  # it closes a broken one and opens another
+                await wire.give_back(pool)  # it closes a broken one and opens another
 
     async def _take(self, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]]) -> Wire | None:
         deadline = time.monotonic() + self._timeout
@@ -281,7 +284,5 @@ class LoopPool:
 
     async def _close(self, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]]) -> None:
         while self._idle:
-            wire = self._idle.pop()
-            wire.release()
-            await pool.putconn(wire.conn)
+            await self._idle.pop().give_back(pool)
         await pool.close()
