@@ -73,7 +73,6 @@ class SQLiteRecorder(SQLRecorder):
     """A ledger in one SQLite file (WAL, ``synchronous=FULL``; a replay's record
     ``synchronous=NORMAL``)."""
 
-    max_concurrency = 1
     reads_now = True
     # A failed local COMMIT did not commit, and the next try meets the same file.
     reconnects = False
@@ -106,8 +105,7 @@ class SQLiteRecorder(SQLRecorder):
             # The started marker must be on disk before the adapter acts.
             self._conn.execute("PRAGMA synchronous=FULL")
             self._synchronous_full = True
-            self._busy_ms = int(busy_timeout * 1000)
-            self._conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+            self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
             self._migrate()
             # Reads on their own connection: in WAL mode they see what is committed and
             # never wait for the writer's commit (and its sync) to finish.
@@ -193,20 +191,17 @@ class SQLiteRecorder(SQLRecorder):
                 tx.finish()
                 conn.execute("COMMIT")
                 return result
-            except sqlite3.IntegrityError as exc:
-                conn.execute("ROLLBACK")
-                raise integrity_error(exc) from exc
-            except sqlite3.OperationalError as exc:
-                # A failed COMMIT on a local file did not commit: nothing was recorded.
+            except BaseException as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                raise LedgerUnavailable(
-                    f"SQLite ledger {self.path} failed a write for key {key!r}; nothing was "
-                    f"recorded: {exc}"
-                ) from exc
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.IntegrityError):
+                    raise integrity_error(exc) from exc
+                if isinstance(exc, sqlite3.OperationalError):
+                    # A failed COMMIT on a local file did not commit: nothing was recorded.
+                    raise LedgerUnavailable(
+                        f"SQLite ledger {self.path} failed a write for key {key!r}; nothing "
+                        f"was recorded: {exc}"
+                    ) from exc
                 raise
 
     def read_now(self, key: str) -> tuple[KeyRecord | None, float] | None:
