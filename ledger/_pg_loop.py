@@ -68,9 +68,7 @@ class Wire:
         else:
             if waiter is None or self.pgconn.is_busy():
                 return
-        self.waiter = None
-        if not waiter.done():
-            waiter.set_result(None)
+        self._wake()
 
     def _wake(self) -> None:
         waiter, self.waiter = self.waiter, None
