@@ -73,7 +73,7 @@ from ._pg_write import (
 )
 from ._recorder import SQLRecorder, T, migrate
 from ._sqlite import integrity_error
-from ._transaction import KeyRecord, Phase, Transaction
+from ._transaction import KeyRecord, Transaction
 from ._writer import Writers
 
 # How long a reading of the database clock is trusted to estimate it from this
@@ -403,15 +403,6 @@ class PostgresRecorder(SQLRecorder):
     async def open_on_loop(self) -> None:
         if await self._on_loop.here(f"ledger {self.where} (event loop)"):
             await self._on_loop.wait()
-
-    def compactable(self, settled_before: str) -> list[str]:
-        rows = self._rows(
-            "listing compactable keys",
-            "SELECT key FROM ledger_keys WHERE compacted = 0 AND phase = %s"
-            " AND settled_at < %s AND effect != 'unknown' ORDER BY key",
-            (Phase.SETTLED, settled_before),
-        )
-        return [key for (key,) in rows]
 
     async def close_on_loop(self) -> None:
         await self._on_loop.close_here()

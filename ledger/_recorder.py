@@ -385,6 +385,8 @@ class SQLRecorder(Recorder):
 
     #: The backend's placeholder of a bound parameter.
     _mark = "?"
+    #: How :meth:`compactable` reads the table (after its name).
+    _scan = ""
 
     @abstractmethod
     def _rows(self, doing: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -440,3 +442,15 @@ class SQLRecorder(Recorder):
             " WHERE effect = 'unknown' OR phase IN ('claimed', 'running') ORDER BY key",
         )
         return [KeyRecord.from_json(text) for (text,) in rows]
+
+    def compactable(self, settled_before: str) -> list[str]:
+        # Sorted here: UTF-8 byte order (SQLite's, and PostgreSQL's "C" collation of the
+        # keys) is code point order.
+        mark = self._mark
+        rows = self._rows(
+            "listing compactable keys",
+            f"SELECT key FROM ledger_keys{self._scan} WHERE compacted = 0 AND phase = {mark}"
+            f" AND settled_at < {mark} AND effect != 'unknown'",
+            (Phase.SETTLED, settled_before),
+        )
+        return sorted(key for (key,) in rows)

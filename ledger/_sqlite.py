@@ -23,7 +23,7 @@ from ._errors import DuplicateActionId, InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
 from ._recorder import SQLRecorder, T, event_from_row, migrate
 from ._sqlite_write import MIGRATIONS, READ_ROW, SQLiteTransaction, key_events
-from ._transaction import KeyRecord, Phase, Transaction
+from ._transaction import KeyRecord, Transaction
 from ._writer import Job, Writers
 
 
@@ -74,6 +74,8 @@ class SQLiteRecorder(SQLRecorder):
     ``synchronous=NORMAL``)."""
 
     reads_now = True
+    # No index serves compaction (see MIGRATIONS): one pass over the table.
+    _scan = " NOT INDEXED"
     # A failed local COMMIT did not commit, and the next try meets the same file.
     reconnects = False
 
@@ -232,17 +234,6 @@ class SQLiteRecorder(SQLRecorder):
             rows = key_events(self._read_conn, key)
         found = [event_from_row(row) for row in rows if row[0] > after]
         return found if limit is None or limit < 0 else found[:limit]  # as SQL's LIMIT
-
-    def compactable(self, settled_before: str) -> list[str]:
-        # No index serves this (see MIGRATIONS): one pass over the table, sorted here
-        # (UTF-8 byte order, SQLite's, is code point order).
-        rows = self._rows(
-            "listing compactable keys",
-            "SELECT key FROM ledger_keys NOT INDEXED WHERE compacted = 0 AND phase = ?"
-            " AND settled_at < ? AND effect != 'unknown'",
-            (Phase.SETTLED, settled_before),
-        )
-        return sorted(key for (key,) in rows)
 
     def close(self) -> None:
         self._writers.close()
