@@ -108,7 +108,14 @@ class SQLiteRecorder(SQLRecorder):
             self._conn.execute("PRAGMA synchronous=FULL")
             self._synchronous_full = True
             self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
-            self._migrate()
+            # Two processes opening a new file agree: the migration holds the write lock.
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                migrate(self._conn, MIGRATIONS, where=str(self.path))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
             # Reads on their own connection: in WAL mode they see what is committed and
             # never wait for the writer's commit (and its sync) to finish.
             self._read_lock = threading.Lock()
@@ -123,16 +130,6 @@ class SQLiteRecorder(SQLRecorder):
     @classmethod
     def from_url(cls, url: str) -> SQLiteRecorder:
         return cls(path_from_url(url))
-
-    def _migrate(self) -> None:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                migrate(self._conn, MIGRATIONS, where=str(self.path))
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
 
     def now(self) -> float:
         return time.time()
