@@ -240,9 +240,7 @@ class Recorder(ABC):
             done = await self.transact_unchanged(key, committed, now, fn)
         except LedgerUnavailable:
             return None
-        if done is None or not done[0]:
-            return None
-        return True, done[1]
+        return (True, done[1]) if done is not None and done[0] else None
 
     def tally(self) -> dict[int, Tally] | None:
         """Optional: the ledger-wide tally of keys, events and chain heads by stripe,
