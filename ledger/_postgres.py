@@ -71,10 +71,10 @@ from ._pg_write import (
     begin,
     roll_back,
 )
-from ._recorder import SQLRecorder, T, migrate
+from ._recorder import T, Writers
+from ._sql import SQLRecorder, migrate
 from ._sqlite import integrity_error
 from ._transaction import KeyRecord, Transaction
-from ._writer import Writers
 
 # How long a reading of the database clock is trusted to estimate it from this
 # machine's monotonic clock; older, a write reads the clock again.

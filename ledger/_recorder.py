@@ -1,4 +1,4 @@
-"""The storage contract every backend implements, and the SQL the SQL backends share.
+"""The storage contract every backend implements, and the writer threads they share.
 
 The rule in :mod:`._rule` is written once against this contract: a backend supplies
 atomic per-key transactions (:class:`~._transaction.Transaction`), the log and the
@@ -8,16 +8,17 @@ per-key state table.
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
+import queue
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any, Literal, TypeVar
 
-from ._errors import InvalidRequest, LedgerUnavailable
+from ._errors import LedgerUnavailable
 from ._models import LedgerEvent
 from ._transaction import KeyRecord, Phase, Tally, Transaction
-from ._writer import Job, Writers
 
 T = TypeVar("T")
 
@@ -328,127 +329,95 @@ class Recorder(ABC):
         """Release the storage; the ledger makes no call after this."""
 
 
-def migrate(conn: Any, migrations: list[tuple[str, ...]], *, where: str) -> None:
-    """Bring the ledger behind ``conn`` (a DB-API connection, inside the caller's
-    transaction) from the schema version it records (0 for a new database, whose version
-    table this creates) to the last of ``migrations``, applying those in between in order.
-
-    Raises:
-        InvalidRequest: The version is newer than the migrations of this release.
-    """
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS ledger_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
-    )
-    row = conn.execute("SELECT value FROM ledger_meta WHERE name = 'schema_version'").fetchone()
-    current = int(row[0]) if row else 0
-    if current > len(migrations):
-        raise InvalidRequest(
-            f"ledger {where} has schema version {current}, newer than this release "
-            f"understands ({len(migrations)}); upgrade the package"
-        )
-    for statements in migrations[current:]:
-        for statement in statements:
-            conn.execute(statement)
-    if current < len(migrations):
-        conn.execute(  # the version is this module's own number, never a value given
-            f"INSERT INTO ledger_meta (name, value) VALUES ('schema_version', '{len(migrations)}')"
-            " ON CONFLICT (name) DO UPDATE SET value = excluded.value"
-        )
+# -- the backends' writer threads -----------------------------------------------------
+# Transactions queued from any thread or event loop, run on threads of the recorder's
+# own, and answered on each caller's loop (or future): a queue and one
+# call_soon_threadsafe is lighter than an executor's future chain.
 
 
-def event_from_row(row: tuple[Any, ...]) -> LedgerEvent:
-    """Build an event from ``(seq, key, action_id, type, payload, recorded_at, body_hash,
-    prev_hash, hash)``; the column order every backend selects in."""
-    seq, key, action_id, type_, payload, recorded_at, digest, prev_hash, hash_ = row
-    if isinstance(payload, str):
-        payload = json.loads(payload)
-    return LedgerEvent(
-        seq=seq,
-        key=key,
-        action_id=action_id,
-        type=type_,
-        payload=payload,
-        recorded_at=recorded_at if isinstance(recorded_at, str) else recorded_at.isoformat(),
-        body_hash=digest,
-        prev_hash=prev_hash,
-        hash=hash_,
-    )
+class Job:
+    """One queued transaction (``run``, taking no argument) and whom to answer: a thread's
+    future, or an asyncio future of an event ``loop``."""
+
+    __slots__ = ("future", "loop", "run")
+
+    def __init__(
+        self,
+        run: Callable[[], Any],
+        future: Future[Any] | asyncio.Future[Any],
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.run, self.future, self.loop = run, future, loop
+
+    def start(self) -> bool:
+        """False if the caller stopped waiting before its turn (it is skipped, as a thread
+        pool skips a cancelled work item); a started job cannot be cancelled."""
+        if self.loop is None:
+            assert isinstance(self.future, Future)  # no loop: a caller's thread waits on it
+            return self.future.set_running_or_notify_cancel()
+        return not self.future.cancelled()
+
+    def answer(self, result: Any, error: BaseException | None) -> None:
+        """Answer the caller (on its event loop's thread, unless it stopped waiting)."""
+        if self.future.cancelled():
+            return
+        if error is None:
+            self.future.set_result(result)
+        else:
+            self.future.set_exception(error)
+
+    def answered(self, result: Any, error: BaseException | None) -> None:
+        """:meth:`answer`, from a writer thread."""
+        if self.loop is None:
+            self.answer(result, error)
+        else:
+            with contextlib.suppress(RuntimeError):  # a loop closed meanwhile hears nothing
+                self.loop.call_soon_threadsafe(self.answer, result, error)
 
 
-EVENT_COLUMNS = "seq, key, action_id, type, payload, recorded_at, body_hash, prev_hash, hash"
+class Writers:
+    """Threads that take jobs from one queue, started on the first job and stopped by
+    :meth:`close`, and answer each job with what its ``run`` returned or raised."""
 
+    def __init__(self, name: str, *, threads: int = 1) -> None:
+        self._name = name
+        self._count = threads
+        self._queue: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._closed = False
 
-class SQLRecorder(Recorder):
-    """The reads the SQL backends share, over the backend's :meth:`_rows`."""
+    def put(self, job: Job) -> None:
+        if len(self._threads) < self._count or self._closed:
+            with self._lock:
+                if self._closed:
+                    job.answer(None, LedgerUnavailable("the ledger is closed"))
+                    return
+                while len(self._threads) < self._count:
+                    thread = threading.Thread(
+                        target=self._run, name=f"{self._name}-{len(self._threads)}", daemon=True
+                    )
+                    thread.start()
+                    self._threads.append(thread)
+        self._queue.put(job)
 
-    #: The backend's placeholder of a bound parameter.
-    _mark = "?"
-    #: How :meth:`compactable` reads the table (after its name).
-    _scan = ""
+    def _run(self) -> None:
+        while (job := self._queue.get()) is not None:
+            if not job.start():
+                continue
+            try:
+                result = job.run()
+            except BaseException as exc:
+                job.answered(None, exc)
+            else:
+                job.answered(result, None)
 
-    @abstractmethod
-    def _rows(self, doing: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """The rows of one read; ``doing`` says what it is, for an error's message."""
-
-    def tally(self) -> dict[int, Tally]:
-        rows = self._rows(
-            "reading the tally", "SELECT stripe, keys, events, digest FROM ledger_stripes"
-        )
-        return {stripe: Tally(keys, events, digest) for stripe, keys, events, digest in rows}
-
-    def get(self, key: str) -> KeyRecord | None:
-        sql = f"SELECT record FROM ledger_keys WHERE key = {self._mark}"
-        rows = self._rows("reading a key", sql, (key,))
-        return KeyRecord.from_json(rows[0][0]) if rows else None
-
-    def events(
-        self, key: str | None = None, *, after: int = 0, limit: int | None = None
-    ) -> list[LedgerEvent]:
-        mark = self._mark
-        sql = f"SELECT {EVENT_COLUMNS} FROM ledger_events WHERE seq > {mark}"
-        params: list[object] = [after]
-        if key is not None:
-            sql += f" AND key = {mark}"
-            params.append(key)
-        sql += " ORDER BY seq"
-        if limit is not None:
-            sql += f" LIMIT {mark}"
-            params.append(limit)
-        return [event_from_row(row) for row in self._rows("reading events", sql, params)]
-
-    def records(self) -> Iterator[KeyRecord]:
-        # Pages by key so a large ledger neither sits in memory nor holds a connection
-        # while the caller iterates.
-        last = ""  # below every key (a key has at least one character)
-        sql = (
-            f"SELECT key, record FROM ledger_keys WHERE key > {self._mark} ORDER BY key LIMIT 1000"
-        )
-        while True:
-            rows = self._rows("reading key states", sql, (last,))
-            for _, text in rows:
-                yield KeyRecord.from_json(text)
-            if len(rows) < 1000:
-                return
-            last = rows[-1][0]
-
-    def candidate_open_effects(self) -> list[KeyRecord]:
-        # SQLite's partial index's own condition, word for word: its planner uses an index
-        # only for a query whose condition implies the index's, and not through parameters.
-        rows = self._rows(
-            "listing open effects",
-            "SELECT record FROM ledger_keys"
-            " WHERE effect = 'unknown' OR phase IN ('claimed', 'running') ORDER BY key",
-        )
-        return [KeyRecord.from_json(text) for (text,) in rows]
-
-    def compactable(self, settled_before: str) -> list[str]:
-        # Sorted here: UTF-8 byte order (SQLite's, and PostgreSQL's "C" collation of the
-        # keys) is code point order.
-        mark = self._mark
-        rows = self._rows(
-            "listing compactable keys",
-            f"SELECT key FROM ledger_keys{self._scan} WHERE compacted = 0 AND phase = {mark}"
-            f" AND settled_at < {mark} AND effect != 'unknown'",
-            (Phase.SETTLED, settled_before),
-        )
-        return sorted(key for (key,) in rows)
+    def close(self) -> None:
+        """Run what is queued, then stop the threads."""
+        with self._lock:
+            threads, self._threads = self._threads, []
+            self._closed, self._count = True, 0  # a job put after close is refused
+        for _ in threads:
+            self._queue.put(None)
+        for thread in threads:
+            thread.join()

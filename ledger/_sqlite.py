@@ -21,10 +21,10 @@ from typing import Any
 
 from ._errors import DuplicateActionId, InvalidRequest, LedgerUnavailable
 from ._models import LedgerEvent
-from ._recorder import SQLRecorder, T, event_from_row, migrate
+from ._recorder import Job, T, Writers
+from ._sql import SQLRecorder, event_from_row, migrate
 from ._sqlite_write import MIGRATIONS, READ_ROW, SQLiteTransaction, key_events
 from ._transaction import KeyRecord, Transaction
-from ._writer import Job, Writers
 
 
 def path_from_url(url: str) -> Path:

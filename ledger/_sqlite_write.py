@@ -8,7 +8,7 @@ import json
 import sqlite3
 from typing import Any
 
-from ._recorder import EVENT_COLUMNS
+from ._sql import EVENT_COLUMNS
 from ._transaction import (
     TALLY_STRIPES,
     TOMBSTONE,
