@@ -7,12 +7,15 @@ import json
 import os
 import signal
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from temporal_ledger.activities import LedgerOptions, LedgerPlugin
 from temporal_ledger.ledger import Ledger
-from temporalio.client import WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
+from temporalio.workflow import ActivityConfig
 
 from examples.agent.models import ChatMessage, ModelRequest
 from examples.agent.workflows import AgentInput, AgentResult, AgentWorkflow
@@ -28,6 +31,8 @@ from tests.temporal_support import (
 from tests.temporal_tools import ModelCallWorkflow
 
 pytestmark = pytest.mark.timeout(180)
+#: The heartbeat timeout of the tool calls of the test that kills their worker.
+BEAT = timedelta(seconds=5)
 
 
 def ledger_counts(url: str) -> dict[str, int]:
@@ -96,8 +101,12 @@ async def test_agent_killed_after_a_tool_effect_parks_finishes_and_resets_clean(
     acted = Path(str(target) + ".acted")
     workflow_id = f"agent-{uuid.uuid4().hex[:8]}"
     agent = AgentInput(goal="restart the api", tools=["append_line", "hold_and_append"])
+    # The killed attempt ends when its heartbeat timeout runs out: 5 s (the ledger's for
+    # framework activities) rather than the tool default's 30 s, which the test would wait.
+    options = LedgerOptions(lease=setup.lease, tool=ActivityConfig(heartbeat_timeout=BEAT))
+    plugin = LedgerPlugin(setup.ledger_url, policy=setup.policy, options=options)
     with FakeModelServer(script(target, notes)) as model:
-        client = await setup.client()
+        client = await Client.connect(setup.address, plugins=[plugin])
         async with setup.workflow_worker(client):
             async with setup.tool_worker_process(model.url) as tools:
                 handle = await client.start_workflow(
