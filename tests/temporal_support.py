@@ -417,20 +417,11 @@ async def send_signal(address: str, workflow_id: str, name: str, payload: Any) -
 
 
 async def ledger_cli(ledger_url: str, *args: str) -> tuple[int, str]:
-    """``python -m temporal_ledger.ledger --db LEDGER_URL ARGS``, the operator's CLI: its
-    exit status and what it printed (stdout and stderr)."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "temporal_ledger.ledger",
-        "--db",
-        ledger_url,
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await asyncio.wait_for(process.communicate(), 60)
-    return process.returncode or 0, out.decode()
+    """``temporal-ledger --db LEDGER_URL ARGS``, the operator's CLI (run in this process:
+    tests/cli_in_process.py): its exit status and what it printed (stdout and stderr)."""
+    from tests.cli_in_process import run_cli_async
+
+    return await run_cli_async(["--db", ledger_url, *args])
 
 
 def template_of(command: str) -> dict[str, Any]:

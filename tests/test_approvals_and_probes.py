@@ -12,7 +12,6 @@ import json
 import logging
 import re
 import sqlite3
-import sys
 import threading
 import urllib.parse
 import urllib.request
@@ -35,6 +34,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from tests.approval_tools import PAYMENT_TOOLS, PaymentJob, PaymentWorkflow
+from tests.cli_in_process import run_cli_async
 from tests.temporal_support import (
     Setup,
     key_on_the_wire,
@@ -180,12 +180,7 @@ def decision(pending: dict[str, Any], *, actor: str = "lead-ann", **changes: Any
 
 
 async def ledger_cli(setup: Setup, *args: str) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "temporal_ledger.ledger", "--db", setup.ledger_url, *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    out, _ = await process.communicate()
-    return process.returncode or 0, out.decode()
+    return await run_cli_async(["--db", setup.ledger_url, *args])
 
 
 async def test_an_approval_holds_for_the_exact_call_and_is_consumed_once(

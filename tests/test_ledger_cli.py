@@ -3,18 +3,15 @@
 A fixture records a small history through the Python API (a success, its replay, a
 conflicting request, an unknown effect and a denial); each test then drives the
 operator CLI as an operator would and checks what it prints, how it exits, and what
-it leaves in the ledger. The CLI's ``main`` runs in this process (its own thread, its
-own working directory, environment and output), as ``python -m temporal_ledger.ledger``
-runs it: a child interpreter's start (importing the package: one to three seconds on
-a loaded machine) for each of some 60 calls was most of this file's time. The tests
-that need a real process (the entry point, ``$LEDGER_URL`` as the shell passes it, a
-closed pipe, ``| head``) still start one.
+it leaves in the ledger. The CLI runs in this process (tests/cli_in_process.py), as
+``python -m temporal_ledger.ledger`` runs it: a child interpreter's start for each of
+some 60 calls was most of this file's time. The tests that need a real process (the
+entry point, ``$LEDGER_URL`` as the shell passes it, a closed pipe, ``| head``) still
+start one.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
@@ -22,8 +19,6 @@ import shlex
 import sqlite3
 import subprocess
 import sys
-import threading
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,11 +31,12 @@ from temporal_ledger.ledger import (
     IdempotencyConflictError,
     Ledger,
 )
-from temporal_ledger.ledger._cli import main
 from temporal_ledger.ledger._cli_parser import build_parser
 from temporal_ledger.ledger._schema import output_problems
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
 from temporal_ledger.ledger._wire import key_from_wire
+
+from tests.cli_in_process import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 EVENT_FIELDS = {
@@ -127,7 +123,7 @@ def cli(
     process, unless ``stdout`` is a file descriptor (then in a child that writes there)."""
     argv = ["--db", db] if db is not None else []
     if stdout is subprocess.PIPE:
-        return _in_process([*argv, *args], cwd=cwd, ledger_url=ledger_url)
+        return run_cli([*argv, *args], cwd=cwd, ledger_url=ledger_url)
     env = {k: v for k, v in os.environ.items() if k != "LEDGER_URL"}
     env["PYTHONPATH"] = str(ROOT)
     if ledger_url is not None:
@@ -141,51 +137,6 @@ def cli(
         cwd=cwd,
         timeout=60,
     )
-
-
-#: One CLI run at a time: it sets the process's working directory, environment and output.
-_ONE_RUN = threading.Lock()
-
-
-def _in_process(
-    args: list[str], *, cwd: Path, ledger_url: str | None
-) -> subprocess.CompletedProcess[str]:
-    """``main(args)`` as a child interpreter would run it: in ``cwd``, with $LEDGER_URL
-    only when given, its output captured, an argparse exit or an uncaught exception (a
-    traceback, status 1) turned into its status. A thread of its own, so that the CLI's
-    ``asyncio.run`` works from an async test too."""
-    out, err = io.StringIO(), io.StringIO()
-    status: list[int] = []
-
-    def run() -> None:
-        try:
-            status.append(main(args))
-        except SystemExit as exit_:
-            code = exit_.code
-            if isinstance(code, str):
-                print(code, file=sys.stderr)
-            status.append(code if isinstance(code, int) else int(code is not None))
-        except Exception:
-            traceback.print_exc()
-            status.append(1)
-
-    saved_url = os.environ.pop("LEDGER_URL", None)
-    saved_cwd = os.getcwd()
-    with _ONE_RUN, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            if ledger_url is not None:
-                os.environ["LEDGER_URL"] = ledger_url
-            os.chdir(cwd)
-            runner = threading.Thread(target=run, name="ledger-cli")
-            runner.start()
-            runner.join(60)
-            assert not runner.is_alive(), f"the CLI did not end within 60 s: {args}"
-        finally:
-            os.chdir(saved_cwd)
-            os.environ.pop("LEDGER_URL", None)
-            if saved_url is not None:
-                os.environ["LEDGER_URL"] = saved_url
-    return subprocess.CompletedProcess(args, status[0], out.getvalue(), err.getvalue())
 
 
 def cli_json(db: str, *args: str, status: int = 0) -> Any:

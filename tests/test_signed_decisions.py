@@ -44,6 +44,7 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
 from tests.approval_tools import PAYMENT_TOOLS, PaymentWorkflow
+from tests.cli_in_process import run_cli_async
 from tests.forgery import append_forged_event
 from tests.temporal_support import Setup, open_effects, wait_for
 from tests.test_approvals_and_probes import Payments, pending_approvals, start
@@ -59,13 +60,9 @@ def public(private_key: Any) -> str:
 
 
 async def cli(*args: str, db: str | None = None) -> tuple[int, str]:
-    """``temporal-ledger ARGS`` as a person runs it."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "temporal_ledger.ledger", *(["--db", db] if db else []), *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    out, _ = await asyncio.wait_for(process.communicate(), 60)
-    return process.returncode or 0, out.decode()
+    """``temporal-ledger ARGS`` as a person runs it (in this process: tests/cli_in_process.py;
+    the approval below runs the command the run shows in a shell, a real process)."""
+    return await run_cli_async([*(["--db", db] if db else []), *args])
 
 
 @pytest.fixture
