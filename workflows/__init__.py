@@ -10,7 +10,6 @@ from ._run_tool import (
     ToolConflictError,
     ToolDeniedError,
     ToolError,
-    ToolFailedError,
     run_tool,
 )
 
@@ -18,6 +17,5 @@ __all__ = [
     "ToolConflictError",
     "ToolDeniedError",
     "ToolError",
-    "ToolFailedError",
     "run_tool",
 ]

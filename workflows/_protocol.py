@@ -83,7 +83,7 @@ class ErrorType(StrEnum):
     """The ``type`` of the ``ApplicationError`` s that ledgered activities raise.
 
     ``run_tool`` turns the final ones into its typed errors, whose ``type`` is one of
-    these (a :class:`~temporal_ledger.workflows.ToolFailedError` carries the one that
+    these (a :class:`~temporal_ledger.workflows.ToolError` carries the one that
     ended the step, e.g. ``OUTPUT_INVALID``); the others are retried by Temporal because
     the ledger allows another attempt under the same key (or the ledger was briefly
     unreachable), or tell the workflow to wait for a person.

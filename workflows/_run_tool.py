@@ -39,12 +39,23 @@ OutT = TypeVar("OutT")
 class ToolError(ApplicationError):
     """A ledgered tool step ended without the tool's output.
 
-    Catch it (or a subclass) around ``run_tool``; uncaught, it fails the workflow.
+    Raised itself for a step that failed for good (a rejected request, precondition
+    drift, an output that no longer fits...); its two subclasses are the endings a
+    workflow handles differently. Catch them first, then this for the rest::
+
+        try:
+            output = await run_tool(...)
+        except ToolConflictError: ...  # the key is bound to a different request
+        except ToolDeniedError: ...  # the policy or a person refused the call
+        except ToolError: ...  # the step failed for good
+
+    Uncaught, it fails the workflow.
 
     Args:
         message: What happened.
         *details: Details for the failure, as ``ApplicationError`` carries them.
-        type: The error type that ended the step, e.g. ``'ToolConflict'``.
+        type: The error type that ended the step, e.g. ``'ToolInvalidRequest'``;
+            default ``'ToolFailed'``.
         key: The step's idempotency key.
         step: The step's name.
 
@@ -53,7 +64,9 @@ class ToolError(ApplicationError):
         step: The step's name.
     """
 
-    def __init__(self, message: str, *details: Any, type: str, key: str, step: str) -> None:
+    def __init__(
+        self, message: str, *details: Any, type: str = ErrorType.FAILED, key: str, step: str
+    ) -> None:
         super().__init__(message, *details, type=type, non_retryable=True)
         self.key = key
         self.step = step
@@ -107,23 +120,6 @@ class ToolDeniedError(ToolError):
         super().__init__(message, type=error_type, key=key, step=step)
 
 
-class ToolFailedError(ToolError):
-    """The tool failed for good (a rejected request, precondition drift, an output that
-    no longer fits...).
-
-    Args:
-        message: The failure.
-        key: The step's idempotency key.
-        step: The step's name.
-        error_type: The error type that ended the step, e.g. ``'ToolConflict'``.
-    """
-
-    def __init__(
-        self, message: str, *, key: str, step: str, error_type: str = ErrorType.FAILED
-    ) -> None:
-        super().__init__(message, type=error_type, key=key, step=step)
-
-
 async def run_tool(
     tool: Tool[Any, OutT],
     arg: BaseModel | dict[str, Any],
@@ -166,7 +162,7 @@ async def run_tool(
         ToolConflictError: The key is bound to a different request.
         ToolDeniedError: The policy does not let ``performer`` use the capability
             (type ``ToolDenied``), or a person rejected the call (``ToolRejected``).
-        ToolFailedError: The tool failed for good (with no effect, or with one the
+        ToolError: The tool failed for good (with no effect, or with one the
             ledger recorded), the argument does not fit, or the recorded output no
             longer fits the tool's output model.
         temporalio.exceptions.ActivityError: The retry policy and timeouts in
@@ -176,12 +172,12 @@ async def run_tool(
     call = _tool_call(tool, arg, step=step, performer=performer, precondition=precondition, key=key)
     run = current_run()
     if run is None:
-        raise ToolFailedError(
+        raise ToolError(
             "run_tool needs the LedgerPlugin on the worker (or Replayer) that runs this "
             "workflow: Client.connect(..., plugins=[LedgerPlugin(...)])",
             key=call.key,
             step=step,
-            error_type=ErrorType.INVALID_REQUEST,
+            type=ErrorType.INVALID_REQUEST,
         )
     scheduled = {"result_type": ToolOutcome, **scheduling("tool", options, run=run.inbox.options)}
     ledgered = run.start_step(_Step(tool, call), tool.name, call, **scheduled)
@@ -197,11 +193,11 @@ async def run_tool(
     try:
         return cast(OutT, tool.output_type.model_validate(outcome.output))
     except ValidationError as exc:  # a recorded output that no longer fits: the model changed
-        raise ToolFailedError(
+        raise ToolError(
             f"{tool.name}: the recorded output does not fit {tool.output_type.__name__}: {exc}",
             key=call.key,
             step=step,
-            error_type=ErrorType.OUTPUT_INVALID,
+            type=ErrorType.OUTPUT_INVALID,
         ) from None
 
 
@@ -255,10 +251,8 @@ def _tool_call(
     sends the same request; a NaN or an infinity refused here, naming its field, before
     anything is scheduled or recorded (JSON would carry it as null)."""
 
-    def invalid(message: str) -> ToolFailedError:
-        return ToolFailedError(
-            message, key=key or "-", step=str(step), error_type=ErrorType.INVALID_REQUEST
-        )
+    def invalid(message: str) -> ToolError:
+        return ToolError(message, key=key or "-", step=str(step), type=ErrorType.INVALID_REQUEST)
 
     if not isinstance(spec, Tool):
         raise TypeError(f"{spec!r} is not a @tool; decorate it with activities.tool(...)")
@@ -282,9 +276,9 @@ def _final_error(cause: ApplicationError, *, key: str, step: str) -> Exception:
         details = ConflictDetails.model_validate(cause.details[0])
         differs = details.model_dump(include={"original_action_id", "dimensions"})
         return ToolConflictError(cause.message, key=key, step=step, **differs)
-    denied = cause.type in (ErrorType.DENIED, ErrorType.REJECTED)
-    error = ToolDeniedError if denied else ToolFailedError
-    return error(cause.message, key=key, step=step, error_type=cause.type or ErrorType.FAILED)
+    if cause.type in (ErrorType.DENIED, ErrorType.REJECTED):
+        return ToolDeniedError(cause.message, key=key, step=step, error_type=cause.type)
+    return ToolError(cause.message, key=key, step=step, type=cause.type or ErrorType.FAILED)
 
 
 def _output_misfit(spec: Tool[Any, Any], output: Any) -> str | None:

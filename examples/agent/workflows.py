@@ -18,7 +18,6 @@ with workflow.unsafe.imports_passed_through():
         ToolConflictError,
         ToolDeniedError,
         ToolError,
-        ToolFailedError,
         run_tool,
     )
 
@@ -72,11 +71,11 @@ class AgentWorkflow:
     async def run(self, agent: AgentInput) -> AgentResult:
         unknown = sorted(set(agent.tools) - AGENT_TOOLS.keys())
         if unknown:
-            raise ToolFailedError(
+            raise ToolError(
                 f"unknown tools requested: {unknown}",
                 key="-",
                 step="setup",
-                error_type="AgentConfiguration",
+                type="AgentConfiguration",
             )
         messages = [
             ChatMessage(role="system", content=agent.system),

@@ -11,7 +11,7 @@ with workflow.unsafe.imports_passed_through():
     from temporal_ledger.workflows import (
         ToolConflictError,
         ToolDeniedError,
-        ToolFailedError,
+        ToolError,
         run_tool,
     )
 
@@ -71,7 +71,7 @@ class ScriptedAgentWorkflow:
                 report.steps.append(
                     StepReport(step=call.step, tool=call.tool, outcome="denied", detail=err.message)
                 )
-            except ToolFailedError as err:
+            except ToolError as err:
                 report.steps.append(
                     StepReport(step=call.step, tool=call.tool, outcome="failed", detail=err.message)
                 )
