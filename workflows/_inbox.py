@@ -57,6 +57,8 @@ _RECORDING: dict[str, tuple[str, Any, ErrorType]] = {
     "reconcile": (RECONCILE_ACTIVITY, ReconcileResult, ErrorType.RECONCILE_ALREADY_RESOLVED),
     "approve": (APPROVE_ACTIVITY, ApproveResult, ErrorType.APPROVE_ALREADY_DECIDED),
 }
+#: What a span event calls a recorded input of each kind (see :func:`decided`).
+_SPAN_EVENT = {"reconcile": "verdict", "approve": "approval"}
 InT = TypeVar("InT", ReconcileInput, ApproveInput)
 ResultT = TypeVar("ResultT", ReconcileResult, ApproveResult)
 
@@ -296,9 +298,12 @@ class Inbox:
             except ActivityError as err:
                 cause = err.cause
                 elsewhere = isinstance(cause, ApplicationError) and cause.type == decided_elsewhere
-                # Somebody answered first (e.g. ``temporal-ledger reconcile``): this input
-                # only woke the wait. Answer its sender with what stands; the call goes on.
-                pending.result = _standing(cause, result_type) if elsewhere else None
+                if isinstance(cause, ApplicationError) and elsewhere:
+                    # Somebody answered first (e.g. ``temporal-ledger reconcile``): this input
+                    # only woke the wait. Answer its sender with what stands (the details
+                    # the activity adds), if it says; the call goes on.
+                    with contextlib.suppress(IndexError, ValidationError):
+                        pending.result = result_type.model_validate(cause.details[0])
                 if pending.result is None:
                     pending.error = cause_message(err)
                     self.reject("ledger", pending.given.model_dump(), pending.error)
@@ -307,7 +312,12 @@ class Inbox:
                 continue
             finally:
                 pending.done = True
-            _traced(pending.given)
+            shown = {"verdict", "decision", "actor", "fingerprint"}
+            decided(
+                _SPAN_EVENT[kind],
+                pending.given.key,
+                **pending.given.model_dump(mode="json", include=shown),
+            )
             return pending
 
 
@@ -376,13 +386,6 @@ def _signature_problem(given: ReconcileInput | ApproveInput, signers: Signers) -
         return f"this workflow worker cannot check signatures: {exc}"
 
 
-def _traced(given: ReconcileInput | ApproveInput) -> None:
-    """A decision the ledger recorded, as a span event (see :func:`decided`)."""
-    kind = "verdict" if isinstance(given, ReconcileInput) else "approval"
-    shown = given.model_dump(mode="json", include={"verdict", "decision", "actor", "fingerprint"})
-    decided(kind, given.key, **shown)
-
-
 def decided(kind: str, key: str, **attributes: Any) -> None:
     """One decision on the call under ``key`` (``kind``: ``verdict`` or ``approval``) as a
     span event, emitted once: never while a run replays.
@@ -406,18 +409,6 @@ def decided(kind: str, key: str, **attributes: Any) -> None:
     span = trace.get_tracer("temporal_ledger").start_span("ledger.decision", attributes=fields)
     span.add_event(f"temporal_ledger.{kind}", attributes=fields)
     span.end()
-
-
-def _standing(cause: BaseException | None, result_type: type[ResultT]) -> ResultT | None:
-    """The answer that stands, from the details of a ``decided elsewhere`` failure (the
-    reconcile activity adds it), or ``None`` when it carries none."""
-    details = cause.details if isinstance(cause, ApplicationError) else ()
-    if not details:
-        return None
-    try:
-        return result_type.model_validate(details[0])
-    except ValidationError:
-        return None
 
 
 def _jsonable(raw: Any) -> Any:

@@ -272,7 +272,8 @@ def _answer(
     the command that sends the same from a shell; where a signature is required, the
     command that signs it. Read from ``command``, the one the query and the worker's log
     give, so that all of them agree."""
-    update_input = _json(_option(command, "--input"))
+    words = shlex.split(command)
+    update_input = _json(words[words.index("--input") + 1] if "--input" in words[:-1] else None)
     if update_input is None:  # signed: only its holder's key can make the input
         return [
             f"{verb}: sign with this command, filled in: {fill_options}. It sends update "
@@ -287,11 +288,6 @@ def _answer(
         "or from a shell:",
         _block(_lines(command), "sh"),
     ]
-
-
-def _option(command: str, name: str) -> str | None:
-    words = shlex.split(command)
-    return words[words.index(name) + 1] if name in words[:-1] else None
 
 
 def _json(text: str | None) -> str | None:

@@ -39,9 +39,7 @@ from ._protocol import ToolHints as ToolHints
 from ._protocol import ToolOutcome as ToolOutcome
 from ._protocol import UnknownEffect as UnknownEffect
 from ._results import Answer as Answer
-from ._results import AnswerForCall as AnswerForCall
 from ._results import AsReturned as AsReturned
 from ._results import ResultShape as ResultShape
-from ._results import result_schema as result_schema
 from ._scheduling import LedgerOptions as LedgerOptions
 from ._spec import Tool as Tool
