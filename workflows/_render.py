@@ -42,7 +42,18 @@ class Call:
     tool_calls: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
-class OpenEffect(BaseModel):
+class _Shown(BaseModel):
+    """What an operator reads of every waiting call first."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    step: str
+    tool: str
+    capability: str
+
+
+class OpenEffect(_Shown):
     """A parked step, as query ``open_effects`` shows it to an operator.
 
     Attributes:
@@ -65,12 +76,6 @@ class OpenEffect(BaseModel):
             (the documented path: it says what the ledger recorded).
     """
 
-    model_config = ConfigDict(frozen=True)
-
-    key: str
-    step: str
-    tool: str
-    capability: str
     action_id: str
     since: str
     why: str | None
@@ -84,7 +89,7 @@ class OpenEffect(BaseModel):
     keys: dict[str, list[str]] = Field(default_factory=dict, exclude=True)
 
 
-class PendingApproval(BaseModel):
+class PendingApproval(_Shown):
     """A call waiting for a person's approval, as query ``pending_approvals`` shows it.
 
     Attributes:
@@ -104,12 +109,6 @@ class PendingApproval(BaseModel):
         reject_command: The command that rejects it.
     """
 
-    model_config = ConfigDict(frozen=True)
-
-    key: str
-    step: str
-    tool: str
-    capability: str
     performer: str
     arguments: Any
     fingerprint: str
