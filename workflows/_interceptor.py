@@ -73,9 +73,7 @@ class LedgerWorkflowInterceptor(Interceptor):
     (the plugin does both).
     """
 
-    def __init__(
-        self, rules: Sequence[WorkflowRule] = (), options: LedgerOptions | None = None
-    ) -> None:
+    def __init__(self, rules: Sequence[WorkflowRule], options: LedgerOptions | None) -> None:
         self._rules = ordered(rules)
         self._options = options or LedgerOptions()
 
