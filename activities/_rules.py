@@ -92,8 +92,8 @@ class LedgeredActivity:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Declared(LedgeredActivity):
-    """A framework's rule, with what only a framework declares (made by :func:`rule`).
+class Rule(LedgeredActivity):
+    """A framework's rule, with what only a framework declares.
 
     ``fn``: on the activity side it matches the activity whose function is ``fn``
     (``ExecuteActivityInput.fn``), whatever name ``@activity.defn(name=...)`` gave it;
@@ -115,24 +115,9 @@ class _Declared(LedgeredActivity):
     scope: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None
 
 
-def rule(
-    pattern: str,
-    *,
-    fn: Callable[..., Any] | None = None,
-    accepts: Callable[[Sequence[Any]], bool] | None = None,
-    lost_reply: Callable[[Any], str | None] | None = None,
-    scope: Callable[[str], contextlib.AbstractContextManager[Any]] | None = None,
-    **fields: Any,
-) -> LedgeredActivity:
-    """One rule, with the framework-only parts where given (see :class:`_Declared`)."""
-    if fn is None and accepts is None and lost_reply is None and scope is None:
-        return LedgeredActivity(pattern, **fields)
-    return _Declared(pattern, fn=fn, accepts=accepts, lost_reply=lost_reply, scope=scope, **fields)
-
-
 def models(*patterns: str, **fields: Any) -> list[LedgeredActivity]:
     """A framework's model calls: retry-safe (asking again changes nothing in the world)."""
-    return [rule(pattern, retry_safe=True, **fields) for pattern in patterns]
+    return [Rule(pattern, retry_safe=True, **fields) for pattern in patterns]
 
 
 def mcp(
@@ -142,8 +127,8 @@ def mcp(
     ``*`` where the server's name goes. Tool lists are recorded as retry-safe reads (their
     hints are remembered); tool calls park on an unknown effect, with ``fields``."""
     return [
-        *(rule(p, retry_safe=True, server="*", lists_tools=True) for p in listing),
-        *(rule(p, server="*", **fields) for p in calling),
+        *(Rule(p, retry_safe=True, server="*", lists_tools=True) for p in listing),
+        *(Rule(p, server="*", **fields) for p in calling),
     ]
 
 
@@ -173,13 +158,13 @@ def tools(
     """
     left = dict(probes or {})
     declared = no_effect_errors_of(no_effect_errors)
-    rules = []
+    rules: list[LedgeredActivity] = []
     for tool in tools:
         fn = None if isinstance(tool, str) else tool
         name = _activity_name(tool)
         probe = left.pop(name, None)
         rules.append(
-            rule(
+            Rule(
                 name,
                 fn=fn,
                 normalize=normalize(fn) if normalize is not None else None,

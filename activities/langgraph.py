@@ -199,10 +199,13 @@ class _TaskReturn:
     def result(self, output: Any) -> Any:
         return {"result": output, "langgraph_command": None, "langgraph_interrupts": None}
 
+    def output_schema(self, result_type: Any, args: list[Any]) -> dict[str, Any] | None:
+        return None  # any JSON value
+
 
 #: Every node and task activity of ``LangGraphPlugin``, told by its argument: parks on an
 #: unknown effect (the ledger tries the rules that name an activity first).
-_EVERY_ACTIVITY = _rules.rule(
+_EVERY_ACTIVITY = _rules.Rule(
     "*", accepts=_is_plugin_call, normalize=normalize, output=_TaskReturn()
 )
 

@@ -138,7 +138,7 @@ _CALLS = [
         tool_name=lambda args: args[0]["tool_name"],
         output=_McpContent(),
     ),
-    *(_rules.rule(f"*-sandbox_session_{io}") for io in ("exec", "read", "write")),
+    *(_rules.Rule(f"*-sandbox_session_{io}") for io in ("exec", "read", "write")),
 ]
 
 if TYPE_CHECKING:

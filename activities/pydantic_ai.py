@@ -49,6 +49,7 @@ from typing import Any
 
 from ..workflows._seam import PLACEHOLDER
 from . import _rules
+from ._failures import no_effect_errors_of
 from ._mcp import install_hooks
 from ._rules import LedgeredActivity
 
@@ -108,14 +109,14 @@ def activity_rules(
         *_rules.models(
             "agent__*__model_request", "agent__*__model_request_stream", normalize=_normalize
         ),
-        _rules.rule(
+        _rules.Rule(
             "agent__*__call_tool",
             retry_safe=tools_retry_safe,
             normalize=_normalize,
             output=ToolReturn(),
             tool_name=lambda args: args[0]["name"],
             hints=_tool_annotations,
-            no_effect_errors=no_effect_errors,
+            no_effect_errors=no_effect_errors_of(no_effect_errors),
         ),
     ]
 
