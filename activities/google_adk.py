@@ -95,7 +95,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
 
 from ..ledger._seam import wire_key
 from ..workflows._seam import PLACEHOLDER
-from . import _agent_rules, _rules
+from . import _rules
 from ._mcp import KEY_FIELD, content_schema
 
 __all__ = ["activity_rules"]
@@ -299,6 +299,6 @@ _MCP = _rules.mcp(
 )
 
 if TYPE_CHECKING:
-    from ._agent_rules import activity_rules
+    from ._rules import activity_rules
 else:
-    activity_rules = _agent_rules.bind(_MODELS, _MCP, _tool_normalizer)
+    activity_rules = _rules.bind(_MODELS, _MCP, _tool_normalizer)

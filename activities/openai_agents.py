@@ -58,7 +58,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from ..workflows._seam import PLACEHOLDER
-from . import _agent_rules, _rules
+from . import _rules
 from ._mcp import content_schema
 
 __all__ = ["activity_rules"]
@@ -142,6 +142,6 @@ _CALLS = [
 ]
 
 if TYPE_CHECKING:
-    from ._agent_rules import activity_rules
+    from ._rules import activity_rules
 else:
-    activity_rules = _agent_rules.bind(_MODELS, _CALLS)
+    activity_rules = _rules.bind(_MODELS, _CALLS)

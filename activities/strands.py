@@ -59,7 +59,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 from ..workflows._seam import PLACEHOLDER
-from . import _agent_rules, _rules
+from . import _rules
 
 __all__ = ["activity_rules", "ledger_transport"]
 
@@ -236,6 +236,6 @@ _MCP = _rules.mcp(
 )
 
 if TYPE_CHECKING:
-    from ._agent_rules import activity_rules
+    from ._rules import activity_rules
 else:
-    activity_rules = _agent_rules.bind(_MODELS, _MCP)
+    activity_rules = _rules.bind(_MODELS, _MCP)
