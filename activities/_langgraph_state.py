@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..workflows._seam import PLACEHOLDER, Answer
+from ._rules import without
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,7 +301,7 @@ def normalize(activity_type: str, args: list[Any]) -> dict[str, Any]:
     checkpoint ids, task id and scratchpad are LangGraph's per-run bookkeeping and
     change on a reset, so they are not identity; the runnable config a node asked for
     (``kwargs["config"]``) carries the same. So is the ``id`` of each message in the
-    node's input (:func:`_without_message_ids`). Arguments of another shape (another
+    node's input (:func:`_message_ids`). Arguments of another shape (another
     version) are fingerprinted whole: a spurious conflict refuses loudly, a too-lenient
     fingerprint would replay silently.
     """
@@ -309,9 +310,9 @@ def normalize(activity_type: str, args: list[Any]) -> dict[str, Any]:
         kwargs = call["kwargs"] if isinstance(call["kwargs"], dict) else {}
         config = call.get("langgraph_config")
         return {
-            "input": _without_message_ids(call["args"]),
-            "kwargs": _without_message_ids(
-                {k: v for k, v in kwargs.items() if k not in ("config", "runtime")}
+            "input": without(call["args"], _message_ids),
+            "kwargs": without(
+                {k: v for k, v in kwargs.items() if k not in ("config", "runtime")}, _message_ids
             ),
             "context": config.get("context") if isinstance(config, dict) else None,
         }
@@ -322,8 +323,8 @@ def normalize(activity_type: str, args: list[Any]) -> dict[str, Any]:
 _MESSAGE_FIELDS = frozenset({"content", "additional_kwargs", "response_metadata", "type", "id"})
 
 
-def _without_message_ids(value: Any) -> Any:
-    """``value`` with the ``id`` of every langchain message in it left out, wherever it sits.
+def _message_ids(name: str | None, value: dict[str, Any]) -> tuple[str, ...]:
+    """The ``id`` of a langchain message, wherever it sits, is left out of a fingerprint.
 
     LangGraph's ``add_messages`` gives each message that has no id a ``uuid4()``, drawn in
     the workflow: a reset run draws others, and so would a fingerprint that kept them.
@@ -332,13 +333,5 @@ def _without_message_ids(value: Any) -> Any:
     calls' ids (``tool_calls[].id``, ``tool_call_id``), which stay. A ``RemoveMessage``
     (``type == "remove"``) keeps its id: the id is what it removes.
     """
-    if isinstance(value, list):
-        return [_without_message_ids(item) for item in value]
-    if not isinstance(value, dict):
-        return value
     message = _MESSAGE_FIELDS <= value.keys() and value.get("type") != "remove"
-    return {
-        name: _without_message_ids(item)
-        for name, item in value.items()
-        if not (message and name == "id")
-    }
+    return ("id",) if message else ()

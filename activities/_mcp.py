@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..ledger._seam import wire_key
+from ._rules import without
 from ._tracing import traceparent
 
 #: The ``_meta`` field of a ledgered MCP request that holds the key's wire form.
@@ -104,22 +105,13 @@ def content_schema() -> dict[str, Any]:
     from mcp.types import ContentBlock
     from pydantic import TypeAdapter
 
-    blocks = _without_descriptions(TypeAdapter(list[ContentBlock]).json_schema())
+    blocks = without(
+        TypeAdapter(list[ContentBlock]).json_schema(),
+        # Without its prose (recorded with every call: kept short).
+        lambda _, schema: ("description",) if isinstance(schema.get("description"), str) else (),
+    )
     definitions = blocks.pop("$defs", {})
     return {"anyOf": [{"type": "string"}, {**blocks, "minItems": 1}], "$defs": definitions}
-
-
-def _without_descriptions(schema: Any) -> Any:
-    """``schema`` without its prose (recorded with every call: kept short)."""
-    if isinstance(schema, list):
-        return [_without_descriptions(item) for item in schema]
-    if isinstance(schema, dict):
-        return {
-            name: _without_descriptions(value)
-            for name, value in schema.items()
-            if not (name == "description" and isinstance(value, str))
-        }
-    return schema
 
 
 #: pydantic-ai's ``ProcessToolCallback``: ``(ctx, call_tool, name, tool_args)``.

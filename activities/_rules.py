@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..workflows._seam import AsReturned, ResultShape
@@ -260,3 +260,19 @@ def bind(
         ]
 
     return bound
+
+
+def without(
+    value: Any,
+    dropped: Callable[[str | None, dict[str, Any]], Container[str]],
+    name: str | None = None,
+) -> Any:
+    """``value`` (JSON) without the entries that ``dropped(name, obj)`` names of each of
+    its objects (``name``: the object's own name in the object that holds it, ``None`` in
+    a list), at any depth: what differs between runs of one call is not its identity."""
+    if isinstance(value, list):
+        return [without(item, dropped) for item in value]
+    if not isinstance(value, dict):
+        return value
+    names = dropped(name, value)
+    return {key: without(item, dropped, key) for key, item in value.items() if key not in names}

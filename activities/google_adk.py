@@ -125,22 +125,13 @@ def _normalize_model(activity_type: str, args: list[Any]) -> dict[str, Any]:
     """The fingerprinted identity of a model call: the request without the ids ADK gives
     function calls (fresh in a reset run). Arguments of another shape are fingerprinted
     whole: a spurious conflict refuses loudly, a lenient fingerprint replays silently."""
-    return {"args": [_without_call_ids(arg) for arg in args]}
+    return {"args": _rules.without(args, _call_ids)}
 
 
-def _without_call_ids(value: Any) -> Any:
-    """``value`` with the ``id`` of every ``function_call`` and ``function_response`` part
-    (and of ADK's streamed ``partial_args``) taken out."""
-    if isinstance(value, list):
-        return [_without_call_ids(item) for item in value]
-    if not isinstance(value, dict):
-        return value
-    out = {}
-    for name, item in value.items():
-        if name in ("function_call", "function_response") and isinstance(item, dict):
-            item = {k: v for k, v in item.items() if k != "id"}
-        out[name] = _without_call_ids(item)
-    return out
+def _call_ids(name: str | None, value: dict[str, Any]) -> tuple[str, ...]:
+    """The ``id`` of every ``function_call`` and ``function_response`` part (and of ADK's
+    streamed ``partial_args``) is left out."""
+    return ("id",) if name in ("function_call", "function_response") else ()
 
 
 # -- activity_as_tool tools -------------------------------------------------------------
