@@ -70,7 +70,12 @@ def tool(
             ``no_effect_errors`` not exception classes, or (when decorating) the function
             is not async, or does not take one pydantic model and return one or ``None``.
     """
-    _check_declaration(capability, probe, probe_absence_conclusive)
+    if not isinstance(capability, str) or not capability:
+        raise TypeError("tool(capability=...) needs a dotted capability name")
+    if probe is not None and not inspect.iscoroutinefunction(probe):
+        raise TypeError("tool(probe=...) needs an async function probe(key, arg)")
+    if probe_absence_conclusive and probe is None:
+        raise TypeError("tool(probe_absence_conclusive=True) needs a probe=")
     declared = no_effect_errors_of(no_effect_errors)
 
     def decorate(fn: Callable[[ArgT], Awaitable[OutT]]) -> Tool[ArgT, OutT]:
@@ -106,25 +111,71 @@ class _LedgeredTool(Tool[ArgT, OutT]):
         declared: tuple[type[BaseException], ...],
         probe: Probe | None,
     ) -> None:
-        self._run = functools.partial(_run_ledgered, self, fn, state, no_effect_errors=declared)
+        self._fn = fn
+        self._state = state
+        self._declared = declared
         self.__ledger_probe__ = probe
         # What tools that list a worker's activities read of a function.
         self.__name__ = self.__qualname__ = self.name
         self.__doc__ = fn.__doc__
 
-    # The call is taken as plain JSON (``Any``: Temporal converts by this annotation), so
-    # that one that did not come from ``run_tool`` is answered with what to do instead.
-    async def __call__(self, call: Any) -> ToolOutcome:
-        return await self._run(call)
+    async def __call__(self, raw: Any) -> ToolOutcome:
+        """One attempt of a ``@tool``: its request to the ledger, the function as the call
+        the ledger runs at most once per key, and the ledger's answer as the outcome.
 
+        The call is taken as plain JSON (``Any``: Temporal converts by this annotation) so
+        that one that did not come from ``run_tool`` is answered with what to do instead
+        of a conversion error retried forever."""
+        try:
+            call = ToolCall.model_validate(raw)
+        except ValidationError:
+            raise final(
+                f"{self.name} is a ledgered @tool: call it from a workflow with "
+                f"temporal_ledger.workflows.run_tool({self.name}, arg, step=..., performer=...), "
+                "not with workflow.execute_activity",
+                ErrorType.INVALID_REQUEST,
+            ) from None
+        runtime = current_runtime()
+        arg = argument_of(self, call.arg, refused=ErrorType.INVALID_REQUEST)
 
-def _check_declaration(capability: Any, probe: Probe | None, conclusive: bool) -> None:
-    if not isinstance(capability, str) or not capability:
-        raise TypeError("tool(capability=...) needs a dotted capability name")
-    if probe is not None and not inspect.iscoroutinefunction(probe):
-        raise TypeError("tool(probe=...) needs an async function probe(key, arg)")
-    if conclusive and probe is None:
-        raise TypeError("tool(probe_absence_conclusive=True) needs a probe=")
+        async def act(ctx: ExecutionContext) -> Any:
+            token = _execution.set(ctx)
+            try:
+                return await self._fn(arg)
+            finally:
+                _execution.reset(token)
+
+        def record(output: Any) -> tuple[Any, Any]:
+            if self.output_type is not None and not isinstance(output, self.output_type):
+                output = self.output_type.model_validate(output)
+            return None, output
+
+        async def read_state(request: ActionRequest) -> Any:
+            value = self._state(arg)  # type: ignore[misc]  # passed only with a state
+            return await value if inspect.isawaitable(value) else value
+
+        request = {
+            "key": call.key,
+            "capability": self.capability,
+            "instruction": self.name,
+            "payload": call.arg or {},
+            "precondition": call.precondition,
+            "performer": call.performer,
+            "output_schema": self.output_schema,
+            "context": call_context(activity.info(), step=call.step),
+        }
+        attempt = Attempt(
+            spec=self,
+            request=request,
+            act=act,
+            record=record,
+            read=lambda outcome: outcome,
+            span=self.name,
+            before_acting=functools.partial(failed_before_acting, declared=self._declared),
+            fresh=False,  # the outcome names the action: read from the ledger's answer
+            state=read_state if self._state is not None else None,
+        )
+        return typing.cast(ToolOutcome, await run_attempt(runtime, attempt))
 
 
 def argument_of(spec: Tool[ArgT, Any], raw: Any, *, refused: ErrorType) -> ArgT:
@@ -151,68 +202,3 @@ def _signature(fn: Callable[..., Any]) -> tuple[type[Any], type[BaseModel] | Non
     if not (inspect.isclass(output) and issubclass(output, BaseModel)):
         raise TypeError(f"@tool {fn.__qualname__} must return a pydantic model or None")
     return arg_type, output
-
-
-async def _run_ledgered(
-    spec: Tool[Any, Any],
-    fn: Callable[[Any], Awaitable[Any]],
-    state: Callable[[Any], Any] | None,
-    raw: Any,
-    *,
-    no_effect_errors: tuple[type[BaseException], ...],
-) -> ToolOutcome:
-    """One attempt of a ``@tool``: its request to the ledger, the function as the call
-    the ledger runs at most once per key, and the ledger's answer as the outcome.
-
-    The call is taken as plain JSON so that one that did not come from ``run_tool`` is
-    answered with what to do instead of a conversion error retried forever."""
-    try:
-        call = ToolCall.model_validate(raw)
-    except ValidationError:
-        raise final(
-            f"{spec.name} is a ledgered @tool: call it from a workflow with "
-            f"temporal_ledger.workflows.run_tool({spec.name}, arg, step=..., performer=...), "
-            "not with workflow.execute_activity",
-            ErrorType.INVALID_REQUEST,
-        ) from None
-    runtime = current_runtime()
-    arg = argument_of(spec, call.arg, refused=ErrorType.INVALID_REQUEST)
-
-    async def act(ctx: ExecutionContext) -> Any:
-        token = _execution.set(ctx)
-        try:
-            return await fn(arg)
-        finally:
-            _execution.reset(token)
-
-    def record(output: Any) -> tuple[Any, Any]:
-        if spec.output_type is not None and not isinstance(output, spec.output_type):
-            output = spec.output_type.model_validate(output)
-        return None, output
-
-    async def read_state(request: ActionRequest) -> Any:
-        value = state(arg)  # type: ignore[misc]  # passed only with a state
-        return await value if inspect.isawaitable(value) else value
-
-    request = {
-        "key": call.key,
-        "capability": spec.capability,
-        "instruction": spec.name,
-        "payload": call.arg or {},
-        "precondition": call.precondition,
-        "performer": call.performer,
-        "output_schema": spec.output_schema,
-        "context": call_context(activity.info(), step=call.step),
-    }
-    attempt = Attempt(
-        spec=spec,
-        request=request,
-        act=act,
-        record=record,
-        read=lambda outcome: outcome,
-        span=spec.name,
-        before_acting=functools.partial(failed_before_acting, declared=no_effect_errors),
-        fresh=False,  # the outcome names the action: read from the ledger's answer
-        state=read_state if state is not None else None,
-    )
-    return typing.cast(ToolOutcome, await run_attempt(runtime, attempt))
