@@ -83,15 +83,36 @@ class Enclosing:
     anchor: RunAnchor
     #: The activity's own step in its key: its call number (or activity id).
     step: str
-    performer: str
     #: The activity's event loop, for calls made on another thread.
-    loop: asyncio.AbstractEventLoop
+    loop: asyncio.AbstractEventLoop = dataclasses.field(default_factory=asyncio.get_running_loop)
     #: The rule says the calls inside have keys of their own (the activity is retry-safe).
     calls_inside: bool = dataclasses.field(default=False, kw_only=True)
     #: The first of the ledger's answers to a call inside that ends this attempt.
     failure: BaseException | None = None
     #: The ids of the calls made inside this attempt so far, each a key of its own.
     call_ids: set[str] = dataclasses.field(default_factory=set)
+
+    def request(
+        self, step: str, name: str, instruction: str, payload: Any, **context: Any
+    ) -> dict[str, Any]:
+        """What a call of this activity (``name``: the activity, or a call inside it) asks
+        the ledger under ``step``; ``context`` is recorded, never fingerprinted."""
+        info, anchor = self.info, self.anchor
+        assert info.workflow_id is not None
+        return {
+            "key": step_key(info.workflow_id, anchor.first, step, continued_from=anchor.continued),
+            "capability": capability_for(name),
+            "instruction": instruction,
+            "payload": payload,
+            "performer": info.workflow_type or "unknown-workflow",
+            "context": call_context(
+                info,
+                first_execution_run_id=anchor.first,
+                continued_run_id=anchor.continued,
+                activity_type=info.activity_type,
+                **context,
+            ),
+        }
 
 
 #: The ledgered activity whose code runs now, if any.
@@ -211,47 +232,37 @@ def activity_attempt(
         )
     args = _delivered_json(name, input.args)
     step = anchor.call or info.activity_id
-    performer = info.workflow_type or "unknown-workflow"
     tool = read_args(rule.tool_name, args)
     tool = tool if isinstance(tool, str) else None
     hints = ToolHints.parse(read_args(rule.hints, args)) or _header(
         input.headers, HINTS_HEADER, lambda data: ToolHints.parse(json.loads(data))
     )
-    loop = asyncio.get_running_loop()
-    inside = Enclosing(runtime, info, anchor, step, performer, loop, calls_inside=rule.calls_inside)
+    inside = Enclosing(runtime, info, anchor, step, calls_inside=rule.calls_inside)
     mcp = any(fnmatch.fnmatchcase(name, pattern) for pattern in _MCP_CALLS)
     call = _ActivityCall(input, next, rule, inside, mcp)
-    # The tool's name and its server's hints are recorded, never fingerprinted.
-    context = call_context(
-        info,
-        first_execution_run_id=anchor.first,
-        continued_run_id=anchor.continued,
-        activity_type=name,
+    # An MCP call's request metadata is not what the tool is asked to do.
+    plain = _mcp.without_meta(args) if call.mcp else args
+    request = inside.request(
+        step,
+        name,
+        name,
+        rule.normalize(name, args) if rule.normalize else {"args": plain},
+        # The tool's name and its server's hints are recorded, never fingerprinted.
         **({"tool": tool} if tool else {}),
         **({"hints": hints.model_dump(by_alias=True)} if hints else {}),
     )
-    # An MCP call's request metadata is not what the tool is asked to do.
-    plain = _mcp.without_meta(args) if call.mcp else args
-    capability = capability_for(name)
     return Attempt(
         # The activity as a tool, as the rule declares it (before the policy's word).
         spec=Tool(
             name=name,
-            capability=capability,
+            capability=request["capability"],
             retry_safe=rule.retry_safe,
             arg_type=dict,  # only name/capability/retry_safe are read
             output_type=None,
             has_probe=rule.probe is not None,
             probe_absence_conclusive=rule.probe_absence_conclusive,
         ),
-        request={
-            "key": step_key(info.workflow_id, anchor.first, step, continued_from=anchor.continued),
-            "capability": capability,
-            "instruction": name,
-            "payload": rule.normalize(name, args) if rule.normalize else {"args": plain},
-            "performer": performer,
-            "context": context,
-        },
+        request=request,
         act=call.act,
         record=call.record,
         read=call.read,

@@ -15,11 +15,11 @@ from pydantic import BaseModel, ConfigDict, RootModel
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from ..ledger import NoEffect
-from ..ledger._seam import check_json, model_json, output_template, step_key
+from ..ledger._seam import check_json, model_json, output_template
 from ..workflows._seam import PLACEHOLDER, ErrorType, Tool, UnknownEffect
 from ..workflows._seam import InnerCall as _InnerCallDetails
-from ._attempt import Attempt, call_context, run_attempt
-from ._generic import Enclosing, capability_for, enclosing
+from ._attempt import Attempt, run_attempt
+from ._generic import Enclosing, enclosing
 
 if TYPE_CHECKING:
     from langchain_core.messages import ToolMessage
@@ -207,30 +207,14 @@ async def ledgered_call(inside: Enclosing, call: InnerCall[_T]) -> _T:
         if refused:
             raise ApplicationError(refused, type=ErrorType.INVALID_REQUEST, non_retryable=True)
         inside.call_ids.add(call.call_id)
-        assert info.workflow_id is not None
-        step, anchor = f"{inside.step}/{call.call_id}", inside.anchor
-        key = step_key(info.workflow_id, anchor.first, step, continued_from=anchor.continued)
-        capability = capability_for(name)
+        step = f"{inside.step}/{call.call_id}"
+        request = inside.request(step, name, call.tool, call.payload, **call.context)
         attempt = Attempt(
             # Not retry-safe; only name, capability and retry_safe are read, and that there
             # is an output model: every call has an output, and one compacted away is said
             # so, never read as None.
-            spec=Tool(name, capability, False, dict, _JsonOutput),
-            request={
-                "key": key,
-                "capability": capability,
-                "instruction": call.tool,
-                "payload": call.payload,
-                "performer": inside.performer,
-                "output_schema": call.output_schema,
-                "context": call_context(
-                    info,
-                    first_execution_run_id=anchor.first,
-                    continued_run_id=anchor.continued,
-                    activity_type=info.activity_type,
-                    **call.context,
-                ),
-            },
+            spec=Tool(name, request["capability"], False, dict, _JsonOutput),
+            request={**request, "output_schema": call.output_schema},
             act=lambda ctx: call.act(),
             record=call.record,
             read=lambda outcome: call.read(outcome.output),
