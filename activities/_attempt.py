@@ -69,8 +69,8 @@ class Attempt:
             records)``; it raises :class:`LostReply` for a value that reports a lost call.
         read: What the caller gets from the ledger's answer (a replay, an operator's or a
             probe's output), raising where it does not fit.
-        span: The name the call's span carries.
-        tool: The called tool's name for the policy's ``[tools]`` (default: the spec's).
+        tool: The called tool's name for the policy's ``[tools]`` and the call's span
+            (default: the spec's).
         hints: The tool's annotations, weighed by the policy.
         server: The server whose tool it is (for the policy's trust in its hints).
         output_schema: What an operator's output must fit, read only for a call that may
@@ -91,7 +91,6 @@ class Attempt:
     act: Callable[[ExecutionContext], Awaitable[Any]]
     record: Callable[[Any], tuple[Any, Any]]
     read: Callable[[ToolOutcome], Any]
-    span: str
     tool: str | None = None
     hints: ToolHints | None = None
     server: str | None = None
@@ -111,11 +110,12 @@ async def run_attempt(runtime: Runtime, attempt: Attempt) -> Any:
     """
     # The tool's declaration, weighed against its hints (those that relax only where the
     # policy trusts them), with the policy's [tools] table's last word.
+    tool = attempt.tool or attempt.spec.name
     treatment = runtime.policy.treatment(
         capability=attempt.spec.capability,
         retry_safe=attempt.spec.retry_safe,
         requires_approval=attempt.spec.requires_approval,
-        tool=attempt.tool or attempt.spec.name,
+        tool=tool,
         hints=attempt.hints,
         server=attempt.server,
     )
@@ -149,7 +149,7 @@ async def run_attempt(runtime: Runtime, attempt: Attempt) -> Any:
             raise
         return recorded
 
-    with call_span(attempt.span, request["key"], content=runtime.trace_content) as span:
+    with call_span(tool, request["key"], content=runtime.trace_content) as span:
         describe_request(span, request)
         result = await execute_ledgered(
             runtime, request, spec, adapter, attempt.state, attempt.ask_only

@@ -266,7 +266,6 @@ def activity_attempt(
         act=call.act,
         record=call.record,
         read=call.read,
-        span=tool or name,
         tool=tool,
         hints=hints,
         server=served_by(rule, name),

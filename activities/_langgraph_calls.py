@@ -218,7 +218,6 @@ async def ledgered_call(inside: Enclosing, call: InnerCall[_T]) -> _T:
             act=lambda ctx: call.act(),
             record=call.record,
             read=lambda outcome: call.read(outcome.output),
-            span=call.tool,
             tool=call.tool,
         )
         return cast(_T, await run_attempt(inside.runtime, attempt))

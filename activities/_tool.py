@@ -170,7 +170,6 @@ class _LedgeredTool(Tool[ArgT, OutT]):
             act=act,
             record=record,
             read=lambda outcome: outcome,
-            span=self.name,
             before_acting=functools.partial(failed_before_acting, declared=self._declared),
             fresh=False,  # the outcome names the action: read from the ledger's answer
             state=read_state if self._state is not None else None,
