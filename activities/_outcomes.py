@@ -80,7 +80,16 @@ def outcome_or_raise(
         return outcome.model_copy(update={"reconciled": reconciled})
     status, effect, retryable = result.status, result.effect, result.retryable
     if may_act_again(status=status, effect=effect, retryable=retryable, retry_safe=spec.retry_safe):
-        raise _another_attempt(result)
+        # Temporal's retry policy schedules the attempt (for an unknown effect, because the
+        # far side deduplicates by key).
+        unknown = effect is EffectState.UNKNOWN
+        delay = None if unknown or not result.retry_after else timedelta(seconds=result.retry_after)
+        raise ApplicationError(
+            result.error or ("effect unknown" if unknown else "no effect"),
+            type=ErrorType.EFFECT_UNKNOWN_RETRY_SAFE if unknown else ErrorType.NO_EFFECT_RETRYABLE,
+            next_retry_delay=delay,
+            category=ApplicationErrorCategory.BENIGN,
+        )
     if result.effect is EffectState.UNKNOWN:
         raise _unknown(spec, result, runtime, request.get("output_schema"))
     raise final(f"{spec.name}: {result.error or 'failed'}", ErrorType.FAILED)
@@ -108,19 +117,6 @@ def _denied(
         return final(f"{spec.name}: {result.error}", ErrorType.REJECTED)
     # The key is not used up, but the policy that denied this performer still stands.
     return final(result.error or "denied", ErrorType.DENIED)
-
-
-def _another_attempt(result: ActionResult) -> ApplicationError:
-    """The ledger lets the key act again: Temporal's retry policy schedules the attempt
-    (for an unknown effect, because the far side deduplicates by key)."""
-    unknown = result.effect is EffectState.UNKNOWN
-    delay = None if unknown or not result.retry_after else timedelta(seconds=result.retry_after)
-    return ApplicationError(
-        result.error or ("effect unknown" if unknown else "no effect"),
-        type=ErrorType.EFFECT_UNKNOWN_RETRY_SAFE if unknown else ErrorType.NO_EFFECT_RETRYABLE,
-        next_retry_delay=delay,
-        category=ApplicationErrorCategory.BENIGN,
-    )
 
 
 def _unknown(
