@@ -216,7 +216,18 @@ async def probe_effect(probe: ProbeInput) -> ProbeResult:
             "ProbeAnswer.present(...), .absent(...) or .inconclusive(...)",
             ErrorType.PROBE_UNAVAILABLE,
         )
-    verdict, basis, output = _verdict_for(answer, conclusive)
+    # The verdict the probe's answer is recorded as, what it rests on, and the output.
+    verdict: Verdict = {
+        Finding.PRESENT: "effect_confirmed",
+        Finding.ABSENT: ("no_effect_confirmed" if conclusive else "still_unknown"),
+        Finding.INCONCLUSIVE: "still_unknown",
+    }[answer.finding]
+    basis = answer.basis
+    if answer.finding is Finding.ABSENT and verdict == "still_unknown":
+        basis += " (not conclusive for this tool: declare probe_absence_conclusive=True)"
+    output: Any = answer.output if verdict == "effect_confirmed" else None
+    if isinstance(output, BaseModel):
+        output = model_json(output)
     if verdict != "still_unknown" and not answer.evidence:
         # A finding that settles the effect rests on what the far side answered.
         verdict, output = "still_unknown", None
@@ -259,22 +270,6 @@ _RECORDED = {
     "no_effect_confirmed": ProbeOutcome.ABSENT,
     "still_unknown": ProbeOutcome.INCONCLUSIVE,
 }
-
-
-def _verdict_for(answer: ProbeAnswer, conclusive: bool) -> tuple[Verdict, str, Any]:
-    """The verdict a probe's answer is recorded as, what it rests on, and the output."""
-    verdict: Verdict = {
-        Finding.PRESENT: "effect_confirmed",
-        Finding.ABSENT: ("no_effect_confirmed" if conclusive else "still_unknown"),
-        Finding.INCONCLUSIVE: "still_unknown",
-    }[answer.finding]
-    basis = answer.basis
-    if answer.finding is Finding.ABSENT and verdict == "still_unknown":
-        basis += " (not conclusive for this tool: declare probe_absence_conclusive=True)"
-    output: Any = answer.output if verdict == "effect_confirmed" else None
-    if isinstance(output, BaseModel):
-        output = model_json(output)
-    return verdict, basis, output
 
 
 def _probe_for(
