@@ -227,17 +227,15 @@ def _classify(method: str, url: str, response: httpx.Response) -> HttpResult:
     if status == 409:
         return HttpResult(status=status, body=_body(response), already_done=True)
     said = f"{status} {response.reason_phrase}: {_excerpt(response)}"
-    if status == 429:
+    if 400 <= status < 500:
+        # 429 says when to try again; a 408's server never received the whole request (RFC
+        # 9110 15.5.9), so it cannot act; any other 4xx refused the request as it is.
+        retry_after = response.headers.get("Retry-After") if status == 429 else None
         raise NoEffect(
             f"{method} {url}: {said}",
-            retryable=True,
-            retry_after=_parse_retry_after(response.headers.get("Retry-After")),
+            retryable=status in (408, 429),
+            retry_after=_parse_retry_after(retry_after),
         )
-    if status == 408:
-        # The server never received the whole request (RFC 9110 15.5.9), so it cannot act.
-        raise NoEffect(f"{method} {url}: {said}", retryable=True)
-    if 400 <= status < 500:
-        raise NoEffect(f"{method} {url}: {said}", retryable=False)
     if 300 <= status < 400:
         # A redirect after a write often means "done, look there", but not always.
         location = response.headers.get("Location", "no Location")
