@@ -14,7 +14,6 @@ from collections.abc import Iterable, Sequence
 
 from temporalio.exceptions import ApplicationError
 
-from ..ledger import NoEffect
 from ..workflows._seam import ErrorType
 
 #: The ``type`` of the ledger's own errors: the answers of calls made inside an activity
@@ -57,12 +56,12 @@ def no_effect_errors_of(types: Iterable[type[BaseException]]) -> tuple[type[Base
 def failed_before_acting(exc: BaseException, declared: Sequence[type[BaseException]]) -> bool:
     """Whether ``exc``, raised by a tool, is one its rule declares as raised before acting.
 
-    Never a cancellation or another ``BaseException`` that is not an ``Exception`` (the
-    attempt was stopped, wherever it was), a ``NoEffect`` (the ledger reads it itself) or
-    one of the ledger's own errors.
+    Never one of the ledger's own errors. Never a cancellation or another
+    ``BaseException`` that is not an ``Exception`` (the attempt was stopped, wherever it
+    was) either: ``declared`` holds only subclasses of ``Exception``
+    (:func:`no_effect_errors_of` made it); and never a ``NoEffect``, which the ledger's
+    adapter reads itself before it asks this.
     """
-    if not declared or not isinstance(exc, Exception) or isinstance(exc, NoEffect):
-        return False
     if isinstance(exc, ApplicationError) and exc.type in _LEDGER_ERRORS:
         return False
     return isinstance(exc, tuple(declared))
