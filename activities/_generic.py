@@ -42,6 +42,7 @@ import contextlib
 import contextvars
 import dataclasses
 import fnmatch
+import functools
 import json
 import re
 import typing
@@ -272,7 +273,9 @@ def activity_attempt(
         # What an operator's output must fit, by the activity's real result type (only
         # this side knows it).
         output_schema=lambda: _output_schema(rule, input.fn, args),
-        before_acting=call.before_acting,
+        # Declared by the rule as raised before acting; never a call inside's answer (one of
+        # the ledger's own errors, or a NoEffect the ledger reads itself).
+        before_acting=functools.partial(failed_before_acting, declared=rule.no_effect_errors),
         hand_back=True,
         # A node whose calls have keys of their own changes nothing but through them: when
         # the attempt only asks, the node runs and each of its calls only asks.
@@ -338,11 +341,6 @@ class _ActivityCall:
         return activity.payload_converter().from_payload(
             _from_json(recorded), _return_type(self.input.fn)
         )
-
-    def before_acting(self, exc: BaseException) -> bool:
-        """Declared by the rule as raised before acting (never a call inside's answer)."""
-        failed = failed_before_acting(exc, self.rule.no_effect_errors)
-        return exc is not self.inside.failure and failed
 
 
 #: The activities that call an MCP tool with a ``meta`` argument: temporalio-mcp's (the
