@@ -64,7 +64,25 @@ def outcome_or_raise(
     ``ApplicationError`` whose type tells the workflow what comes next."""
     record_outcome(spec, result)
     if result.status == "denied":
-        raise _denied(spec, result, runtime, request)
+        if result.error_type == FailureType.APPROVAL_REQUIRED:
+            policy = runtime.policy
+            needed = ApprovalNeeded(
+                key=result.key,
+                fingerprint=ActionRequest.parse(request).fingerprint(),
+                capability=spec.capability,
+                performer=request["performer"],
+                arguments=request["payload"],
+                approvers=policy.approvers,
+                keys=policy.keys,
+                signature_required=policy.signed_decisions,
+                address=runtime.address,
+                awaiting_approval_attribute=runtime.awaiting_approval_attribute,
+            )
+            raise _hand_over(f"{spec.name}: {result.error}", needed, ErrorType.AWAITING_APPROVAL)
+        if result.error_type == FailureType.APPROVAL_REJECTED:
+            raise final(f"{spec.name}: {result.error}", ErrorType.REJECTED)
+        # The key is not used up, but the policy that denied this performer still stands.
+        raise final(result.error or "denied", ErrorType.DENIED)
     if result.compacted and spec.output_type is not None:
         # The step happened long ago and its output is gone: answer, never act again,
         # and say so instead of handing the workflow an output that is not there.
@@ -91,53 +109,23 @@ def outcome_or_raise(
             category=ApplicationErrorCategory.BENIGN,
         )
     if result.effect is EffectState.UNKNOWN:
-        raise _unknown(spec, result, runtime, request.get("output_schema"))
-    raise final(f"{spec.name}: {result.error or 'failed'}", ErrorType.FAILED)
-
-
-def _denied(
-    spec: Tool[Any, Any], result: ActionResult, runtime: Runtime, request: dict[str, Any]
-) -> ApplicationError:
-    if result.error_type == FailureType.APPROVAL_REQUIRED:
         policy = runtime.policy
-        needed = ApprovalNeeded(
+        details = UnknownEffect(
             key=result.key,
-            fingerprint=ActionRequest.parse(request).fingerprint(),
+            action_id=result.reused_from_action_id or result.action_id,
             capability=spec.capability,
-            performer=request["performer"],
-            arguments=request["payload"],
-            approvers=policy.approvers,
+            error=result.error,
+            reconcilers=policy.reconcilers,
             keys=policy.keys,
-            signature_required=policy.signed_decisions,
+            signature_required=policy.signed_verdicts,
             address=runtime.address,
-            awaiting_approval_attribute=runtime.awaiting_approval_attribute,
+            open_effects_attribute=runtime.open_effects_attribute,
+            probe=spec.has_probe,
+            output_schema=request.get("output_schema"),
         )
-        return _hand_over(f"{spec.name}: {result.error}", needed, ErrorType.AWAITING_APPROVAL)
-    if result.error_type == FailureType.APPROVAL_REJECTED:
-        return final(f"{spec.name}: {result.error}", ErrorType.REJECTED)
-    # The key is not used up, but the policy that denied this performer still stands.
-    return final(result.error or "denied", ErrorType.DENIED)
-
-
-def _unknown(
-    spec: Tool[Any, Any], result: ActionResult, runtime: Runtime, output_schema: Any
-) -> ApplicationError:
-    policy = runtime.policy
-    details = UnknownEffect(
-        key=result.key,
-        action_id=result.reused_from_action_id or result.action_id,
-        capability=spec.capability,
-        error=result.error,
-        reconcilers=policy.reconcilers,
-        keys=policy.keys,
-        signature_required=policy.signed_verdicts,
-        address=runtime.address,
-        open_effects_attribute=runtime.open_effects_attribute,
-        probe=spec.has_probe,
-        output_schema=output_schema,
-    )
-    message = f"{spec.name}: the effect of {result.key!r} is unknown: {result.error}"
-    return _hand_over(message, details, ErrorType.EFFECT_UNKNOWN)
+        message = f"{spec.name}: the effect of {result.key!r} is unknown: {result.error}"
+        raise _hand_over(message, details, ErrorType.EFFECT_UNKNOWN)
+    raise final(f"{spec.name}: {result.error or 'failed'}", ErrorType.FAILED)
 
 
 def _hand_over(message: str, details: BaseModel, kind: ErrorType) -> ApplicationError:
