@@ -6,7 +6,10 @@ answer becomes its result). The framework modules (``openai_agents``, ``strands`
 ``google_adk``, ``pydantic_ai``, ``langgraph``) declare theirs with the builders here:
 their model calls (:func:`models`, retry-safe), the MCP calls of every server their plugin
 registers (:func:`mcp`, the server named by the pattern's ``*``), and the activities a
-user hands their agents as tools (:func:`tools`).
+user hands their agents as tools (:func:`tools`), each a :class:`Rule` (a rule with what
+only a framework declares). :func:`bind` makes the ``activity_rules`` of the three agent
+frameworks that register those same kinds, and :func:`without` leaves what a framework
+mints per run out of a fingerprint.
 """
 
 from __future__ import annotations
