@@ -163,14 +163,8 @@ class Ledger(Decisions):
         if not (isinstance(decision, ActionResult) and decision.replayed):
             return None
         if self.replay_audit == "committed":
-            if self._closed:
-                raise LedgerError("the ledger is closed")
-            loop = asyncio.get_running_loop()
-            queued = self._recorder.submit_on_loop(
-                key, draft.write, loop, durable=False, expected=record
-            )
             try:
-                await (queued or self._run(self._recorder.transact, key, draft.write))
+                await self._transact(key, draft.write, durable=False, expected=record)
             except DuplicateActionId:
                 return None  # the same submission again: the usual way answers it
             return decision
@@ -409,13 +403,14 @@ class Ledger(Decisions):
             raise result
         return result
 
-    async def _transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
+    async def _transact(self, key: str, fn: Callable[[Transaction], T], **submit: Any) -> T:
         """One write transaction, off the event loop: a durable commit waits for the
-        disk or the network. A recorder that groups commits takes it in its queue. Here,
-        not in ``Opened``: it is on every call's path, which should cross few modules."""
+        disk or the network. A recorder that groups commits takes it in its queue, with
+        ``submit``'s options (:meth:`Recorder.submit_on_loop`). Here, not in ``Opened``: it
+        is on every call's path, which should cross few modules."""
         if self._closed:
             raise LedgerError("the ledger is closed")
-        queued = self._recorder.submit_on_loop(key, fn, asyncio.get_running_loop())
+        queued = self._recorder.submit_on_loop(key, fn, asyncio.get_running_loop(), **submit)
         if queued is None:
             return await self._run(self._recorder.transact, key, fn)
         return await queued

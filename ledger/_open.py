@@ -239,7 +239,7 @@ class Opened:
 
     if TYPE_CHECKING:  # ``Ledger``'s, on its call path
 
-        async def _transact(self, key: str, fn: Callable[[Transaction], T]) -> T: ...
+        async def _transact(self, key: str, fn: Callable[[Transaction], T], **submit: Any) -> T: ...
 
     async def _transact_durably(self, key: str, fn: Callable[[Transaction], T], *, what: str) -> T:
         """A write that must not be lost to a dropped connection: tried until it commits.
