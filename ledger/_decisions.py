@@ -9,8 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
-from enum import StrEnum
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from pydantic import BaseModel
 
@@ -40,8 +39,6 @@ from ._signatures import PROBE_ACTOR_PREFIX, DecisionSignature, Signers, recorde
 from ._template_text import refuse_placeholders
 from ._transaction import KeyRecord, Phase, Transaction, iso
 from ._verify import VerifyReport, verify_ledger
-
-E = TypeVar("E", bound=StrEnum)
 
 
 def compact_key(tx: Transaction, *, cutoff: str) -> int:
@@ -272,7 +269,7 @@ class Decisions(Opened, KeySpellings):
                 or ``action_id`` is another action's (the refusal is recorded).
         """
         validate_key(key)
-        verdict = _verdict(verdict)
+        verdict = cast("Verdict", _one_of("verdict", verdict, VERDICTS))
         _non_empty(actor=actor, basis=basis)
         evidence = list(evidence) if isinstance(evidence, (list, tuple)) else evidence
         if not isinstance(evidence, list):
@@ -338,7 +335,7 @@ class Decisions(Opened, KeySpellings):
                 decided (the refusal is recorded).
         """
         validate_key(key)
-        decision = _one_of(Decision, decision, "decision")
+        decision = Decision(_one_of("decision", decision, tuple(Decision)))
         _non_empty(fingerprint=fingerprint, actor=actor, basis=basis)
         refuse_placeholders(actor=actor, basis=basis)
         decided = functools.partial(decide_approval, fingerprint=fingerprint, decision=decision)
@@ -428,20 +425,11 @@ def _proof(signature: DecisionSignature | dict[str, Any] | None) -> dict[str, An
     return None if signed is None else signed.model_dump()
 
 
-def _one_of(kind: type[E], value: Any, name: str) -> E:
-    """``value`` as a member of ``kind``, or bad input naming the choices."""
-    try:
-        return kind(value)
-    except ValueError:
-        choices = ", ".join(member.value for member in kind)
-        raise InvalidRequest(f"unknown {name} {value!r}: use one of {choices}") from None
-
-
-def _verdict(value: Any) -> Verdict:
-    """``value`` as a verdict (a plain ``str``), or bad input naming the choices."""
-    if not isinstance(value, str) or value not in VERDICTS:
-        raise InvalidRequest(f"unknown verdict {value!r}: use one of {', '.join(VERDICTS)}")
-    return cast("Verdict", str(value))
+def _one_of(name: str, value: Any, choices: Sequence[str]) -> str:
+    """``value`` as one of ``choices`` (a plain ``str``), or bad input naming them."""
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidRequest(f"unknown {name} {value!r}: use one of {', '.join(choices)}")
+    return str(value)
 
 
 def _non_empty(**values: Any) -> None:
