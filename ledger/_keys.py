@@ -12,20 +12,6 @@ import hashlib
 from ._wire import wire_key
 
 
-def step_key(
-    workflow_id: str, first_execution_run_id: str, step: str, *, continued_from: str | None = None
-) -> str:
-    """``{workflow id}/{first execution run id}[/{continued from}]/{step}``: public as
-    :meth:`KeySpellings.step_key`, which says why."""
-    continued = f"/{continued_from}" if continued_from else ""
-    key = f"{workflow_id}/{first_execution_run_id}{continued}/{step}"
-    if len(key) <= 255 and key.isprintable():
-        return key
-    digest = hashlib.sha256(key.encode()).hexdigest()
-    prefix = "".join(c if c.isprintable() else "?" for c in workflow_id)[:120]
-    return f"{prefix}/sha256:{digest}"
-
-
 class KeySpellings:
     """The part of :class:`~temporal_ledger.ledger.Ledger` that spells keys: a workflow
     step's, and any key's on the wire."""
@@ -59,7 +45,13 @@ class KeySpellings:
         Returns:
             The idempotency key.
         """
-        return step_key(workflow_id, first_execution_run_id, step, continued_from=continued_from)
+        continued = f"/{continued_from}" if continued_from else ""
+        key = f"{workflow_id}/{first_execution_run_id}{continued}/{step}"
+        if len(key) <= 255 and key.isprintable():
+            return key
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        prefix = "".join(c if c.isprintable() else "?" for c in workflow_id)[:120]
+        return f"{prefix}/sha256:{digest}"
 
     @staticmethod
     def wire_key(key: str) -> str:
@@ -84,3 +76,8 @@ class KeySpellings:
             The key's wire form.
         """
         return wire_key(key)
+
+
+#: ``{workflow id}/{first execution run id}[/{continued from}]/{step}``: public as
+#: :meth:`KeySpellings.step_key`, which says why.
+step_key = KeySpellings.step_key
