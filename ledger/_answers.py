@@ -127,15 +127,13 @@ def project(key: str, record: KeyRecord | None, now: float) -> ActionState:
     if record is None:
         return ActionState(key=key)
     outcome = record.outcome
-    status = None if outcome is None else outcome.status
-    effect = EffectState.NONE if outcome is None else outcome.effect
-    error = None if outcome is None else outcome.error
+    status, effect, error = None, EffectState.NONE, None
     if record.phase == Phase.RUNNING:
-        status, effect, error = None, EffectState.UNKNOWN, None
+        effect = EffectState.UNKNOWN
         if (record.lease_expires or 0) <= now:
             error = "the execution started and its lease expired without a report"
-    elif record.phase in (Phase.CLAIMED, Phase.AWAITING_APPROVAL):
-        status, effect, error = None, EffectState.NONE, None
+    elif outcome is not None and record.phase not in (Phase.CLAIMED, Phase.AWAITING_APPROVAL):
+        status, effect, error = outcome.status, outcome.effect, outcome.error
     return ActionState(
         key=key,
         status=status,

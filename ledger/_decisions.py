@@ -110,8 +110,8 @@ def decide_approval(
         return DecisionRefused(tx.key, reason, decided=first)
     assert record is not None and approval is not None
     update = {"state": decided, "approval_id": approval_id, "actor": actor, "basis": basis}
-    signed = {} if signature is None else {"signature": signature}
-    approval = approval.model_copy(update={**update, "decided_at": tx.recorded_at, **signed})
+    update = _signed(signature, **update, decided_at=tx.recorded_at)
+    approval = approval.model_copy(update=update)
     call = {"capability": approval.capability, "performer": approval.performer}
     kind = EventType.APPROVED if decision is Decision.APPROVE else EventType.APPROVAL_REJECTED
     tx.append(kind, None, {**body, "approval_id": approval_id, **call})

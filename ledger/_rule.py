@@ -324,14 +324,12 @@ def _claim(tx: Transaction, record: KeyRecord, ask: Ask, *, approval_id: str | N
 def own_claim(tx: Transaction, record: KeyRecord, action_id: str) -> Admission | None:
     """A resubmitted request that holds the key itself, or whose claim already settled:
     its own answer, never a replay of itself. ``None`` for any other key."""
-    outcome = record.outcome
     if record.holder_action_id == action_id and record.phase in (Phase.CLAIMED, Phase.RUNNING):
         if not is_expired(record, tx.now):
             return Busy(action_id, (record.lease_expires or 0) - tx.now, recorded=False)
         recover_expired(tx, record)  # the crash gap of its own claim: settled once, here
-        tx.save(record)
-        outcome = record.outcome  # its own: the recovery settles the holder's claim
-    if outcome is not None and outcome.action_id == action_id:
+        tx.save(record)  # its outcome, below, is its own: the recovery settles the holder's
+    if (outcome := record.outcome) is not None and outcome.action_id == action_id:
         # Its claim settled: just now, or between the lookup of its history and this
         # transaction.
         return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
