@@ -27,12 +27,18 @@ def mark_started(
         return result_of(outcome, key=tx.key, action_id=action_id, replayed=False)
     record.phase = Phase.RUNNING
     record.lease_expires = tx.now + lease
-    started = {"token": token, "lease_expires_at": iso(record.lease_expires)}
-    if (approval := record.approval) is not None and approval.consumed_by == action_id:
-        started["approval_id"] = approval.approval_id
-    tx.append(EventType.STARTED, action_id, {**started, "precondition_checked": True})
+    append_started(tx, record, action_id, precondition_checked=True)
     tx.save(record)
     return None
+
+
+def append_started(tx: Transaction, record: KeyRecord, action_id: str, **more: Any) -> None:
+    """Append the started marker of the claim ``action_id`` holds, naming the approval it
+    consumed: no durable marker, no effect."""
+    started = {"token": record.token, "lease_expires_at": iso(record.lease_expires or 0)}
+    if (approval := record.approval) is not None and approval.consumed_by == action_id:
+        started["approval_id"] = approval.approval_id
+    tx.append(EventType.STARTED, action_id, {**started, **more})
 
 
 def complete(

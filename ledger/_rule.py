@@ -17,7 +17,7 @@ from typing import Any
 
 from ._answers import result_of
 from ._canonical import FINGERPRINT_VERSION, combine, differing, fingerprint_dimensions
-from ._completion import is_expired, keep_as_evidence, recover_expired, settle
+from ._completion import append_started, is_expired, keep_as_evidence, recover_expired, settle
 from ._errors import ActionInProgressError, IdempotencyConflictError
 from ._models import (
     ActionRequest,
@@ -30,7 +30,7 @@ from ._models import (
     FailureType,
     may_act_again,
 )
-from ._transaction import KeyRecord, Outcome, Phase, Transaction, iso
+from ._transaction import KeyRecord, Outcome, Phase, Transaction
 
 
 # What the admission transaction decided (beside its answer or its conflict); raised or
@@ -141,7 +141,6 @@ def admit(
         return _deny(tx, record, request, error=error, error_type=FailureType.DENIED)
     if (answered := _bind_or_answer(tx, record, ask, first=first, give_up=give_up)) is not None:
         return answered
-    approval_id: str | None = None
     if ask.requires_approval:
         # Only an approval of this exact request, consumed by this execution alone
         # (another one under the key needs a new approval).
@@ -154,8 +153,7 @@ def admit(
             return await_approval(tx, record, ask)
         consumed = {"state": ApprovalState.CONSUMED, "consumed_by": request.action_id}
         record.approval = approval.model_copy(update=consumed)
-        approval_id = approval.approval_id
-    return _claim(tx, record, ask, approval_id=approval_id)
+    return _claim(tx, record, ask)
 
 
 def _record_request(tx: Transaction, ask: Ask) -> None:
@@ -295,7 +293,7 @@ def _replay(tx: Transaction, record: KeyRecord, request: ActionRequest) -> Actio
     return result_of(outcome, key=request.key, action_id=request.action_id, replayed=True)
 
 
-def _claim(tx: Transaction, record: KeyRecord, ask: Ask, *, approval_id: str | None) -> Claimed:
+def _claim(tx: Transaction, record: KeyRecord, ask: Ask) -> Claimed:
     """Take the key under a new fencing token; without a precondition to check first, the
     started marker is written in the same transaction."""
     request = ask.request
@@ -307,15 +305,7 @@ def _claim(tx: Transaction, record: KeyRecord, ask: Ask, *, approval_id: str | N
     started = request.precondition is None
     record.phase = Phase.RUNNING if started else Phase.CLAIMED
     if started:
-        tx.append(
-            EventType.STARTED,
-            request.action_id,
-            {
-                "token": record.token,
-                "lease_expires_at": iso(record.lease_expires),
-                **({"approval_id": approval_id} if approval_id else {}),
-            },
-        )
+        append_started(tx, record, request.action_id)
     tx.save(record)
     # The transaction's record is the caller's once it commits: no copy needed.
     return Claimed(record.token, started, committed=record if started else None, now=tx.now)
