@@ -253,16 +253,15 @@ class Opened:
         if not self._recorder.reconnects:
             return await self._transact(key, fn)
         started = time.monotonic()
-        deadline = started + max(_RETRY_LEASES * self.lease, _RETRY_FLOOR)
+        give_up = max(_RETRY_LEASES * self.lease, _RETRY_FLOOR)
         delay = _RETRY_FIRST_DELAY
         tries = 1
         while True:
             try:
                 result = await self._transact(key, fn)
             except LedgerUnavailable as exc:
-                left = deadline - time.monotonic()
                 took = time.monotonic() - started
-                if left <= 0:
+                if took >= give_up:
                     logger.error(
                         "gave up recording %s for %r after %d tries in %.1f s: %s",
                         *(what, key, tries, took, exc),
@@ -270,7 +269,7 @@ class Opened:
                     raise
                 if tries == 1:
                     logger.warning("recording %s for %r failed, retrying: %s", what, key, exc)
-                await asyncio.sleep(min(delay, left))
+                await asyncio.sleep(min(delay, give_up - took))
                 delay = min(delay * 2, _RETRY_MAX_DELAY)
                 tries += 1
                 continue
