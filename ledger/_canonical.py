@@ -65,14 +65,8 @@ def check_text(value: str, *, where: str, raw: bool = False) -> None:
     """Raise :class:`InvalidRequest` unless the string ``value`` can be recorded: valid
     Unicode, at most :data:`MAX_JSON_TEXT` characters, and for ``raw`` text (stored in a
     column of its own, not inside JSON) no NUL, which PostgreSQL text cannot hold."""
-    may_be_too_long = len(value) > MAX_JSON_TEXT // _CHAR_BOUND
-    if may_be_too_long and len(_STORED_ENCODER.encode(value)) > MAX_JSON_TEXT:
-        raise InvalidRequest(
-            f"{where}: {len(value):,} characters, over the ledger's limit of "
-            f"{MAX_JSON_TEXT:,} characters of JSON text (16 MiB)"
-        )
-    if not value.isascii():
-        _check_text(value, where)
+    if not value.isascii() or len(value) > MAX_JSON_TEXT // _CHAR_BOUND:
+        check_json(value, where=where)  # a short ASCII text needs no walk
     if raw and "\x00" in value:
         raise InvalidRequest(f"{where}: {value!r} contains NUL (0x00), which cannot be recorded")
 
