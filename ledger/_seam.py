@@ -4,51 +4,31 @@
 its public face (``temporal_ledger.ledger``) or from here, never from its other private
 modules: this list is the whole of what they build on, and the one place to look when
 one of these parts changes (``docs/repository.md``, Imports). Not public API: a user's
-code imports ``temporal_ledger.ledger``.
+code imports ``temporal_ledger.ledger``. Each name is imported ``as`` itself, which
+re-exports it.
 """
 
-from ._canonical import canonical_dump, check_json, model_json
-from ._keys import step_key
-from ._models import (
-    ApprovalState,
-    Decision,
-    EffectState,
-    ExecutionContext,
-    FailureType,
-    NextOperation,
-    Verdict,
-    may_act_again,
-)
-from ._open import opener, shown_url
-from ._schema import output_misfit, output_template
-from ._signatures import DecisionSignature, Signers, read_policy_file
-from ._sqlite import path_from_url
-from ._template_text import refuse_placeholders, refuse_probe_name
-from ._wire import is_wire_key, wire_key
-
-__all__ = [
-    "ApprovalState",
-    "Decision",
-    "DecisionSignature",
-    "EffectState",
-    "ExecutionContext",
-    "FailureType",
-    "NextOperation",
-    "Signers",
-    "Verdict",
-    "canonical_dump",
-    "check_json",
-    "is_wire_key",
-    "may_act_again",
-    "model_json",
-    "opener",
-    "output_misfit",
-    "output_template",
-    "path_from_url",
-    "read_policy_file",
-    "refuse_placeholders",
-    "refuse_probe_name",
-    "shown_url",
-    "step_key",
-    "wire_key",
-]
+from ._canonical import canonical_dump as canonical_dump
+from ._canonical import check_json as check_json
+from ._canonical import model_json as model_json
+from ._keys import step_key as step_key
+from ._models import ApprovalState as ApprovalState
+from ._models import Decision as Decision
+from ._models import EffectState as EffectState
+from ._models import ExecutionContext as ExecutionContext
+from ._models import FailureType as FailureType
+from ._models import NextOperation as NextOperation
+from ._models import Verdict as Verdict
+from ._models import may_act_again as may_act_again
+from ._open import opener as opener
+from ._open import shown_url as shown_url
+from ._schema import output_misfit as output_misfit
+from ._schema import output_template as output_template
+from ._signatures import DecisionSignature as DecisionSignature
+from ._signatures import Signers as Signers
+from ._signatures import read_policy_file as read_policy_file
+from ._sqlite import path_from_url as path_from_url
+from ._template_text import refuse_placeholders as refuse_placeholders
+from ._template_text import refuse_probe_name as refuse_probe_name
+from ._wire import is_wire_key as is_wire_key
+from ._wire import wire_key as wire_key
