@@ -232,10 +232,7 @@ class ActionRequest(_Frozen):
         check_json(value, where=info.field_name)
         return value
 
-    @field_validator("key", mode="before")
-    @classmethod
-    def _key(cls, value: Any) -> str:
-        return validate_key(value)
+    _key = field_validator("key", mode="before")(staticmethod(validate_key))
 
     @field_validator("capability", mode="before")
     @classmethod
