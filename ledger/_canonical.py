@@ -416,8 +416,3 @@ def combine(dimensions: Mapping[str, str]) -> str:
 _DIGESTS = operator.itemgetter(*DIMENSIONS)
 _SORTED = sorted(DIMENSIONS)
 _COMBINED: dict[tuple[str, ...], str] = {}
-
-
-def differing(a: Mapping[str, str], b: Mapping[str, str]) -> list[str]:
-    """The names of the dimensions whose hashes differ, in identity order."""
-    return [name for name in DIMENSIONS if a.get(name) != b.get(name)]

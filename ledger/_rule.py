@@ -16,7 +16,7 @@ import dataclasses
 from typing import Any
 
 from ._answers import result_of
-from ._canonical import FINGERPRINT_VERSION, combine, differing, fingerprint_dimensions
+from ._canonical import DIMENSIONS, FINGERPRINT_VERSION, combine, fingerprint_dimensions
 from ._completion import append_started, is_expired, keep_as_evidence, recover_expired, settle
 from ._errors import ActionInProgressError, IdempotencyConflictError
 from ._models import (
@@ -235,7 +235,8 @@ def _bind_or_answer(
 
 def _refuse_conflict(tx: Transaction, record: KeyRecord, ask: Ask) -> IdempotencyConflictError:
     request = ask.request
-    names = differing(record.dimensions, ask.dimensions)
+    # The dimensions whose hashes differ, in identity order.
+    names = [name for name in DIMENSIONS if record.dimensions.get(name) != ask.dimensions[name]]
     tx.append(
         EventType.REPLAY_REFUSED,
         request.action_id,
