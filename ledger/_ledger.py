@@ -38,7 +38,6 @@ from ._rule import (
     Claimed,
     admit,
     answered,
-    may_act_again_after,
     record_acted,
 )
 from ._transaction import Draft, Phase, Transaction
@@ -193,7 +192,7 @@ class Ledger(Decisions):
                 record.phase == Phase.SETTLED
                 and record.fingerprint == ask.fingerprint
                 and record.outcome is not None
-                and may_act_again_after(record.outcome, record.retry_safe)
+                and record.outcome.may_act_again(record.retry_safe)
             ):
                 return None
         ctx = ExecutionContext(key=key, action_id=request.action_id, fencing_token=0)

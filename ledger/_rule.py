@@ -28,7 +28,6 @@ from ._models import (
     EffectState,
     EventType,
     FailureType,
-    may_act_again,
 )
 from ._transaction import KeyRecord, Outcome, Phase, Transaction
 
@@ -71,15 +70,6 @@ def answered(
         holder_action_id=decision.holder_action_id,
         lease_remaining=decision.remaining,
         action_id=request.action_id,
-    )
-
-
-def may_act_again_after(outcome: Outcome, retry_safe: bool) -> bool:
-    return may_act_again(
-        status=outcome.status,
-        effect=outcome.effect,
-        retryable=outcome.retryable,
-        retry_safe=retry_safe,
     )
 
 
@@ -226,7 +216,7 @@ def _bind_or_answer(
     # a caller cannot declare an unknown effect of an unguarded attempt safe.
     if record.phase == Phase.SETTLED:
         assert record.outcome is not None  # a settled key has its outcome
-        if not may_act_again_after(record.outcome, ask.retry_safe and record.retry_safe):
+        if not record.outcome.may_act_again(ask.retry_safe and record.retry_safe):
             # A recovery settles the crash gap: a decision, durable like every other.
             tx.durable = ask.sync_replays or recovered
             return _replay(tx, record, request)

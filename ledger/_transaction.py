@@ -18,7 +18,7 @@ from hashlib import sha256
 from typing import Any
 
 from ._canonical import payload_text
-from ._models import STATUSES, ActionStatus, Approval, EffectState, Reconciliation
+from ._models import STATUSES, ActionStatus, Approval, EffectState, Reconciliation, may_act_again
 
 #: The payload a compacted event keeps: its body is gone, its hash is not.
 TOMBSTONE: dict[str, Any] = {"compacted": True}
@@ -95,6 +95,15 @@ class Outcome:
         if self.output_sha256 is not None:
             body["output_sha256"] = self.output_sha256
         return body
+
+    def may_act_again(self, retry_safe: bool) -> bool:
+        """Whether the key may act again after this outcome (:func:`may_act_again`)."""
+        return may_act_again(
+            status=self.status,
+            effect=self.effect,
+            retryable=self.retryable,
+            retry_safe=retry_safe,
+        )
 
     @classmethod
     def of(cls, body: dict[str, Any]) -> Outcome:
