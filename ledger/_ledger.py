@@ -31,15 +31,7 @@ from ._errors import (
 )
 from ._models import ActionRequest, ActionResult, Authority, ExecutionContext
 from ._open import _RETRY_FIRST_DELAY, _RETRY_MAX_DELAY, lease_seconds
-from ._rule import (
-    Admission,
-    Ask,
-    Busy,
-    Claimed,
-    admit,
-    answered,
-    record_acted,
-)
+from ._rule import Admission, Ask, Busy, Claimed, admit, answered, record_acted
 from ._transaction import Draft, Phase, Transaction
 
 logger = logging.getLogger(__name__)
