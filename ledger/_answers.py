@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel
 
-from ._canonical import canonical_json, check_json, model_json, recordable_text, value_digest
+from ._canonical import canonical_json, check_json, model_json, value_digest
 from ._errors import IdempotencyConflictError, InvalidRequest, NoEffect
 from ._models import (
     ActionRequest,
@@ -195,12 +195,20 @@ def failure_fields(exc: BaseException) -> dict[str, Any]:
 
 
 def _message(exc: BaseException) -> str:
-    """An exception's message as the ledger can record it, whatever the far side put in it."""
+    """An exception's message as the ledger can record it, whatever the far side put in it:
+    a lone surrogate as its escape, and at most :data:`_MESSAGE_LIMIT` characters."""
     try:
         text = str(exc)
     except Exception:  # a message that cannot even be built is still an outcome
         text = f"<{type(exc).__name__} whose message could not be read>"
-    return recordable_text(text)
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > _MESSAGE_LIMIT:
+        text = f"{text[:_MESSAGE_LIMIT]}... ({len(text) - _MESSAGE_LIMIT:,} more characters)"
+    return text
+
+
+_MESSAGE_LIMIT = 64 * 1024
 
 
 def _finite_number(value: Any) -> bool:

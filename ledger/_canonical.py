@@ -350,16 +350,6 @@ def _safe_repr(value: Any) -> str:
         return f"<unrepresentable: {type(exc).__name__}>"
 
 
-def recordable_text(text: str, *, limit: int = 64 * 1024) -> str:
-    """Free text from the world (an exception's message) made fit to record: a lone
-    surrogate as its escape, and at most ``limit`` characters."""
-    if not text.isascii():
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    if len(text) > limit:
-        text = f"{text[:limit]}... ({len(text) - limit:,} more characters)"
-    return text
-
-
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
