@@ -202,8 +202,7 @@ class Ledger(Decisions):
         except DuplicateActionId:
             # The same submission landed before (its answer lost, or another process's
             # try): what it recorded is the answer.
-            resubmitted = await self._answer_resubmission(ask)
-            if resubmitted is None:
+            if (resubmitted := await self._answer_resubmission(ask)) is None:
                 raise
             return resubmitted
         assert not isinstance(decision, Claimed)  # never what acting first decides
