@@ -21,14 +21,7 @@ from . import _cli_signing
 from ._cli_parser import CLOSED_PIPE, ENV_URL, OK, REFUSED, USAGE, build_parser, error
 from ._errors import InvalidRequest, LedgerError
 from ._ledger import Ledger
-from ._models import (
-    ActionState,
-    Decision,
-    EffectState,
-    EventType,
-    LedgerEvent,
-    NextOperation,
-)
+from ._models import ActionState, Decision, EffectState, EventType, LedgerEvent, NextOperation
 from ._schema import describe_schema, output_template
 from ._signatures import DecisionSignature, sign
 from ._sqlite import path_from_url
@@ -189,8 +182,7 @@ def _list_open_effects(ledger: Ledger, args: argparse.Namespace) -> int:
     """Every effect that is unknown and unresolved."""
     states = ledger.open_effects()
     rows = [[getattr(s, name) for name in _STATE_FIELDS] for s in states]
-    text = table(rows, STATE_HEADERS) if states else "no open effects"
-    return _say(args, states, text)
+    return _say(args, states, table(rows, STATE_HEADERS) if states else "no open effects")
 
 
 def _reconcile(ledger: Ledger, args: argparse.Namespace) -> int:

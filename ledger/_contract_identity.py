@@ -12,13 +12,7 @@ import pytest
 
 from ._errors import IdempotencyConflictError, InvalidRequest
 from ._ledger import Ledger
-from ._models import (
-    ActionRequest,
-    ActionResult,
-    Authority,
-    EffectState,
-    NextOperation,
-)
+from ._models import ActionRequest, ActionResult, Authority, EffectState, NextOperation
 from ._rule import Ask, admit
 from ._testing_child import AUTHORITY, Opener, _CountingAdapter, _execute, _types, request
 

@@ -159,9 +159,7 @@ def usable(pgconn: PGconn) -> bool:
 
 # Event loops psycopg cannot wait on (Windows' default): their calls take the usual way,
 # on the recorder's threads.
-_LOOPS_WITHOUT_READERS: tuple[type, ...] = tuple(
-    kind for kind in (getattr(asyncio, "ProactorEventLoop", None),) if kind is not None
-)
+_LOOPS_WITHOUT_READERS: Any = getattr(asyncio, "ProactorEventLoop", ())
 
 # Pools being closed from their own loop's thread (see LoopPool.close).
 _CLOSING: set[asyncio.Task[None]] = set()
@@ -175,30 +173,23 @@ class LoopPool:
     transaction's psycopg work (bench/README.md). The pool still opens, sizes and
     replaces them; a broken one goes back to it."""
 
-    def __init__(self, url: str, kwargs: dict[str, Any], *, size: int, timeout: float) -> None:
-        self._url, self._kwargs, self._size, self._timeout = url, kwargs, size, timeout
+    def __init__(self, url: str, options: dict[str, Any]) -> None:
+        """``options``: the pool's (``AsyncConnectionPool``'s keyword arguments)."""
+        self._url, self._options, self._timeout = url, options, options["timeout"]
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._idle: list[Wire] = []
         self._waiting = 0  # calls of the loop waiting on its pool for a connection
         self._closed = False
 
-    async def here(self, name: str) -> bool:
+    async def here(self) -> bool:
         """Whether the running loop has the pool (opened now if no loop has it yet)."""
         loop = asyncio.get_running_loop()
         if self._pool is not None and self.loop is loop:
             return True
         if self._closed or self.loop is not None or isinstance(loop, _LOOPS_WITHOUT_READERS):
             return False  # closed, another loop's, or one psycopg cannot wait on
-        self._pool = AsyncConnectionPool(
-            self._url,
-            kwargs=self._kwargs,
-            min_size=1,
-            max_size=self._size,
-            open=False,
-            timeout=self._timeout,
-            name=name,
-        )
+        self._pool = AsyncConnectionPool(self._url, **self._options)
         self.loop = loop
         # Without waiting for connections: getconn waits for the first.
         await self._pool.open(wait=False)

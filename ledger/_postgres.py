@@ -146,7 +146,6 @@ class PostgresRecorder(SQLRecorder):
         host, port = given.get("host") or "localhost", given.get("port") or "5432"
         self.where = f"postgresql://{host}:{port}/{given.get('dbname') or given.get('user') or ''}"
         self.max_concurrency = pool_size
-        self._url = url
         self._kwargs: dict[str, Any] = {
             k: v for k, v in _CONNECT_DEFAULTS.items() if k not in given
         }
@@ -163,7 +162,13 @@ class PostgresRecorder(SQLRecorder):
         self._writers: Writers = Writers("ledger-postgres", threads=pool_size)
         # One-message transactions run on the event loop that first sends one (see
         # transact_unchanged); a call from another loop takes the usual way.
-        self._on_loop = LoopPool(url, self._kwargs, size=pool_size, timeout=self._timeout)
+        # Both pools: no check by the pool when a connection is taken (its own costs a
+        # round trip, and it backs off for a second after each dead connection): each
+        # connection taken is refused if the server ended it while it sat idle, from what
+        # already arrived (see usable).
+        pooled: dict[str, Any] = {"kwargs": self._kwargs, "min_size": 1, "open": False}
+        pooled.update(max_size=pool_size, timeout=self._timeout)
+        self._on_loop = LoopPool(url, {**pooled, "name": f"ledger {self.where} (event loop)"})
 
         # One direct connection first: it gives libpq's own error ("connection
         # refused", "database does not exist") instead of a pool timeout.
@@ -176,16 +181,7 @@ class PostgresRecorder(SQLRecorder):
             ) from exc
 
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-            url,
-            kwargs=self._kwargs,
-            min_size=1,
-            max_size=pool_size,
-            open=False,
-            # No check by the pool when a connection is taken: its own costs a round
-            # trip, and it backs off for a second after each dead connection. _taken
-            # refuses one the server ended while it sat idle, from what already arrived.
-            timeout=self._timeout,
-            name=f"ledger {self.where}",
+            url, **pooled, name=f"ledger {self.where}"
         )
         try:
             self._pool.open(wait=True, timeout=self._timeout)
@@ -368,9 +364,7 @@ class PostgresRecorder(SQLRecorder):
         (``None`` when no connection comes in time, or on another loop than the pool's:
         the usual way then decides)."""
         on_loop = self._on_loop
-        if on_loop.loop is not asyncio.get_running_loop() and not await on_loop.here(
-            f"ledger {self.where} (event loop)"
-        ):
+        if on_loop.loop is not asyncio.get_running_loop() and not await on_loop.here():
             return None
         tx = UnchangedTransaction(key, expected, now)
         result = fn(tx)
@@ -401,7 +395,7 @@ class PostgresRecorder(SQLRecorder):
         return False, None
 
     async def open_on_loop(self) -> None:
-        if await self._on_loop.here(f"ledger {self.where} (event loop)"):
+        if await self._on_loop.here():
             await self._on_loop.wait()
 
     async def close_on_loop(self) -> None:
@@ -417,8 +411,7 @@ class PostgresRecorder(SQLRecorder):
 
 
 def _reason(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"
+    return f"{type(exc).__name__}: {' '.join(str(exc).split()) or type(exc).__name__}"
 
 
 __all__ = ["PostgresRecorder"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import queue
 import threading
 from abc import ABC, abstractmethod
@@ -335,19 +336,14 @@ class Recorder(ABC):
 # call_soon_threadsafe is lighter than an executor's future chain.
 
 
+@dataclasses.dataclass(slots=True)
 class Job:
     """One queued transaction (``run``, taking no argument) and whom to answer: a thread's
     future, or an asyncio future of an event ``loop``."""
 
-    __slots__ = ("future", "loop", "run")
-
-    def __init__(
-        self,
-        run: Callable[[], Any],
-        future: Future[Any] | asyncio.Future[Any],
-        loop: asyncio.AbstractEventLoop | None = None,
-    ) -> None:
-        self.run, self.future, self.loop = run, future, loop
+    run: Callable[[], Any]
+    future: Future[Any] | asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> bool:
         """False if the caller stopped waiting before its turn (it is skipped, as a thread

@@ -42,26 +42,15 @@ def migrate(conn: Any, migrations: list[tuple[str, ...]], *, where: str) -> None
         )
 
 
-def event_from_row(row: tuple[Any, ...]) -> LedgerEvent:
-    """Build an event from ``(seq, key, action_id, type, payload, recorded_at, body_hash,
-    prev_hash, hash)``; the column order every backend selects in."""
-    seq, key, action_id, type_, payload, recorded_at, digest, prev_hash, hash_ = row
-    if isinstance(payload, str):
-        payload = json.loads(payload)
-    return LedgerEvent(
-        seq=seq,
-        key=key,
-        action_id=action_id,
-        type=type_,
-        payload=payload,
-        recorded_at=recorded_at if isinstance(recorded_at, str) else recorded_at.isoformat(),
-        body_hash=digest,
-        prev_hash=prev_hash,
-        hash=hash_,
-    )
-
-
 EVENT_COLUMNS = "seq, key, action_id, type, payload, recorded_at, body_hash, prev_hash, hash"
+
+
+def event_from_row(row: tuple[Any, ...]) -> LedgerEvent:
+    """Build an event from a row of :data:`EVENT_COLUMNS`, the order every backend selects
+    in (its payload as the JSON text stored)."""
+    event = dict(zip(EVENT_COLUMNS.split(", "), row, strict=True))
+    event["payload"] = json.loads(event["payload"])
+    return LedgerEvent(**event)
 
 
 class SQLRecorder(Recorder):

@@ -79,12 +79,7 @@ class SQLiteRecorder(SQLRecorder):
     # A failed local COMMIT did not commit, and the next try meets the same file.
     reconnects = False
 
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        busy_timeout: float = 60.0,
-    ) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = 60.0) -> None:
         """Open (and create, or migrate) the ledger in the file at ``path``.
 
         Args:
@@ -127,10 +122,6 @@ class SQLiteRecorder(SQLRecorder):
         except sqlite3.DatabaseError as exc:
             raise LedgerUnavailable(f"cannot open SQLite ledger {self.path}: {exc}") from exc
 
-    @classmethod
-    def from_url(cls, url: str) -> SQLiteRecorder:
-        return cls(path_from_url(url))
-
     def now(self) -> float:
         return time.time()
 
@@ -145,15 +136,6 @@ class SQLiteRecorder(SQLRecorder):
         if type(self).submit is not SQLiteRecorder.submit:
             return None  # a subclass that reroutes submit (a test's fault injection) keeps it
         return functools.partial(self._commit, key, fn, durable=durable, expected=expected)
-
-    def _synchronous(self, full: bool) -> None:
-        """Set the writer's sync level for its next commit (outside a transaction: SQLite
-        refuses to change it inside one). In WAL mode a NORMAL commit is written to the
-        log without a sync; the next FULL commit's sync of the log carries it to the disk,
-        and a process killed meanwhile loses nothing (the operating system has it)."""
-        if self._synchronous_full != full:
-            self._conn.execute("PRAGMA synchronous=FULL" if full else "PRAGMA synchronous=NORMAL")
-            self._synchronous_full = full
 
     def transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
         return self._commit(key, fn)
@@ -172,7 +154,13 @@ class SQLiteRecorder(SQLRecorder):
         conn = self._conn
         with self._lock:
             try:
-                self._synchronous(durable)
+                # The sync level of this commit, set outside a transaction (SQLite refuses
+                # to change it inside one). In WAL mode a NORMAL commit is written to the
+                # log without a sync; the next FULL commit's sync of the log carries it to
+                # the disk, and a process killed meanwhile loses nothing (the OS has it).
+                if self._synchronous_full != durable:
+                    conn.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+                    self._synchronous_full = durable
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError as exc:
                 raise LedgerUnavailable(f"SQLite ledger {self.path} is busy: {exc}") from exc

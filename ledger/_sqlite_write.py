@@ -210,8 +210,7 @@ class SQLiteTransaction(Transaction):
             values += (e.key, e.action_id, e.type, e.payload_json, e.recorded_at, e.body_hash)
             values += (e.prev_hash, e.hash, key_prev)
             key_prev = 0
-        cursor = self._conn.execute(_insert_events_sql(len(pending)), values)
-        self._head_seq = cursor.lastrowid
+        self._head_seq = self._conn.execute(_insert_events_sql(len(pending)), values).lastrowid
 
     def write_record(self, record: KeyRecord, *, created: bool) -> None:
         self.flush()

@@ -15,7 +15,7 @@ from temporal_ledger.ledger import (
     LedgerUnavailable,
 )
 from temporal_ledger.ledger._models import EffectState, NextOperation
-from temporal_ledger.ledger._sqlite import SQLiteRecorder
+from temporal_ledger.ledger._sqlite import SQLiteRecorder, path_from_url
 from temporal_ledger.ledger._sqlite_write import MIGRATIONS
 from temporal_ledger.ledger._testing_child import AUTHORITY, request
 from temporal_ledger.ledger.testing import LedgerContract, _CountingAdapter
@@ -162,7 +162,7 @@ class _AnswerLostOnce(SQLiteRecorder):
 
 async def test_a_claim_whose_commit_answer_was_lost_is_released(sqlite_url: str) -> None:
     far_side = _CountingAdapter()
-    ledger = Ledger(_AnswerLostOnce.from_url(sqlite_url), lease=30, url=sqlite_url)
+    ledger = Ledger(_AnswerLostOnce(path_from_url(sqlite_url)), lease=30, url=sqlite_url)
     async with ledger:
         with pytest.raises(LedgerUnavailable):
             await ledger.execute(request("k"), authority=AUTHORITY, adapter=far_side)
