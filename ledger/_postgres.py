@@ -203,14 +203,13 @@ class PostgresRecorder(SQLRecorder):
             # Serialises concurrent first opens: CREATE TABLE IF NOT EXISTS alone is
             # not safe against a racing CREATE in another session.
             conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", MIGRATION_LOCK)
-            encoding = conn.execute("SHOW server_encoding").fetchone()
-            if encoding is None or encoding[0] != "UTF8":
+            ((encoding,),) = conn.execute("SHOW server_encoding").fetchall()
+            if encoding != "UTF8":
                 # Text the ledger accepted must fit every later write: only UTF8 holds
                 # every character a request or an output can carry.
                 raise InvalidRequest(
-                    f"ledger {self.where} is a database in encoding "
-                    f"{encoding[0] if encoding else '?'}; the ledger needs UTF8 "
-                    "(CREATE DATABASE ... ENCODING 'UTF8')"
+                    f"ledger {self.where} is a database in encoding {encoding}; the ledger "
+                    "needs UTF8 (CREATE DATABASE ... ENCODING 'UTF8')"
                 )
             migrate(conn, MIGRATIONS, where=self.where)
 

@@ -137,9 +137,6 @@ class SQLiteRecorder(SQLRecorder):
             return None  # a subclass that reroutes submit (a test's fault injection) keeps it
         return functools.partial(self._commit, key, fn, durable=durable, expected=expected)
 
-    def transact(self, key: str, fn: Callable[[Transaction], T]) -> T:
-        return self._commit(key, fn)
-
     def _commit(
         self,
         key: str,
@@ -190,6 +187,9 @@ class SQLiteRecorder(SQLRecorder):
                         f"was recorded: {exc}"
                     ) from exc
                 raise
+
+    # The ledger's own transactions; the writer threads run _commit's jobs themselves.
+    transact = _commit
 
     def read_now(self, key: str) -> tuple[KeyRecord | None, float] | None:
         # A read of one row by its primary key in WAL mode never waits for a writer; a
