@@ -359,10 +359,8 @@ def begin(conn: psycopg.Connection[Any], key: str) -> tuple[float, str | None]:
         if begin.pgresult is None:
             raise DeadOnArrival(str(exc)) from exc
         raise
-    row = read.fetchone()
-    assert row is not None
-    now, text = row
-    return float(now), text
+    ((now, text),) = read.fetchall()  # o_clock is float8: a float
+    return now, text
 
 
 def roll_back(conn: psycopg.Connection[Any]) -> None:
