@@ -318,10 +318,10 @@ def show(state: ActionState, run: dict[str, Any] | None = None) -> str:
         ("output", output if len(output) <= 200 else output[:184] + "... (see --json)"),
         ("output_schema", state.output_schema and schema_fields(state.output_schema)),
     ]
+    # A line whose value is empty (None, False) is left out.
     for r in state.reconciliations:
         lines.append(("reconciled", f"{r.verdict} by {r.actor} ({r.basis}) at {r.recorded_at}"))
-        if r.signature is not None:
-            lines.append(("reconciled", _signed(r.signature, r.actor)))
+        lines.append(("reconciled", r.signature and _signed(r.signature, r.actor)))
     if (a := state.approval) is not None:
         lines.append(("fingerprint", a.fingerprint))
         if a.actor:
@@ -333,8 +333,7 @@ def show(state: ActionState, run: dict[str, Any] | None = None) -> str:
                 lines.append(("approval", "unsigned: the actor's name is what its sender wrote"))
         else:
             lines.append(("approval", f"{a.state}: waiting for a person's decision"))
-        if a.consumed_by:
-            lines.append(("approval", f"consumed by execution {a.consumed_by}"))
+        lines.append(("approval", a.consumed_by and f"consumed by execution {a.consumed_by}"))
     lines.append(("events", state.events))
     lines = [(name, value) for name, value in lines if value or name == "events"]
     width = max(len(name) for name, _ in lines) + 1

