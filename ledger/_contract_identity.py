@@ -125,8 +125,7 @@ class IdentityContract:
         await _execute(ledger, "used", far_side)
         shapes = set()
         for key, changes in [("unused", {}), ("used", {}), ("used", {"instruction": "other"})]:
-            req = request(key, **changes)
-            r = await ledger.execute(req, authority=stranger, adapter=far_side)
+            r = await ledger.execute(request(key, **changes), authority=stranger, adapter=far_side)
             shapes.add((r.status, r.effect, r.output, r.error, r.replayed, r.reused_from_action_id))
         error = "'stranger' may not use capability 'files.append'"
         assert shapes == {("denied", EffectState.NONE, None, error, False, None)}
