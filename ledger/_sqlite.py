@@ -197,14 +197,12 @@ class SQLiteRecorder(SQLRecorder):
         if not self._loop_read_lock.acquire(blocking=False):
             return None
         try:
-            row = self._loop_read_conn.execute(
-                "SELECT record FROM ledger_keys WHERE key = ?", (key,)
-            ).fetchone()
+            row = self._loop_read_conn.execute(READ_ROW, (key,)).fetchone()
         except sqlite3.OperationalError:
             return None  # the thread's read reports it
         finally:
             self._loop_read_lock.release()
-        return (KeyRecord.from_json(row[0]) if row else None), self.now()
+        return (KeyRecord.from_json(row[1]) if row else None), self.now()
 
     def _rows(self, doing: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._read_lock:

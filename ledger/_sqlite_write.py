@@ -132,7 +132,7 @@ _KEY_EVENTS_BY_LINKS = f"""
         (SELECT json_extract(record, '$.events') FROM ledger_keys WHERE key = ?1)
     FROM ledger_events WHERE seq IN (SELECT seq FROM chain) ORDER BY seq
 """
-# The read of a key's row a transition starts with: chain head, record, last event.
+# The read of a key's row a transition (and read_now) starts with: chain head, record, last event.
 READ_ROW = "SELECT head_hash, record, head_seq FROM ledger_keys WHERE key = ?"
 _KEY_EVENTS_SCANNED = f"SELECT {EVENT_COLUMNS} FROM ledger_events WHERE key = ? ORDER BY seq"
 
