@@ -48,9 +48,7 @@ def stripe_of(key: str) -> int:
 
 def head_mark(head: str) -> int:
     """A chain head as the signed 64-bit number the tally XORs (0 for no events)."""
-    if not head:
-        return 0
-    value = int(head[:16], 16)
+    value = int(head[:16] or "0", 16)
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
