@@ -258,8 +258,7 @@ def sign(private_key: Ed25519PrivateKey, statement: dict[str, Any]) -> DecisionS
 
 
 def _verifies(raw: bytes, statement: dict[str, Any], value: str) -> bool:
-    _, public_key_class = crypto()
-    public_key = public_key_class.from_public_bytes(raw)
+    public_key = crypto()[1].from_public_bytes(raw)
     from cryptography.exceptions import InvalidSignature
 
     try:
