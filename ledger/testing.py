@@ -44,9 +44,6 @@ from ._contract_decisions import DecisionContract
 from ._contract_effects import EffectContract
 from ._contract_identity import IdentityContract, RecordContract
 
-# Backends' own tests use the suite's far side too.
-from ._testing_child import _CountingAdapter as _CountingAdapter
-
 __all__ = ["LedgerContract"]
 
 

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 from temporal_ledger.ledger import IdempotencyConflictError, Ledger
-from temporal_ledger.ledger._testing_child import AUTHORITY, request
-from temporal_ledger.ledger.testing import _CountingAdapter
+from temporal_ledger.ledger._testing_child import AUTHORITY, _CountingAdapter, request
 
 from tests.temporal_support import ROOT
 

@@ -17,8 +17,8 @@ from temporal_ledger.ledger import (
 from temporal_ledger.ledger._models import EffectState, NextOperation
 from temporal_ledger.ledger._sqlite import SQLiteRecorder, path_from_url
 from temporal_ledger.ledger._sqlite_write import MIGRATIONS
-from temporal_ledger.ledger._testing_child import AUTHORITY, request
-from temporal_ledger.ledger.testing import LedgerContract, _CountingAdapter
+from temporal_ledger.ledger._testing_child import AUTHORITY, _CountingAdapter, request
+from temporal_ledger.ledger.testing import LedgerContract
 
 
 class TestSQLiteLedger(LedgerContract):

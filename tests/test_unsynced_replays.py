@@ -21,8 +21,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from temporal_ledger.ledger import Ledger
-from temporal_ledger.ledger._testing_child import AUTHORITY, request
-from temporal_ledger.ledger.testing import _CountingAdapter
+from temporal_ledger.ledger._testing_child import AUTHORITY, _CountingAdapter, request
 
 from tests import pg
 

@@ -11,8 +11,7 @@ from typing import Any
 import psycopg
 from temporal_ledger.ledger import Ledger
 from temporal_ledger.ledger._sqlite import path_from_url
-from temporal_ledger.ledger._testing_child import AUTHORITY, request
-from temporal_ledger.ledger.testing import _CountingAdapter
+from temporal_ledger.ledger._testing_child import AUTHORITY, _CountingAdapter, request
 
 
 @contextmanager
