@@ -120,11 +120,9 @@ def _problems(schema: dict[str, Any], value: Any, *, path: str, root: dict[str, 
             options = schema[combinator]
             if any(not _problems(o, value, path=path, root=root) for o in options):
                 return []
+            # Where one option is plainly the one meant (its type, its tag): name the field.
             meant = _meant(options, value, root)
-            if meant is not None:
-                # One option is plainly the one meant (its type, its tag): name the field.
-                return _problems(meant, value, path=path, root=root)
-            return [wrong]
+            return [wrong] if meant is None else _problems(meant, value, path=path, root=root)
     problems = [
         p for sub in schema.get("allOf", []) for p in _problems(sub, value, path=path, root=root)
     ]
