@@ -140,10 +140,7 @@ def _signature(ledger: Ledger, args: argparse.Namespace) -> DecisionSignature | 
 
 def _say(args: argparse.Namespace, value: Any, text: str, status: int = OK) -> int:
     """Print ``value`` as JSON with ``--json``, else ``text``; the exit status."""
-    if args.json:
-        print(json.dumps(to_jsonable_python(value), indent=2, sort_keys=True))
-    else:
-        print(text)
+    print(json.dumps(to_jsonable_python(value), indent=2, sort_keys=True) if args.json else text)
     return status
 
 

@@ -81,9 +81,7 @@ def output_template(schema: dict[str, Any], root: dict[str, Any] | None = None) 
     if kind == "array":
         items = schema.get("items")
         return [output_template(items, root)] if isinstance(items, dict) and items else []
-    if kind == "null":
-        return None
-    return _placeholder(schema, root)
+    return None if kind == "null" else _placeholder(schema, root)
 
 
 def _placeholder(schema: dict[str, Any], root: dict[str, Any]) -> str:
