@@ -215,10 +215,8 @@ def _check_replays(events: list[LedgerEvent]) -> list[str]:
         if e.type == EventType.REQUESTED and not e.compacted
     }
     completions = [e for e in events if e.type == EventType.COMPLETED and not e.compacted]
-    originals: dict[str, LedgerEvent] = {}
-    for event in reversed(completions):  # the first completion of an action is its own
-        if event.action_id and not event.payload.get("replayed"):
-            originals[event.action_id] = event
+    # The first completion of an action is its own (reversed: the first one set wins).
+    originals = {e.action_id: e for e in reversed(completions) if not e.payload.get("replayed")}
     for event in completions:
         if not event.payload.get("replayed"):
             continue
