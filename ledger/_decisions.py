@@ -52,7 +52,7 @@ def compact_key(tx: Transaction, *, cutoff: str) -> int:
         or (record.settled_at or "") >= cutoff
     ):
         return 0
-    bodies = tx.compact_bodies(through_seq=2**62)
+    bodies = tx.compact_bodies()
     outcome = dataclasses.replace(record.outcome, output=None, error=None, compacted=True)
     record.outcome = outcome
     record.reconciliations = [

@@ -178,7 +178,7 @@ NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"
 # The first round trip of a write, after BEGIN: the key's lock, the clock and the record.
 _LOCK = "SELECT o_clock, o_record FROM ledger_lock(%s)"
 
-_COMPACT = "UPDATE ledger_events SET payload = %s WHERE key = %s AND seq <= %s AND payload != %s"
+_COMPACT = "UPDATE ledger_events SET payload = %s WHERE key = %s AND payload != %s"
 
 
 # The types of ``ledger_write``'s arguments before the events' (text, all of them).
@@ -283,7 +283,7 @@ class WriteTransaction(Transaction):
             values = [self.key, None, False, *_NO_RECORD, stripe, 0, 0, 0, self.recorded_at]
             text = None
 
-    def compact_bodies(self, through_seq: int) -> int:
+    def compact_bodies(self) -> int:
         # The rule needs the count now; the writes held so far go first, in order.
         assert self._conn is not None
         tombstone = json.dumps(TOMBSTONE)
@@ -291,7 +291,7 @@ class WriteTransaction(Transaction):
         with self._conn.pipeline():
             for sql, params in self._calls(tally=False):
                 psycopg.RawCursor(self._conn).execute(sql, params)
-            compact.execute(_COMPACT, (tombstone, self.key, through_seq, tombstone))
+            compact.execute(_COMPACT, (tombstone, self.key, tombstone))
         return max(compact.rowcount, 0)
 
     def commit(self) -> None:
@@ -319,7 +319,7 @@ class UnchangedTransaction(WriteTransaction):
     the chain head expected (for a key expected new, an insert that yields to an existing
     row), the events inserted only if it matched."""
 
-    def compact_bodies(self, through_seq: int) -> int:
+    def compact_bodies(self) -> int:
         raise NotImplementedError("compaction reads what it changes: use transact")
 
     def call(self) -> tuple[str, list[bytes | None]]:

@@ -224,15 +224,11 @@ class SQLiteTransaction(Transaction):
             self._conn.execute(_UPDATE_RECORD, (*indexed_values(record), *row))
         self._stored_head_seq = self._head_seq
 
-    def compact_bodies(self, through_seq: int) -> int:
+    def compact_bodies(self) -> int:
         self.flush()
         tombstone = json.dumps(TOMBSTONE)
         cursor = self._conn.executemany(
             "UPDATE ledger_events SET payload = ? WHERE seq = ? AND payload != ?",
-            [
-                (tombstone, row[0], tombstone)
-                for row in key_events(self._conn, self.key)
-                if row[0] <= through_seq
-            ],
+            [(tombstone, row[0], tombstone) for row in key_events(self._conn, self.key)],
         )
         return cursor.rowcount

@@ -430,12 +430,9 @@ class Transaction(ABC):
         """
 
     @abstractmethod
-    def compact_bodies(self, through_seq: int) -> int:
-        """Replace the payload of this key's events up to ``through_seq`` by the
-        tombstone (``compact``); their hashes stay.
-
-        Args:
-            through_seq: The last sequence number to compact.
+    def compact_bodies(self) -> int:
+        """Replace the payload of every event of this key by the tombstone
+        (``compact``); their hashes stay.
 
         Returns:
             How many events were compacted.
@@ -474,7 +471,7 @@ class Draft(Transaction):
     def write_record(self, record: KeyRecord, *, created: bool) -> None:  # pragma: no cover
         raise NotImplementedError
 
-    def compact_bodies(self, through_seq: int) -> int:  # pragma: no cover - never compacts
+    def compact_bodies(self) -> int:  # pragma: no cover - never compacts
         raise NotImplementedError
 
 

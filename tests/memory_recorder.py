@@ -49,7 +49,7 @@ class MemoryTransaction(Transaction):
         self._store = store
         self._events: list[PendingEvent] = []
         self._record: KeyRecord | None = None
-        self._compacted_through: int | None = None
+        self._compacted = False
 
     def insert_event(self, event: PendingEvent) -> None:
         if event.type == EventType.REQUESTED and (
@@ -65,21 +65,15 @@ class MemoryTransaction(Transaction):
     def write_record(self, record: KeyRecord, *, created: bool) -> None:
         self._record = copy.deepcopy(record)
 
-    def compact_bodies(self, through_seq: int) -> int:
-        self._compacted_through = through_seq
-        return sum(
-            1
-            for e in self._store.events
-            if e.key == self.key and e.seq <= through_seq and e.payload != TOMBSTONE
-        )
+    def compact_bodies(self) -> int:
+        self._compacted = True
+        return sum(1 for e in self._store.events if e.key == self.key and e.payload != TOMBSTONE)
 
     def commit(self) -> None:
         store = self._store
-        if self._compacted_through is not None:
+        if self._compacted:
             store.events = [
-                e.model_copy(update={"payload": dict(TOMBSTONE)})
-                if e.key == self.key and e.seq <= self._compacted_through
-                else e
+                e.model_copy(update={"payload": dict(TOMBSTONE)}) if e.key == self.key else e
                 for e in store.events
             ]
         for event in self._events:

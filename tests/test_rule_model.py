@@ -57,7 +57,7 @@ class Sketch(Transaction):
     def write_record(self, record: KeyRecord, *, created: bool) -> None:
         self.saved = record
 
-    def compact_bodies(self, through_seq: int) -> int:
+    def compact_bodies(self) -> int:
         raise NotImplementedError("a sketch compacts nothing")
 
 
