@@ -120,7 +120,7 @@ def opener(url: str) -> Callable[[], Recorder]:
             raise InvalidRequest(
                 f"ledger {shown}: {exc}: use postgresql://user:password@host:5432/database"
             ) from None
-        return functools.partial(PostgresRecorder.from_url, url)
+        return functools.partial(PostgresRecorder, url)
     if not scheme:
         raise InvalidRequest(f"ledger {shown!r} is not a URL: {_URL_FORMS}")
     raise InvalidRequest(f"ledger {shown}: unsupported scheme {scheme!r}: {_URL_FORMS}")

@@ -192,10 +192,6 @@ class PostgresRecorder(SQLRecorder):
                 f"{_reason(exc)}"
             ) from exc
 
-    @classmethod
-    def from_url(cls, url: str) -> PostgresRecorder:
-        return cls(url)
-
     # -- schema --------------------------------------------------------------------
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
