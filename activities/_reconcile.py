@@ -22,7 +22,7 @@ from ..ledger import (
     Ledger,
     LedgerUnavailable,
 )
-from ..ledger._seam import Verdict, model_json
+from ..ledger._seam import Signers, Verdict, model_json
 from ..workflows._seam import (
     APPROVE_ACTIVITY,
     PROBE_ACTIVITY,
@@ -98,6 +98,8 @@ class _AnswerKind:
     refused: ErrorType
     #: Somebody else answered first; that answer stands.
     first: ErrorType
+    #: The ``Signers`` check of the answer's fields and signature.
+    signature_problem: Callable[..., str | None]
 
 
 _VERDICTS = _AnswerKind(
@@ -106,6 +108,7 @@ _VERDICTS = _AnswerKind(
     ErrorType.RECONCILE_NOT_ALLOWED,
     ErrorType.RECONCILE_REFUSED,
     ErrorType.RECONCILE_ALREADY_RESOLVED,
+    Signers.verdict_problem,
 )
 _DECISIONS = _AnswerKind(
     Policy.may_approve,
@@ -113,6 +116,7 @@ _DECISIONS = _AnswerKind(
     ErrorType.APPROVE_NOT_ALLOWED,
     ErrorType.APPROVE_REFUSED,
     ErrorType.APPROVE_ALREADY_DECIDED,
+    Signers.decision_problem,
 )
 
 
@@ -140,8 +144,11 @@ async def _record_answer(
             kind.not_allowed,
         )
     info = activity.info()
-    problem = given.signature_problem(
-        runtime.policy.signers(), workflow_id=info.workflow_id, namespace=info.workflow_namespace
+    problem = kind.signature_problem(
+        runtime.policy.signers(),
+        **dict(given),
+        workflow_id=info.workflow_id,
+        namespace=info.workflow_namespace,
     )
     if problem is not None:
         raise final(problem, kind.not_allowed)

@@ -158,7 +158,7 @@ class Inbox:
         if verdict.signature is not None and verdict.action_id is None:
             return None, f"a signed verdict names the action it is about: {effect.action_id}"
         signers = Signers(keys=effect.keys, verdicts_signed=effect.signature_required)
-        if (problem := _signature_problem(verdict, signers)) is not None:
+        if (problem := _signature_problem(signers.verdict_problem, verdict)) is not None:
             return None, problem
         # The ledger refuses it, too, if another action's effect is unknown by then.
         return verdict.model_copy(update={"action_id": effect.action_id}), None
@@ -186,7 +186,7 @@ class Inbox:
         if not any(fnmatch.fnmatchcase(decision.actor, pattern) for pattern in waiting.approvers):
             return None, f"actor {decision.actor!r} may not approve under the worker's policy"
         signers = Signers(keys=waiting.keys, decisions_signed=waiting.signature_required)
-        if (problem := _signature_problem(decision, signers)) is not None:
+        if (problem := _signature_problem(signers.decision_problem, decision)) is not None:
             return None, problem
         return decision, None
 
@@ -372,16 +372,16 @@ def _parse(raw: Any, model: type[InT], what: str) -> tuple[InT | None, str | Non
         return None, f"malformed {what} input: {problems}"
 
 
-def _signature_problem(given: ReconcileInput | ApproveInput, signers: Signers) -> str | None:
+def _signature_problem(
+    check: Callable[..., str | None], given: ReconcileInput | ApproveInput
+) -> str | None:
     """Why the input does not prove its actor to the tool worker's keys (as its activity
-    reported them), in this run; ``None`` if it does, or if nothing needs proving (a
-    policy without keys). A workflow worker without ``cryptography`` refuses a signed
-    input, saying so."""
+    reported them; ``check`` is the ``Signers`` check of its kind), in this run; ``None``
+    if it does, or if nothing needs proving (a policy without keys). A workflow worker
+    without ``cryptography`` refuses a signed input, saying so."""
     info = workflow.info()
     try:
-        return given.signature_problem(
-            signers, workflow_id=info.workflow_id, namespace=info.namespace
-        )
+        return check(**dict(given), workflow_id=info.workflow_id, namespace=info.namespace)
     except ImportError as exc:
         return f"this workflow worker cannot check signatures: {exc}"
 

@@ -12,9 +12,8 @@ activity side reads it through ``workflows/_seam.py`` (``docs/repository.md``, I
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from enum import StrEnum
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
@@ -26,7 +25,6 @@ from ..ledger._seam import (
     DecisionSignature,
     EffectState,
     NextOperation,
-    Signers,
     Verdict,
     refuse_placeholders,
     refuse_probe_name,
@@ -293,9 +291,6 @@ class ConflictDetails(_Payload):
 class _PersonsAnswer(_Payload):
     """A person's answer to a waiting call, which its signature may prove."""
 
-    #: The ``Signers`` check of the answer's fields (every one but the signature).
-    _CHECK: ClassVar[str]
-
     @model_validator(mode="after")
     def _a_persons_own_words(self) -> Self:
         """Refused before anything is recorded: a template's placeholder left in (the
@@ -312,14 +307,6 @@ class _PersonsAnswer(_Payload):
             raise ValueError(str(exc)) from None
         return self
 
-    def signature_problem(
-        self, signers: Signers, *, workflow_id: str | None, namespace: str | None
-    ) -> str | None:
-        """Why this answer does not prove its actor to ``signers`` in the given run, or
-        ``None`` (pure computation: the workflow's validator runs it)."""
-        check: Callable[..., str | None] = getattr(signers, self._CHECK)
-        return check(**dict(self), workflow_id=workflow_id, namespace=namespace)
-
 
 class ReconcileInput(_PersonsAnswer):
     """An operator's verdict for one parked key, as sent by signal or update ``reconcile``."""
@@ -335,8 +322,6 @@ class ReconcileInput(_PersonsAnswer):
     action_id: str | None = None
     #: Proof that ``actor`` gave this verdict, in this run (``temporal-ledger sign``).
     signature: DecisionSignature | None = None
-
-    _CHECK: ClassVar[str] = "verdict_problem"
 
 
 class ReconcileResult(_Payload):
@@ -374,8 +359,6 @@ class ApproveInput(_PersonsAnswer):
     basis: str
     #: Proof that ``actor`` took this decision, in this run (``temporal-ledger sign``).
     signature: DecisionSignature | None = None
-
-    _CHECK: ClassVar[str] = "decision_problem"
 
 
 class ApproveResult(_Payload):
