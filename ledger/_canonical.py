@@ -61,10 +61,13 @@ def check_json(value: Any, *, where: str) -> None:
             )
 
 
-def check_text(value: str, *, where: str, raw: bool = False) -> None:
+def check_text(value: Any, *, where: str, raw: bool = False, required: bool = False) -> None:
     """Raise :class:`InvalidRequest` unless the string ``value`` can be recorded: valid
     Unicode, at most :data:`MAX_JSON_TEXT` characters, and for ``raw`` text (stored in a
-    column of its own, not inside JSON) no NUL, which PostgreSQL text cannot hold."""
+    column of its own, not inside JSON) no NUL, which PostgreSQL text cannot hold; a
+    ``required`` one must be a string with more than whitespace."""
+    if required and (not isinstance(value, str) or not value.strip()):
+        raise InvalidRequest(f"{where} must be a non-empty string")
     if not value.isascii() or len(value) > MAX_JSON_TEXT // _CHAR_BOUND:
         check_json(value, where=where)  # a short ASCII text needs no walk
     if raw and "\x00" in value:

@@ -436,6 +436,4 @@ def _non_empty(**values: Any) -> None:
     """Bad input naming the first of ``values`` that is not a non-empty string the ledger
     can record."""
     for name, value in values.items():
-        if not isinstance(value, str) or not value.strip():
-            raise InvalidRequest(f"{name} must be a non-empty string")
-        check_text(value, where=name)
+        check_text(value, where=name, required=True)

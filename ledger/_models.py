@@ -251,13 +251,11 @@ class ActionRequest(_Frozen):
 
     @field_validator("performer", "action_id", mode="before")
     @classmethod
-    def _non_empty(cls, value: Any, info: Any) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"{info.field_name} must be a non-empty string")
-        if len(value) > 255:
+    def _non_empty(cls, value: Any, info: Any) -> Any:
+        if isinstance(value, str) and len(value) > 255:
             raise ValueError(f"{info.field_name} must be at most 255 characters")
         # An action id is a column of its own in both backends: no NUL there.
-        check_text(value, where=info.field_name, raw=info.field_name == "action_id")
+        check_text(value, where=info.field_name, raw=info.field_name == "action_id", required=True)
         return value
 
     def fingerprint(self) -> str:
