@@ -62,8 +62,11 @@ class Wire:
         try:
             self.pgconn.consume_input()
         except psycopg.OperationalError:
+            # libpq closed the socket: stop watching its number now, before a connection
+            # opened meanwhile is given it (the loop would keep our registration for it,
+            # and never tell that connection's call its answer came).
+            self.release()
             if waiter is None:
-                self.release()
                 return
         else:
             if waiter is None or self.pgconn.is_busy():
@@ -76,8 +79,13 @@ class Wire:
             waiter.set_result(None)
 
     def release(self) -> None:
-        """Stop watching the socket (before the connection goes back to its pool)."""
-        self.loop.remove_reader(self.fd)
+        """Stop watching the socket (before the connection goes back to its pool), once:
+        by a second time its number may be another connection's."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            with suppress(OSError):  # a large call's writer, on a socket libpq closed
+                self.loop.remove_writer(fd)
+            self.loop.remove_reader(fd)
 
     async def give_back(self, pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]]) -> None:
         """Release the connection to ``pool``."""
@@ -102,7 +110,8 @@ class Wire:
             try:
                 await self.waiter
             finally:
-                loop.remove_writer(self.fd)
+                if self.fd >= 0:  # (not released by a failed read meanwhile)
+                    loop.remove_writer(self.fd)
         row: list[bytes | None] | None = None
         failure: psycopg.Error | None = None
         # Every result to the end, so the connection is idle again for the pool. (What

@@ -227,6 +227,54 @@ async def test_a_connection_broken_during_a_call_is_lost_not_refused(postgres_ur
         await conn.close()
 
 
+async def test_a_socket_given_a_lost_connections_number_is_heard(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libpq closes a broken connection's socket as it reads the break, and the next
+    socket the process opens (the pool's replacement connection, say) is given the same
+    number, possibly before the lost call runs on. The loop must then watch that number
+    for the new socket: were it still registered for the lost one, the loop would never
+    tell the new connection's call its answer came, and the call would wait for ever."""
+    loop = asyncio.get_running_loop()
+    conn = await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
+    lost = conn.pgconn.socket
+    opened: list[socket.socket] = []
+    heard = loop.create_future()
+    wake = Wire._wake
+
+    def wake_then_open(self: Wire) -> None:  # the lost call is told; it has not run on
+        wake(self)
+        if not opened:
+            assert conn.pgconn.status == psycopg.pq.ConnStatus.BAD  # its socket is closed
+            ours, theirs = socket.socketpair()
+            if theirs.fileno() == lost:
+                ours, theirs = theirs, ours
+            if ours.fileno() != lost:  # give the new socket the lost one's number
+                number = os.dup2(ours.fileno(), lost)
+                ours.close()
+                ours = socket.socket(fileno=number)
+            opened.extend((ours, theirs))
+            loop.add_reader(ours, lambda: heard.done() or heard.set_result(ours.fileno()))
+            theirs.send(b"answer")
+
+    monkeypatch.setattr(Wire, "_wake", wake_then_open)
+    wire = Wire(conn, loop)
+    try:
+        call = asyncio.create_task(wire.call(b"SELECT pg_sleep(0.5), 1, 2", ()))
+        await asyncio.sleep(0.1)
+        with socket.socket(fileno=os.dup(lost)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+        with pytest.raises(psycopg.OperationalError):
+            await call
+        assert await asyncio.wait_for(heard, 5) == lost
+    finally:
+        for sock in opened:
+            loop.remove_reader(sock)
+            sock.close()
+        wire.release()
+        await conn.close()
+
+
 def _open_and_act(url: str, key: str, barrier: Any, results: Any) -> None:
     async def run() -> str:
         barrier.wait()
