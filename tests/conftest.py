@@ -19,7 +19,7 @@ BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 #: another fixture) is left out of the fast tier (``pytest --fast``).
 SERVICE_FIXTURES = frozenset({"temporal_env", "postgres_url", "ui_server"})
 #: Test files the fast tier does not even import: their tests run a tool in a child
-#: process for seconds each (mypy, mkdocs, pip into a fresh venv, a wheel build,
+#: process for seconds each (mypy, mkdocs, an install into a fresh venv, a wheel build,
 #: scripts/test itself, the CLI, the demo), or importing them costs seconds (the agent
 #: frameworks) for a few tests that need no service. The full run keeps all of them.
 SLOW_FILES = frozenset(
