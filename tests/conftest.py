@@ -38,6 +38,22 @@ SLOW_FILES = frozenset(
 #: Classes the fast tier leaves out: the contract suite runs there once on SQLite
 #: (TestSQLiteLedger), not again on a migrated file.
 SLOW_CLASSES = frozenset({"TestSQLiteLedgerMigrated"})
+#: The slowest files, slowest first (each from half a minute to over two alone). With
+#: pytest-xdist's workers (scripts/test: ``-n 2 --dist loadfile --no-loadscope-reorder``,
+#: a file to each worker at a time, in this collection order) they start first, and
+#: the short files fill in after them, so no long file is left running alone at the end.
+FIRST_FILES = (
+    "test_user_app.py",
+    "test_openai_agents.py",
+    "test_langgraph.py",
+    "test_crash_matrix.py",
+    "test_google_adk.py",
+    "test_examples.py",
+    "test_ui.py",
+    "test_temporal_plugin.py",
+    "test_heartbeat.py",
+    "test_operator_path.py",
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -64,7 +80,11 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With ``--fast``, deselect every test that needs a service, and SLOW_CLASSES."""
+    """In an xdist worker, FIRST_FILES first; with ``--fast``, deselect every test that
+    needs a service, and SLOW_CLASSES."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        rank = {name: i for i, name in enumerate(FIRST_FILES)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(FIRST_FILES)))
     if not config.getoption("--fast"):
         return
     kept, dropped = [], []

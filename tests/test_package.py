@@ -146,6 +146,7 @@ UNPINNED_TOOLING = {
     "playwright",
     "pytest",
     "pytest-timeout",
+    "pytest-xdist",
     "uv",
     "hypothesis",
     "markdown-it-py",
