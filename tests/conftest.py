@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -97,6 +98,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (dropped if slow else kept).append(item)
     config.hook.pytest_deselected(items=dropped)
     items[:] = kept
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
+    """Under pytest-xdist, a test marked ``alone`` runs while no other worker runs a test:
+    every test holds a lock file of the run (in the base temporary folder the workers
+    share) shared, an ``alone`` one exclusively, from before its timeout starts. The
+    crash matrix holds 40 calls at once on 10 s heartbeats and leases: beside another
+    worker's agent apps on two cores its live calls missed heartbeats, Temporal timed
+    them out, and the matrix showed that instead of the crash."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return (yield)
+    alone = item.get_closest_marker("alone") is not None
+    basetemp = item.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    with (basetemp.parent / "alone.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -55,7 +55,9 @@ from tests import pg
 from tests.crash_points import AFTER_EFFECT, AFTER_RECORD, ARM, KILLED, STOPS, WORLD, output_for
 from tests.temporal_support import ROOT, listed_as_parked, query_json, send_update
 
-pytestmark = [pytest.mark.postgres, pytest.mark.timeout(420)]
+# alone: its heartbeats and leases are 10 s (tests/crash_worker.py); beside another
+# worker's tests on two cores its live calls missed them (tests/conftest.py).
+pytestmark = [pytest.mark.postgres, pytest.mark.alone, pytest.mark.timeout(420)]
 
 PAGE = ROOT / "docs" / "crash-matrix.md"
 REWRITE = "LEDGER_WRITE_CRASH_MATRIX"
