@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -100,19 +101,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = kept
 
 
+def _alone_lock(run: int) -> Path:
+    return Path(tempfile.gettempdir()) / f"temporal-ledger-tests-{run}.lock"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The run's lock file goes with the process that started the workers."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        _alone_lock(os.getpid()).unlink(missing_ok=True)
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
     """Under pytest-xdist, a test marked ``alone`` runs while no other worker runs a test:
-    every test holds a lock file of the run (in the base temporary folder the workers
-    share) shared, an ``alone`` one exclusively, from before its timeout starts. The
+    every test holds a lock file of the run (named after the pytest process that started
+    the workers, which removes it) shared, an ``alone`` one exclusively, from before its
+    timeout starts. The
     crash matrix holds 40 calls at once on 10 s heartbeats and leases: beside another
     worker's agent apps on two cores its live calls missed heartbeats, Temporal timed
     them out, and the matrix showed that instead of the crash."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return (yield)
     alone = item.get_closest_marker("alone") is not None
-    basetemp = item.config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
-    with (basetemp.parent / "alone.lock").open("a") as lock:
+    with _alone_lock(os.getppid()).open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         try:
             return (yield)
