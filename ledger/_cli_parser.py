@@ -209,8 +209,10 @@ def _answers(approve: Any, reconcile: Any) -> tuple[Any, Any]:
 def _add_off_ledger_commands(commands: Any) -> None:
     """keygen, public-key, sign approve|reconcile (on the decider's own machine), waiting
     (asks the run) and replay."""
-    about = "Write a new private key (PEM, readable by you alone) and print the public key "
-    about += "line for the policy's [keys]."
+    about = (
+        "Write a new private key (PEM, readable by you alone) and print the public key "
+        "line for the policy's [keys]."
+    )
     keygen = _command(commands, "keygen", "make an Ed25519 key pair for signing decisions", about)
     keygen.add_argument("--out", required=True, type=Path, help="the private key file to write")
     text = "print the public key and key id of a private key file"
@@ -219,8 +221,10 @@ def _add_off_ledger_commands(commands: Any) -> None:
     for parser in (keygen, public):
         parser.add_argument("--actor", default="YOUR-NAME", help="the actor name the key proves")
         _add(parser, "--json")
-    about = "Print the signed JSON for `temporal workflow update execute --input`, or send it "
-    about += "with --send. The private key stays on this machine."
+    about = (
+        "Print the signed JSON for `temporal workflow update execute --input`, or send it "
+        "with --send. The private key stays on this machine."
+    )
     text = "sign a decision or a verdict for a run's update approve / reconcile"
     signing = _command(commands, "sign", text, about)
     kinds = signing.add_subparsers(dest="kind", required=True, metavar="KIND")
@@ -235,8 +239,10 @@ def _add_off_ledger_commands(commands: Any) -> None:
         _run(parser)
         parser.add_argument("--send", action="store_true", help=send)
         _add(parser, "--address", "--temporal")
-    about = "Ask a run (through the temporal CLI) what waits in it, and print the update "
-    about += "command of each, ready to fill in and paste."
+    about = (
+        "Ask a run (through the temporal CLI) what waits in it, and print the update "
+        "command of each, ready to fill in and paste."
+    )
     text = "a run's parked steps and calls awaiting approval, with their commands"
     waiting = _command(commands, "waiting", text, about)
     _run(waiting)

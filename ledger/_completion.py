@@ -154,8 +154,14 @@ def recover_expired(tx: Transaction, record: KeyRecord) -> None:
         "interrupted: the execution started and never reported before its lease expired; the "
         "effect may or may not have happened"
     )
-    unknown = {"error_type": FailureType.INTERRUPTED, "interrupted": True}
-    _fail(tx, record, EffectState.UNKNOWN, error=interrupted, **unknown)
+    _fail(
+        tx,
+        record,
+        EffectState.UNKNOWN,
+        error=interrupted,
+        error_type=FailureType.INTERRUPTED,
+        interrupted=True,
+    )
 
 
 def settle(tx: Transaction, record: KeyRecord, outcome: Outcome) -> None:

@@ -288,10 +288,17 @@ class Decisions(Opened, KeySpellings):
         check_json(output, where="output")
         if action_id is not None:
             _non_empty(action_id=action_id)
-        decided = functools.partial(reconcile_key, verdict=verdict, actor=actor, basis=basis)
-        given: dict[str, Any] = {"evidence": evidence, "output": output, "action_id": action_id}
-        given["signature"] = _proof(signature)
-        refused = await self._transact(key, functools.partial(decided, **given))
+        reconcile = functools.partial(
+            reconcile_key,
+            verdict=verdict,
+            actor=actor,
+            basis=basis,
+            evidence=evidence,
+            output=output,
+            action_id=action_id,
+            signature=_proof(signature),
+        )
+        refused = await self._transact(key, reconcile)
         if refused is not None:
             raise refused
         return await self._run(self.state, key)
@@ -338,10 +345,16 @@ class Decisions(Opened, KeySpellings):
         decision = Decision(_one_of("decision", decision, tuple(Decision)))
         _non_empty(fingerprint=fingerprint, actor=actor, basis=basis)
         refuse_placeholders(actor=actor, basis=basis)
-        decided = functools.partial(decide_approval, fingerprint=fingerprint, decision=decision)
-        given: dict[str, Any] = {"actor": actor, "basis": basis, "signature": _proof(signature)}
-        given["approval_id"] = new_action_id()
-        approval = await self._transact(key, functools.partial(decided, **given))
+        decide = functools.partial(
+            decide_approval,
+            fingerprint=fingerprint,
+            decision=decision,
+            actor=actor,
+            basis=basis,
+            approval_id=new_action_id(),
+            signature=_proof(signature),
+        )
+        approval = await self._transact(key, decide)
         if isinstance(approval, DecisionRefused):
             raise approval
         return approval

@@ -166,8 +166,9 @@ class PostgresRecorder(SQLRecorder):
         # round trip, and it backs off for a second after each dead connection): each
         # connection taken is refused if the server ended it while it sat idle, from what
         # already arrived (see usable).
-        pooled: dict[str, Any] = {"kwargs": self._kwargs, "min_size": 1, "open": False}
-        pooled.update(max_size=pool_size, timeout=self._timeout)
+        pooled: dict[str, Any] = dict(
+            kwargs=self._kwargs, min_size=1, max_size=pool_size, open=False, timeout=self._timeout
+        )
         self._on_loop = LoopPool(url, {**pooled, "name": f"ledger {self.where} (event loop)"})
 
         # One direct connection first: it gives libpq's own error ("connection

@@ -399,8 +399,10 @@ class Signers:
                 f"{kind}s: sign it with `temporal-ledger sign` and the actor's key"
             )
         run = {"workflow_id": signature.workflow_id, "namespace": signature.namespace}
-        arrived_in = {"workflow": workflow_id, "namespace": namespace}
-        for (name, arrived), signed in zip(arrived_in.items(), run.values(), strict=True):
+        for name, signed, arrived in (
+            ("workflow", signature.workflow_id, workflow_id),
+            ("namespace", signature.namespace, namespace),
+        ):
             if arrived is not None and signed != arrived:
                 return f"the {kind} was signed for {name} {signed!r}, not this one ({arrived!r})"
         listed = {key_id(parse_public_key(text)): text for text in self.keys.get(actor, ())}
