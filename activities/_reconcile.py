@@ -9,7 +9,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 from temporalio import activity
@@ -55,20 +55,7 @@ async def reconcile_effect(verdict: ReconcileInput) -> ReconcileResult:
     ``RECONCILE_ALREADY_RESOLVED``, its details the :class:`ReconcileResult` that stands:
     the workflow answers the sender with it and the step goes on."""
     try:
-        state = await _record_answer(
-            verdict,
-            _VERDICTS,
-            lambda ledger: ledger.reconcile(
-                verdict.key,
-                verdict.verdict,
-                verdict.actor,
-                verdict.basis,
-                evidence=verdict.evidence,
-                output=verdict.output,
-                action_id=verdict.action_id,
-                signature=verdict.signature,
-            ),
-        )
+        state = await _record_answer(verdict, _VERDICTS)
     except ApplicationError as err:
         if err.type != ErrorType.RECONCILE_ALREADY_RESOLVED:
             raise
@@ -88,7 +75,7 @@ def _result(state: ActionState, verdict: Verdict) -> ReconcileResult:
 
 
 @dataclass(frozen=True)
-class _AnswerKind:
+class _AnswerKind(Generic[_Recorded]):
     """What a person's answer of one kind does, and the error types that end it."""
 
     #: Whether the policy lets an actor give this answer.
@@ -100,6 +87,8 @@ class _AnswerKind:
     first: ErrorType
     #: The ``Signers`` check of the answer's fields and signature.
     signature_problem: Callable[..., str | None]
+    #: Records the answer: the ``Ledger`` method whose parameters are the input's fields.
+    record: Callable[..., Awaitable[_Recorded]]
 
 
 _VERDICTS = _AnswerKind(
@@ -109,6 +98,7 @@ _VERDICTS = _AnswerKind(
     ErrorType.RECONCILE_REFUSED,
     ErrorType.RECONCILE_ALREADY_RESOLVED,
     Signers.verdict_problem,
+    Ledger.reconcile,
 )
 _DECISIONS = _AnswerKind(
     Policy.may_approve,
@@ -117,13 +107,12 @@ _DECISIONS = _AnswerKind(
     ErrorType.APPROVE_REFUSED,
     ErrorType.APPROVE_ALREADY_DECIDED,
     Signers.decision_problem,
+    Ledger.approve,
 )
 
 
 async def _record_answer(
-    given: ReconcileInput | ApproveInput,
-    kind: _AnswerKind,
-    record: Callable[[Ledger], Awaitable[_Recorded]],
+    given: ReconcileInput | ApproveInput, kind: _AnswerKind[_Recorded]
 ) -> _Recorded:
     """Check the person, then record their answer, with the ledger's refusals as
     non-retryable errors: ``first`` when somebody else answered first (that answer
@@ -153,7 +142,7 @@ async def _record_answer(
     if problem is not None:
         raise final(problem, kind.not_allowed)
     try:
-        return await record(runtime.ledger)
+        return await kind.record(runtime.ledger, **dict(given))
     except DecisionRefused as exc:
         raise final(str(exc), kind.refused if exc.decided is None else kind.first) from None
     except InvalidRequest as exc:
@@ -166,18 +155,7 @@ async def _record_answer(
 async def approve_call(decision: ApproveInput) -> ApproveResult:
     """Check the approver and its signature against the policy, then record the decision
     under the key."""
-    approval = await _record_answer(
-        decision,
-        _DECISIONS,
-        lambda ledger: ledger.approve(
-            decision.key,
-            fingerprint=decision.fingerprint,
-            actor=decision.actor,
-            basis=decision.basis,
-            decision=decision.decision,
-            signature=decision.signature,
-        ),
-    )
+    approval = await _record_answer(decision, _DECISIONS)
     activity.metric_meter().create_counter(
         "ledger_approvals", "approvers' decisions recorded in the ledger"
     ).add(1, {"decision": decision.decision.value})
