@@ -327,17 +327,17 @@ class Ledger(Decisions):
                 fields = failure_fields(exc)
                 if not isinstance(exc, Exception):
                     with contextlib.suppress(BaseException):
-                        await asyncio.shield(self._complete_now(key, action_id, token, fields))
+                        await asyncio.shield(self._complete_now(ask, claim, fields))
                     raise
             else:
                 fields = success_fields(output)
             try:
-                return await self._complete_now(key, action_id, token, fields, claim=claim)
+                return await self._complete_now(ask, claim, fields, after_claim=True)
             except asyncio.CancelledError:
                 # The caller stopped waiting while its completion was written (and may have
                 # been cancelled on the server): the adapter acted, so it is written all
                 # the same, the durable way.
-                self._in_background(self._complete_now(key, action_id, token, fields))
+                self._in_background(self._complete_now(ask, claim, fields))
                 raise
         finally:
             timer.cancel()
@@ -360,18 +360,17 @@ class Ledger(Decisions):
             )
 
     async def _complete_now(
-        self,
-        key: str,
-        action_id: str,
-        token: int,
-        fields: dict[str, Any],
-        *,
-        claim: Claimed | None = None,
+        self, ask: Ask, claim: Claimed, fields: dict[str, Any], *, after_claim: bool = False
     ) -> ActionResult:
+        """Record the outcome ``fields`` under ``claim``. With ``after_claim`` (the first
+        try, nothing written since the claim), the recorder may write it in one exchange
+        after the claim's committed record (``Recorder.transact_after``); a retry, a
+        fallback or a write in the background goes the durable way."""
+        key, action_id, token = ask.request.key, ask.request.action_id, claim.token
         completion = functools.partial(complete, action_id=action_id, token=token, fields=fields)
         try:
             done = None
-            if claim is not None and claim.committed is not None:
+            if after_claim and claim.committed is not None:
                 # The rule's completion reads the record but not the clock, except for the
                 # record's timestamp: the storage's clock at the claim plus the time
                 # elapsed here since, so it never runs ahead of the storage's.
@@ -384,7 +383,7 @@ class Ledger(Decisions):
             )
         except InvalidRequest as exc:
             unrecordable = _recordable_instead(key, fields, exc)
-            return await self._complete_now(key, action_id, token, unrecordable)
+            return await self._complete_now(ask, claim, unrecordable)
         if isinstance(result, ActionInProgressError):
             raise result
         return result
