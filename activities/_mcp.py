@@ -21,9 +21,9 @@ them:
   ``activity_rules(agent)`` installs on the agent's MCP toolsets (wrapping one the
   toolset already has). It runs in the activity and adds the fields to ``metadata``.
 * Google ADK: its MCP tool takes no ``_meta`` from a caller and sends what the global
-  OpenTelemetry propagator injects; its rules (``activities.google_adk``) put the key in
-  the context's baggage under ``temporal-ledger/key`` while the call runs, so it arrives
-  in ``_meta["baggage"]``, beside the ``traceparent`` of the ledger's span.
+  OpenTelemetry propagator injects; its rules (``activities.google_adk``) run the call
+  in :func:`key_in_baggage`, so the key arrives in ``_meta["baggage"]``, beside the
+  ``traceparent`` of the ledger's span.
 * Strands: temporalio-strands-agents' ``call-tool`` activity calls the MCP session with no
   ``_meta``; the ``MCPClient``'s transport wrapped in ``strands.ledger_transport``
   (``_mcp_transport``) adds the two fields to each ``tools/call`` request it carries.
@@ -31,10 +31,11 @@ them:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 from ..ledger._seam import wire_key
@@ -112,6 +113,21 @@ def content_schema() -> dict[str, Any]:
     )
     definitions = blocks.pop("$defs", {})
     return {"anyOf": [{"type": "string"}, {**blocks, "minItems": 1}], "$defs": definitions}
+
+
+@contextlib.contextmanager
+def key_in_baggage(key: str) -> Iterator[None]:
+    """The ledger key as OpenTelemetry baggage (``temporal-ledger/key``, its wire form)
+    while an MCP call runs, for a client that puts what the global propagator injects
+    from the current context into the request's ``_meta`` (Google ADK's MCP tool does,
+    baggage included by default)."""
+    from opentelemetry import baggage, context
+
+    token = context.attach(baggage.set_baggage(KEY_FIELD, wire_key(key)))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 #: pydantic-ai's ``ProcessToolCallback``: ``(ctx, call_tool, name, tool_args)``.

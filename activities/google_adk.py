@@ -82,7 +82,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 try:
@@ -93,10 +93,9 @@ except ImportError as exc:  # pragma: no cover - depends on the install
         "integration: pip install 'temporal-ledger[google-adk]'"
     ) from exc
 
-from ..ledger._seam import wire_key
 from ..workflows._seam import PLACEHOLDER
 from . import _rules
-from ._mcp import KEY_FIELD, content_schema
+from ._mcp import content_schema, key_in_baggage
 
 __all__ = ["activity_rules"]
 
@@ -165,20 +164,6 @@ def _tool_normalizer(fn: Callable[..., Any] | None) -> Callable[[str, list[Any]]
 
 
 # -- MCP toolsets -----------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _key_in_baggage(key: str) -> Iterator[None]:
-    """The ledger key as OpenTelemetry baggage (``temporal-ledger/key``, its wire form)
-    while an MCP call runs: ADK's MCP tool puts what the global propagator injects from
-    the current context into the request's ``_meta``, baggage included by default."""
-    from opentelemetry import baggage, context
-
-    token = context.attach(baggage.set_baggage(KEY_FIELD, wire_key(key)))
-    try:
-        yield
-    finally:
-        context.detach(token)
 
 
 def _normalize_mcp_call(activity_type: str, args: list[Any]) -> dict[str, Any]:
@@ -283,7 +268,7 @@ _MCP = _rules.mcp(
     normalize=_normalize_mcp_call,
     output=_McpToolResult(),
     lost_reply=_graceful_error,
-    scope=_key_in_baggage,
+    scope=key_in_baggage,
     # ADK's argument (stateless or stateful, with the call's tool context), not Strands':
     # both name the activity {server}-call-tool.
     accepts=lambda args: len(args) == 1 and hasattr(args[0], "tool_context"),
