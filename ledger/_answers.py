@@ -1,12 +1,10 @@
 """What a key answers, decided from what it holds: a submission's result, the
 completion an adapter's return or exception records, a failed precondition, and the key's
-state as an operator reads it. Pure functions, like the rest of the rule (:mod:`._rule`),
-but for the await of the state a precondition is compared with."""
+state as an operator reads it. Pure functions, like the rest of the rule (:mod:`._rule`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable
 from typing import Any, cast
 
 from pydantic import BaseModel
@@ -154,24 +152,26 @@ def project(key: str, record: KeyRecord | None, now: float) -> ActionState:
 Stop = tuple[str, str, bool]
 
 
-async def precondition_failure(precondition: Any, read: Awaitable[Any]) -> Stop | None:
-    """Whether the state ``read`` now differs from the one the operation was planned
-    against (or cannot be read, or compared with it): ``None`` when the execution may
-    start. A state resolver that failed ran nothing; only an I/O failure is worth reading
-    again."""
+def precondition_failure(precondition: Any, current: Any) -> Stop | None:
+    """Whether the state read now differs from the one the operation was planned against
+    (or cannot be compared with it): ``None`` when the execution may start."""
     try:
-        current = await read
         check_json(current, where="current state")
         if canonical_json(current) == canonical_json(precondition):
             return None
     except Exception as exc:  # a state the ledger cannot read is a failed read
-        return f"state resolver failed: {exc!r}", type(exc).__name__, isinstance(exc, OSError)
+        return unreadable_state(exc)
     return (
         "precondition drift: the current state differs from the precondition the "
         "operation was planned against",
         FailureType.PRECONDITION_DRIFT,
         False,
     )
+
+
+def unreadable_state(exc: Exception) -> Stop:
+    """The state resolver failed. Nothing ran; only an I/O failure is worth reading again."""
+    return f"state resolver failed: {exc!r}", type(exc).__name__, isinstance(exc, OSError)
 
 
 def failure_fields(exc: BaseException) -> dict[str, Any]:

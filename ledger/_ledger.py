@@ -18,6 +18,7 @@ from ._answers import (
     precondition_failure,
     resubmission_answer,
     success_fields,
+    unreadable_state,
     unrecordable_output,
 )
 from ._completion import complete, extend_lease, mark_started, release_unused_claim, stopped_waiting
@@ -292,7 +293,10 @@ class Ledger(Decisions):
         key, action_id, token = request.key, request.action_id, claim.token
         if not claim.started:
             assert state is not None
-            failure = await precondition_failure(request.precondition, _call(state, request))
+            try:
+                failure = precondition_failure(request.precondition, await _call(state, request))
+            except Exception as exc:
+                failure = unreadable_state(exc)
             start = functools.partial(
                 mark_started, action_id=action_id, token=token, failure=failure, lease=lease
             )
