@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,10 @@ class Setup:
                 await process.wait()
 
 
+#: How long a dev server may take to accept connections before its test errors.
+DEV_SERVER_STARTUP = timedelta(seconds=60)
+
+
 async def start_dev_server(
     *, open_effects_attribute: bool = True, ui_port: int | None = None
 ) -> WorkflowEnvironment:
@@ -169,6 +174,9 @@ async def start_dev_server(
         ui_port=ui_port,
         dev_server_log_level="error",
         dev_server_extra_args=extra,
+        # The SDK waits 5 s by default: on two busy cores (two test lanes, agent SDKs
+        # importing) a server took longer and every test of its file errored at setup.
+        dev_server_startup_timeout=DEV_SERVER_STARTUP,
     )
 
 
